@@ -1,0 +1,522 @@
+"""scan -> parallel decode -> deterministic shards + manifest, resumable. Never imports torch.
+
+The plan is fixed before any pixel is decoded: the (seeded, shuffled) image order and which
+images go to which shard depend only on SRC's file list and the options. Shards are built in
+order, each written under a temporary name, fsync'd and renamed, then recorded in a journal;
+`--resume` reuses the recorded shards and redoes the rest, so a resumed pack is byte-identical
+to an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import math
+import os
+import signal
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .constants import (
+    CROP_MODES,
+    JOURNAL_NAME,
+    MANIFEST_NAME,
+    RESAMPLE,
+    SHARD_PREFIX,
+    SHARD_SUFFIX,
+    TMP_SUFFIX,
+    shard_name,
+)
+from .errors import ImageDecodeError, MixshardError, OutputError, SkippedImagesError
+from .format import BlockInfo, Manifest, ShardInfo, ShardWriter, atomic_write, fsync_dir
+from .image import load_image
+from .scan import ScanResult, path_key, scan
+
+CHUNK = 32  # images per worker task: small enough for a smooth progress bar, large enough for IPC
+
+
+@dataclass(frozen=True)
+class PackProgress:
+    """Progress of a running pack, in source images."""
+
+    total: int
+    done: int
+    skipped: int
+
+
+@dataclass(frozen=True)
+class PackResult:
+    """What `pack` made."""
+
+    manifest: Manifest
+    out: Path
+    seconds: float
+    reused_shards: int
+    already_complete: bool = False
+
+
+@dataclass
+class _Plan:
+    items: list[tuple[str, int]]  # pack order
+    per_shard: int  # source images per shard
+    options: dict
+    fingerprint: str
+
+    @property
+    def n_shards(self) -> int:
+        return math.ceil(len(self.items) / self.per_shard)
+
+    def shard_items(self, s: int) -> list[tuple[str, int]]:
+        return self.items[s * self.per_shard : (s + 1) * self.per_shard]
+
+
+@dataclass
+class _DoneShard:
+    info: ShardInfo | None  # None: every image of the planned shard was skipped
+    skipped: list[dict[str, str]]
+
+    def to_json(self, plan_index: int) -> str:
+        info = None
+        if self.info is not None:
+            info = {
+                **{k: getattr(self.info, k) for k in ("name", "count", "bytes", "sha256")},
+                "blocks": [list(b.__dict__.values()) for b in self.info.blocks],
+            }
+        return json.dumps({"plan": plan_index, "info": info, "skipped": self.skipped})
+
+    @classmethod
+    def from_json(cls, data: dict) -> _DoneShard:
+        info = data["info"]
+        if info is not None:
+            info = ShardInfo(
+                info["name"],
+                info["count"],
+                info["bytes"],
+                info["sha256"],
+                tuple(BlockInfo(*b) for b in info["blocks"]),
+            )
+        return cls(info, data["skipped"])
+
+
+def _decode_chunk(
+    root: str, keys: list[str], size: int, crop: str, variants: int, seed: int
+) -> list[np.ndarray | str]:
+    """Worker task: pixels (variants, 3, size, size) or a skip reason, per key."""
+    out: list[np.ndarray | str] = []
+    for key in keys:
+        try:
+            out.append(
+                load_image(
+                    os.path.join(root, key), size, crop, variants=variants, seed=seed, key=key
+                )
+            )
+        except ImageDecodeError as exc:
+            out.append(exc.reason)
+    return out
+
+
+def _exit_with_parent(parent: int) -> None:
+    """Worker initializer: end this worker when the pack process is gone (e.g. `kill -9`),
+    instead of leaving it orphaned."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def _start_pool(workers: int) -> ProcessPoolExecutor:
+    """Start every worker process at once, with Ctrl-C ignored in them.
+
+    Ctrl-C reaches the whole process group; the pack process handles it (it stops, keeps the
+    finished shards, and shuts the pool down), so the workers must not also print a traceback.
+    SIGINT set to "ignore" while they are spawned stays ignored in them.
+    """
+    pool = ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=get_context("spawn"),
+        initializer=_exit_with_parent,
+        initargs=(os.getpid(),),
+    )
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if in_main else None
+    try:
+        # Each submit finds no idle worker and spawns one, so `workers` tasks start them all.
+        for started in [pool.submit(os.getpid) for _ in range(workers)]:
+            started.result()
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    finally:
+        if in_main:
+            signal.signal(signal.SIGINT, previous)
+    return pool
+
+
+def _is_ours(name: str) -> bool:
+    return (
+        name in (MANIFEST_NAME, JOURNAL_NAME, MANIFEST_NAME + ".tmp")
+        or name.endswith(TMP_SUFFIX)
+        or (name.startswith(SHARD_PREFIX) and name.endswith(SHARD_SUFFIX))
+    )
+
+
+def _prepare_out(out: Path, resume: bool, overwrite: bool) -> None:
+    if resume and overwrite:
+        raise OutputError("--resume and --overwrite exclude each other; pick one")
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"output path {out} exists and is not a folder; choose a folder")
+    if out.is_dir():
+        names = sorted(os.listdir(out))
+        if names and overwrite:
+            foreign = [n for n in names if not _is_ours(n)]
+            if foreign:
+                raise OutputError(
+                    f"--overwrite: {out} holds files mixshard did not write "
+                    f"({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}); "
+                    "nothing was deleted. Choose an empty or new output folder"
+                )
+            for n in names:
+                (out / n).unlink()
+        elif names and not resume:
+            raise OutputError(
+                f"output folder {out} is not empty; pass --resume to finish an interrupted "
+                "pack there or --overwrite to replace it"
+            )
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / (".mixshard-write-test" + TMP_SUFFIX)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise OutputError(f"cannot write to output folder {out}: {exc.strerror}") from None
+
+
+def _make_plan(found: ScanResult, options: dict, size: int, block_size: int) -> _Plan:
+    items = list(found.items)
+    if options["shuffle"]:
+        order = np.random.default_rng([options["seed"], 1]).permutation(len(items))
+        items = [items[i] for i in order]
+    per_shard = max(1, options["shard_size"] // options["variants"])
+    payload = json.dumps([size, block_size, options, items, found.skipped, found.classes]).encode()
+    return _Plan(items, per_shard, options, hashlib.sha256(payload).hexdigest())
+
+
+def _load_journal(out: Path, plan: _Plan) -> dict[int, _DoneShard]:
+    """Shards recorded by an interrupted run whose files are intact (a prefix of the plan)."""
+    path = out / JOURNAL_NAME
+    if not path.exists():
+        return {}
+    lines = path.read_text(encoding="utf-8").splitlines()
+    try:
+        header = json.loads(lines[0]) if lines else {}
+    except ValueError:
+        header = {}
+    if header.get("fingerprint") != plan.fingerprint:
+        raise OutputError(
+            f"{out} holds an interrupted pack of another source or other options; rerun with the "
+            "same SRC and options to resume it, or pass --overwrite to start over"
+        )
+    done: dict[int, _DoneShard] = {}
+    for line in lines[1:]:
+        try:
+            data = json.loads(line)
+            shard = _DoneShard.from_json(data)
+            index = int(data["plan"])
+        except (ValueError, KeyError, TypeError):
+            break  # a line cut short by a kill: that shard is redone
+        if index != len(done):
+            break
+        if shard.info is not None:
+            f = out / shard.info.name
+            if not f.exists() or f.stat().st_size != shard.info.bytes:
+                break
+        done[index] = shard
+    return done
+
+
+def _open_journal(out: Path, plan: _Plan, done: dict[int, _DoneShard]):
+    """Rewrite the journal with its header and the reusable shards, open it for appending."""
+    lines = [json.dumps({"fingerprint": plan.fingerprint})]
+    lines += [done[i].to_json(i) for i in sorted(done)]
+    atomic_write(out / JOURNAL_NAME, ("\n".join(lines) + "\n").encode("utf-8"))
+    return open(out / JOURNAL_NAME, "a", encoding="utf-8")
+
+
+def _write_shard(
+    out: Path,
+    name: str,
+    first_block: int,
+    block_size: int,
+    images: np.ndarray,
+    labels: np.ndarray,
+    keys: list[str],
+) -> ShardInfo:
+    final = out / name
+    tmp = out / (name + TMP_SUFFIX)
+    try:
+        with open(tmp, "wb") as f:
+            writer = ShardWriter(f)
+            for b, start in enumerate(range(0, len(images), block_size)):
+                end = start + block_size
+                writer.add_block(
+                    first_block + b, images[start:end], labels[start:end], keys[start:end]
+                )
+            nbytes, digest = writer.finish()
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+        fsync_dir(out)
+    except BaseException as exc:  # also Ctrl-C: never leave half a shard behind
+        tmp.unlink(missing_ok=True)
+        if not isinstance(exc, OSError):
+            raise
+        hint = "free some space and" if exc.errno == errno.ENOSPC else "fix it and"
+        raise OutputError(
+            f"cannot write {final}: {exc.strerror}; {hint} rerun with --resume to continue "
+            "(finished shards are kept)"
+        ) from None
+    return ShardInfo(name, len(images), nbytes, digest, tuple(writer.blocks))
+
+
+def pack(
+    src: str | os.PathLike,
+    out: str | os.PathLike,
+    *,
+    size: int = 84,
+    crop: str = "center",
+    variants: int = 1,
+    shard_size: int = 10_000,
+    block_size: int = 256,
+    workers: int | None = None,
+    seed: int = 0,
+    shuffle: bool = True,
+    labels: str = "auto",
+    strict: bool = False,
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: Callable[[PackProgress], None] | None = None,
+) -> PackResult:
+    """Pack an ImageFolder tree or a flat folder of images into pre-resized uint8 shards.
+
+    Args:
+        src: source folder (ImageFolder tree or flat folder).
+        out: output folder; must be empty or missing unless `resume`/`overwrite`.
+        size: side of the stored square images.
+        crop: `"center"`, `"random"` (RandomResizedCrop from the full-size image) or `"full"`.
+        variants: independent random crops per source image (needs `crop="random"`).
+        shard_size: images per shard.
+        block_size: images per tar member (block).
+        workers: decode processes; default all cores; 1 decodes in this process.
+        seed: seed of the image order and of the random crops.
+        shuffle: shuffle the image order (seeded) so every shard mixes classes.
+        labels: `"auto"`, `"folders"` or `"none"`.
+        strict: raise `SkippedImagesError` instead of skipping unreadable images.
+        resume: finish an interrupted pack in `out`.
+        overwrite: replace an earlier pack in `out`.
+        progress: called with a `PackProgress` after each batch of decoded images.
+
+    Returns:
+        A `PackResult` with the manifest that was written.
+
+    Raises:
+        MixshardError: bad source, unusable output, skipped images under `strict`, a dead
+            worker, or a failed write.
+
+    Example:
+        >>> pack("places365_standard/train", "data/places365_standard", workers=16)
+    """
+    if crop not in CROP_MODES:
+        raise ValueError(f"unknown crop mode {crop!r}; use one of {', '.join(CROP_MODES)}")
+    if variants < 1 or size < 1 or shard_size < 1 or block_size < 1 or seed < 0:
+        raise ValueError("size, variants, shard_size and block_size must be >= 1, seed >= 0")
+    if variants > 1 and crop != "random":
+        raise MixshardError("--variants > 1 needs --crop random (other crops are all the same)")
+    if variants > shard_size:
+        raise MixshardError(f"--variants {variants} exceeds --shard-size {shard_size}")
+    workers = workers or os.cpu_count() or 1
+    t0 = time.perf_counter()
+    src, out = Path(src), Path(out)
+    found = scan(src, labels)  # before touching OUT: a bad SRC must not change anything
+    if strict and found.skipped:
+        raise _strict_error(found.skipped)
+    _prepare_out(out, resume, overwrite)
+
+    options = {
+        "crop": crop,
+        "variants": variants,
+        "seed": seed,
+        "resample": RESAMPLE,
+        "shuffle": shuffle,
+        "labels": found.labels,
+        "shard_size": shard_size,
+    }
+    plan = _make_plan(found, options, size, block_size)
+    if resume and (out / MANIFEST_NAME).exists():
+        manifest = Manifest.load(out)
+        if (
+            manifest.options != options
+            or manifest.size != size
+            or manifest.block_size != block_size
+        ):
+            raise OutputError(
+                f"{out} holds a finished pack made with other options; pass "
+                "--overwrite to replace it"
+            )
+        return PackResult(manifest, out, time.perf_counter() - t0, len(manifest.shards), True)
+
+    done = _load_journal(out, plan) if resume else {}
+    for name in os.listdir(out):
+        if name.endswith(TMP_SUFFIX):
+            (out / name).unlink()
+    journal = _open_journal(out, plan, done)
+    try:
+        shards = _run(
+            src,
+            out,
+            plan,
+            done,
+            journal,
+            size=size,
+            block_size=block_size,
+            workers=workers,
+            strict=strict,
+            progress=progress,
+        )
+    finally:
+        journal.close()
+
+    skipped = list(found.skipped) + [s for d in shards for s in d.skipped]
+    skipped.sort(key=lambda s: path_key(s["path"]))
+    infos = tuple(d.info for d in shards if d.info is not None)
+    manifest = Manifest(
+        size=size,
+        block_size=block_size,
+        count=sum(i.count for i in infos),
+        classes=tuple(found.classes),
+        options=options,
+        skipped=tuple(skipped),
+        shards=infos,
+    )
+    manifest.save(out)
+    (out / JOURNAL_NAME).unlink()
+    return PackResult(manifest, out, time.perf_counter() - t0, len(done))
+
+
+def _strict_error(skipped: list[dict[str, str]]) -> SkippedImagesError:
+    shown = "; ".join(f"{s['path']} ({s['reason']})" for s in skipped[:10])
+    more = f"; and {len(skipped) - 10} more" if len(skipped) > 10 else ""
+    return SkippedImagesError(
+        f"--strict: {len(skipped)} file(s) could not be read: {shown}{more}. Fix or remove them "
+        "(then pack again), or drop --strict to skip them",
+        skipped,
+    )
+
+
+def _run(src, out, plan, done, journal, *, size, block_size, workers, strict, progress):
+    """Decode and write every shard not in `done`; returns all shards in plan order."""
+    opts = plan.options
+    total = len(plan.items)
+    shards: list[_DoneShard] = [done[i] for i in sorted(done)]
+    n_done = sum(len(plan.shard_items(i)) for i in done)
+    n_skipped = sum(len(d.skipped) for d in shards)
+    next_block = sum(len(d.info.blocks) for d in shards if d.info is not None)
+    next_name = sum(1 for d in shards if d.info is not None)
+    if progress:
+        progress(PackProgress(total, n_done, n_skipped))
+
+    tasks = [
+        (s, start)
+        for s in range(len(done), plan.n_shards)
+        for start in range(0, len(plan.shard_items(s)), CHUNK)
+    ]
+    args = (size, opts["crop"], opts["variants"], opts["seed"])
+    pool = _start_pool(min(workers, len(tasks))) if workers > 1 and len(tasks) > 1 else None
+    pending: deque[Future | list] = deque()
+
+    def submit(task: tuple[int, int]) -> None:
+        s, start = task
+        keys = [p for p, _ in plan.shard_items(s)[start : start + CHUNK]]
+        if pool is None:
+            pending.append(_decode_chunk(str(src), keys, *args))
+        else:
+            pending.append(pool.submit(_decode_chunk, str(src), keys, *args))
+
+    try:
+        queue = deque(tasks)
+        current: list = []  # decoded results of the shard being assembled
+        shard_index = len(done)
+        while queue or pending:
+            while queue and len(pending) < (2 * workers if pool else 1):
+                submit(queue.popleft())
+            head = pending.popleft()
+            results = head.result() if isinstance(head, Future) else head
+            current.extend(results)
+            bad = sum(isinstance(r, str) for r in results)
+            n_done += len(results)
+            n_skipped += bad
+            if strict and bad:
+                items = plan.shard_items(shard_index)
+                raise _strict_error(
+                    [
+                        {"path": items[i][0], "reason": r}
+                        for i, r in enumerate(current)
+                        if isinstance(r, str)
+                    ]
+                )
+            if progress:
+                progress(PackProgress(total, n_done, n_skipped))
+            if len(current) == len(plan.shard_items(shard_index)):
+                shard = _finish_shard(
+                    out, plan, shard_index, current, shard_name(next_name), next_block, block_size
+                )
+                journal.write(shard.to_json(shard_index) + "\n")
+                journal.flush()
+                os.fsync(journal.fileno())
+                shards.append(shard)
+                if shard.info is not None:
+                    next_block += len(shard.info.blocks)
+                    next_name += 1
+                shard_index += 1
+                current = []
+    except BrokenProcessPool:
+        raise MixshardError(
+            "a decode worker process died (out of memory, or a crash inside an image library); "
+            "finished shards are kept: rerun with --resume, and with --workers 1 to find the file"
+        ) from None
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+    return shards
+
+
+def _finish_shard(out, plan, index, results, name, first_block, block_size) -> _DoneShard:
+    items = plan.shard_items(index)
+    variants = plan.options["variants"]
+    ok = [i for i, r in enumerate(results) if not isinstance(r, str)]
+    skipped = [
+        {"path": items[i][0], "reason": r} for i, r in enumerate(results) if isinstance(r, str)
+    ]
+    if not ok:
+        return _DoneShard(None, skipped)
+    images = np.concatenate([results[i] for i in ok])  # (len(ok) * variants, 3, S, S)
+    labels = np.repeat(np.array([items[i][1] for i in ok], dtype=np.int32), variants)
+    keys = [items[i][0] for i in ok for _ in range(variants)]
+    if variants > 1 and plan.options["shuffle"]:
+        # Spread an image's crops over the shard instead of leaving them side by side.
+        order = np.random.default_rng([plan.options["seed"], 2, index]).permutation(len(images))
+        images, labels, keys = images[order], labels[order], [keys[i] for i in order]
+    info = _write_shard(out, name, first_block, block_size, images, labels, keys)
+    return _DoneShard(info, skipped)

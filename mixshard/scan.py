@@ -1,0 +1,164 @@
+"""Source tree -> naturally sorted list of (relative path, label), and the class names.
+
+Two layouts are accepted: an ImageFolder tree (each top-level subfolder is a class; images are
+found recursively inside it) and a flat folder (COCO `val2017/`: one unlabeled set). Directory
+symlinks are followed, except those that lead back to a folder above them (a loop, reported).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .constants import IMAGE_EXTENSIONS, LABEL_MODES, NO_LABEL
+from .errors import SourceError
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def natural_key(text: str) -> tuple:
+    """Sort key that orders `img2` before `img10`; ties fall back to the plain string."""
+    parts = _DIGITS.split(text)
+    return (tuple(int(p) if i % 2 else p for i, p in enumerate(parts)), text)
+
+
+def path_key(relpath: str) -> tuple:
+    """Natural sort key of a `/`-separated relative path, component by component."""
+    return tuple(natural_key(part) for part in relpath.split("/"))
+
+
+def is_image_name(name: str) -> bool:
+    """True when `name` has one of the accepted image extensions, in any letter case."""
+    return os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
+
+
+def accepted_extensions() -> str:
+    """The accepted extensions, for error messages."""
+    return ", ".join(IMAGE_EXTENSIONS) + " (any letter case)"
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    """What `scan` found.
+
+    Attributes:
+        items: `(relative path, label)` in pack order before shuffling; paths use `/`.
+        classes: class names, index = label; empty for an unlabeled set.
+        skipped: `{"path", "reason"}` for entries that look like images but cannot be read.
+        labels: the resolved label mode, `"folders"` or `"none"`.
+    """
+
+    items: list[tuple[str, int]]
+    classes: list[str]
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    labels: str = "none"
+
+
+def _walk(root: Path) -> tuple[list[str], list[dict[str, str]]]:
+    """All image files under `root` (relative, `/`-separated) and the entries to report."""
+    images: list[str] = []
+    skipped: list[dict[str, str]] = []
+    root_stat = os.stat(root)
+
+    def visit(folder: Path, rel: str, ancestors: frozenset) -> None:
+        try:
+            entries = list(os.scandir(folder))
+        except OSError as exc:
+            skipped.append({"path": rel or ".", "reason": f"unreadable folder: {exc.strerror}"})
+            return
+        for entry in entries:
+            name = entry.name
+            if name.startswith("."):
+                continue  # hidden files and folders (.DS_Store, .git, .ipynb_checkpoints)
+            child = f"{rel}/{name}" if rel else name
+            try:
+                st = os.stat(entry.path)  # follows symlinks
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    skipped.append({"path": child, "reason": "symlink loop"})
+                elif entry.is_symlink() and is_image_name(name):
+                    skipped.append({"path": child, "reason": "broken symlink"})
+                elif is_image_name(name):
+                    skipped.append({"path": child, "reason": f"unreadable: {exc.strerror}"})
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                ident = (st.st_dev, st.st_ino)
+                if ident in ancestors:
+                    skipped.append({"path": child, "reason": "symlink loop"})
+                    continue
+                visit(Path(entry.path), child, ancestors | {ident})
+            elif is_image_name(name):
+                if stat.S_ISREG(st.st_mode):
+                    images.append(child)
+                else:
+                    # A FIFO named x.jpg would block the decoder forever.
+                    skipped.append({"path": child, "reason": "not a regular file"})
+
+    visit(root, "", frozenset({(root_stat.st_dev, root_stat.st_ino)}))
+    return images, skipped
+
+
+def scan(src: str | os.PathLike, labels: str = "auto") -> ScanResult:
+    """List the images of an ImageFolder tree or a flat folder.
+
+    Args:
+        src: the source folder.
+        labels: `"auto"` (class folders when the top level holds only folders with images, one
+            unlabeled set when it holds only images), `"folders"` or `"none"`.
+
+    Returns:
+        A `ScanResult` with naturally sorted items.
+
+    Raises:
+        SourceError: SRC is missing, not a folder, holds no images, or mixes loose images and
+            class folders under `labels="auto"`.
+    """
+    if labels not in LABEL_MODES:
+        raise SourceError(f"unknown labels mode {labels!r}; use one of {', '.join(LABEL_MODES)}")
+    root = Path(src)
+    if not root.exists():
+        raise SourceError(f"source folder not found: {src}")
+    if not root.is_dir():
+        raise SourceError(f"source must be a folder of images, got a file: {src}")
+    try:
+        images, skipped = _walk(root)
+    except OSError as exc:
+        raise SourceError(f"cannot read source folder {src}: {exc.strerror}") from exc
+    images.sort(key=path_key)
+    skipped.sort(key=lambda s: path_key(s["path"]))
+    if not images:
+        raise SourceError(
+            f"no images found in {src} (searched recursively). "
+            f"Accepted extensions: {accepted_extensions()}"
+        )
+
+    loose = [p for p in images if "/" not in p]
+    class_names = sorted({p.split("/", 1)[0] for p in images if "/" in p}, key=natural_key)
+    mode = labels
+    if mode == "auto":
+        if loose and class_names:
+            raise SourceError(
+                f"{src} holds both loose images ({len(loose)}, e.g. {loose[0]}) and class "
+                f"folders ({len(class_names)}, e.g. {class_names[0]}/); pass --labels folders "
+                "to use the class folders (loose images are then reported as skipped) or "
+                "--labels none to pack every image as one unlabeled set"
+            )
+        mode = "folders" if class_names else "none"
+
+    if mode == "none":
+        return ScanResult([(p, NO_LABEL) for p in images], [], skipped, "none")
+
+    if not class_names:
+        raise SourceError(
+            f"--labels folders: {src} has no subfolders with images (a flat folder); "
+            "use --labels none or --labels auto"
+        )
+    index = {name: i for i, name in enumerate(class_names)}
+    items = [(p, index[p.split("/", 1)[0]]) for p in images if "/" in p]
+    outside = [{"path": p, "reason": "outside any class folder (--labels folders)"} for p in loose]
+    skipped = sorted(skipped + outside, key=lambda s: path_key(s["path"]))
+    return ScanResult(items, class_names, skipped, "folders")

@@ -1,0 +1,152 @@
+"""Interrupted packs (kill -9, Ctrl-C, a dead worker) resume to byte-identical output."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import crash_chunk, noise
+
+import mixshard
+from mixshard.cli import cli
+from mixshard.constants import JOURNAL_NAME
+
+ARGS = ["--size", "16", "--shard-size", "20", "--block-size", "8"]
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory) -> tuple[Path, Path]:
+    """600 images and their uninterrupted pack (30 shards)."""
+    root = tmp_path_factory.mktemp("resume")
+    src = root / "src"
+    for i in range(600):
+        noise(src / f"c{i % 3}" / f"{i}.png", size=(96, 72), seed=i)
+    ref = root / "ref"
+    assert (
+        CliRunner().invoke(cli, ["pack", str(src), str(ref), *ARGS, "--workers", "1"]).exit_code
+        == 0
+    )
+    return src, ref
+
+
+def files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def start_pack(src: Path, out: Path, workers: int) -> subprocess.Popen:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mixshard",
+            "pack",
+            str(src),
+            str(out),
+            *ARGS,
+            "--workers",
+            str(workers),
+            "--quiet",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
+    end = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < end, "pack made no progress"
+        time.sleep(0.002)
+
+
+def resume(src: Path, out: Path, workers: int = 1):
+    return CliRunner().invoke(
+        cli, ["pack", str(src), str(out), *ARGS, "--workers", str(workers), "--resume"]
+    )
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_kill_9_then_resume_is_byte_identical(source, tmp_path, workers):
+    src, ref = source
+    out = tmp_path / "out"
+    proc = start_pack(src, out, workers)
+    wait_for(out / "shard-000002.tar", proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (out / "index.json").exists(), "the pack finished before it was killed"
+    assert (out / JOURNAL_NAME).exists()
+    res = resume(src, out, workers=2)
+    assert res.exit_code == 0, res.output
+    assert "reused from the interrupted run" in res.output
+    assert files(out) == files(ref)
+
+
+def test_ctrl_c_exits_130_and_resumes(source, tmp_path):
+    src, ref = source
+    out = tmp_path / "out"
+    proc = start_pack(src, out, workers=2)
+    wait_for(out / "shard-000001.tar", proc)
+    os.killpg(proc.pid, signal.SIGINT)  # as Ctrl-C does: the whole process group, workers too
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert err.strip().endswith(
+        "Interrupted. Finished shards are kept: rerun the same command with --resume to continue."
+    )
+    assert "Traceback" not in err
+    assert not (out / "index.json").exists()
+    assert not [n for n in os.listdir(out) if n.endswith(".partial")]
+    assert resume(src, out).exit_code == 0
+    assert files(out) == files(ref)
+
+
+def test_resume_redoes_a_shard_whose_journal_line_was_cut(source, tmp_path):
+    src, ref = source
+    out = tmp_path / "out"
+    proc = start_pack(src, out, workers=1)
+    wait_for(out / "shard-000004.tar", proc)
+    proc.kill()
+    proc.wait()
+    journal = out / JOURNAL_NAME
+    lines = journal.read_text().splitlines()
+    assert len(lines) >= 3
+    journal.write_text("\n".join(lines[:2]) + "\n" + lines[2][:15])  # a line cut by the kill
+    (out / "shard-000009.tar.partial").write_bytes(b"half a shard")
+    res = resume(src, out)
+    assert res.exit_code == 0 and "1 reused from the interrupted run" in res.output
+    assert files(out) == files(ref)
+
+
+def test_resume_refuses_other_options_and_finished_packs(source, tmp_path):
+    src, ref = source
+    out = tmp_path / "out"
+    proc = start_pack(src, out, workers=1)
+    wait_for(out / "shard-000001.tar", proc)
+    proc.kill()
+    proc.wait()
+    res = CliRunner().invoke(cli, ["pack", str(src), str(out), "--size", "12", "--resume"])
+    assert res.exit_code == 1
+    assert "holds an interrupted pack of another source or other options" in res.output
+    res = resume(src, ref)
+    assert res.exit_code == 0
+    assert res.output.startswith(f"{ref} already holds a finished pack of 600 images")
+
+
+def test_dead_worker_is_an_error_not_a_hang(tmp_path, monkeypatch):
+    src = tmp_path / "src"
+    for i in range(70):
+        noise(src / f"{i}.png", size=(20, 20), seed=i)
+    monkeypatch.setattr(sys.modules["mixshard.pack"], "_decode_chunk", crash_chunk)
+    with pytest.raises(mixshard.MixshardError, match="a decode worker process died"):
+        mixshard.pack(src, tmp_path / "out", size=8, workers=2)
+    state = json.loads((tmp_path / "out" / JOURNAL_NAME).read_text().splitlines()[0])
+    assert "fingerprint" in state
