@@ -15,6 +15,7 @@ import json
 import math
 import os
 import signal
+import sys
 import threading
 import time
 from collections import deque
@@ -144,9 +145,13 @@ def _start_pool(workers: int) -> ProcessPoolExecutor:
     finished shards, and shuts the pool down), so the workers must not also print a traceback.
     SIGINT set to "ignore" while they are spawned stays ignored in them.
     """
+    # fork on Linux: instant start, and no re-import of the caller's __main__ (which breaks
+    # `python -` and unguarded scripts under spawn). The pool is made before any progress bar
+    # thread exists. Elsewhere spawn, the platform default.
+    method = "fork" if sys.platform == "linux" else "spawn"
     pool = ProcessPoolExecutor(
         max_workers=workers,
-        mp_context=get_context("spawn"),
+        mp_context=get_context(method),
         initializer=_exit_with_parent,
         initargs=(os.getpid(),),
     )
@@ -255,40 +260,98 @@ def _open_journal(out: Path, plan: _Plan, done: dict[int, _DoneShard]):
     return open(out / JOURNAL_NAME, "a", encoding="utf-8")
 
 
-def _write_shard(
-    out: Path,
-    name: str,
-    first_block: int,
-    block_size: int,
-    images: np.ndarray,
-    labels: np.ndarray,
-    keys: list[str],
-) -> ShardInfo:
-    final = out / name
-    tmp = out / (name + TMP_SUFFIX)
-    try:
-        with open(tmp, "wb") as f:
-            writer = ShardWriter(f)
-            for b, start in enumerate(range(0, len(images), block_size)):
-                end = start + block_size
-                writer.add_block(
-                    first_block + b, images[start:end], labels[start:end], keys[start:end]
-                )
-            nbytes, digest = writer.finish()
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, final)
-        fsync_dir(out)
-    except BaseException as exc:  # also Ctrl-C: never leave half a shard behind
-        tmp.unlink(missing_ok=True)
-        if not isinstance(exc, OSError):
-            raise
-        hint = "free some space and" if exc.errno == errno.ENOSPC else "fix it and"
-        raise OutputError(
-            f"cannot write {final}: {exc.strerror}; {hint} rerun with --resume to continue "
-            "(finished shards are kept)"
-        ) from None
-    return ShardInfo(name, len(images), nbytes, digest, tuple(writer.blocks))
+class _ShardBuilder:
+    """Collects one planned shard's decoded images and writes them block by block.
+
+    Blocks go to disk as soon as they are full, so writing overlaps decoding; only with
+    several variants per image (whose crops are spread over the shard) is the shard held in
+    memory until it is complete. The file appears under its final name only when complete.
+    """
+
+    def __init__(
+        self, out: Path, plan: _Plan, index: int, name: str, first_block: int, block_size: int
+    ) -> None:
+        self.items = plan.shard_items(index)
+        self.index, self.name, self.block_size = index, name, block_size
+        self.variants = plan.options["variants"]
+        self.spread_seed = (
+            [plan.options["seed"], 2, index]
+            if self.variants > 1 and plan.options["shuffle"]
+            else None
+        )
+        self.final = out / name
+        self.tmp = out / (name + TMP_SUFFIX)
+        self.next_block = first_block
+        self.received = 0
+        self.skipped: list[dict[str, str]] = []
+        self._images: list[np.ndarray] = []  # decoded, not yet written; (variants, 3, S, S) each
+        self._labels: list[int] = []
+        self._keys: list[str] = []
+        self._file = None
+        self._writer: ShardWriter | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.received == len(self.items)
+
+    def add(self, results: list[np.ndarray | str]) -> None:
+        """Take the next decoded results (pixels or skip reasons), in plan order."""
+        for result in results:
+            path, label = self.items[self.received]
+            self.received += 1
+            if isinstance(result, str):
+                self.skipped.append({"path": path, "reason": result})
+                continue
+            self._images.append(result)
+            self._labels += [label] * self.variants
+            self._keys += [path] * self.variants
+        if self.spread_seed is None:
+            while len(self._keys) >= self.block_size:
+                self._write_blocks(self.block_size)
+
+    def _write_blocks(self, upto: int) -> None:
+        """Write the first `upto` pending images (all, in blocks, when `upto` is larger)."""
+        images = np.concatenate(self._images)
+        labels = np.asarray(self._labels, dtype=np.int32)
+        keys = self._keys
+        if self.spread_seed is not None:  # spread an image's crops over the shard
+            order = np.random.default_rng(self.spread_seed).permutation(len(images))
+            images, labels, keys = images[order], labels[order], [keys[i] for i in order]
+        if self._writer is None:
+            self._file = open(self.tmp, "wb")  # noqa: SIM115 - closed in finish or abort
+            self._writer = ShardWriter(self._file)
+        upto = min(upto, len(keys))
+        for start in range(0, upto, self.block_size):
+            end = min(start + self.block_size, upto)
+            self._writer.add_block(
+                self.next_block, images[start:end], labels[start:end], keys[start:end]
+            )
+            self.next_block += 1
+        rest = images[upto:]
+        self._images = [rest] if len(rest) else []
+        self._labels = self._labels[upto:] if self.spread_seed is None else []
+        self._keys = keys[upto:]
+
+    def finish(self) -> _DoneShard:
+        """Write what is left, close, fsync and rename; the shard is then complete on disk."""
+        if self._keys:
+            self._write_blocks(len(self._keys))
+        if self._writer is None:
+            return _DoneShard(None, self.skipped)  # every image of this shard was skipped
+        nbytes, digest = self._writer.finish()
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        os.replace(self.tmp, self.final)
+        fsync_dir(self.final.parent)
+        info = ShardInfo(self.name, self._writer.count, nbytes, digest, tuple(self._writer.blocks))
+        return _DoneShard(info, self.skipped)
+
+    def abort(self) -> None:
+        """Remove the temporary file: never leave half a shard behind."""
+        if self._file is not None:
+            self._file.close()
+        self.tmp.unlink(missing_ok=True)
 
 
 def pack(
@@ -434,9 +497,6 @@ def _run(src, out, plan, done, journal, *, size, block_size, workers, strict, pr
     n_skipped = sum(len(d.skipped) for d in shards)
     next_block = sum(len(d.info.blocks) for d in shards if d.info is not None)
     next_name = sum(1 for d in shards if d.info is not None)
-    if progress:
-        progress(PackProgress(total, n_done, n_skipped))
-
     tasks = [
         (s, start)
         for s in range(len(done), plan.n_shards)
@@ -444,6 +504,8 @@ def _run(src, out, plan, done, journal, *, size, block_size, workers, strict, pr
     ]
     args = (size, opts["crop"], opts["variants"], opts["seed"])
     pool = _start_pool(min(workers, len(tasks))) if workers > 1 and len(tasks) > 1 else None
+    if progress:
+        progress(PackProgress(total, n_done, n_skipped))
     pending: deque[Future | list] = deque()
 
     def submit(task: tuple[int, int]) -> None:
@@ -454,34 +516,37 @@ def _run(src, out, plan, done, journal, *, size, block_size, workers, strict, pr
         else:
             pending.append(pool.submit(_decode_chunk, str(src), keys, *args))
 
+    builder = None
     try:
         queue = deque(tasks)
-        current: list = []  # decoded results of the shard being assembled
         shard_index = len(done)
         while queue or pending:
             while queue and len(pending) < (2 * workers if pool else 1):
                 submit(queue.popleft())
             head = pending.popleft()
             results = head.result() if isinstance(head, Future) else head
-            current.extend(results)
+            if builder is None:
+                builder = _ShardBuilder(
+                    out, plan, shard_index, shard_name(next_name), next_block, block_size
+                )
             bad = sum(isinstance(r, str) for r in results)
-            n_done += len(results)
-            n_skipped += bad
             if strict and bad:
-                items = plan.shard_items(shard_index)
                 raise _strict_error(
-                    [
-                        {"path": items[i][0], "reason": r}
-                        for i, r in enumerate(current)
+                    builder.skipped
+                    + [
+                        {"path": path, "reason": r}
+                        for (path, _), r in zip(builder.items[builder.received :], results)
                         if isinstance(r, str)
                     ]
                 )
+            builder.add(results)
+            n_done += len(results)
+            n_skipped += bad
             if progress:
                 progress(PackProgress(total, n_done, n_skipped))
-            if len(current) == len(plan.shard_items(shard_index)):
-                shard = _finish_shard(
-                    out, plan, shard_index, current, shard_name(next_name), next_block, block_size
-                )
+            if builder.complete:
+                shard = builder.finish()
+                builder = None
                 journal.write(shard.to_json(shard_index) + "\n")
                 journal.flush()
                 os.fsync(journal.fileno())
@@ -490,33 +555,24 @@ def _run(src, out, plan, done, journal, *, size, block_size, workers, strict, pr
                     next_block += len(shard.info.blocks)
                     next_name += 1
                 shard_index += 1
-                current = []
-    except BrokenProcessPool:
-        raise MixshardError(
-            "a decode worker process died (out of memory, or a crash inside an image library); "
-            "finished shards are kept: rerun with --resume, and with --workers 1 to find the file"
-        ) from None
+    except BaseException as exc:
+        if builder is not None:
+            builder.abort()
+        if isinstance(exc, BrokenProcessPool):
+            raise MixshardError(
+                "a decode worker process died (out of memory, or a crash inside an image "
+                "library); finished shards are kept: rerun with --resume, and with --workers 1 "
+                "to find the file"
+            ) from None
+        if isinstance(exc, OSError):
+            hint = "free some space and" if exc.errno == errno.ENOSPC else "fix it and"
+            where = builder.final if builder is not None else out
+            raise OutputError(
+                f"cannot write {where}: {exc.strerror}; {hint} rerun with --resume to continue "
+                "(finished shards are kept)"
+            ) from None
+        raise
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
     return shards
-
-
-def _finish_shard(out, plan, index, results, name, first_block, block_size) -> _DoneShard:
-    items = plan.shard_items(index)
-    variants = plan.options["variants"]
-    ok = [i for i, r in enumerate(results) if not isinstance(r, str)]
-    skipped = [
-        {"path": items[i][0], "reason": r} for i, r in enumerate(results) if isinstance(r, str)
-    ]
-    if not ok:
-        return _DoneShard(None, skipped)
-    images = np.concatenate([results[i] for i in ok])  # (len(ok) * variants, 3, S, S)
-    labels = np.repeat(np.array([items[i][1] for i in ok], dtype=np.int32), variants)
-    keys = [items[i][0] for i in ok for _ in range(variants)]
-    if variants > 1 and plan.options["shuffle"]:
-        # Spread an image's crops over the shard instead of leaving them side by side.
-        order = np.random.default_rng([plan.options["seed"], 2, index]).permutation(len(images))
-        images, labels, keys = images[order], labels[order], [keys[i] for i in order]
-    info = _write_shard(out, name, first_block, block_size, images, labels, keys)
-    return _DoneShard(info, skipped)
