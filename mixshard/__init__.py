@@ -26,7 +26,12 @@ from .verify import VerifyReport, verify
 __version__ = "0.1.0"
 
 # name -> submodule; imported lazily because these need torch.
-_LAZY: dict[str, str] = {}
+_LAZY: dict[str, str] = {
+    "Loader": "stream",
+    "ShardStream": "stream",
+    "loader": "stream",
+    "prefetch": "prefetch",
+}
 
 __all__ = [
     "Manifest",
