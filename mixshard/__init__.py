@@ -28,9 +28,11 @@ __version__ = "0.1.0"
 # name -> submodule; imported lazily because these need torch.
 _LAZY: dict[str, str] = {
     "Loader": "stream",
+    "Overlay": "overlay",
+    "blend": "ops",
     "ShardStream": "stream",
     "loader": "stream",
-    "prefetch": "prefetch",
+    "prefetch": "prefetcher",
 }
 
 __all__ = [

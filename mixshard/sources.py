@@ -20,7 +20,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -175,6 +175,26 @@ def expand_urls(source: str | list[str]) -> list[str]:
             urls += wds_expand(str(item))
         return urls
     return wds_expand(str(source))
+
+
+def is_folder(source: Any) -> bool:
+    """True when `source` names a local pack folder (existing or not) rather than shard URLs:
+    a path without a scheme, `pipe:`, brace pattern or `.tar` ending."""
+    if not isinstance(source, (str, os.PathLike)):
+        return False
+    text = os.fspath(source)
+    return os.path.isdir(text) or not (
+        "://" in text
+        or text.startswith("pipe:")
+        or "{" in text
+        or "::" in text
+        or text.split("?", 1)[0].endswith(".tar")
+    )
+
+
+def shard_name_of(url: str) -> str:
+    """The shard file name a URL (or the last word of a `pipe:` command) refers to."""
+    return posixpath.basename(url.split()[-1].split("?", 1)[0])
 
 
 def _tar_name(url: str) -> str | None:

@@ -27,9 +27,11 @@ from .format import Manifest, ShardInfo
 from .sources import (
     LocalPack,
     expand_urls,
+    is_folder,
     manifest_url,
     read_blocks,
     read_manifest,
+    shard_name_of,
     warn_bad_shard,
 )
 
@@ -92,7 +94,7 @@ class ShardStream(IterableDataset):
         self._rank, self._world = rank, world_size
         self._position = 0  # global index of the next batch to make
         self._local: LocalPack | None = None
-        if isinstance(source, (str, os.PathLike)) and os.path.isdir(source):
+        if is_folder(source):
             self.source: Any = os.fspath(source)
             self.manifest = Manifest.load(self.source)
             self._urls: list[tuple[str, ShardInfo]] | None = None
@@ -106,7 +108,7 @@ class ShardStream(IterableDataset):
             by_name = {s.name: s for s in self.manifest.shards}
             self._urls = []
             for url in urls:
-                name = os.path.basename(url.split()[-1].split("?", 1)[0])
+                name = shard_name_of(url)
                 if name not in by_name:
                     raise MixshardError(
                         f"shard {url} is not listed in the manifest {self.manifest.origin}"

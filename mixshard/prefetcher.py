@@ -1,5 +1,7 @@
 """`prefetch(loader, device)`: overlap host-to-device copies with the consumer's work.
 
+(Named `prefetcher` so that importing it never shadows the exported `mixshard.prefetch`.)
+
 One side CUDA stream (made once) copies pinned host batches into a small ring of device
 buffers with `non_blocking=True`. The consumer's stream waits on the copy (an event) before it
 sees a buffer, and the side stream waits on an event recorded on the consumer's stream before

@@ -1,0 +1,204 @@
+"""Tensor ops on any device: the fused `blend`, and batched flip / random-resized-crop.
+
+Everything is batched: no Python loop over images, no host-device synchronisation, and the
+device is always the inputs' device (never a hard-coded `.cuda()`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+_UINT8_CHUNK_BYTES = 8 << 20  # float scratch per chunk of the uint8 blend path
+
+
+def _check(obs: torch.Tensor, imgs: torch.Tensor, alpha, out: torch.Tensor | None) -> int:
+    if obs.dim() != 4 or imgs.dim() != 4:
+        raise ValueError(
+            f"obs must be (N, 3k, H, W) and imgs (N, 3, H, W); got "
+            f"{tuple(obs.shape)} and {tuple(imgs.shape)}"
+        )
+    n, c, h, w = obs.shape
+    if c % 3 or c == 0:
+        raise ValueError(f"obs has {c} channels, not a multiple of 3 (frame-stacked RGB)")
+    if imgs.shape[1] != 3:
+        raise ValueError(f"imgs must have 3 channels, got {imgs.shape[1]}")
+    if imgs.shape[0] != n or imgs.shape[2:] != (h, w):
+        raise ValueError(
+            f"imgs {tuple(imgs.shape)} do not match obs {tuple(obs.shape)} in N, H "
+            "or W (resize the backgrounds, or use mixshard.Overlay, which does)"
+        )
+    if imgs.device != obs.device:
+        raise ValueError(f"obs is on {obs.device} but imgs on {imgs.device}")
+    if not (obs.is_floating_point() or obs.dtype == torch.uint8):
+        raise ValueError(f"obs must be float (0..255) or uint8, got {obs.dtype}")
+    if not (imgs.dtype == torch.uint8 or imgs.is_floating_point()):
+        raise ValueError(f"imgs must be uint8 (or float 0..255), got {imgs.dtype}")
+    if isinstance(alpha, torch.Tensor):
+        if alpha.dim() > 1 or (alpha.dim() == 1 and alpha.shape[0] != n):
+            raise ValueError(f"alpha must be a float or an (N,) tensor, got {tuple(alpha.shape)}")
+        if alpha.device != obs.device:
+            raise ValueError(f"obs is on {obs.device} but alpha on {alpha.device}")
+    elif not 0.0 <= float(alpha) <= 1.0:
+        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+    if out is not None and (
+        out.shape != obs.shape or out.dtype != obs.dtype or out.device != obs.device
+    ):
+        raise ValueError("out must have the shape, dtype and device of obs")
+    return c // 3
+
+
+def _weight(alpha, n: int, dtype: torch.dtype):
+    if isinstance(alpha, torch.Tensor):
+        return alpha.to(dtype).reshape(-1, 1, 1, 1, 1).expand(n, 1, 1, 1, 1)
+    return float(alpha)
+
+
+def blend(
+    obs: torch.Tensor,
+    imgs: torch.Tensor,
+    alpha: float | torch.Tensor = 0.5,
+    *,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """`(1 - alpha) * obs + alpha * imgs`, the same background on every stacked frame.
+
+    Args:
+        obs: `(N, 3k, H, W)` frame-stacked observations: float32/float16/bfloat16 in 0..255,
+            or uint8.
+        imgs: `(N, 3, H, W)` backgrounds, uint8 (or float in 0..255).
+        alpha: a float in [0, 1] or an `(N,)` tensor (one weight per sample).
+        out: where to write; `out=obs` blends in place.
+
+    Returns:
+        A tensor like `obs`: float obs give the obs dtype, uint8 obs give uint8 rounded half up.
+
+    Raises:
+        ValueError: channels not a multiple of 3, mismatched N/H/W, or different devices.
+
+    The frames are broadcast through a view (never `repeat`); float obs take one pass of
+    `torch.lerp` whose only scratch (the backgrounds in the obs dtype) lives in the output.
+    """
+    k = _check(obs, imgs, alpha, out)
+    n, c, h, w = obs.shape
+    if obs.dtype == torch.uint8:
+        return _blend_uint8(obs, imgs, alpha, out, k)
+    weight = _weight(alpha, n, obs.dtype)
+    src = obs.view(n, k, 3, h, w)
+    if out is None or out.data_ptr() != obs.data_ptr():
+        result = torch.empty_like(obs) if out is None else out
+        dst = result.view(n, k, 3, h, w)
+        # The backgrounds go into frame 0 of the output: frames 1..k read them from there,
+        # then frame 0 is blended in place (each element read before it is written).
+        dst[:, 0].copy_(imgs)
+        background = dst[:, :1]
+        if k > 1:
+            torch.lerp(src[:, 1:], background, weight, out=dst[:, 1:])
+        torch.lerp(src[:, :1], background, weight, out=dst[:, :1])
+        return result
+    src.lerp_(imgs.to(obs.dtype).unsqueeze(1), weight)  # in place: obs is the output
+    return obs
+
+
+def _blend_uint8(obs, imgs, alpha, out, k):
+    """uint8 obs: float math in chunks of rows (bounded scratch), rounded half up."""
+    n, c, h, w = obs.shape
+    result = torch.empty_like(obs) if out is None else out
+    rows = max(1, _UINT8_CHUNK_BYTES // (c * h * w * 4))
+    for lo in range(0, n, rows):
+        hi = min(lo + rows, n)
+        part = obs[lo:hi].view(hi - lo, k, 3, h, w).float()
+        a = alpha[lo:hi] if isinstance(alpha, torch.Tensor) and alpha.dim() else alpha
+        part.lerp_(imgs[lo:hi].float().unsqueeze(1), _weight(a, hi - lo, torch.float32))
+        result[lo:hi].view(hi - lo, k, 3, h, w).copy_(part.add_(0.5).floor_())
+    return result
+
+
+def random_flip_mask(n: int, p: float, device, generator: torch.Generator | None) -> torch.Tensor:
+    """`(n,)` bool: which images to flip, each with probability `p`."""
+    return torch.rand(n, device=device, generator=generator) < p
+
+
+def flip(imgs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Horizontally flip the images where `mask` is True (batched, no sync)."""
+    return torch.where(mask.view(-1, 1, 1, 1), imgs.flip(-1), imgs)
+
+
+def random_crop_boxes(
+    n: int,
+    height: int,
+    width: int,
+    scale: tuple[float, float],
+    ratio: tuple[float, float],
+    device,
+    generator=None,
+    tries: int = 10,
+) -> torch.Tensor:
+    """RandomResizedCrop windows for `n` images at once: `(n, 4)` float (x0, y0, w, h).
+
+    torchvision's rule, vectorised: `tries` candidates per image (area fraction uniform in
+    `scale`, aspect log-uniform in `ratio`), the first that fits wins; else the centred window
+    with the ratio clamped into `ratio`.
+    """
+    area = height * width
+    u = torch.rand(n, tries, 4, device=device, generator=generator)
+    target = area * (scale[0] + (scale[1] - scale[0]) * u[..., 0])
+    log_lo, log_hi = math.log(ratio[0]), math.log(ratio[1])
+    aspect = torch.exp(log_lo + (log_hi - log_lo) * u[..., 1])
+    w = torch.sqrt(target * aspect).round()
+    h = torch.sqrt(target / aspect).round()
+    ok = (w > 0) & (w <= width) & (h > 0) & (h <= height)
+    first = torch.argmax(ok.to(torch.uint8), dim=1)  # first fitting try (0 when none fits)
+    pick = first.view(n, 1)
+    w, h = w.gather(1, pick).squeeze(1), h.gather(1, pick).squeeze(1)
+    x0 = (u[..., 2].gather(1, pick).squeeze(1) * (width - w + 1)).floor()
+    y0 = (u[..., 3].gather(1, pick).squeeze(1) * (height - h + 1)).floor()
+    # fallback for images where no try fitted
+    in_ratio = width / height
+    if in_ratio < ratio[0]:
+        fw, fh = width, min(height, round(width / ratio[0]))
+    elif in_ratio > ratio[1]:
+        fw, fh = min(width, round(height * ratio[1])), height
+    else:
+        fw, fh = width, height
+    fallback = torch.tensor(
+        [(width - fw) // 2, (height - fh) // 2, fw, fh], device=device, dtype=w.dtype
+    )
+    boxes = torch.stack([x0, y0, w, h], dim=1)
+    return torch.where(ok.any(dim=1, keepdim=True), boxes, fallback)
+
+
+def crop_resize(
+    imgs: torch.Tensor,
+    boxes: torch.Tensor | None,
+    size: tuple[int, int],
+    flip_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Crop each image to its box, resize to `size` and optionally flip it, in one
+    `grid_sample` (bilinear) for the whole batch. Returns float32 in 0..255.
+
+    `boxes` is `(n, 4)` (x0, y0, w, h) in pixels, or None for the whole image.
+    """
+    n, _, height, width = imgs.shape
+    src = imgs if imgs.is_floating_point() else imgs.float()
+    theta = torch.zeros(n, 2, 3, device=imgs.device, dtype=src.dtype)
+    if boxes is None:
+        theta[:, 0, 0], theta[:, 1, 1] = 1.0, 1.0
+    else:
+        x0, y0, w, h = boxes.to(src.dtype).unbind(1)
+        theta[:, 0, 0] = w / width
+        theta[:, 1, 1] = h / height
+        theta[:, 0, 2] = (2 * x0 + w) / width - 1
+        theta[:, 1, 2] = (2 * y0 + h) / height - 1
+    if flip_mask is not None:
+        theta[:, 0, 0] = torch.where(flip_mask, -theta[:, 0, 0], theta[:, 0, 0])
+    grid = F.affine_grid(theta, [n, 3, size[0], size[1]], align_corners=False)
+    return F.grid_sample(src, grid, mode="bilinear", padding_mode="border", align_corners=False)
+
+
+def resize(imgs: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """Antialiased bilinear resize of a uint8 or float batch; returns float32 in 0..255."""
+    src = imgs if imgs.is_floating_point() else imgs.float()
+    return F.interpolate(src, size=size, mode="bilinear", align_corners=False, antialias=True)

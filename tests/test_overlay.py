@@ -1,0 +1,208 @@
+"""mixshard.Overlay and mixshard.compat.random_overlay."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import make_tree, read_pack
+
+import mixshard
+from mixshard import ManifestError, MixshardError, Overlay
+from mixshard.compat import random_overlay
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
+M = 40  # images in the pack
+
+
+@pytest.fixture(scope="module")
+def pack_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("overlay")
+    make_tree(root / "src", classes=("a", "b"), per_class=M // 2)
+    mixshard.pack(root / "src", root / "coco", size=12, shard_size=16, block_size=4, workers=1)
+    return root / "coco"
+
+
+@pytest.fixture(scope="module")
+def pack_images(pack_dir) -> torch.Tensor:
+    return torch.from_numpy(read_pack(pack_dir)[0])
+
+
+def as_set(imgs: torch.Tensor) -> list[bytes]:
+    return sorted(bytes(i.cpu().numpy()) for i in imgs)
+
+
+def obs_batch(n: int, k: int = 3, size: int = 12, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(n, 3 * k, size, size, generator=g) * 255
+
+
+@pytest.mark.parametrize("cache", ["device", "stream"])
+def test_backgrounds_are_pack_images_and_blend_is_the_reference(pack_dir, pack_images, cache):
+    ov = Overlay(pack_dir, cache=cache, flip=False, num_workers=0, seed=1)
+    obs = obs_batch(10)
+    out = ov(obs)
+    assert out.shape == obs.shape and out.dtype == torch.float32
+    assert ov.modes == {"cpu": cache}
+    imgs = (2 * out[:, :3] - obs[:, :3]).round()  # alpha 0.5: background = 2 out - obs
+    assert ((2 * out - obs).round() == imgs.repeat(1, 3, 1, 1)).all()  # same on all frames
+    pack = set(as_set(pack_images))
+    assert set(as_set(imgs.to(torch.uint8))) <= pack
+    ov.close()
+
+
+def test_flips_are_per_image(pack_dir, pack_images):
+    pack = set(as_set(pack_images))
+    flipped = set(as_set(pack_images.flip(-1)))
+    got = Overlay(pack_dir, cache="device", flip=True, seed=3).sample(400)
+    kinds = [(b in pack, b in flipped) for b in (bytes(i.numpy()) for i in got)]
+    assert all(a or b for a, b in kinds)
+    n_flipped = sum(1 for a, b in kinds if b and not a)
+    assert 120 < n_flipped < 280  # about half
+
+
+def test_crop_one_one_without_flip_is_the_identity(pack_dir, pack_images):
+    ov = Overlay(pack_dir, cache="device", flip=False, crop=(1.0, 1.0))
+    assert as_set(ov.sample(M)) == as_set(pack_images)
+    cropped = Overlay(pack_dir, cache="device", crop=(0.1, 0.3), seed=2).sample(8)
+    assert cropped.shape == (8, 3, 12, 12) and cropped.dtype == torch.uint8
+    assert not set(as_set(cropped)) & set(as_set(pack_images))
+
+
+@pytest.mark.parametrize("cache", ["device", "stream"])
+def test_variable_batch_sizes_lose_and_repeat_nothing(pack_dir, pack_images, cache):
+    ov = Overlay(pack_dir, cache=cache, flip=False, num_workers=2, batch_size=8, seed=5)
+    sizes = [3, 8, 1, 13, 5, 10]  # 40 = one pass over the pack
+    drawn = torch.cat([ov.sample(n) for n in sizes])
+    assert as_set(drawn) == as_set(pack_images)
+    if cache == "stream":
+        ref = mixshard.loader(pack_dir, 8, num_workers=0, infinite=True, seed=5)
+        it = iter(ref)
+        assert torch.equal(drawn, torch.cat([next(it) for _ in range(5)]))
+    for n in (7, 40, 2):
+        assert ov(obs_batch(n)).shape == (n, 9, 12, 12)
+    ov.close()
+
+
+def test_device_cache_covers_the_pack_evenly(pack_dir, pack_images):
+    ov = Overlay(pack_dir, cache="device", flip=False, seed=0)
+    index = {b: i for i, b in enumerate(as_set(pack_images))}
+    counts = torch.zeros(M)
+    for _ in range(30):
+        for b in (bytes(i.numpy()) for i in ov.sample(17)):
+            counts[index[b]] += 1
+    # 510 draws over 40 images in permutations of the pack: every count is 12 or 13
+    assert counts.min() >= 12 and counts.max() <= 13
+    expected = counts.sum() / M
+    chi2 = ((counts - expected) ** 2 / expected).sum()
+    assert chi2 < 20  # df 39: anything under ~55 is sane; permutation draws are far below
+
+
+def test_seeded(pack_dir):
+    obs = obs_batch(6)
+    a = Overlay(pack_dir, seed=7, alpha=(0.2, 0.8), crop=(0.5, 1.0))(obs)
+    b = Overlay(pack_dir, seed=7, alpha=(0.2, 0.8), crop=(0.5, 1.0))(obs)
+    c = Overlay(pack_dir, seed=8, alpha=(0.2, 0.8), crop=(0.5, 1.0))(obs)
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+def test_alpha_forms(pack_dir):
+    obs = torch.zeros(50, 3, 12, 12)
+    ov = Overlay(pack_dir, cache="device", flip=False, alpha=(0.2, 0.4), seed=1)
+    drawn = ov._alpha(50, torch.device("cpu"))  # noqa: SLF001
+    assert drawn.min() >= 0.2 and drawn.max() <= 0.4 and drawn.std() > 0.02
+    alpha = torch.linspace(0, 1, 50)
+    out = Overlay(pack_dir, cache="device", flip=False, alpha=alpha)(obs)
+    assert (out[0] == 0).all()  # alpha 0 keeps obs
+    full = Overlay(pack_dir, cache="device", flip=False, alpha=1.0)
+    imgs = full(obs)
+    assert (imgs == imgs.round()).all()  # alpha 1: the background itself
+
+
+def test_uint8_obs_and_other_sizes(pack_dir):
+    ov = Overlay(pack_dir, cache="device")
+    out = ov(obs_batch(4).to(torch.uint8))
+    assert out.dtype == torch.uint8
+    with pytest.warns(UserWarning, match="pack images are 12x12 but 20x20 were asked for"):
+        big = ov(obs_batch(4, size=20))
+    assert big.shape == (4, 9, 20, 20)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once only
+        ov(obs_batch(4, size=20))
+
+
+def test_errors(pack_dir, tmp_path):
+    with pytest.raises(ManifestError) as err:
+        Overlay(tmp_path / "nothing")
+    assert str(err.value) == (
+        f"pack folder not found: {tmp_path}/nothing; make it with "
+        f"`mixshard pack SRC {tmp_path}/nothing`"
+    )
+    with pytest.raises(ValueError, match="cache must be 'auto', 'device' or 'stream'"):
+        Overlay(pack_dir, cache="gpu")
+    with pytest.raises(ValueError, match="crop must be"):
+        Overlay(pack_dir, crop=(0.5, 0.2))
+    with pytest.raises(ValueError, match=r"obs must be \(N, 3k, H, W\)"):
+        Overlay(pack_dir)(torch.zeros(2, 4, 12, 12))
+
+
+def test_auto_picks_device_when_it_fits(pack_dir):
+    small = Overlay(pack_dir)
+    small(obs_batch(2))
+    assert small.modes == {"cpu": "device"}
+    tiny_share = Overlay(pack_dir, cache_fraction=1e-12, num_workers=0)
+    tiny_share(obs_batch(2))
+    assert tiny_share.modes == {"cpu": "stream"}
+    tiny_share.close()
+
+
+def test_remote_source(pack_dir, pack_images):
+    ov = Overlay(str(pack_dir / "shard-{000000..000002}.tar"), cache="device", flip=False)
+    assert as_set(ov.sample(M)) == as_set(pack_images)
+
+
+def test_compat_random_overlay(pack_dir, pack_images, monkeypatch):
+    monkeypatch.setenv("MIXSHARD_DATA", str(pack_dir.parent))
+    x = obs_batch(8)
+    out = random_overlay(x, dataset="coco")
+    assert out.dtype == torch.float32 and out.shape == x.shape
+    imgs = (2 * out[:, :3] - x[:, :3]).round().to(torch.uint8)
+    allowed = set(as_set(pack_images)) | set(as_set(pack_images.flip(-1)))
+    assert set(as_set(imgs)) <= allowed
+    assert random_overlay(x.round().to(torch.uint8), "coco").dtype == torch.float32
+    with pytest.raises(MixshardError) as err:
+        random_overlay(x)  # places365_standard is not packed there
+    assert str(err.value) == (
+        f"no packed dataset 'places365_standard': {pack_dir.parent}/places365_standard/"
+        f"index.json does not exist. Make it with `make places365 SRC=<...>/places365_standard "
+        f"DATA={pack_dir.parent}`"
+    )
+    monkeypatch.delenv("MIXSHARD_DATA")
+    with pytest.raises(MixshardError, match="set MIXSHARD_DATA to the folder that holds"):
+        random_overlay(x, dataset="other")
+
+
+@pytest.mark.cuda
+def test_cuda_overlay_device_cache(pack_dir, pack_images):
+    ov = Overlay(pack_dir, cache="device", flip=False)
+    obs = obs_batch(16).cuda()
+    out = ov(obs)
+    assert out.is_cuda and ov.modes == {"cuda:0": "device"}
+    imgs = (2 * out[:, :3] - obs[:, :3]).round().to(torch.uint8).cpu()
+    assert set(as_set(imgs)) <= set(as_set(pack_images))
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    out = ov(obs)
+    torch.cuda.synchronize()
+    assert torch.cuda.max_memory_allocated() - base <= obs.nbytes + obs.nbytes // 2
+
+
+@pytest.mark.cuda
+def test_cuda_overlay_stream(pack_dir, pack_images):
+    ov = Overlay(pack_dir, cache="stream", flip=False, num_workers=2, batch_size=8)
+    drawn = torch.cat([ov.sample(n, "cuda") for n in (3, 8, 13, 16)])
+    assert drawn.is_cuda and as_set(drawn) == as_set(pack_images)
+    ov.close()
