@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 _UINT8_CHUNK_BYTES = 8 << 20  # float scratch per chunk of the uint8 blend path
+CPU_SCRATCH_BYTES = 3 << 19  # 1.5 MB: the float backgrounds of 16 samples at 84 px
 
 
 def _check(obs: torch.Tensor, imgs: torch.Tensor, alpha, out: torch.Tensor | None) -> int:
@@ -78,28 +79,53 @@ def blend(
     Raises:
         ValueError: channels not a multiple of 3, mismatched N/H/W, or different devices.
 
-    The frames are broadcast through a view (never `repeat`); float obs take one pass of
-    `torch.lerp` whose only scratch (the backgrounds in the obs dtype) lives in the output.
+    The frames are broadcast through a view (never `repeat`) into one `torch.lerp` pass over
+    obs. Its only scratch, the backgrounds in the obs dtype, is staged in the output on GPUs (a
+    call allocates just the output) and, on CPUs, in a small buffer reused over chunks of
+    samples, which stays in cache (no extra trip to memory).
     """
     k = _check(obs, imgs, alpha, out)
-    n, c, h, w = obs.shape
     if obs.dtype == torch.uint8:
         return _blend_uint8(obs, imgs, alpha, out, k)
+    result = torch.empty_like(obs) if out is None else out
+    if obs.device.type == "cpu":
+        _blend_chunked(obs, imgs, alpha, result, k)
+    else:
+        _blend_one_pass(obs, imgs, alpha, result, k)
+    return result
+
+
+def _blend_one_pass(obs, imgs, alpha, result, k) -> None:
+    """One lerp over all of obs; the float backgrounds are staged in frame 0 of the output."""
+    n, _, h, w = obs.shape
     weight = _weight(alpha, n, obs.dtype)
-    src = obs.view(n, k, 3, h, w)
-    if out is None or out.data_ptr() != obs.data_ptr():
-        result = torch.empty_like(obs) if out is None else out
-        dst = result.view(n, k, 3, h, w)
-        # The backgrounds go into frame 0 of the output: frames 1..k read them from there,
-        # then frame 0 is blended in place (each element read before it is written).
-        dst[:, 0].copy_(imgs)
-        background = dst[:, :1]
-        if k > 1:
-            torch.lerp(src[:, 1:], background, weight, out=dst[:, 1:])
-        torch.lerp(src[:, :1], background, weight, out=dst[:, :1])
-        return result
-    src.lerp_(imgs.to(obs.dtype).unsqueeze(1), weight)  # in place: obs is the output
-    return obs
+    src, dst = obs.view(n, k, 3, h, w), result.view(n, k, 3, h, w)
+    if result.data_ptr() == obs.data_ptr():  # in place: obs is the output, stage elsewhere
+        src.lerp_(imgs.to(obs.dtype).unsqueeze(1), weight)
+        return
+    # Frames 1..k-1 read the backgrounds from frame 0, then frame 0 is blended in place
+    # (each element read before it is written; no input partly overlaps the output).
+    dst[:, 0].copy_(imgs)
+    background = dst[:, :1]
+    if k > 1:
+        torch.lerp(src[:, 1:], background, weight, out=dst[:, 1:])
+    torch.lerp(src[:, :1], background, weight, out=dst[:, :1])
+
+
+def _blend_chunked(obs, imgs, alpha, result, k) -> None:
+    """The same lerp over chunks of samples, each chunk's float backgrounds staged in one
+    buffer small enough to stay in cache (CPUs: 1.2-1.5x faster than staging them all)."""
+    n, _, h, w = obs.shape
+    rows = max(1, CPU_SCRATCH_BYTES // (3 * h * w * obs.element_size()))
+    weight = _weight(alpha, n, obs.dtype)
+    src, dst = obs.view(n, k, 3, h, w), result.view(n, k, 3, h, w)
+    scratch = torch.empty((min(rows, n), 1, 3, h, w), dtype=obs.dtype, device=obs.device)
+    for lo in range(0, n, rows):
+        hi = min(lo + rows, n)
+        background = scratch[: hi - lo]
+        background[:, 0].copy_(imgs[lo:hi])
+        part = weight[lo:hi] if isinstance(weight, torch.Tensor) else weight
+        torch.lerp(src[lo:hi], background, part, out=dst[lo:hi])
 
 
 def _blend_uint8(obs, imgs, alpha, out, k):
@@ -123,7 +149,21 @@ def random_flip_mask(n: int, p: float, device, generator: torch.Generator | None
 
 def flip(imgs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Horizontally flip the images where `mask` is True (batched, no sync)."""
+    if imgs.device.type == "cpu":
+        return _flip_arith(imgs, mask)
+    return _flip_where(imgs, mask)
+
+
+def _flip_where(imgs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.where(mask.view(-1, 1, 1, 1), imgs.flip(-1), imgs)
+
+
+def _flip_arith(imgs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    # torch.where on uint8 has no vectorised CPU kernel (5x slower here); 0/1 products do.
+    m = mask.view(-1, 1, 1, 1).to(imgs.dtype)
+    out = imgs * (1 - m)
+    out += imgs.flip(-1) * m
+    return out
 
 
 def random_crop_boxes(

@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from mixshard import blend
-from mixshard.ops import crop_resize, flip, random_crop_boxes, resize
+from mixshard import blend, ops
+from mixshard.ops import _flip_arith, _flip_where, crop_resize, flip, random_crop_boxes, resize
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
 
@@ -28,10 +28,20 @@ def data(n=6, k=3, h=10, w=12, device="cpu", dtype=torch.float32, seed=0):
     return obs, imgs, alpha
 
 
+@pytest.fixture(params=["chunked", "one_pass"])
+def path(request, monkeypatch):
+    """Run blend through its CPU (chunked) and its GPU (one pass) implementation."""
+    if request.param == "one_pass":
+        monkeypatch.setattr(ops, "_blend_chunked", ops._blend_one_pass)
+    else:
+        monkeypatch.setattr(ops, "CPU_SCRATCH_BYTES", 3 * 10 * 12 * 4 * 4)  # 4-sample chunks
+    return request.param
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("k", [1, 3])
 @pytest.mark.parametrize("per_sample", [False, True])
-def test_float32_matches_reference(device, k, per_sample):
+def test_float32_matches_reference(device, k, per_sample, path):
     obs, imgs, alpha = data(k=k, device=device)
     a = alpha if per_sample else 0.3
     got = blend(obs, imgs, a)
@@ -47,7 +57,7 @@ def test_float32_matches_reference(device, k, per_sample):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype,tol", [(torch.float16, 0.13), (torch.bfloat16, 1.0)])
-def test_half_precision_keeps_the_dtype(device, dtype, tol):
+def test_half_precision_keeps_the_dtype(device, dtype, tol, path):
     obs, imgs, alpha = data(device=device, dtype=dtype)
     got = blend(obs, imgs, alpha)
     assert got.dtype == dtype
@@ -81,13 +91,14 @@ def test_one_ulp_tie_cases_round_up():
     assert blend(obs, imgs, 0.5).flatten().tolist() == [2, 4, 255]
 
 
-def test_blend_never_repeats_and_allocates_only_the_output(monkeypatch):
+def test_blend_never_repeats_and_allocates_only_the_output(monkeypatch, path):
     obs, imgs, alpha = data(n=32, k=3, h=84, w=84)
     monkeypatch.setattr(torch.Tensor, "repeat", lambda *a, **k: pytest.fail("repeat called"))
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         blend(obs, imgs, alpha)
     allocated = sum(max(e.self_cpu_memory_usage, 0) for e in prof.events())
-    assert allocated <= obs.nbytes + 4096  # the output, plus the (N,) weights
+    scratch = max(ops.CPU_SCRATCH_BYTES, imgs[0].nbytes * 4) if path == "chunked" else 0
+    assert allocated <= obs.nbytes + scratch + 4096  # the output, plus the (N,) weights
     inplace = obs.clone()
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         blend(inplace, imgs, 0.5, out=inplace)
@@ -120,6 +131,8 @@ def test_flip_and_identity_crop():
     mask = torch.tensor([True, False] * 4)
     flipped = flip(imgs, mask)
     assert torch.equal(flipped[0], imgs[0].flip(-1)) and torch.equal(flipped[1], imgs[1])
+    assert torch.equal(_flip_where(imgs, mask), flipped)  # the CUDA branch, on the CPU
+    assert torch.equal(_flip_arith(imgs.float(), mask), flipped.float())
     whole = torch.tensor([[0.0, 0.0, 16.0, 16.0]]).repeat(8, 1)
     same = crop_resize(imgs, whole, (16, 16))
     assert torch.equal(same.add(0.5).floor().to(torch.uint8), imgs)
