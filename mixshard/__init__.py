@@ -27,7 +27,7 @@ __version__ = "0.1.0"
 
 # name -> submodule; imported lazily because these need torch.
 _LAZY: dict[str, str] = {
-    "Loader": "stream",
+    "Loader": "loading",
     "Overlay": "overlay",
     "blend": "ops",
     "ShardStream": "stream",

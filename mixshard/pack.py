@@ -14,33 +14,21 @@ import hashlib
 import json
 import math
 import os
-import signal
-import sys
-import threading
 import time
 from collections import deque
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from .constants import (
-    CROP_MODES,
-    JOURNAL_NAME,
-    MANIFEST_NAME,
-    RESAMPLE,
-    SHARD_PREFIX,
-    SHARD_SUFFIX,
-    TMP_SUFFIX,
-    shard_name,
-)
-from .errors import ImageDecodeError, MixshardError, OutputError, SkippedImagesError
-from .format import BlockInfo, Manifest, ShardInfo, ShardWriter, atomic_write, fsync_dir
-from .image import load_image
+from .constants import CROP_MODES, JOURNAL_NAME, MANIFEST_NAME, RESAMPLE, TMP_SUFFIX, shard_name
+from .decodepool import decode_chunk, start_pool
+from .errors import MixshardError, OutputError, SkippedImagesError
+from .format import Manifest, ShardInfo, ShardWriter, fsync_dir
+from .packdir import DoneShard, load_journal, open_journal, prepare_out
 from .scan import ScanResult, path_key, scan
 
 CHUNK = 32  # images per worker task: small enough for a smooth progress bar, large enough for IPC
@@ -81,134 +69,6 @@ class _Plan:
         return self.items[s * self.per_shard : (s + 1) * self.per_shard]
 
 
-@dataclass
-class _DoneShard:
-    info: ShardInfo | None  # None: every image of the planned shard was skipped
-    skipped: list[dict[str, str]]
-
-    def to_json(self, plan_index: int) -> str:
-        info = None
-        if self.info is not None:
-            info = {
-                **{k: getattr(self.info, k) for k in ("name", "count", "bytes", "sha256")},
-                "blocks": [list(b.__dict__.values()) for b in self.info.blocks],
-            }
-        return json.dumps({"plan": plan_index, "info": info, "skipped": self.skipped})
-
-    @classmethod
-    def from_json(cls, data: dict) -> _DoneShard:
-        info = data["info"]
-        if info is not None:
-            info = ShardInfo(
-                info["name"],
-                info["count"],
-                info["bytes"],
-                info["sha256"],
-                tuple(BlockInfo(*b) for b in info["blocks"]),
-            )
-        return cls(info, data["skipped"])
-
-
-def _decode_chunk(
-    root: str, keys: list[str], size: int, crop: str, variants: int, seed: int
-) -> list[np.ndarray | str]:
-    """Worker task: pixels (variants, 3, size, size) or a skip reason, per key."""
-    out: list[np.ndarray | str] = []
-    for key in keys:
-        try:
-            out.append(
-                load_image(
-                    os.path.join(root, key), size, crop, variants=variants, seed=seed, key=key
-                )
-            )
-        except ImageDecodeError as exc:
-            out.append(exc.reason)
-    return out
-
-
-def _exit_with_parent(parent: int) -> None:
-    """Worker initializer: end this worker when the pack process is gone (e.g. `kill -9`),
-    instead of leaving it orphaned."""
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os._exit(1)
-
-    threading.Thread(target=watch, daemon=True).start()
-
-
-def _start_pool(workers: int) -> ProcessPoolExecutor:
-    """Start every worker process at once, with Ctrl-C ignored in them.
-
-    Ctrl-C reaches the whole process group; the pack process handles it (it stops, keeps the
-    finished shards, and shuts the pool down), so the workers must not also print a traceback.
-    SIGINT set to "ignore" while they are spawned stays ignored in them.
-    """
-    # fork on Linux: instant start, and no re-import of the caller's __main__ (which breaks
-    # `python -` and unguarded scripts under spawn). The pool is made before any progress bar
-    # thread exists. Elsewhere spawn, the platform default.
-    method = "fork" if sys.platform == "linux" else "spawn"
-    pool = ProcessPoolExecutor(
-        max_workers=workers,
-        mp_context=get_context(method),
-        initializer=_exit_with_parent,
-        initargs=(os.getpid(),),
-    )
-    in_main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if in_main else None
-    try:
-        # Each submit finds no idle worker and spawns one, so `workers` tasks start them all.
-        for started in [pool.submit(os.getpid) for _ in range(workers)]:
-            started.result()
-    except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    finally:
-        if in_main:
-            signal.signal(signal.SIGINT, previous)
-    return pool
-
-
-def _is_ours(name: str) -> bool:
-    return (
-        name in (MANIFEST_NAME, JOURNAL_NAME, MANIFEST_NAME + ".tmp")
-        or name.endswith(TMP_SUFFIX)
-        or (name.startswith(SHARD_PREFIX) and name.endswith(SHARD_SUFFIX))
-    )
-
-
-def _prepare_out(out: Path, resume: bool, overwrite: bool) -> None:
-    if resume and overwrite:
-        raise OutputError("--resume and --overwrite exclude each other; pick one")
-    if out.exists() and not out.is_dir():
-        raise OutputError(f"output path {out} exists and is not a folder; choose a folder")
-    if out.is_dir():
-        names = sorted(os.listdir(out))
-        if names and overwrite:
-            foreign = [n for n in names if not _is_ours(n)]
-            if foreign:
-                raise OutputError(
-                    f"--overwrite: {out} holds files mixshard did not write "
-                    f"({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}); "
-                    "nothing was deleted. Choose an empty or new output folder"
-                )
-            for n in names:
-                (out / n).unlink()
-        elif names and not resume:
-            raise OutputError(
-                f"output folder {out} is not empty; pass --resume to finish an interrupted "
-                "pack there or --overwrite to replace it"
-            )
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / (".mixshard-write-test" + TMP_SUFFIX)
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise OutputError(f"cannot write to output folder {out}: {exc.strerror}") from None
-
-
 def _make_plan(found: ScanResult, options: dict, size: int, block_size: int) -> _Plan:
     items = list(found.items)
     if options["shuffle"]:
@@ -217,47 +77,6 @@ def _make_plan(found: ScanResult, options: dict, size: int, block_size: int) -> 
     per_shard = max(1, options["shard_size"] // options["variants"])
     payload = json.dumps([size, block_size, options, items, found.skipped, found.classes]).encode()
     return _Plan(items, per_shard, options, hashlib.sha256(payload).hexdigest())
-
-
-def _load_journal(out: Path, plan: _Plan) -> dict[int, _DoneShard]:
-    """Shards recorded by an interrupted run whose files are intact (a prefix of the plan)."""
-    path = out / JOURNAL_NAME
-    if not path.exists():
-        return {}
-    lines = path.read_text(encoding="utf-8").splitlines()
-    try:
-        header = json.loads(lines[0]) if lines else {}
-    except ValueError:
-        header = {}
-    if header.get("fingerprint") != plan.fingerprint:
-        raise OutputError(
-            f"{out} holds an interrupted pack of another source or other options; rerun with the "
-            "same SRC and options to resume it, or pass --overwrite to start over"
-        )
-    done: dict[int, _DoneShard] = {}
-    for line in lines[1:]:
-        try:
-            data = json.loads(line)
-            shard = _DoneShard.from_json(data)
-            index = int(data["plan"])
-        except (ValueError, KeyError, TypeError):
-            break  # a line cut short by a kill: that shard is redone
-        if index != len(done):
-            break
-        if shard.info is not None:
-            f = out / shard.info.name
-            if not f.exists() or f.stat().st_size != shard.info.bytes:
-                break
-        done[index] = shard
-    return done
-
-
-def _open_journal(out: Path, plan: _Plan, done: dict[int, _DoneShard]):
-    """Rewrite the journal with its header and the reusable shards, open it for appending."""
-    lines = [json.dumps({"fingerprint": plan.fingerprint})]
-    lines += [done[i].to_json(i) for i in sorted(done)]
-    atomic_write(out / JOURNAL_NAME, ("\n".join(lines) + "\n").encode("utf-8"))
-    return open(out / JOURNAL_NAME, "a", encoding="utf-8")
 
 
 class _ShardBuilder:
@@ -332,12 +151,12 @@ class _ShardBuilder:
         self._labels = self._labels[upto:] if self.spread_seed is None else []
         self._keys = keys[upto:]
 
-    def finish(self) -> _DoneShard:
+    def finish(self) -> DoneShard:
         """Write what is left, close, fsync and rename; the shard is then complete on disk."""
         if self._keys:
             self._write_blocks(len(self._keys))
         if self._writer is None:
-            return _DoneShard(None, self.skipped)  # every image of this shard was skipped
+            return DoneShard(None, self.skipped)  # every image of this shard was skipped
         nbytes, digest = self._writer.finish()
         self._file.flush()
         os.fsync(self._file.fileno())
@@ -345,7 +164,7 @@ class _ShardBuilder:
         os.replace(self.tmp, self.final)
         fsync_dir(self.final.parent)
         info = ShardInfo(self.name, self._writer.count, nbytes, digest, tuple(self._writer.blocks))
-        return _DoneShard(info, self.skipped)
+        return DoneShard(info, self.skipped)
 
     def abort(self) -> None:
         """Remove the temporary file: never leave half a shard behind."""
@@ -415,7 +234,7 @@ def pack(
     found = scan(src, labels)  # before touching OUT: a bad SRC must not change anything
     if strict and found.skipped:
         raise _strict_error(found.skipped)
-    _prepare_out(out, resume, overwrite)
+    prepare_out(out, resume, overwrite)
 
     options = {
         "crop": crop,
@@ -440,11 +259,11 @@ def pack(
             )
         return PackResult(manifest, out, time.perf_counter() - t0, len(manifest.shards), True)
 
-    done = _load_journal(out, plan) if resume else {}
+    done = load_journal(out, plan.fingerprint) if resume else {}
     for name in os.listdir(out):
         if name.endswith(TMP_SUFFIX):
             (out / name).unlink()
-    journal = _open_journal(out, plan, done)
+    journal = open_journal(out, plan.fingerprint, done)
     try:
         shards = _run(
             src,
@@ -492,7 +311,7 @@ def _run(src, out, plan, done, journal, *, size, block_size, workers, strict, pr
     """Decode and write every shard not in `done`; returns all shards in plan order."""
     opts = plan.options
     total = len(plan.items)
-    shards: list[_DoneShard] = [done[i] for i in sorted(done)]
+    shards: list[DoneShard] = [done[i] for i in sorted(done)]
     n_done = sum(len(plan.shard_items(i)) for i in done)
     n_skipped = sum(len(d.skipped) for d in shards)
     next_block = sum(len(d.info.blocks) for d in shards if d.info is not None)
@@ -503,7 +322,7 @@ def _run(src, out, plan, done, journal, *, size, block_size, workers, strict, pr
         for start in range(0, len(plan.shard_items(s)), CHUNK)
     ]
     args = (size, opts["crop"], opts["variants"], opts["seed"])
-    pool = _start_pool(min(workers, len(tasks))) if workers > 1 and len(tasks) > 1 else None
+    pool = start_pool(min(workers, len(tasks))) if workers > 1 and len(tasks) > 1 else None
     if progress:
         progress(PackProgress(total, n_done, n_skipped))
     pending: deque[Future | list] = deque()
@@ -512,9 +331,9 @@ def _run(src, out, plan, done, journal, *, size, block_size, workers, strict, pr
         s, start = task
         keys = [p for p, _ in plan.shard_items(s)[start : start + CHUNK]]
         if pool is None:
-            pending.append(_decode_chunk(str(src), keys, *args))
+            pending.append(decode_chunk(str(src), keys, *args))
         else:
-            pending.append(pool.submit(_decode_chunk, str(src), keys, *args))
+            pending.append(pool.submit(decode_chunk, str(src), keys, *args))
 
     builder = None
     try:

@@ -1,0 +1,78 @@
+"""The decode worker pool of `pack`: processes that start at once, ignore Ctrl-C (the pack
+process handles it) and end with the pack process, even after `kill -9`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+
+import numpy as np
+
+from .errors import ImageDecodeError
+from .image import load_image
+
+
+def decode_chunk(
+    root: str, keys: list[str], size: int, crop: str, variants: int, seed: int
+) -> list[np.ndarray | str]:
+    """Worker task: pixels (variants, 3, size, size) or a skip reason, per key."""
+    out: list[np.ndarray | str] = []
+    for key in keys:
+        try:
+            out.append(
+                load_image(
+                    os.path.join(root, key), size, crop, variants=variants, seed=seed, key=key
+                )
+            )
+        except ImageDecodeError as exc:
+            out.append(exc.reason)
+    return out
+
+
+def _exit_with_parent(parent: int) -> None:
+    """Worker initializer: end this worker when the pack process is gone (e.g. `kill -9`),
+    instead of leaving it orphaned."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def start_pool(workers: int) -> ProcessPoolExecutor:
+    """Start every worker process at once, with Ctrl-C ignored in them.
+
+    Ctrl-C reaches the whole process group; the pack process handles it (it stops, keeps the
+    finished shards, and shuts the pool down), so the workers must not also print a traceback.
+    SIGINT set to "ignore" while they are spawned stays ignored in them.
+    """
+    # fork on Linux: instant start, and no re-import of the caller's __main__ (which breaks
+    # `python -` and unguarded scripts under spawn). The pool is made before any progress bar
+    # thread exists. Elsewhere spawn, the platform default.
+    method = "fork" if sys.platform == "linux" else "spawn"
+    pool = ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=get_context(method),
+        initializer=_exit_with_parent,
+        initargs=(os.getpid(),),
+    )
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if in_main else None
+    try:
+        # Each submit finds no idle worker and spawns one, so `workers` tasks start them all.
+        for started in [pool.submit(os.getpid) for _ in range(workers)]:
+            started.result()
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    finally:
+        if in_main:
+            signal.signal(signal.SIGINT, previous)
+    return pool
