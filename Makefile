@@ -7,13 +7,15 @@ DATA ?= data
 WORKERS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test test-cuda lint format demo bench clean
+.PHONY: help venv test test-cuda lint format demo bench places365 coco clean
 
 help:
 	@echo "make demo    generate a procedural image folder, pack it, show the result"
 	@echo "make test    create .venv if missing, install mixshard with dev extras, run pytest"
 	@echo "make lint    ruff check + format check"
 	@echo "make bench   run the benchmarks (scripts/bench_*.py)"
+	@echo "make places365 SRC=<.../places365_standard> DATA=<dir>   pack Places365-Standard"
+	@echo "make coco SRC=<.../val2017> DATA=<dir>                   pack COCO val2017"
 
 # The venv is (re)installed when pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -41,7 +43,36 @@ demo: $(STAMP)
 	$(PY) scripts/demo.py
 
 bench: $(STAMP)
-	$(PY) scripts/bench_pack.py
+	$(PY) -m pip install --quiet -e '.[bench]'
+	$(PY) scripts/bench_pack.py --plot
+	$(PY) scripts/bench_stream.py --plot
+	$(PY) scripts/bench_overlay.py --plot
+
+# Dataset targets: pack a downloaded dataset where mixshard.compat.random_overlay finds it
+# (MIXSHARD_DATA=$(DATA)). Rerunning a target finishes an interrupted pack (--resume).
+PACK_ARGS ?=
+places365: $(STAMP)
+	@if [ -z "$(SRC)" ] || [ ! -d "$(SRC)/train" ]; then \
+	  echo "make places365 SRC=<dir> DATA=<dir>: SRC must be the places365_standard folder,"; \
+	  echo "holding train/<class>/*.jpg and val/<class>/*.jpg (got SRC='$(SRC)')."; \
+	  echo "Get it from http://places2.csail.mit.edu/download.html: 'Places365-Standard',"; \
+	  echo "small images (256x256) in easy directory structure (places365standard_easyformat.tar),"; \
+	  echo "then: tar xf places365standard_easyformat.tar  # makes places365_standard/"; \
+	  exit 1; fi
+	$(PY) -m mixshard pack "$(SRC)/train" "$(DATA)/places365_standard" --resume $(PACK_ARGS)
+	@if [ -d "$(SRC)/val" ]; then \
+	  $(PY) -m mixshard pack "$(SRC)/val" "$(DATA)/places365_standard_val" --resume $(PACK_ARGS); \
+	fi
+	@echo "Use it: export MIXSHARD_DATA=$(DATA)"
+
+coco: $(STAMP)
+	@if [ -z "$(SRC)" ] || [ ! -d "$(SRC)" ]; then \
+	  echo "make coco SRC=<dir> DATA=<dir>: SRC must be COCO's val2017 folder of 5,000 JPEGs"; \
+	  echo "(got SRC='$(SRC)'). Get it from https://cocodataset.org/#download:"; \
+	  echo "http://images.cocodataset.org/zips/val2017.zip, then: unzip val2017.zip"; \
+	  exit 1; fi
+	$(PY) -m mixshard pack "$(SRC)" "$(DATA)/coco" --labels none --resume $(PACK_ARGS)
+	@echo "Use it: export MIXSHARD_DATA=$(DATA)"
 
 clean:
 	rm -rf demo bench-out .pytest_cache .ruff_cache

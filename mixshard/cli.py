@@ -60,6 +60,7 @@ def cli() -> None:
       mixshard pack val2017 data/coco --workers 8
       mixshard verify data/coco
       mixshard inspect data/coco --json
+      mixshard preview data/coco -o coco.png
     """
 
 
@@ -304,6 +305,70 @@ def inspect(out: str, as_json: bool) -> None:
         f"shards:   {len(m.shards)} ({m.block_size} images per block), {human_bytes(m.total_bytes)}"
     )
     click.echo(f"skipped:  {len(m.skipped)}")
+
+
+@cli.command()
+@click.argument("out", type=click.Path(path_type=str))
+@click.option(
+    "-o",
+    "--output",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=str),
+    help="PNG file to write.",
+)
+@click.option(
+    "-n",
+    "count",
+    type=click.IntRange(min=1),
+    default=64,
+    show_default=True,
+    help="Images in the grid.",
+)
+@click.option(
+    "--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Which images."
+)
+@click.option(
+    "--obs",
+    type=click.Path(dir_okay=False, path_type=str),
+    default=None,
+    help="An observation image to blend every background over.",
+)
+@click.option(
+    "--alpha",
+    type=click.FloatRange(0, 1),
+    default=0.5,
+    show_default=True,
+    help="Blend weight of the background (with --obs).",
+)
+def preview(out: str, output: str, count: int, seed: int, obs: str | None, alpha: float) -> None:
+    """Write a PNG grid of images from the pack OUT (with class names when labelled).
+
+    With --obs, each image is blended over that observation at --alpha: what the
+    random overlay will show your agent.
+
+    \b
+    Examples:
+      mixshard preview data/coco -o coco.png
+      mixshard preview data/places365_standard -o grid.png -n 16 --seed 3
+      mixshard preview data/coco -o blended.png --obs frame.png --alpha 0.5
+    """
+    from .preview import preview_grid
+
+    grid = preview_grid(out, count, seed=seed, obs=obs, alpha=alpha)
+    try:
+        grid.save(output, format="PNG")
+    except OSError as exc:
+        raise MixshardError(f"cannot write {output}: {exc.strerror or exc}") from None
+    click.echo(
+        f"Wrote {output}: {min(count, _count(out))} images from {out}"
+        + (f" blended over {obs} at alpha {alpha}" if obs else "")
+    )
+
+
+def _count(out: str) -> int:
+    from .format import Manifest
+
+    return Manifest.load(out).count
 
 
 def main() -> None:

@@ -49,9 +49,10 @@ def pack_folder(dataset: str) -> Path:
 
 def overlay_for(dataset: str) -> Overlay:
     """The shared `Overlay` of a dataset (alpha 0.5, random flips, as the reference)."""
-    if dataset not in _overlays:
-        _overlays[dataset] = Overlay(pack_folder(dataset), alpha=0.5, flip=True)
-    return _overlays[dataset]
+    folder = str(pack_folder(dataset).resolve())  # keyed by folder: MIXSHARD_DATA may change
+    if folder not in _overlays:
+        _overlays[folder] = Overlay(folder, alpha=0.5, flip=True)
+    return _overlays[folder]
 
 
 def random_overlay(x: torch.Tensor, dataset: str = "places365_standard") -> torch.Tensor:

@@ -57,13 +57,13 @@ def bar_chart(path: Path, title: str, labels: list[str], values: list[float], un
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 0.5 + 0.45 * len(labels)))
+    fig, ax = plt.subplots(figsize=(10, 0.8 + 0.45 * len(labels)))
     ax.barh(range(len(values)), values, color="#4477aa")
     ax.set_yticks(range(len(labels)), labels)
     ax.invert_yaxis()
     ax.set_xscale("log")
     ax.set_xlabel(unit)
-    ax.set_title(title)
+    fig.suptitle(title, fontsize=10)
     for i, v in enumerate(values):
         ax.text(v, i, f" {v:,.0f}", va="center", fontsize=8)
     fig.tight_layout()

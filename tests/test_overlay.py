@@ -179,6 +179,10 @@ def test_compat_random_overlay(pack_dir, pack_images, monkeypatch):
         f"index.json does not exist. Make it with `make places365 SRC=<...>/places365_standard "
         f"DATA={pack_dir.parent}`"
     )
+    other = pack_dir.parent / "elsewhere"
+    mixshard.pack(pack_dir.parent / "src", other / "coco", size=8, workers=1)
+    monkeypatch.setenv("MIXSHARD_DATA", str(other))
+    assert random_overlay(obs_batch(2, size=8), "coco").shape == (2, 9, 8, 8)  # not the old pack
     monkeypatch.delenv("MIXSHARD_DATA")
     with pytest.raises(MixshardError, match="set MIXSHARD_DATA to the folder that holds"):
         random_overlay(x, dataset="other")

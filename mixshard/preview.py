@@ -1,0 +1,95 @@
+"""`mixshard preview`: a PNG grid of pack images, optionally blended over an observation.
+
+Read-only and torch-free: images are gathered from the mapped shards, the blend is the same
+`(1 - alpha) * obs + alpha * image`, rounded half up, that `mixshard.blend` gives uint8 obs.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont, ImageOps, UnidentifiedImageError
+
+from .errors import MixshardError
+from .sources import LocalPack
+
+LABEL_HEIGHT = 14
+GAP = 2
+
+
+def _load_obs(path: str | os.PathLike, size: int) -> np.ndarray:
+    try:
+        with Image.open(path) as img:
+            img.load()
+            fitted = ImageOps.fit(
+                ImageOps.exif_transpose(img).convert("RGB"), (size, size), Image.Resampling.BILINEAR
+            )
+    except FileNotFoundError:
+        raise MixshardError(f"cannot read --obs {path}: no such file") from None
+    except (UnidentifiedImageError, OSError) as exc:
+        reason = (
+            "not an image PIL can read"
+            if isinstance(exc, UnidentifiedImageError)
+            else (exc.strerror or str(exc))
+        )
+        raise MixshardError(f"cannot read --obs {path}: {reason}") from None
+    return np.asarray(fitted, dtype=np.float64)
+
+
+def preview_grid(
+    folder: str | os.PathLike,
+    n: int = 64,
+    *,
+    seed: int = 0,
+    obs: str | os.PathLike | None = None,
+    alpha: float = 0.5,
+) -> Image.Image:
+    """A grid of `n` randomly chosen images of a pack (class names under them when labelled).
+
+    Args:
+        folder: the pack folder.
+        n: how many images (at most the pack's count).
+        seed: which images.
+        obs: an observation image; each tile is then that image blended with a pack image.
+        alpha: blend weight of the pack image.
+
+    Returns:
+        The grid as an RGB PIL image.
+    """
+    if not 0.0 <= alpha <= 1.0:
+        raise MixshardError(f"--alpha must be in [0, 1], got {alpha}")
+    pack = LocalPack.open(folder)
+    size = pack.manifest.size
+    base = _load_obs(obs, size) if obs is not None else None
+    n = min(n, pack.count)
+    index = np.sort(np.random.default_rng(seed).choice(pack.count, n, replace=False))
+    images = pack.gather(index).transpose(0, 2, 3, 1)  # NHWC
+    if base is not None:
+        images = np.floor((1 - alpha) * base + alpha * images + 0.5).astype(np.uint8)
+    classes = pack.manifest.classes
+    names = (
+        [classes[i] if 0 <= i < len(classes) else "" for i in pack.labels(index)]
+        if classes
+        else None
+    )
+
+    scale = math.ceil(96 / size)  # tiles at least 96 px wide
+    tile = size * scale
+    cols = math.ceil(math.sqrt(n))
+    rows = math.ceil(n / cols)
+    cell_h = tile + (LABEL_HEIGHT if names else 0)
+    grid = Image.new("RGB", (cols * (tile + GAP) + GAP, rows * (cell_h + GAP) + GAP), "white")
+    draw = ImageDraw.Draw(grid)
+    font = ImageFont.load_default()
+    for k, img in enumerate(images):
+        r, c = divmod(k, cols)
+        x, y = GAP + c * (tile + GAP), GAP + r * (cell_h + GAP)
+        grid.paste(Image.fromarray(img).resize((tile, tile), Image.Resampling.NEAREST), (x, y))
+        if names:
+            label = names[k]
+            while label and draw.textlength(label, font=font) > tile:
+                label = label[:-1]
+            draw.text((x + 1, y + tile + 1), label, fill="black", font=font)
+    return grid

@@ -1,0 +1,180 @@
+"""Every command and code block of the README is run here, or names the test that mirrors it.
+
+Each fenced block is preceded by `<!-- check: KIND ... -->`:
+  run            bash lines are run as written (in order, in a scratch folder holding small
+                 procedural `places365_standard/` and `val2017/` sources), python blocks are
+                 executed there with MIXSHARD_DATA=data;
+  make T...      the Makefile has those targets (their behaviour: test_makefile.py);
+  mirror F::T    the test function T in F does the same thing against local servers;
+  extras         each `pip install -e '.[X]'` names an extra pyproject.toml declares;
+  output         the shown `$ mixshard ...` output is reproduced exactly;
+  figure         a text diagram, nothing to run.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import make_flat, noise
+
+from mixshard.synthetic import make_image_folder
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+BLOCK = re.compile(
+    r"<!-- check: (?P<check>[^>]*?) -->\n```(?P<lang>\w*)\n(?P<body>.*?)```", re.DOTALL
+)
+
+
+def blocks() -> list[tuple[str, str, str]]:
+    return [(m["check"].strip(), m["lang"], m["body"]) for m in BLOCK.finditer(README)]
+
+
+def test_every_block_says_how_it_is_checked():
+    fences = README.count("```") // 2
+    assert len(blocks()) == fences, "a README code block lacks its <!-- check: ... --> line"
+    for check, _, _ in blocks():
+        assert check.split()[0] in ("run", "make", "mirror", "extras", "output", "figure"), check
+
+
+def mixshard(args: list[str], cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "mixshard", *args], cwd=cwd, env=env, capture_output=True, text=True
+    )
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("readme")
+    for split, per_class in (("train", 6), ("val", 2)):
+        make_image_folder(
+            root / "places365_standard" / split, classes=3, per_class=per_class, seed=1, max_side=96
+        )
+    make_flat(root / "val2017", n=260)  # enough for a batch of 256
+    noise(root / "frame.png", size=(84, 84))
+    return root
+
+
+def test_run_blocks_in_order(scratch, monkeypatch):
+    monkeypatch.chdir(scratch)
+    monkeypatch.setenv("MIXSHARD_DATA", "data")
+    ran = 0
+    for check, lang, body in blocks():
+        if check != "run":
+            continue
+        if lang == "bash":
+            for line in body.splitlines():
+                command = line.split("#", 1)[0].strip()
+                if not command:
+                    continue
+                words = shlex.split(command)
+                assert words[0] == "mixshard", command
+                res = mixshard(words[1:], scratch)
+                assert res.returncode == 0, (command, res.stdout, res.stderr)
+                ran += 1
+        else:
+            assert lang == "python"
+            exec(compile(body, "README.md", "exec"), {"__name__": "readme"})  # noqa: S102
+            ran += 1
+    assert ran == 12
+    assert (scratch / "grid.png").exists() and (scratch / "blended.png").exists()
+
+
+def test_make_blocks_name_real_targets():
+    makefile = (ROOT / "Makefile").read_text()
+    targets = set(re.findall(r"^([\w-]+):", makefile, re.MULTILINE))
+    for check, _, body in blocks():
+        if check.startswith("make"):
+            for target in check.split()[1:]:
+                assert target in targets, target
+            for line in body.splitlines():
+                words = line.split("#", 1)[0].split()
+                if words and words[0] == "make":
+                    assert words[1] in targets, line
+
+
+def test_mirrored_blocks_point_at_tests_that_exist():
+    mirrors = [check.split()[1] for check, _, _ in blocks() if check.startswith("mirror")]
+    assert mirrors
+    for ref in mirrors:
+        file, name = ref.split("::")
+        assert f"def {name}(" in (ROOT / file).read_text(), ref
+
+
+def test_extras_exist():
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    section = pyproject.split("[project.optional-dependencies]", 1)[1].split("\n[", 1)[0]
+    extras = set(re.findall(r"^(\w+) = ", section, re.MULTILINE))
+    for check, _, body in blocks():
+        if check == "extras":
+            for name in re.findall(r"\.\[(\w+)\]", body):
+                assert name in extras, name
+
+
+def test_shown_output_is_what_the_command_prints(tmp_path):
+    shown = [body for check, _, body in blocks() if check == "output"]
+    assert shown
+    make_image_folder(tmp_path / "demo" / "src", classes=5, per_class=60, seed=0)
+    assert mixshard(["pack", "demo/src", "demo/pack", "-q"], tmp_path).returncode == 0
+    for body in shown:
+        command, *expected = body.rstrip("\n").splitlines()
+        assert command.startswith("$ mixshard ")
+        res = mixshard(shlex.split(command[2:])[1:], tmp_path)
+        assert res.returncode == 0
+        assert res.stdout.splitlines() == expected
+
+
+# Error messages a user can meet, each triggered by a test elsewhere; the README's
+# troubleshooting section must explain every one.
+ERRORS = [
+    "source folder not found",
+    "source must be a folder of images, got a file",
+    "no images found in",
+    "holds both loose images",
+    "has no subfolders with images",
+    "is not empty; pass --resume",
+    "holds files mixshard did not write",
+    "exists and is not a folder",
+    "cannot write to output folder",
+    "No space left on device",
+    "--resume and --overwrite exclude each other",
+    "holds an interrupted pack of another source",
+    "holds a finished pack made with other options",
+    "--variants > 1 needs --crop random",
+    "exceeds --shard-size",
+    "--strict:",
+    "a decode worker process died",
+    "Interrupted.",
+    "bad shard file(s) in",
+    "no index.json in",
+    "pack folder not found",
+    "is not valid JSON",
+    "is not a mixshard manifest",
+    "is missing or has a bad field",
+    "is shard format version",
+    "cannot read --obs",
+    "cannot write grid.png",
+    "is missing",
+    "(truncated or altered)",
+    "is not where index.json says",
+    "cannot reach",
+    "with another sha256 than index.json says",
+    "every shard of",
+    "every shard read was bad",
+    "fewer than world_size x batch_size",
+    "a loader worker process died",
+    "set MIXSHARD_DATA",
+    "no packed dataset",
+    "state_dict was saved with",
+]
+
+
+def test_troubleshooting_covers_every_error():
+    section = README[README.index("## Troubleshooting") :]
+    missing = [e for e in ERRORS if e not in section]
+    assert not missing
