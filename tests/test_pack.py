@@ -364,3 +364,15 @@ def test_help_texts_have_examples():
         "--quiet",
     ]:
         assert opt in res.output
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
+def test_unreadable_image_is_skipped(tmp_path):
+    src = tmp_path / "src"
+    make_tree(src, classes=("a",), per_class=2)
+    (src / "a" / "img1.png").chmod(0)
+    res = run("pack", src, tmp_path / "out", "--workers", 1)
+    assert res.exit_code == 0
+    assert Manifest.load(tmp_path / "out").skipped == (
+        {"path": "a/img1.png", "reason": "unreadable: Permission denied"},
+    )

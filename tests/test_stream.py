@@ -104,6 +104,13 @@ def test_epochs_differ_and_seeds_repeat(source, ids):
     assert stream.epoch == 2
 
 
+def test_pipe_command_source(pack_dir, ids):
+    # webdataset's `pipe:` URLs; the manifest is found by replacing the shard's path
+    source = f"pipe:cat {pack_dir}/shard-{{000000..000004}}.tar"
+    keys = flat(keys_of(list(ShardStream(source, 8)), ids))
+    assert sorted(keys) == sorted(k for k, _ in ids.values())
+
+
 def test_no_shuffle_keeps_stored_order(pack_dir, ids):
     _, _, keys = read_pack(pack_dir)
     for source in (str(pack_dir), str(pack_dir / "shard-{000000..000004}.tar")):
