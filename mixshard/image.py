@@ -56,6 +56,13 @@ def random_resized_box(
             top = int(rng.integers(0, height - h + 1))
             left = int(rng.integers(0, width - w + 1))
             return (left, top, left + w, top + h)
+    left, top, w, h = fallback_window(width, height, ratio)
+    return (left, top, left + w, top + h)
+
+
+def fallback_window(width: int, height: int, ratio: tuple[float, float]) -> tuple[int, ...]:
+    """RandomResizedCrop's window when no try fits: the largest centred window whose aspect
+    ratio is clamped into `ratio`, as `(left, top, w, h)`."""
     in_ratio = width / height
     if in_ratio < ratio[0]:
         w, h = width, min(height, round(width / ratio[0]))
@@ -63,8 +70,7 @@ def random_resized_box(
         w, h = min(width, round(height * ratio[1])), height
     else:
         w, h = width, height
-    left, top = (width - w) // 2, (height - h) // 2
-    return (left, top, left + w, top + h)
+    return ((width - w) // 2, (height - h) // 2, w, h)
 
 
 def crop_boxes(

@@ -11,6 +11,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from .image import fallback_window
+
 _UINT8_CHUNK_BYTES = 8 << 20  # float scratch per chunk of the uint8 blend path
 CPU_SCRATCH_BYTES = 3 << 19  # 1.5 MB: the float backgrounds of 16 samples at 84 px
 
@@ -195,17 +197,8 @@ def random_crop_boxes(
     w, h = w.gather(1, pick).squeeze(1), h.gather(1, pick).squeeze(1)
     x0 = (u[..., 2].gather(1, pick).squeeze(1) * (width - w + 1)).floor()
     y0 = (u[..., 3].gather(1, pick).squeeze(1) * (height - h + 1)).floor()
-    # fallback for images where no try fitted
-    in_ratio = width / height
-    if in_ratio < ratio[0]:
-        fw, fh = width, min(height, round(width / ratio[0]))
-    elif in_ratio > ratio[1]:
-        fw, fh = min(width, round(height * ratio[1])), height
-    else:
-        fw, fh = width, height
-    fallback = torch.tensor(
-        [(width - fw) // 2, (height - fh) // 2, fw, fh], device=device, dtype=w.dtype
-    )
+    # where no try fitted: torchvision's fallback window
+    fallback = torch.tensor(fallback_window(width, height, ratio), device=device, dtype=w.dtype)
     boxes = torch.stack([x0, y0, w, h], dim=1)
     return torch.where(ok.any(dim=1, keepdim=True), boxes, fallback)
 

@@ -193,25 +193,18 @@ def is_folder(source: Any) -> bool:
 
 
 def shard_name_of(url: str) -> str:
-    """The shard file name a URL (or the last word of a `pipe:` command) refers to."""
-    return posixpath.basename(url.split()[-1].split("?", 1)[0])
-
-
-def _tar_name(url: str) -> str | None:
-    """The shard file name a URL or `pipe:` command refers to."""
+    """The shard file name a URL refers to; in a `pipe:` command, the last word naming a
+    `.tar` file (else the last word)."""
     words = url.split() if url.startswith("pipe:") else [url]
-    for word in reversed(words):
-        name = posixpath.basename(word.split("?", 1)[0])
-        if name.endswith(".tar"):
-            return name
-    return None
+    names = [posixpath.basename(word.split("?", 1)[0]) for word in words]
+    return next((n for n in reversed(names) if n.endswith(".tar")), names[-1])
 
 
 def manifest_url(shard_url: str) -> str:
     """`<base>/index.json` for the base of a shard URL; in a `pipe:` command the shard's path
     is replaced by the manifest's."""
-    name = _tar_name(shard_url)
-    if name is None:
+    name = shard_name_of(shard_url)
+    if not name.endswith(".tar"):
         raise MixshardError(
             f"cannot tell where index.json is for {shard_url!r}; pass manifest='<base>/index.json'"
         )

@@ -25,7 +25,6 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 MALLOC = {"MALLOC_MMAP_THRESHOLD_": "33554432", "MALLOC_TRIM_THRESHOLD_": "4000000000"}
 if __name__ == "__main__" and any(os.environ.get(k) != v for k, v in MALLOC.items()):
@@ -33,7 +32,7 @@ if __name__ == "__main__" and any(os.environ.get(k) != v for k, v in MALLOC.item
 
 import torch  # noqa: E402
 from bench_pack import make_sources  # noqa: E402
-from benchlib import OUT, bar_chart, fmt_rate, machine, table  # noqa: E402
+from benchlib import OUT, bar_chart, fmt_rate, machine, reference_batches, table  # noqa: E402
 
 import mixshard  # noqa: E402
 
@@ -44,31 +43,6 @@ def reference_blend(x: torch.Tensor, imgs01: torch.Tensor, alpha: float = 0.5) -
     """The seed question's `random_mixup` arithmetic."""
     imgs = imgs01.repeat(1, x.size(1) // 3, 1, 1)
     return ((1 - alpha) * (x / 255.0) + alpha * imgs) * 255.0
-
-
-def reference_loader(src: Path, n: int):
-    import torchvision.datasets as datasets
-    import torchvision.transforms as TF
-
-    dataset = datasets.ImageFolder(
-        str(src), TF.Compose([TF.RandomResizedCrop(84), TF.RandomHorizontalFlip(), TF.ToTensor()])
-    )
-    loader = torch.utils.data.DataLoader(dataset, batch_size=n, shuffle=True, num_workers=0)
-    it = iter(loader)
-
-    def next_batch(device):
-        nonlocal it
-        try:
-            imgs, _ = next(it)
-            if imgs.size(0) < n:
-                it = iter(loader)
-                imgs, _ = next(it)
-        except StopIteration:
-            it = iter(loader)
-            imgs, _ = next(it)
-        return imgs.to(device)
-
-    return next_batch
 
 
 def warm_heap(total: int = 512 << 20, block: int = 30 << 20) -> None:
@@ -128,10 +102,10 @@ def run_cell(device: torch.device, n: int, cell: str, runs: int, e2e_runs: int) 
         def fn():
             return mixshard.blend(obs, imgs, 0.5)
     elif cell == "reference e2e":
-        next_batch = reference_loader(src, n)
+        batches = reference_batches(src, n, workers=0)
 
         def fn():
-            return reference_blend(obs, next_batch(device))
+            return reference_blend(obs, next(batches).to(device))
     else:
         cache = "device" if cell == "Overlay device" else "stream"
         overlay = mixshard.Overlay(pack, cache=cache, device=device, num_workers=0)

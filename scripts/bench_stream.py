@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 from bench_pack import make_sources
-from benchlib import OUT, bar_chart, fmt_rate, machine, table
+from benchlib import OUT, bar_chart, fmt_rate, machine, reference_batches, table
 
 import mixshard
 from mixshard.scan import scan
@@ -43,27 +43,7 @@ def rss_mb(pid: str = "self") -> float:
 
 
 def reference_iter(src: Path, workers: int):
-    """The seed question's `_load_data` + `_get_data_batch`, minus `.cuda()` (no GPU here)."""
-    import torchvision.datasets as datasets
-    import torchvision.transforms as TF
-
-    dataset = datasets.ImageFolder(
-        str(src), TF.Compose([TF.RandomResizedCrop(84), TF.RandomHorizontalFlip(), TF.ToTensor()])
-    )
-    loader = torch.utils.data.DataLoader(
-        dataset, batch_size=BATCH, shuffle=True, num_workers=workers, pin_memory=False
-    )
-    it = iter(loader)
-    while True:
-        try:
-            imgs, _ = next(it)
-            if imgs.size(0) < BATCH:
-                it = iter(loader)
-                imgs, _ = next(it)
-        except StopIteration:
-            it = iter(loader)
-            imgs, _ = next(it)
-        yield imgs
+    return reference_batches(src, BATCH, workers)
 
 
 def make_wds(src: Path) -> list[str]:

@@ -70,3 +70,30 @@ def bar_chart(path: Path, title: str, labels: list[str], values: list[float], un
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def reference_batches(src: Path, batch: int, workers: int):
+    """The seed question's `_load_data` + `_get_data_batch`: torchvision ImageFolder with
+    RandomResizedCrop(84) + flip + ToTensor in a shuffling DataLoader whose iterator is made
+    anew at each epoch's end (minus `.cuda()`: the caller moves the batch)."""
+    import torch
+    import torchvision.datasets as datasets
+    import torchvision.transforms as TF
+
+    dataset = datasets.ImageFolder(
+        str(src), TF.Compose([TF.RandomResizedCrop(84), TF.RandomHorizontalFlip(), TF.ToTensor()])
+    )
+    loader = torch.utils.data.DataLoader(
+        dataset, batch_size=batch, shuffle=True, num_workers=workers, pin_memory=False
+    )
+    it = iter(loader)
+    while True:
+        try:
+            imgs, _ = next(it)
+            if imgs.size(0) < batch:
+                it = iter(loader)
+                imgs, _ = next(it)
+        except StopIteration:
+            it = iter(loader)
+            imgs, _ = next(it)
+        yield imgs

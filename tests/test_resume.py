@@ -69,6 +69,15 @@ def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
         time.sleep(0.002)
 
 
+def kill_after(src: Path, out: Path, shard: int, workers: int = 1) -> None:
+    """Start a pack and kill -9 it once shard `shard` is written."""
+    proc = start_pack(src, out, workers)
+    wait_for(out / f"shard-{shard:06d}.tar", proc)
+    proc.kill()
+    proc.wait()
+    assert not (out / "index.json").exists(), "the pack finished before it was killed"
+
+
 def resume(src: Path, out: Path, workers: int = 1):
     return CliRunner().invoke(
         cli, ["pack", str(src), str(out), *ARGS, "--workers", str(workers), "--resume"]
@@ -79,11 +88,7 @@ def resume(src: Path, out: Path, workers: int = 1):
 def test_kill_9_then_resume_is_byte_identical(source, tmp_path, workers):
     src, ref = source
     out = tmp_path / "out"
-    proc = start_pack(src, out, workers)
-    wait_for(out / "shard-000002.tar", proc)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert not (out / "index.json").exists(), "the pack finished before it was killed"
+    kill_after(src, out, 2, workers)
     assert (out / JOURNAL_NAME).exists()
     res = resume(src, out, workers=2)
     assert res.exit_code == 0, res.output
@@ -112,10 +117,7 @@ def test_ctrl_c_exits_130_and_resumes(source, tmp_path):
 def test_resume_redoes_a_shard_whose_journal_line_was_cut(source, tmp_path):
     src, ref = source
     out = tmp_path / "out"
-    proc = start_pack(src, out, workers=1)
-    wait_for(out / "shard-000004.tar", proc)
-    proc.kill()
-    proc.wait()
+    kill_after(src, out, 4)
     journal = out / JOURNAL_NAME
     lines = journal.read_text().splitlines()
     assert len(lines) >= 3
@@ -129,10 +131,7 @@ def test_resume_redoes_a_shard_whose_journal_line_was_cut(source, tmp_path):
 def test_resume_refuses_other_options_and_finished_packs(source, tmp_path):
     src, ref = source
     out = tmp_path / "out"
-    proc = start_pack(src, out, workers=1)
-    wait_for(out / "shard-000001.tar", proc)
-    proc.kill()
-    proc.wait()
+    kill_after(src, out, 1)
     res = CliRunner().invoke(cli, ["pack", str(src), str(out), "--size", "12", "--resume"])
     assert res.exit_code == 1
     assert "holds an interrupted pack of another source or other options" in res.output
