@@ -25,6 +25,7 @@ from .sources import (
     read_manifest,
     shard_name_of,
 )
+from .stream import dist_rank_world
 
 _RATIO = (3.0 / 4.0, 4.0 / 3.0)
 
@@ -196,7 +197,10 @@ class Overlay:
             device = torch.device("cuda", torch.cuda.current_device())
         state = self._states.get(device)
         if state is None:
-            generator = torch.Generator(device=device).manual_seed(self.seed)
+            # Each DDP rank draws its own backgrounds (the stream splits by rank by itself).
+            rank = dist_rank_world()[0]
+            seed = int(np.random.SeedSequence([self.seed, rank]).generate_state(1)[0])
+            generator = torch.Generator(device=device).manual_seed(seed)
             mode = self.cache
             if mode == "auto":
                 need = self.manifest.count * self.manifest.image_bytes

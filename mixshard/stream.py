@@ -34,7 +34,8 @@ from .sources import (
 _STATE_VERSION = 1
 
 
-def _dist_rank_world() -> tuple[int, int]:
+def dist_rank_world() -> tuple[int, int]:
+    """`(rank, world_size)` from `torch.distributed` when it is initialised, else `(0, 1)`."""
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return torch.distributed.get_rank(), torch.distributed.get_world_size()
     return 0, 1
@@ -130,7 +131,7 @@ class ShardStream(IterableDataset):
         """`(rank, world_size)`: explicit arguments, else `torch.distributed`, else `(0, 1)`."""
         if self._world is not None:
             return (self._rank or 0), self._world
-        rank, world = _dist_rank_world()
+        rank, world = dist_rank_world()
         return (self._rank if self._rank is not None else rank), world
 
     @property

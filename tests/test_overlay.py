@@ -108,6 +108,18 @@ def test_seeded(pack_dir):
     assert torch.equal(a, b) and not torch.equal(a, c)
 
 
+def test_ranks_draw_different_backgrounds(pack_dir, monkeypatch):
+    import torch.distributed as dist
+
+    draws = []
+    for rank in (0, 1, 0):
+        monkeypatch.setattr(dist, "is_initialized", lambda: True)
+        monkeypatch.setattr(dist, "get_rank", lambda r=rank: r)
+        monkeypatch.setattr(dist, "get_world_size", lambda: 2)
+        draws.append(Overlay(pack_dir, cache="device", seed=4).sample(8))
+    assert torch.equal(draws[0], draws[2]) and not torch.equal(draws[0], draws[1])
+
+
 def test_alpha_forms(pack_dir):
     obs = torch.zeros(50, 3, 12, 12)
     ov = Overlay(pack_dir, cache="device", flip=False, alpha=(0.2, 0.4), seed=1)
