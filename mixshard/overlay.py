@@ -58,7 +58,7 @@ class _DeviceCache:
     ) -> None:
         size = manifest.size
         if is_folder(source):
-            pack = LocalPack.open(source)
+            pack = LocalPack.open(source, manifest=manifest)
             self.images = torch.empty((pack.count, 3, size, size), dtype=torch.uint8, device=device)
             for lo in range(0, pack.count, chunk):  # bounded host memory for big packs
                 hi = min(lo + chunk, pack.count)

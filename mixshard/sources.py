@@ -55,10 +55,13 @@ class LocalPack:
     _maps: list[mmap.mmap]
 
     @classmethod
-    def open(cls, folder: str | os.PathLike, on_error: str = "raise") -> LocalPack:
-        """Map the shards of `folder`; bad ones raise `ShardError` or are skipped with a warning."""
+    def open(
+        cls, folder: str | os.PathLike, on_error: str = "raise", manifest: Manifest | None = None
+    ) -> LocalPack:
+        """Map the shards of `folder`; bad ones raise `ShardError` or are skipped with a warning.
+        `manifest` saves reading `index.json` again when the caller has it."""
         folder = Path(folder)
-        manifest = Manifest.load(folder)
+        manifest = manifest or Manifest.load(folder)
         image_bytes = manifest.image_bytes
         shards, views, maps, starts, slots, offsets, label_offsets = [], [], [], [], [], [], []
         count = 0

@@ -1,4 +1,4 @@
-"""Shards -> shuffled uint8 batches: `ShardStream`, `loader()` and `prefetch()`.
+"""Shards -> shuffled uint8 batches: `ShardStream` and `loader()`.
 
 Batches are numbered by a global position `k` (0, 1, 2, ... over epochs; epoch `k // nb`,
 `nb` batches per rank and epoch). Batch `k` is always the same images for the same seed, world
@@ -116,7 +116,7 @@ class ShardStream(IterableDataset):
     # ----------------------------------------------------------------- geometry and state
     def _open(self) -> None:
         if self._urls is None and self._local is None:
-            self._local = LocalPack.open(self.source, self.on_error)
+            self._local = LocalPack.open(self.source, self.on_error, self.manifest)
             self.count = self._local.count
 
     def __getstate__(self) -> dict:
