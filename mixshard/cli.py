@@ -354,21 +354,15 @@ def preview(out: str, output: str, count: int, seed: int, obs: str | None, alpha
     """
     from .preview import preview_grid
 
-    grid = preview_grid(out, count, seed=seed, obs=obs, alpha=alpha)
+    grid, shown = preview_grid(out, count, seed=seed, obs=obs, alpha=alpha)
     try:
         grid.save(output, format="PNG")
     except OSError as exc:
         raise MixshardError(f"cannot write {output}: {exc.strerror or exc}") from None
     click.echo(
-        f"Wrote {output}: {min(count, _count(out))} images from {out}"
+        f"Wrote {output}: {shown} images from {out}"
         + (f" blended over {obs} at alpha {alpha}" if obs else "")
     )
-
-
-def _count(out: str) -> int:
-    from .format import Manifest
-
-    return Manifest.load(out).count
 
 
 def main() -> None:

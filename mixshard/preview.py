@@ -56,7 +56,7 @@ def preview_grid(
         alpha: blend weight of the pack image.
 
     Returns:
-        The grid as an RGB PIL image.
+        The grid as an RGB PIL image, and how many images it shows.
     """
     if not 0.0 <= alpha <= 1.0:
         raise MixshardError(f"--alpha must be in [0, 1], got {alpha}")
@@ -92,4 +92,4 @@ def preview_grid(
             while label and draw.textlength(label, font=font) > tile:
                 label = label[:-1]
             draw.text((x + 1, y + tile + 1), label, fill="black", font=font)
-    return grid
+    return grid, n

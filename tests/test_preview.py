@@ -34,7 +34,8 @@ def test_grid_layout_and_labels(packs, tmp_path):
     img = Image.open(out)
     tile = 16 * 6  # 16 px images shown at 96 px
     assert img.size == (3 * (tile + GAP) + GAP, 3 * (tile + LABEL_HEIGHT + GAP) + GAP)
-    plain = preview_grid(packs / "plain", 9, seed=1)
+    plain, shown = preview_grid(packs / "plain", 9, seed=1)
+    assert shown == 9
     assert plain.size == (3 * (tile + GAP) + GAP, 3 * (tile + GAP) + GAP)
     # the same seed shows the same images; the label strip has text
     labelled = np.asarray(img)
@@ -53,11 +54,12 @@ def test_n_is_capped_by_the_pack(packs, tmp_path):
 
 def test_obs_blend(packs, tmp_path):
     solid(tmp_path / "obs.png", (200, 0, 100), size=(40, 30))
-    base = np.asarray(preview_grid(packs / "plain", 4, seed=2)).astype(int)
+    base = np.asarray(preview_grid(packs / "plain", 4, seed=2)[0]).astype(int)
     half = np.asarray(
-        preview_grid(packs / "plain", 4, seed=2, obs=tmp_path / "obs.png", alpha=0.5)
+        preview_grid(packs / "plain", 4, seed=2, obs=tmp_path / "obs.png", alpha=0.5)[0]
     ).astype(int)
-    zero = np.asarray(preview_grid(packs / "plain", 4, seed=2, obs=tmp_path / "obs.png", alpha=0.0))
+    zero, _ = preview_grid(packs / "plain", 4, seed=2, obs=tmp_path / "obs.png", alpha=0.0)
+    zero = np.asarray(zero)
     tile = np.s_[GAP : GAP + 96, GAP : GAP + 96]
     assert (zero[tile] == [200, 0, 100]).all()
     want = np.floor(0.5 * np.array([200, 0, 100]) + 0.5 * base[tile] + 0.5)
