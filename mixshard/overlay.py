@@ -16,15 +16,7 @@ import torch
 
 from .format import Manifest
 from .ops import blend, crop_resize, flip, random_crop_boxes, random_flip_mask, resize
-from .sources import (
-    LocalPack,
-    expand_urls,
-    is_folder,
-    manifest_url,
-    read_blocks,
-    read_manifest,
-    shard_name_of,
-)
+from .sources import LocalPack, is_folder, read_blocks, resolve_urls
 from .stream import dist_rank_world
 
 _RATIO = (3.0 / 4.0, 4.0 / 3.0)
@@ -64,13 +56,11 @@ class _DeviceCache:
                 hi = min(lo + chunk, pack.count)
                 self.images[lo:hi].copy_(torch.from_numpy(pack.gather(np.arange(lo, hi))))
         else:
-            by_name = {s.name: s for s in manifest.shards}
+            _, shards = resolve_urls(source)
             blocks = [
-                torch.from_numpy(images.copy())
-                for url in expand_urls(source)
-                for images, _ in read_blocks(url, by_name[shard_name_of(url)], size)
+                images for url, shard in shards for images, _ in read_blocks(url, shard, size)
             ]
-            self.images = torch.cat(blocks).to(device)
+            self.images = torch.from_numpy(np.concatenate(blocks)).to(device)
         self.count = len(self.images)
         self.generator = generator
         self._perm = torch.empty(0, dtype=torch.long, device=device)
@@ -184,7 +174,7 @@ class Overlay:
         if is_folder(self.source):
             self.manifest = Manifest.load(self.source)
         else:
-            self.manifest = read_manifest(manifest_url(expand_urls(self.source)[0]))
+            self.manifest = resolve_urls(self.source)[0]
         self.alpha, self.flip, self.crop = alpha, flip, crop
         self.device = torch.device(device) if device is not None else None
         self.cache, self.num_workers, self.seed = cache, num_workers, seed

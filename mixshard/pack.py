@@ -91,7 +91,7 @@ class _ShardBuilder:
         self, out: Path, plan: _Plan, index: int, name: str, first_block: int, block_size: int
     ) -> None:
         self.items = plan.shard_items(index)
-        self.index, self.name, self.block_size = index, name, block_size
+        self.name, self.block_size = name, block_size
         self.variants = plan.options["variants"]
         self.spread_seed = (
             [plan.options["seed"], 2, index]
@@ -148,7 +148,7 @@ class _ShardBuilder:
             self.next_block += 1
         rest = images[upto:]
         self._images = [rest] if len(rest) else []
-        self._labels = self._labels[upto:] if self.spread_seed is None else []
+        self._labels = self._labels[upto:]
         self._keys = keys[upto:]
 
     def finish(self) -> DoneShard:

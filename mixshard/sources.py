@@ -249,6 +249,29 @@ def read_manifest(url: str) -> Manifest:
     return Manifest.loads(data, url)
 
 
+def resolve_urls(
+    source: str | list[str], manifest: str | None = None
+) -> tuple[Manifest, list[tuple[str, ShardInfo]]]:
+    """The manifest of shard URLs (`<base>/index.json` unless `manifest` says where) and each
+    URL paired with the shard it names.
+
+    Raises:
+        MixshardError: no URLs, or a URL whose shard the manifest does not list.
+    """
+    urls = expand_urls(source)
+    if not urls:
+        raise MixshardError(f"no shard URLs in {source!r}")
+    found = read_manifest(manifest or manifest_url(urls[0]))
+    by_name = {s.name: s for s in found.shards}
+    pairs = []
+    for url in urls:
+        name = shard_name_of(url)
+        if name not in by_name:
+            raise MixshardError(f"shard {url} is not listed in the manifest {found.origin}")
+        pairs.append((url, by_name[name]))
+    return found, pairs
+
+
 class _Counting:
     """File wrapper that counts and hashes what the tar reader consumes."""
 

@@ -20,16 +20,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from .errors import MixshardError, ShardError
 from .format import Manifest, ShardInfo
-from .sources import (
-    LocalPack,
-    expand_urls,
-    is_folder,
-    manifest_url,
-    read_blocks,
-    read_manifest,
-    shard_name_of,
-    warn_bad_shard,
-)
+from .sources import LocalPack, is_folder, read_blocks, resolve_urls, warn_bad_shard
 
 _STATE_VERSION = 1
 
@@ -98,19 +89,7 @@ class ShardStream(IterableDataset):
             self.count = None  # known once the shards are opened (bad ones may be skipped)
         else:
             self.source = source
-            urls = expand_urls(source)
-            if not urls:
-                raise MixshardError(f"no shard URLs in {source!r}")
-            self.manifest = read_manifest(manifest or manifest_url(urls[0]))
-            by_name = {s.name: s for s in self.manifest.shards}
-            self._urls = []
-            for url in urls:
-                name = shard_name_of(url)
-                if name not in by_name:
-                    raise MixshardError(
-                        f"shard {url} is not listed in the manifest {self.manifest.origin}"
-                    )
-                self._urls.append((url, by_name[name]))
+            self.manifest, self._urls = resolve_urls(source, manifest)
             self.count = sum(s.count for _, s in self._urls)
 
     # ----------------------------------------------------------------- geometry and state
