@@ -242,9 +242,11 @@ def verify(out: str, quiet: bool) -> None:
     from .format import Manifest
     from .verify import verify as run_verify
 
-    total = Manifest.load(out).total_bytes
-    with tqdm(total=total, unit="B", unit_scale=True, disable=True if quiet else None) as bar:
-        report = run_verify(out, progress=bar.update)
+    manifest = Manifest.load(out)
+    with tqdm(
+        total=manifest.total_bytes, unit="B", unit_scale=True, disable=True if quiet else None
+    ) as bar:
+        report = run_verify(out, progress=bar.update, manifest=manifest)
     m = report.manifest
     if report.ok:
         click.echo(

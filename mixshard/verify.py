@@ -69,13 +69,16 @@ def _check_structure(path: Path, shard: ShardInfo, manifest: Manifest) -> str | 
 
 
 def verify(
-    folder: str | os.PathLike, progress: Callable[[int], None] | None = None
+    folder: str | os.PathLike,
+    progress: Callable[[int], None] | None = None,
+    manifest: Manifest | None = None,
 ) -> VerifyReport:
     """Check every shard of a pack: present, right size, right sha256, right block layout.
 
     Args:
         folder: the pack folder.
         progress: called with the number of bytes checked after each shard.
+        manifest: the already loaded `index.json`, to save reading it again.
 
     Returns:
         A `VerifyReport`; also lists shard files the manifest does not know (extra) and
@@ -85,7 +88,7 @@ def verify(
         ManifestError: `index.json` is missing or invalid.
     """
     folder = Path(folder)
-    manifest = Manifest.load(folder)
+    manifest = manifest or Manifest.load(folder)
     report = VerifyReport(manifest)
     listed = {s.name for s in manifest.shards}
     for name in sorted(os.listdir(folder)):
