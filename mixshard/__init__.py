@@ -1,7 +1,11 @@
 """mixshard: pre-resized uint8 shards and a fused GPU blend for random-overlay augmentation.
 
-Writing (`pack`, `verify`, `scan`, `load_image`) never imports torch; the reading and GPU names
-are imported on first use so that `mixshard pack` starts fast.
+The package is laid out by side of the data flow: `core` (manifest format, constants, errors,
+file and environment helpers: imported by both sides), `writing` (scan -> decode -> shards;
+never imports torch or the reading side), `reading` (pack folders and shard URLs -> batches),
+`augment` (the fused blend, `Overlay` and its caches). The public API is re-exported here.
+Writing names are imported eagerly; the reading and GPU names on first use, so that
+`mixshard pack` starts without importing torch.
 """
 
 from __future__ import annotations
@@ -9,7 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .errors import (
+from .core.errors import (
     ManifestError,
     MixshardError,
     OutputError,
@@ -17,22 +21,22 @@ from .errors import (
     SkippedImagesError,
     SourceError,
 )
-from .format import Manifest
-from .image import load_image
-from .pack import PackProgress, PackResult, pack
-from .scan import ScanResult, scan
-from .verify import VerifyReport, verify
+from .core.manifest import Manifest
+from .reading.verifying import VerifyReport, verify
+from .writing.image import load_image
+from .writing.packing import PackProgress, PackResult, pack
+from .writing.scanning import ScanResult, scan
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # name -> submodule; imported lazily because these need torch.
 _LAZY: dict[str, str] = {
-    "Loader": "loading",
-    "Overlay": "overlay",
-    "blend": "ops",
-    "ShardStream": "stream",
-    "loader": "stream",
-    "prefetch": "prefetcher",
+    "Loader": "reading.loading",
+    "loader": "reading.loading",
+    "ShardStream": "reading.stream",
+    "prefetch": "reading.prefetcher",
+    "Overlay": "augment.overlay",
+    "blend": "augment.ops",
 }
 
 __all__ = [

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import torch
 
-from .constants import MANIFEST_NAME
-from .errors import MixshardError
-from .overlay import Overlay
+from .augment.overlay import Overlay
+from .core.constants import MANIFEST_NAME
+from .core.errors import MixshardError
 
 ENV = "MIXSHARD_DATA"
 _MAKE = {

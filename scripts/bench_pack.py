@@ -23,9 +23,9 @@ from benchlib import OUT, bar_chart, fmt_rate, machine, median_rate, table
 from PIL import Image
 
 from mixshard import pack
-from mixshard.image import load_image
-from mixshard.scan import scan
-from mixshard.synthetic import make_jpeg_folder
+from mixshard.testdata import make_jpeg_folder
+from mixshard.writing.image import load_image
+from mixshard.writing.scanning import scan
 
 SOURCES = {"256 px (Places365-like)": (256, 256), "640x480 (COCO-like)": (640, 480)}
 

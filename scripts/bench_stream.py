@@ -29,7 +29,7 @@ from bench_pack import make_sources
 from benchlib import OUT, bar_chart, fmt_rate, machine, reference_batches, table
 
 import mixshard
-from mixshard.scan import scan
+from mixshard.writing.scanning import scan
 
 BATCH = 256
 

@@ -24,7 +24,7 @@ import torch
 from PIL import Image
 
 import mixshard
-from mixshard.synthetic import make_image_folder
+from mixshard.testdata import make_image_folder
 
 ROOT = Path(__file__).resolve().parent.parent
 FRAMES, SIZE, ROWS, SCALE = 3, 84, 6, 2

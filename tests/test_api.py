@@ -1,27 +1,130 @@
-"""The public API: every exported name is what it says, whatever was imported before."""
+"""The public API and the package's shape: exported names, one-way imports, no cycles."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import pkgutil
 import subprocess
 import sys
-import types
+from pathlib import Path
 
 import mixshard
 
+PACKAGE = Path(mixshard.__file__).parent
+
 
 def test_exported_names_survive_importing_every_submodule():
-    for info in pkgutil.iter_modules(mixshard.__path__):
-        importlib.import_module(f"mixshard.{info.name}")
+    for info in pkgutil.walk_packages(mixshard.__path__, "mixshard."):
+        importlib.import_module(info.name)
     for name in mixshard.__all__:
-        value = getattr(mixshard, name)
-        assert not isinstance(value, types.ModuleType), f"mixshard.{name} is a module"
+        assert not isinstance(getattr(mixshard, name), type(mixshard)), name  # not a module
     assert callable(mixshard.prefetch) and callable(mixshard.blend)
-    assert callable(mixshard.pack) and callable(mixshard.loader)
+    assert callable(mixshard.pack) and callable(mixshard.loader) and callable(mixshard.verify)
 
 
 def test_writing_side_does_not_import_torch():
-    code = "import sys, mixshard, mixshard.cli, mixshard.pack; print('torch' in sys.modules)"
+    code = (
+        "import sys, mixshard, mixshard.cli, mixshard.writing.packing, "
+        "mixshard.reading.verifying, mixshard.reading.preview; print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def _runtime_nodes(tree: ast.AST):
+    """Every node except those under `if TYPE_CHECKING:` (imports for annotations only)."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING":
+            yield from (n for child in node.orelse for n in _runtime_nodes(child))
+            continue
+        yield node
+        yield from _runtime_nodes(node)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Absolute names of what a module imports (relative imports resolved), at any depth."""
+    module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    package = module.rsplit(".", 1)[0] if path.name != "__init__.py" else module
+    found = set()
+    for node in _runtime_nodes(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module or ""
+            found.add(name)
+            found |= {f"{name}.{a.name}" for a in node.names}
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    """mixshard module -> the mixshard modules it imports."""
+    modules = {}
+    for path in PACKAGE.rglob("*.py"):
+        name = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        modules[name.removesuffix(".__init__")] = path
+    edges = {}
+    for name, path in modules.items():
+        targets = {t for t in imports_of(path) if t in modules and t != name}
+        edges[name] = targets
+    return edges
+
+
+def side(module: str) -> str:
+    """`core`, `writing`, `reading`, `augment`, or the top-level module's own name."""
+    return module.split(".")[1] if "." in module else module
+
+
+def test_imports_run_one_way():
+    allowed = {
+        "core": {"core"},
+        "writing": {"core", "writing"},
+        "reading": {"core", "reading"},
+        "augment": {"core", "reading", "augment"},
+    }
+    for module, targets in graph().items():
+        if side(module) in allowed:
+            wrong = {t for t in targets if side(t) not in allowed[side(module)]}
+            assert not wrong, f"{module} imports {wrong}"
+
+
+def test_no_import_cycles():
+    edges = graph()
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in edges[node]:
+            if state.get(nxt) == 1:
+                raise AssertionError(f"import cycle: {' -> '.join(path + [nxt])}")
+            if nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = 2
+
+    for node in edges:
+        if node not in state:
+            visit(node, [node])
+
+
+def test_heavy_dependencies_stay_on_their_side():
+    for path in PACKAGE.rglob("*.py"):
+        external = {name.split(".")[0] for name in imports_of(path)}
+        rel = path.relative_to(PACKAGE).as_posix()
+        if rel.startswith(("core/", "writing/")) or rel in (
+            "reading/local.py",
+            "reading/verifying.py",
+            "reading/preview.py",
+            "reading/order.py",
+        ):
+            assert "torch" not in external, rel
+        if rel.startswith(("core/", "augment/", "reading/")) and rel != "reading/preview.py":
+            assert "PIL" not in external, rel
+
+
+def test_no_module_over_400_lines():
+    for path in PACKAGE.rglob("*.py"):
+        assert len(path.read_text().splitlines()) <= 400, path

@@ -1,16 +1,15 @@
 from __future__ import annotations
 
-import struct
-import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import noise, solid
+from helpers import noise, png_header_only, solid
 from PIL import Image, ImageOps
 
-from mixshard.errors import ImageDecodeError
-from mixshard.image import crop_boxes, crop_rng, load_image, random_resized_box
+from mixshard.core.crops import crop_rng, random_resized_box
+from mixshard.core.errors import ImageDecodeError
+from mixshard.writing.image import crop_boxes, load_image
 
 
 def rgb_at(arr: np.ndarray) -> tuple[int, int, int]:
@@ -136,26 +135,6 @@ def test_random_resized_box_follows_torchvision_rule():
     assert random_resized_box(400, 30, rng, scale=(1, 1)) == (180, 0, 220, 30)
     assert crop_boxes(60, 20, "center", 2, None) == [(20, 0, 40, 20)] * 2
     assert crop_rng(0, "a").integers(1 << 30) == crop_rng(0, "a").integers(1 << 30)
-
-
-def png_header_only(path: Path, width: int, height: int) -> None:
-    """A PNG that claims `width x height` pixels (an image bomb) with almost no data."""
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return (
-            struct.pack(">I", len(data))
-            + kind
-            + data
-            + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-        )
-
-    ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
-    path.write_bytes(
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", ihdr)
-        + chunk(b"IDAT", zlib.compress(b"\0" * 64))
-        + chunk(b"IEND", b"")
-    )
 
 
 def test_bad_files_raise_decode_errors_with_reasons(tmp_path):

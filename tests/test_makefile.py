@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from mixshard import Manifest
-from mixshard.synthetic import make_image_folder
+from mixshard.testdata import make_image_folder
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -6,8 +6,16 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from mixshard import blend, ops
-from mixshard.ops import _flip_arith, _flip_where, crop_resize, flip, random_crop_boxes, resize
+from mixshard import blend
+from mixshard.augment import ops
+from mixshard.augment.ops import (
+    _flip_arith,
+    _flip_where,
+    crop_resize,
+    flip,
+    random_crop_boxes,
+    resize,
+)
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
 

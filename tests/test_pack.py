@@ -12,12 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import make_flat, make_tree, noise, read_pack, solid
-from test_image import png_header_only
+from helpers import make_flat, make_tree, noise, png_header_only, read_pack, solid
 
 from mixshard import Manifest, pack, scan
 from mixshard.cli import cli
-from mixshard.image import load_image
+from mixshard.writing.image import load_image
 
 
 def run(*args: str):
@@ -184,10 +183,12 @@ def test_crop_modes_and_variants(tmp_path):
 
 def test_variants_need_random_crop(tree, tmp_path):
     res = run("pack", tree, tmp_path / "o", "--variants", 2)
-    assert res.exit_code == 1
-    assert (
-        res.output == "Error: --variants > 1 needs --crop random (other crops are all the same)\n"
+    assert res.exit_code == 2
+    assert res.output.endswith(
+        "Error: --variants > 1 needs --crop random (other crops are all the same)\n"
     )
+    with pytest.raises(ValueError, match="variants=2 needs crop='random'"):
+        pack(tree, tmp_path / "o", variants=2)
     assert not (tmp_path / "o").exists()
 
 
@@ -303,7 +304,10 @@ def test_output_errors(tree, tmp_path):
     res = run("pack", tree, tmp_path / "afile")
     assert res.exit_code == 1 and "exists and is not a folder" in res.output
     res = run("pack", tree, tmp_path / "x", "--resume", "--overwrite")
-    assert res.output == "Error: --resume and --overwrite exclude each other; pick one\n"
+    assert res.exit_code == 2
+    assert res.output.endswith("Error: --resume and --overwrite exclude each other; pick one\n")
+    with pytest.raises(ValueError, match="resume and overwrite exclude each other"):
+        pack(tree, tmp_path / "x", resume=True, overwrite=True)
 
 
 def test_overwrite_replaces_an_earlier_pack(tree, tmp_path):
@@ -317,7 +321,7 @@ def test_overwrite_replaces_an_earlier_pack(tree, tmp_path):
 
 
 def test_full_disk_is_a_clean_error(tree, tmp_path, monkeypatch):
-    import mixshard.format as fmt
+    import mixshard.writing.tarwriter as fmt
 
     def no_space(self, data):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
@@ -327,8 +331,9 @@ def test_full_disk_is_a_clean_error(tree, tmp_path, monkeypatch):
     res = run("pack", tree, out, "--workers", 1)
     assert res.exit_code == 1
     assert res.output == (
-        f"Error: cannot write {out}/shard-000000.tar: No space left on device; free some space "
-        "and rerun with --resume to continue (finished shards are kept)\n"
+        f"Error: cannot write {out}/shard-000000.tar: No space left on device; free some "
+        "space, then rerun the same command with --resume to continue (finished shards are "
+        "kept)\n"
     )
     assert "index.json" not in os.listdir(out)
     assert not [n for n in os.listdir(out) if n.endswith((".tar", ".partial"))]

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import make_tree, noise, solid
+from helpers import make_tree, noise, solid
 from PIL import Image
 
 import mixshard
 from mixshard.cli import cli
-from mixshard.preview import GAP, LABEL_HEIGHT, preview_grid
+from mixshard.reading.preview import GAP, LABEL_HEIGHT, preview_grid
 
 
 @pytest.fixture(scope="module")
@@ -70,12 +70,15 @@ def test_errors(packs, tmp_path):
     res = run("preview", tmp_path / "none", "-o", tmp_path / "g.png")
     assert res.exit_code == 1 and res.output.startswith("Error: pack folder not found:")
     res = run("preview", packs / "plain", "-o", tmp_path / "g.png", "--obs", tmp_path / "no.png")
-    assert res.output == f"Error: cannot read --obs {tmp_path / 'no.png'}: no such file\n"
-    (tmp_path / "bad.png").write_text("not an image")
-    res = run("preview", packs / "plain", "-o", tmp_path / "g.png", "--obs", tmp_path / "bad.png")
     assert (
         res.output
-        == f"Error: cannot read --obs {tmp_path / 'bad.png'}: not an image PIL can read\n"
+        == f"Error: cannot read the observation image {tmp_path / 'no.png'}: no such file\n"
+    )
+    (tmp_path / "bad.png").write_text("not an image")
+    res = run("preview", packs / "plain", "-o", tmp_path / "g.png", "--obs", tmp_path / "bad.png")
+    bad = tmp_path / "bad.png"
+    assert (
+        res.output == f"Error: cannot read the observation image {bad}: not an image PIL can read\n"
     )
     res = run("preview", packs / "plain", "-o", tmp_path / "dir" / "missing" / "g.png")
     assert res.exit_code == 1 and res.output.startswith(f"Error: cannot write {tmp_path}")

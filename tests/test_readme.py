@@ -20,9 +20,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import make_flat, noise
+from helpers import make_flat, noise
 
-from mixshard.synthetic import make_image_folder
+from mixshard.testdata import make_image_folder
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import crash_chunk, noise
+from helpers import crash_chunk, noise
 
 import mixshard
 from mixshard.cli import cli
-from mixshard.constants import JOURNAL_NAME
+from mixshard.core.constants import JOURNAL_NAME
 
 ARGS = ["--size", "16", "--shard-size", "20", "--block-size", "8"]
 
@@ -92,7 +92,7 @@ def test_kill_9_then_resume_is_byte_identical(source, tmp_path, workers):
     assert (out / JOURNAL_NAME).exists()
     res = resume(src, out, workers=2)
     assert res.exit_code == 0, res.output
-    assert "reused from the interrupted run" in res.output
+    assert "reused from earlier runs" in res.output
     assert files(out) == files(ref)
 
 
@@ -124,7 +124,7 @@ def test_resume_redoes_a_shard_whose_journal_line_was_cut(source, tmp_path):
     journal.write_text("\n".join(lines[:2]) + "\n" + lines[2][:15])  # a line cut by the kill
     (out / "shard-000009.tar.partial").write_bytes(b"half a shard")
     res = resume(src, out)
-    assert res.exit_code == 0 and "1 reused from the interrupted run" in res.output
+    assert res.exit_code == 0 and "1 reused from earlier runs" in res.output
     assert files(out) == files(ref)
 
 
@@ -144,7 +144,7 @@ def test_dead_worker_is_an_error_not_a_hang(tmp_path, monkeypatch):
     src = tmp_path / "src"
     for i in range(70):
         noise(src / f"{i}.png", size=(20, 20), seed=i)
-    monkeypatch.setattr(sys.modules["mixshard.pack"], "decode_chunk", crash_chunk)
+    monkeypatch.setattr(sys.modules["mixshard.writing.localrun"], "decode_chunk", crash_chunk)
     with pytest.raises(mixshard.MixshardError, match="a decode worker process died"):
         mixshard.pack(src, tmp_path / "out", size=8, workers=2)
     state = json.loads((tmp_path / "out" / JOURNAL_NAME).read_text().splitlines()[0])

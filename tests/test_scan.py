@@ -4,10 +4,10 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import make_flat, make_tree, solid
+from helpers import make_flat, make_tree, solid
 
-from mixshard.errors import SourceError
-from mixshard.scan import natural_key, scan
+from mixshard.core.errors import SourceError
+from mixshard.writing.scanning import natural_key, scan
 
 
 def test_natural_sort_orders_numbers_by_value():
@@ -26,13 +26,13 @@ def test_imagefolder_classes_and_recursive_items(tmp_path):
         solid(tmp_path / rel, (1, 2, 3))
     found = scan(tmp_path)
     assert found.labels == "folders"
-    assert found.classes == ["c1", "c2", "c10"]
-    assert found.items == [
+    assert found.classes == ["c1", "c10", "c2"]  # torchvision's order: plain sorted
+    assert found.items == [  # items: natural order
         ("c1/x.jpeg", 0),
-        ("c2/a.PNG", 1),
-        ("c2/sub/deep/b9.png", 1),
-        ("c2/sub/deep/b10.png", 1),
-        ("c10/a.png", 2),
+        ("c2/a.PNG", 2),
+        ("c2/sub/deep/b9.png", 2),
+        ("c2/sub/deep/b10.png", 2),
+        ("c10/a.png", 1),
     ]
     assert found.skipped == []
 
@@ -64,7 +64,7 @@ def test_mixed_tree_is_an_error_naming_both(tmp_path):
     msg = str(err.value)
     assert "loose images (1, e.g. loose.png)" in msg
     assert "class folders (1, e.g. cls/)" in msg
-    assert "--labels folders" in msg and "--labels none" in msg
+    assert "labels='folders'" in msg and "labels='none'" in msg
 
 
 def test_labels_none_and_folders_on_a_mixed_tree(tmp_path):
@@ -75,7 +75,7 @@ def test_labels_none_and_folders_on_a_mixed_tree(tmp_path):
     folders = scan(tmp_path, labels="folders")
     assert folders.items == [("cls/a.png", 0)]
     assert folders.skipped == [
-        {"path": "loose.png", "reason": "outside any class folder (--labels folders)"}
+        {"path": "loose.png", "reason": "outside any class folder (labels='folders')"}
     ]
 
 

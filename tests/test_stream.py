@@ -1,13 +1,10 @@
-"""ShardStream / loader: shapes, epochs, splits, determinism, resume, HTTP, bad input."""
+"""ShardStream / loader: shapes, epochs, orders, splits, determinism, resume, HTTP, bad input."""
 
 from __future__ import annotations
 
-import functools
-import http.server
 import json
+import multiprocessing
 import os
-import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -16,12 +13,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import make_tree, read_pack
+from helpers import copy_pack, free_port, make_tree, read_pack, serve_folder
 
 import mixshard
 from mixshard import ManifestError, MixshardError, ShardError, ShardStream
+from mixshard.reading import stream as stream_module
 
 N = 96  # images; a multiple of world_size * batch_size for world sizes 1-4 and batch 8
+PATTERN = "shard-{000000..000004}.tar"
 
 
 @pytest.fixture(scope="module")
@@ -44,16 +43,8 @@ def ids(pack_dir) -> dict[bytes, tuple[str, int]]:
 
 @pytest.fixture(scope="module")
 def http_url(pack_dir):
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), functools.partial(Quiet, directory=str(pack_dir))
-    )
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}/shard-{{000000..000004}}.tar"
-    server.shutdown()
+    with serve_folder(pack_dir) as base:
+        yield f"{base}/{PATTERN}"
 
 
 def keys_of(batches, ids) -> list[list[str]]:
@@ -68,20 +59,37 @@ def flat(lists):
     return [x for xs in lists for x in xs]
 
 
-SOURCES = ["local", "file", "http"]
+def all_keys(ids) -> list[str]:
+    return sorted(k for k, _ in ids.values())
+
+
+SOURCES = ["global", "block", "file", "http"]
+LOCAL = ["global", "block"]
+
+
+def source_kw(kind: str, pack_dir: Path, request) -> dict:
+    """ShardStream arguments for a kind of source: a local pack in either order, or URLs."""
+    if kind == "global":
+        return {"source": str(pack_dir), "order": "global"}
+    if kind == "block":
+        return {"source": str(pack_dir), "order": "block", "window": 2}
+    if kind == "file":
+        return {"source": str(pack_dir / PATTERN)}
+    return {"source": request.getfixturevalue("http_url")}
 
 
 @pytest.fixture(params=SOURCES)
-def source(request, pack_dir):
-    if request.param == "local":
-        return str(pack_dir)
-    if request.param == "file":
-        return str(pack_dir / "shard-{000000..000004}.tar")
-    return request.getfixturevalue("http_url")
+def src(request, pack_dir) -> dict:
+    return source_kw(request.param, pack_dir, request)
 
 
-def test_batches_are_full_uint8_nchw_and_cover_the_epoch_once(source, ids):
-    stream = ShardStream(source, 8, labels=True)
+@pytest.fixture(params=LOCAL)
+def local(request, pack_dir) -> dict:
+    return source_kw(request.param, pack_dir, request)
+
+
+def test_batches_are_full_uint8_nchw_and_cover_the_epoch_once(src, ids):
+    stream = ShardStream(batch_size=8, labels=True, **src)
     assert len(stream) == N // 8
     batches = list(stream)
     assert len(batches) == N // 8
@@ -90,37 +98,55 @@ def test_batches_are_full_uint8_nchw_and_cover_the_epoch_once(source, ids):
         assert images.is_contiguous()
         assert labels.dtype == torch.int64 and labels.shape == (8,)
         assert labels.tolist() == [ids[i.numpy().tobytes()][1] for i in images]
-    keys = flat(keys_of(batches, ids))
-    assert sorted(keys) == sorted(k for k, _ in ids.values())  # exactly once
+    assert sorted(flat(keys_of(batches, ids))) == all_keys(ids)  # exactly once
 
 
-def test_epochs_differ_and_seeds_repeat(source, ids):
-    stream = ShardStream(source, 8)
+def test_epochs_differ_and_seeds_repeat(src, ids):
+    stream = ShardStream(batch_size=8, **src)
     first, second = keys_of(list(stream), ids), keys_of(list(stream), ids)
     assert first != second and sorted(flat(first)) == sorted(flat(second))
-    again = ShardStream(source, 8)
-    assert keys_of(list(again), ids) == first
-    assert keys_of(list(ShardStream(source, 8, seed=1)), ids) != first
+    assert keys_of(list(ShardStream(batch_size=8, **src)), ids) == first
+    assert keys_of(list(ShardStream(batch_size=8, seed=1, **src)), ids) != first
     assert stream.epoch == 2
+
+
+def test_block_order_reads_blocks_in_windows(pack_dir, ids):
+    _, _, keys = read_pack(pack_dir)
+    counts = [b.count for s in mixshard.Manifest.load(pack_dir).shards for b in s.blocks]
+    blocks = [b for b, count in enumerate(counts) for _ in range(count)]
+    block_of = dict(zip(keys, blocks))
+    stream = ShardStream(pack_dir, 8, order="block", window=2)
+    assert stream.order == "block"
+    for batch in keys_of(list(stream), ids):
+        assert len({block_of[k] for k in batch}) <= 4  # two windows of two blocks at most
+
+
+def test_auto_order_follows_available_memory(pack_dir, monkeypatch):
+    assert ShardStream(pack_dir, 8).order == "global"
+    pack_bytes = mixshard.Manifest.load(pack_dir).total_bytes
+    monkeypatch.setattr(stream_module, "available_memory", lambda: 2 * pack_bytes - 1)
+    assert ShardStream(pack_dir, 8).order == "block"
+    monkeypatch.setattr(stream_module, "available_memory", lambda: 2 * pack_bytes)
+    assert ShardStream(pack_dir, 8).order == "global"
 
 
 def test_pipe_command_source(pack_dir, ids):
     # webdataset's `pipe:` URLs; the manifest is found by replacing the shard's path
-    source = f"pipe:cat {pack_dir}/shard-{{000000..000004}}.tar"
-    keys = flat(keys_of(list(ShardStream(source, 8)), ids))
-    assert sorted(keys) == sorted(k for k, _ in ids.values())
+    source = f"pipe:cat {pack_dir}/{PATTERN}"
+    assert sorted(flat(keys_of(list(ShardStream(source, 8)), ids))) == all_keys(ids)
 
 
 def test_no_shuffle_keeps_stored_order(pack_dir, ids):
     _, _, keys = read_pack(pack_dir)
-    for source in (str(pack_dir), str(pack_dir / "shard-{000000..000004}.tar")):
-        got = flat(keys_of(list(ShardStream(source, 8, shuffle=False)), ids))
+    for kw in ({"order": "global"}, {"order": "block"}, {}):
+        source = str(pack_dir) if kw else str(pack_dir / PATTERN)
+        got = flat(keys_of(list(ShardStream(source, 8, shuffle=False, **kw)), ids))
         assert got == keys
 
 
-def test_leftover_images_differ_between_epochs(pack_dir, ids):
-    stream = ShardStream(pack_dir, 10)  # 96 = 9 * 10 + 6 left over
-    everything = {k for k, _ in ids.values()}
+def test_leftover_images_differ_between_epochs(local, ids):
+    stream = ShardStream(batch_size=10, **local)  # 96 = 9 * 10 + 6 left over
+    everything = set(all_keys(ids))
     left = []
     for _ in range(3):
         keys = flat(keys_of(list(stream), ids))
@@ -130,127 +156,142 @@ def test_leftover_images_differ_between_epochs(pack_dir, ids):
 
 
 @pytest.mark.parametrize("world", [2, 3])
-def test_ranks_get_disjoint_images_and_equal_batch_counts(source, ids, world):
+def test_ranks_get_disjoint_images_and_equal_batch_counts(src, ids, world):
     per_rank = [
-        flat(keys_of(list(ShardStream(source, 8, rank=r, world_size=world)), ids))
+        flat(keys_of(list(ShardStream(batch_size=8, rank=r, world_size=world, **src)), ids))
         for r in range(world)
     ]
-    assert len({len(k) for k in per_rank}) == 1
-    assert len(per_rank[0]) == (N // (world * 8)) * 8
+    assert {len(k) for k in per_rank} == {(N // (world * 8)) * 8}
     seen = flat(per_rank)
     assert len(seen) == len(set(seen))
     if N % (world * 8) == 0:
-        assert sorted(seen) == sorted(k for k, _ in ids.values())
+        assert sorted(seen) == all_keys(ids)
 
 
 @pytest.mark.parametrize("kind", ["thread", "process"])
-def test_workers_give_the_same_batches_locally(pack_dir, ids, kind):
-    ref = keys_of(list(mixshard.loader(pack_dir, 8, num_workers=0, workers=kind)), ids)
-    assert ref == keys_of(list(ShardStream(pack_dir, 8)), ids)
+def test_workers_give_the_same_batches_locally(local, ids, kind):
+    ref = keys_of(list(mixshard.loader(batch_size=8, num_workers=0, workers=kind, **local)), ids)
+    assert ref == keys_of(list(ShardStream(batch_size=8, **local)), ids)
     for workers in (2, 7):  # 7 workers > 5 shards
-        got = mixshard.loader(pack_dir, 8, num_workers=workers, workers=kind)
+        got = mixshard.loader(batch_size=8, num_workers=workers, workers=kind, **local)
         assert keys_of(list(got), ids) == ref
 
 
-def test_plain_dataloader_over_a_stream(pack_dir, ids):
-    stream = ShardStream(pack_dir, 8)
+def test_plain_dataloader_over_a_stream(local, ids):
+    stream = ShardStream(batch_size=8, **local)
     dl = torch.utils.data.DataLoader(stream, batch_size=None, num_workers=2)
-    assert keys_of(list(dl), ids) == keys_of(list(ShardStream(pack_dir, 8)), ids)
+    assert keys_of(list(dl), ids) == keys_of(list(ShardStream(batch_size=8, **local)), ids)
 
 
 @pytest.mark.parametrize("remote", ["file", "http"])
-def test_remote_workers_cover_once_and_are_deterministic(pack_dir, http_url, ids, remote):
-    source = http_url if remote == "http" else str(pack_dir / "shard-{000000..000004}.tar")
+def test_remote_workers_cover_once_and_are_deterministic(pack_dir, request, ids, remote):
+    source = source_kw(remote, pack_dir, request)["source"]
     for workers in (2, 7):
         runs = [
             keys_of(list(mixshard.loader(source, 8, num_workers=workers)), ids) for _ in range(2)
         ]
         assert runs[0] == runs[1]
-        assert sorted(flat(runs[0])) == sorted(k for k, _ in ids.values())
+        assert sorted(flat(runs[0])) == all_keys(ids)
+
+
+def _loader_threads() -> set[int]:
+    return {t.ident for t in threading.enumerate() if t.name.startswith("ThreadPoolExecutor")}
 
 
 @pytest.mark.parametrize("kind", ["thread", "process"])
 def test_loader_epochs_continue_without_respawning(pack_dir, ids, kind):
     loader = mixshard.loader(pack_dir, 8, num_workers=2, workers=kind)
+    before = _loader_threads() if kind == "thread" else set()
     first = keys_of(list(loader), ids)
-    live = loader._it  # noqa: SLF001
+    workers = (
+        _loader_threads() - before
+        if kind == "thread"
+        else {p.pid for p in multiprocessing.active_children()}
+    )
+    assert workers
     second = keys_of(list(loader), ids)
-    assert loader._it is live  # noqa: SLF001
+    now = (
+        _loader_threads() - before
+        if kind == "thread"
+        else {p.pid for p in multiprocessing.active_children()}
+    )
+    assert now == workers
     assert first != second and sorted(flat(first)) == sorted(flat(second))
     stream = ShardStream(pack_dir, 8)
     assert [first, second] == [keys_of(list(stream), ids), keys_of(list(stream), ids)]
     loader.close()
 
 
-def test_infinite_never_stops_and_keeps_epochs_whole(source, ids):
-    stream = ShardStream(source, 8, infinite=True)
+def test_infinite_never_stops_and_keeps_epochs_whole(src, ids):
+    stream = ShardStream(batch_size=8, infinite=True, **src)
     with pytest.raises(TypeError, match="no length"):
         len(stream)
     it = iter(stream)
-    batches = [next(it) for _ in range(3 * (N // 8) + 2)]
-    keys = keys_of(batches, ids)
+    keys = keys_of([next(it) for _ in range(3 * (N // 8) + 2)], ids)
     for epoch in range(3):
-        chunk = flat(keys[epoch * 12 : (epoch + 1) * 12])
-        assert sorted(chunk) == sorted(k for k, _ in ids.values())
+        assert sorted(flat(keys[epoch * 12 : (epoch + 1) * 12])) == all_keys(ids)
 
 
 @pytest.mark.parametrize("workers", [0, 2])
-def test_resume_mid_epoch_gives_the_uninterrupted_batches(source, ids, workers):
-    ref = mixshard.loader(source, 8, num_workers=workers, seed=3)
+def test_resume_mid_epoch_gives_the_uninterrupted_batches(src, ids, workers):
+    ref = mixshard.loader(batch_size=8, num_workers=workers, seed=3, **src)
     full = keys_of(list(ref) + list(ref), ids)
-    run = mixshard.loader(source, 8, num_workers=workers, seed=3)
+    run = mixshard.loader(batch_size=8, num_workers=workers, seed=3, **src)
     it = iter(run)
     head = keys_of([next(it) for _ in range(5)], ids)
     state = json.loads(json.dumps(run.state_dict()))
     assert state["epoch"] == 0 and state["batch"] == 5
     run.close()
-    resumed = mixshard.loader(source, 8, num_workers=workers, seed=3)
+    resumed = mixshard.loader(batch_size=8, num_workers=workers, seed=3, **src)
     resumed.load_state_dict(state)
-    tail = keys_of(list(resumed) + list(resumed), ids)
-    assert head + tail == full
+    assert head + keys_of(list(resumed) + list(resumed), ids) == full
     with pytest.raises(ValueError, match="saved with seed=3"):
-        mixshard.loader(source, 8, seed=4).load_state_dict(state)
+        mixshard.loader(batch_size=8, seed=4, **src).load_state_dict(state)
 
 
-def test_stream_state_dict_in_process(pack_dir, ids):
-    stream = ShardStream(pack_dir, 8, infinite=True)
+def test_state_dict_names_the_order(pack_dir):
+    state = ShardStream(pack_dir, 8, order="block", window=2).state_dict()
+    assert (state["order"], state["window"]) == ("block", 2)
+    with pytest.raises(ValueError, match="saved with order='block', this stream has order="):
+        ShardStream(pack_dir, 8, order="global").load_state_dict(state)
+    with pytest.raises(ValueError, match="saved with window=2, this stream has window=3"):
+        ShardStream(pack_dir, 8, order="block", window=3).load_state_dict(state)
+
+
+def test_stream_state_dict_in_process(local, ids):
+    stream = ShardStream(batch_size=8, infinite=True, **local)
     it = iter(stream)
-    [next(it) for _ in range(14)]
+    for _ in range(14):
+        next(it)
     state = stream.state_dict()
     assert (state["epoch"], state["batch"]) == (1, 2)
     expected = keys_of([next(it) for _ in range(4)], ids)
-    other = ShardStream(pack_dir, 8, infinite=True)
+    other = ShardStream(batch_size=8, infinite=True, **local)
     other.load_state_dict(state)
     assert keys_of([b for b, _ in zip(other, range(4))], ids) == expected
 
 
-def test_set_epoch(pack_dir, ids):
-    a, b = ShardStream(pack_dir, 8), ShardStream(pack_dir, 8)
+def test_set_epoch(local, ids):
+    a, b = ShardStream(batch_size=8, **local), ShardStream(batch_size=8, **local)
     list(a)
     b.set_epoch(1)
     assert keys_of(list(a), ids) == keys_of(list(b), ids)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def test_batch_index_says_which_images_make_a_batch(pack_dir, ids):
+    _, _, keys = read_pack(pack_dir)
+    stream = ShardStream(pack_dir, 8, order="block", window=2)
+    expected = [[keys[i] for i in stream.batch_index(k).tolist()] for k in range(N // 8)]
+    assert keys_of(list(stream), ids) == expected
 
 
 def test_two_process_distributed_run(pack_dir, ids, tmp_path):
-    port = _free_port()
+    port = free_port()
     job = Path(__file__).parent / "dist_job.py"
     procs = [
         subprocess.Popen(
-            [
-                sys.executable,
-                str(job),
-                str(rank),
-                "2",
-                str(port),
-                str(pack_dir),
-                str(tmp_path / f"rank{rank}.json"),
-            ]
+            [sys.executable, str(job), str(rank), "2", str(port), str(pack_dir)]
+            + [str(tmp_path / f"rank{rank}.json")]
         )
         for rank in range(2)
     ]
@@ -260,23 +301,17 @@ def test_two_process_distributed_run(pack_dir, ids, tmp_path):
     assert results[0]["batches"] == results[1]["batches"] == N // 16
     keys = [[ids[bytes.fromhex(h)][0] for h in r["images"]] for r in results]
     assert not set(keys[0]) & set(keys[1])
-    assert sorted(keys[0] + keys[1]) == sorted(k for k, _ in ids.values())
+    assert sorted(keys[0] + keys[1]) == all_keys(ids)
 
 
 # ------------------------------------------------------------------------------ bad input
-
-
-def copy_pack(pack_dir: Path, tmp_path: Path) -> Path:
-    dst = tmp_path / "copy"
-    shutil.copytree(pack_dir, dst)
-    return dst
 
 
 def test_missing_and_invalid_manifest(tmp_path, pack_dir):
     (tmp_path / "half").mkdir()
     with pytest.raises(ManifestError, match="no index.json in .*half: not a finished"):
         ShardStream(tmp_path / "half", 8)
-    bad = copy_pack(pack_dir, tmp_path)
+    bad = copy_pack(pack_dir, tmp_path / "copy")
     doc = json.loads((bad / "index.json").read_text())
     (bad / "index.json").write_text(json.dumps({**doc, "version": 2}))
     with pytest.raises(ManifestError, match="is shard format version 2; this mixshard reads"):
@@ -286,26 +321,49 @@ def test_missing_and_invalid_manifest(tmp_path, pack_dir):
         ShardStream(bad, 8)
 
 
-def test_truncated_and_altered_local_shards(tmp_path, pack_dir):
-    bad = copy_pack(pack_dir, tmp_path)
+def test_truncated_shard_is_named_at_open(tmp_path, pack_dir):
+    bad = copy_pack(pack_dir, tmp_path / "copy")
     data = (bad / "shard-000001.tar").read_bytes()
     (bad / "shard-000001.tar").write_bytes(data[:-1000])
     with pytest.raises(ShardError) as err:
-        list(ShardStream(bad, 8))
+        ShardStream(bad, 8)
     assert str(err.value) == (
         f"shard {bad}/shard-000001.tar is {len(data) - 1000} bytes, index.json says {len(data)} "
         f"(truncated or altered); run `mixshard verify {bad}`, then repack or restore the file"
     )
-    (bad / "shard-000001.tar").write_bytes(data)
-    moved = bytearray(data)
-    moved[512:518] = b"XXXXXX"  # the first block's .npy header
-    (bad / "shard-000001.tar").write_bytes(bytes(moved))
-    with pytest.raises(ShardError, match="block 00000003 is not where index.json says"):
-        list(ShardStream(bad, 8))
+
+
+@pytest.mark.parametrize("kind", LOCAL)
+def test_a_bad_block_is_found_when_read(tmp_path, pack_dir, ids, kind):
+    bad = copy_pack(pack_dir, tmp_path / "copy")
+    data = bytearray((bad / "shard-000001.tar").read_bytes())
+    data[512:518] = b"XXXXXX"  # the first block's .npy header
+    (bad / "shard-000001.tar").write_bytes(bytes(data))
+    stream = ShardStream(bad, 8, order=kind, window=2)  # opening reads no block
+    with pytest.raises(ShardError) as err:
+        list(stream)
+    assert str(err.value) == (
+        f"shard {bad}/shard-000001.tar block 00000003: no .npy header where index.json says "
+        f"(altered); run `mixshard verify {bad}`, then repack or restore the file"
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        batches = list(ShardStream(bad, 8, order=kind, window=2, on_error="skip", labels=True))
+    assert [str(w.message) for w in caught] == [
+        f"mixshard: skipping a bad block: shard {bad}/shard-000001.tar block 00000003: "
+        "no .npy header where index.json says"
+    ]
+    assert len(batches) == N // 8  # every batch full: the bad block's images are replaced
+    keys = flat(keys_of(batches, ids))
+    _, _, stored = read_pack(pack_dir)
+    assert not set(keys) & set(stored[20:28])  # block 00000003 holds images 20-27
+    assert len(set(keys)) == N - 8
+    for images, labels in batches:
+        assert labels.tolist() == [ids[i.numpy().tobytes()][1] for i in images]
 
 
 def test_skip_bad_local_shard_with_one_warning(tmp_path, pack_dir, ids):
-    bad = copy_pack(pack_dir, tmp_path)
+    bad = copy_pack(pack_dir, tmp_path / "copy")
     (bad / "shard-000002.tar").unlink()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -320,15 +378,15 @@ def test_skip_bad_local_shard_with_one_warning(tmp_path, pack_dir, ids):
         if name.endswith(".tar"):
             (bad / name).unlink()
     with pytest.warns(RuntimeWarning), pytest.raises(MixshardError, match="every shard of"):
-        list(ShardStream(bad, 8, on_error="skip"))
+        ShardStream(bad, 8, on_error="skip")
 
 
-def test_remote_truncated_altered_and_unreachable(tmp_path, pack_dir, ids):
-    bad = copy_pack(pack_dir, tmp_path)
-    pattern = str(bad / "shard-{000000..000004}.tar")
+def test_remote_truncated_altered_and_unreachable(tmp_path, pack_dir):
+    bad = copy_pack(pack_dir, tmp_path / "copy")
+    pattern = str(bad / PATTERN)
     data = (bad / "shard-000003.tar").read_bytes()
     (bad / "shard-000003.tar").write_bytes(data[: len(data) // 2])
-    with pytest.raises(ShardError, match="shard-000003.tar"):
+    with pytest.raises(ShardError, match="shard-000003.tar ends early, inside block 00000010"):
         list(ShardStream(pattern, 8))
     altered = bytearray(data)
     altered[1000] ^= 1  # a pixel: only the sha256 can tell
@@ -337,7 +395,8 @@ def test_remote_truncated_altered_and_unreachable(tmp_path, pack_dir, ids):
         list(ShardStream(pattern, 8, shuffle=False))
     with pytest.warns(RuntimeWarning, match="skipping a bad shard: shard .*shard-000003.tar"):
         batches = list(ShardStream(pattern, 8, on_error="skip", shuffle=False))
-    assert len(batches) >= 9
+    # the sha256 is known only once the whole shard has streamed: its blocks were served
+    assert len(batches) == 12
     for name in os.listdir(bad):
         if name.endswith(".tar"):
             (bad / name).write_bytes(b"garbage")
@@ -348,7 +407,7 @@ def test_remote_truncated_altered_and_unreachable(tmp_path, pack_dir, ids):
         next(iter(loader))  # an error, not an endless wait
     with pytest.raises(ValueError, match="workers='thread' needs a local pack folder"):
         mixshard.loader(pattern, 8, workers="thread")
-    port = _free_port()  # nothing listens there
+    port = free_port()  # nothing listens there
     url = f"http://127.0.0.1:{port}/pack/shard-{{000000..000001}}.tar"
     with pytest.raises(ShardError) as err:
         ShardStream(url, 8)
@@ -356,7 +415,7 @@ def test_remote_truncated_altered_and_unreachable(tmp_path, pack_dir, ids):
     assert str(err.value).endswith("check the URL and that the server is up")
 
 
-def test_unknown_shard_and_too_small_pack(pack_dir, tmp_path):
+def test_unknown_shard_and_too_small_pack(pack_dir):
     with pytest.raises(MixshardError, match="shard-000009.tar is not listed in the manifest"):
         ShardStream(str(pack_dir / "shard-000009.tar"), 8)
     with pytest.raises(
@@ -367,21 +426,39 @@ def test_unknown_shard_and_too_small_pack(pack_dir, tmp_path):
         list(ShardStream(pack_dir, 100))
 
 
-def test_dead_worker_is_an_error_not_a_hang(pack_dir, monkeypatch):
-    def die(self, *args):
-        os._exit(7)
-        yield
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"batch_size": 0}, "batch_size must be >= 1, got 0"),
+        ({"order": "random"}, "order must be one of auto, global, block, got 'random'"),
+        ({"window": 0}, "window must be >= 1, got 0"),
+        ({"world_size": 0}, "world_size must be >= 1, got 0"),
+        ({"rank": 2, "world_size": 2}, r"rank must be in \[0, world_size\), got rank=2"),
+        ({"rank": -1}, r"rank must be in \[0, world_size\), got rank=-1"),
+        ({"on_error": "ignore"}, "on_error must be 'raise' or 'skip', got 'ignore'"),
+    ],
+)
+def test_bad_arguments(pack_dir, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ShardStream(pack_dir, **{"batch_size": 8, **kwargs})
 
-    monkeypatch.setattr(ShardStream, "_local_batches", die)
-    loader = mixshard.loader(pack_dir, 8, num_workers=2, workers="process")
+
+def test_dead_worker_process_is_an_error_not_a_hang(pack_dir):
+    loader = mixshard.loader(pack_dir, 8, num_workers=2, workers="process", infinite=True)
+    it = iter(loader)
+    next(it)
+    for child in multiprocessing.active_children():
+        child.kill()
     with pytest.raises(MixshardError, match="a loader worker process died"):
-        list(loader)
+        for _ in range(100):
+            next(it)
 
 
 def test_prefetch_on_cpu_passes_batches_through(pack_dir):
     batches = list(mixshard.loader(pack_dir, 8, num_workers=0))
     got = list(mixshard.prefetch(mixshard.loader(pack_dir, 8, num_workers=0), "cpu"))
-    assert all(a.data_ptr() != 0 and torch.equal(a, b) for a, b in zip(got, batches))
+    assert len(got) == len(batches) == N // 8
+    assert all(torch.equal(a, b) for a, b in zip(got, batches))
 
 
 @pytest.mark.cuda
@@ -393,5 +470,26 @@ def test_prefetch_cuda_copies_and_keeps_order(pack_dir):
     for images, labels in mixshard.prefetch(loader, "cuda"):
         assert images.is_cuda and labels.is_cuda
         got.append((images.cpu(), labels.cpu()))
+    assert len(got) == len(batches) == N // 8
     assert all(torch.equal(a, c) and torch.equal(b, d) for (a, b), (c, d) in zip(got, batches))
     assert torch.cuda.memory_allocated() - before <= 2 * 2 * (8 * 3 * 8 * 8 + 8 * 8) + 4096
+
+
+def test_closing_a_loader_stops_its_threads(pack_dir):
+    before = set(threading.enumerate())
+
+    def ours() -> list[threading.Thread]:
+        now = set(threading.enumerate()) - before
+        return [t for t in now if t.name.startswith("mixshard-")]
+
+    loader = mixshard.loader(pack_dir, 8, num_workers=2, order="block", window=2, infinite=True)
+    it = iter(loader)
+    for _ in range(30):
+        next(it)
+    assert ours()
+    loader.close()
+    with pytest.raises(StopIteration):  # an iteration in progress ends with close()
+        next(it)
+    for t in ours():
+        t.join(timeout=5)
+    assert ours() == []

@@ -51,16 +51,32 @@ def test_verify_names_each_bad_shard(packed):
     )
 
 
-def test_verify_checks_offsets_against_the_tar(packed):
+def test_a_manifest_with_moved_offsets_is_refused(packed):
     doc = json.loads((packed / "index.json").read_text())
     doc["shards"][0]["blocks"][0]["offset"] += 64
     (packed / "index.json").write_text(json.dumps(doc))
     res = run("verify", packed, "-q")
     assert res.exit_code == 1
+    assert res.stderr == (
+        f"Error: {packed}/index.json is inconsistent (shard-000000.tar block 00000000: offset "
+        f"{doc['shards'][0]['blocks'][0]['offset']} is not where a block can start); the pack "
+        "is damaged: repack it with `mixshard pack SRC OUT --overwrite`\n"
+    )
+
+
+def test_verify_checks_offsets_against_the_tar(tree, tmp_path):
+    out = tmp_path / "out"
+    assert run("pack", tree, out, "--size", 8, "--block-size", 3, "--workers", 1).exit_code == 0
+    # two blocks of 3 images trade keys: a consistent layout, but not what the tar holds
+    doc = json.loads((out / "index.json").read_text())
+    blocks = doc["shards"][0]["blocks"]
+    blocks[0]["key"], blocks[1]["key"] = blocks[1]["key"], blocks[0]["key"]
+    (out / "index.json").write_text(json.dumps(doc))
+    res = run("verify", out, "-q")
+    assert res.exit_code == 1
     assert res.stdout == (
-        "BAD shard-000000.tar: 00000000.images.npy data starts at byte "
-        f"{doc['shards'][0]['blocks'][0]['offset'] - 64}, manifest says "
-        f"{doc['shards'][0]['blocks'][0]['offset']}\n"
+        f"BAD shard-000000.tar: 00000001.images.npy data starts at byte {blocks[1]['offset']}, "
+        f"manifest says {blocks[0]['offset']}\n"
     )
 
 

@@ -12,8 +12,9 @@ import os
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont, ImageOps, UnidentifiedImageError
 
-from .errors import MixshardError
-from .sources import LocalPack
+from ..core.errors import MixshardError
+from ..core.manifest import Manifest
+from .local import LocalPack
 
 LABEL_HEIGHT = 14
 GAP = 2
@@ -27,14 +28,14 @@ def _load_obs(path: str | os.PathLike, size: int) -> np.ndarray:
                 ImageOps.exif_transpose(img).convert("RGB"), (size, size), Image.Resampling.BILINEAR
             )
     except FileNotFoundError:
-        raise MixshardError(f"cannot read --obs {path}: no such file") from None
+        raise MixshardError(f"cannot read the observation image {path}: no such file") from None
     except (UnidentifiedImageError, OSError) as exc:
         reason = (
             "not an image PIL can read"
             if isinstance(exc, UnidentifiedImageError)
             else (exc.strerror or str(exc))
         )
-        raise MixshardError(f"cannot read --obs {path}: {reason}") from None
+        raise MixshardError(f"cannot read the observation image {path}: {reason}") from None
     return np.asarray(fitted, dtype=np.float64)
 
 
@@ -45,7 +46,7 @@ def preview_grid(
     seed: int = 0,
     obs: str | os.PathLike | None = None,
     alpha: float = 0.5,
-) -> Image.Image:
+) -> tuple[Image.Image, int]:
     """A grid of `n` randomly chosen images of a pack (class names under them when labelled).
 
     Args:
@@ -57,10 +58,16 @@ def preview_grid(
 
     Returns:
         The grid as an RGB PIL image, and how many images it shows.
+
+    Raises:
+        ValueError: `alpha` outside [0, 1] or `n` < 1.
+        MixshardError: the pack or the observation image cannot be read.
     """
     if not 0.0 <= alpha <= 1.0:
-        raise MixshardError(f"--alpha must be in [0, 1], got {alpha}")
-    pack = LocalPack.open(folder)
+        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    pack = LocalPack(folder, Manifest.load(folder))
     size = pack.manifest.size
     base = _load_obs(obs, size) if obs is not None else None
     n = min(n, pack.count)

@@ -1,12 +1,15 @@
 """Source tree -> naturally sorted list of (relative path, label), and the class names.
 
 Two layouts are accepted: an ImageFolder tree (each top-level subfolder is a class; images are
-found recursively inside it) and a flat folder (COCO `val2017/`: one unlabeled set). Directory
-symlinks are followed, except those that lead back to a folder above them (a loop, reported).
+found recursively inside it) and a flat folder (COCO `val2017/`: one unlabeled set). Class
+labels follow torchvision's `ImageFolder` (plain sorted folder names). Directory symlinks are
+followed, except those that lead back to a folder above them (a loop, reported). Hidden files
+and folders are not read.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
@@ -14,8 +17,8 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .constants import IMAGE_EXTENSIONS, LABEL_MODES, NO_LABEL
-from .errors import SourceError
+from ..core.constants import IMAGE_EXTENSIONS, LABEL_MODES, NO_LABEL
+from ..core.errors import SourceError
 
 _DIGITS = re.compile(r"(\d+)")
 
@@ -102,6 +105,37 @@ def _walk(root: Path) -> tuple[list[str], list[dict[str, str]]]:
     return images, skipped
 
 
+def class_folders(root: Path) -> list[str]:
+    """The class names of an ImageFolder tree as torchvision finds them: every top-level
+    folder (symlinks followed), in plain sorted order, so labels equal
+    `torchvision.datasets.ImageFolder(root).class_to_idx`."""
+    names = []
+    for entry in os.scandir(root):
+        with contextlib.suppress(OSError):
+            if entry.is_dir():
+                names.append(entry.name)
+    return sorted(names)
+
+
+def _resolve_mode(src, labels: str, loose: list[str], with_images: list[str]) -> str:
+    if labels != "auto":
+        return labels
+    if loose and with_images:
+        raise SourceError(
+            f"{src} holds both loose images ({len(loose)}, e.g. {loose[0]}) and class "
+            f"folders ({len(with_images)}, e.g. {with_images[0]}/); pass labels='folders' "
+            "to use the class folders (loose images are then reported as skipped) or "
+            "labels='none' to pack every image as one unlabeled set"
+        )
+    return "folders" if with_images else "none"
+
+
+def _no_images(name: str) -> str:
+    if name.startswith("."):
+        return "hidden folder: not read (its label stays reserved)"
+    return "empty class folder: no images (its label stays reserved)"
+
+
 def scan(src: str | os.PathLike, labels: str = "auto") -> ScanResult:
     """List the images of an ImageFolder tree or a flat folder.
 
@@ -111,14 +145,17 @@ def scan(src: str | os.PathLike, labels: str = "auto") -> ScanResult:
             unlabeled set when it holds only images), `"folders"` or `"none"`.
 
     Returns:
-        A `ScanResult` with naturally sorted items.
+        A `ScanResult` with naturally sorted items. Classes are every top-level folder in
+        torchvision's order; an empty or unreadable one keeps its label and is reported in
+        `skipped`.
 
     Raises:
+        ValueError: an unknown `labels` mode.
         SourceError: SRC is missing, not a folder, holds no images, or mixes loose images and
             class folders under `labels="auto"`.
     """
     if labels not in LABEL_MODES:
-        raise SourceError(f"unknown labels mode {labels!r}; use one of {', '.join(LABEL_MODES)}")
+        raise ValueError(f"unknown labels mode {labels!r}; use one of {', '.join(LABEL_MODES)}")
     root = Path(src)
     if not root.exists():
         raise SourceError(f"source folder not found: {src}")
@@ -126,39 +163,34 @@ def scan(src: str | os.PathLike, labels: str = "auto") -> ScanResult:
         raise SourceError(f"source must be a folder of images, got a file: {src}")
     try:
         images, skipped = _walk(root)
+        classes = class_folders(root)
     except OSError as exc:
         raise SourceError(f"cannot read source folder {src}: {exc.strerror}") from exc
     images.sort(key=path_key)
-    skipped.sort(key=lambda s: path_key(s["path"]))
     if not images:
         raise SourceError(
             f"no images found in {src} (searched recursively). "
             f"Accepted extensions: {accepted_extensions()}"
         )
-
     loose = [p for p in images if "/" not in p]
-    class_names = sorted({p.split("/", 1)[0] for p in images if "/" in p}, key=natural_key)
-    mode = labels
-    if mode == "auto":
-        if loose and class_names:
-            raise SourceError(
-                f"{src} holds both loose images ({len(loose)}, e.g. {loose[0]}) and class "
-                f"folders ({len(class_names)}, e.g. {class_names[0]}/); pass --labels folders "
-                "to use the class folders (loose images are then reported as skipped) or "
-                "--labels none to pack every image as one unlabeled set"
-            )
-        mode = "folders" if class_names else "none"
-
+    with_images = sorted({p.split("/", 1)[0] for p in images if "/" in p})
+    mode = _resolve_mode(src, labels, loose, with_images)
     if mode == "none":
+        skipped.sort(key=lambda s: path_key(s["path"]))
         return ScanResult([(p, NO_LABEL) for p in images], [], skipped, "none")
-
-    if not class_names:
+    if not with_images:
         raise SourceError(
-            f"--labels folders: {src} has no subfolders with images (a flat folder); "
-            "use --labels none or --labels auto"
+            f"labels='folders': {src} has no subfolders with images (a flat folder); "
+            "use labels='none' or labels='auto'"
         )
-    index = {name: i for i, name in enumerate(class_names)}
+    index = {name: i for i, name in enumerate(classes)}
     items = [(p, index[p.split("/", 1)[0]]) for p in images if "/" in p]
-    outside = [{"path": p, "reason": "outside any class folder (--labels folders)"} for p in loose]
-    skipped = sorted(skipped + outside, key=lambda s: path_key(s["path"]))
-    return ScanResult(items, class_names, skipped, "folders")
+    skipped += [{"path": p, "reason": "outside any class folder (labels='folders')"} for p in loose]
+    reported = {s["path"] for s in skipped}
+    skipped += [
+        {"path": name, "reason": _no_images(name)}
+        for name in sorted(set(classes) - set(with_images))
+        if name not in reported
+    ]
+    skipped.sort(key=lambda s: path_key(s["path"]))
+    return ScanResult(items, classes, skipped, "folders")

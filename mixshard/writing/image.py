@@ -6,71 +6,18 @@ This is the only place pixels are made, so what `mixshard pack` stores is exactl
 
 from __future__ import annotations
 
-import hashlib
-import math
 import os
 import warnings
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from .constants import CROP_MODES, RANDOM_CROP_RATIO, RANDOM_CROP_SCALE
-from .errors import ImageDecodeError
-
-Box = tuple[float, float, float, float]  # left, top, right, bottom in source pixels
+from ..core.constants import CROP_MODES
+from ..core.crops import Box, crop_rng, random_resized_box
+from ..core.errors import ImageDecodeError
 
 _ROTATED = (5, 6, 7, 8)  # EXIF orientations that swap width and height
 _ORIENTATION_TAG = 0x0112
-
-
-def crop_rng(seed: int, key: str) -> np.random.Generator:
-    """The generator of random crops for one image: a function of `(seed, key)` only.
-
-    Seeding by key (the path relative to SRC) rather than by position keeps every image's crops
-    the same whatever the worker count, the shuffle, or the files around it.
-    """
-    digest = hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest()
-    return np.random.default_rng([seed, int.from_bytes(digest, "little")])
-
-
-def random_resized_box(
-    width: int,
-    height: int,
-    rng: np.random.Generator,
-    scale: tuple[float, float] = RANDOM_CROP_SCALE,
-    ratio: tuple[float, float] = RANDOM_CROP_RATIO,
-) -> Box:
-    """A RandomResizedCrop window (torchvision's sampling rule) in a `width x height` image.
-
-    Ten tries at an area fraction in `scale` and a log-uniform aspect ratio in `ratio`; if none
-    fits, the largest centred window whose ratio is clamped into `ratio`.
-    """
-    area = width * height
-    log_lo, log_hi = math.log(ratio[0]), math.log(ratio[1])
-    for _ in range(10):
-        target = area * rng.uniform(scale[0], scale[1])
-        aspect = math.exp(rng.uniform(log_lo, log_hi))
-        w = round(math.sqrt(target * aspect))
-        h = round(math.sqrt(target / aspect))
-        if 0 < w <= width and 0 < h <= height:
-            top = int(rng.integers(0, height - h + 1))
-            left = int(rng.integers(0, width - w + 1))
-            return (left, top, left + w, top + h)
-    left, top, w, h = fallback_window(width, height, ratio)
-    return (left, top, left + w, top + h)
-
-
-def fallback_window(width: int, height: int, ratio: tuple[float, float]) -> tuple[int, ...]:
-    """RandomResizedCrop's window when no try fits: the largest centred window whose aspect
-    ratio is clamped into `ratio`, as `(left, top, w, h)`."""
-    in_ratio = width / height
-    if in_ratio < ratio[0]:
-        w, h = width, min(height, round(width / ratio[0]))
-    elif in_ratio > ratio[1]:
-        w, h = min(width, round(height * ratio[1])), height
-    else:
-        w, h = width, height
-    return ((width - w) // 2, (height - h) // 2, w, h)
 
 
 def crop_boxes(

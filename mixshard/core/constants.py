@@ -10,7 +10,11 @@ SHARD_PREFIX = "shard-"
 SHARD_SUFFIX = ".tar"
 TMP_SUFFIX = ".partial"
 # Written while a pack runs and removed when index.json is in place; lets `--resume` continue.
+# Job-array parts keep one each: `.mixshard-pack.part-K-of-N.jsonl`.
 JOURNAL_NAME = ".mixshard-pack.jsonl"
+JOURNAL_GLOB = ".mixshard-pack*.jsonl"
+# Locked (flock) by the pack writing into a folder, and naming it; removed when it is done.
+LOCK_NAME = ".mixshard-lock"
 
 # Tar member suffixes of one block (`KEY.<suffix>`); KEY is the global block index, `%08d`.
 IMAGES_SUFFIX = "images.npy"
@@ -19,6 +23,13 @@ KEYS_SUFFIX = "keys.json"
 BLOCK_KEY_FORMAT = "{:08d}"
 
 TAR_BLOCK = 512
+
+# Bounds a manifest must respect: a damaged or hostile index.json cannot make a reader allocate
+# more than these.
+MAX_MANIFEST_BYTES = 256 << 20
+MAX_SIZE = 4096
+MAX_BLOCK_SIZE = 1 << 16
+MAX_BLOCK_BYTES = 1 << 30
 
 DEFAULT_SIZE = 84
 DEFAULT_BLOCK_SIZE = 256
@@ -32,10 +43,6 @@ RESAMPLE = "bilinear"
 CROP_MODES = ("center", "random", "full")
 LABEL_MODES = ("auto", "folders", "none")
 NO_LABEL = -1
-
-# torchvision RandomResizedCrop defaults.
-RANDOM_CROP_SCALE = (0.08, 1.0)
-RANDOM_CROP_RATIO = (3.0 / 4.0, 4.0 / 3.0)
 
 # Lower-case; matching is case-insensitive.
 IMAGE_EXTENSIONS = (

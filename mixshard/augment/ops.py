@@ -11,7 +11,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .image import fallback_window
+from ..core.crops import fallback_window
 
 _UINT8_CHUNK_BYTES = 8 << 20  # float scratch per chunk of the uint8 blend path
 CPU_SCRATCH_BYTES = 3 << 19  # 1.5 MB: the float backgrounds of 16 samples at 84 px

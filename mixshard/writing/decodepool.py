@@ -3,6 +3,7 @@ process handles it) and end with the pack process, even after `kill -9`."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -13,7 +14,7 @@ from multiprocessing import get_context
 
 import numpy as np
 
-from .errors import ImageDecodeError
+from ..core.errors import ImageDecodeError
 from .image import load_image
 
 
@@ -34,9 +35,13 @@ def decode_chunk(
     return out
 
 
-def _exit_with_parent(parent: int) -> None:
-    """Worker initializer: end this worker when the pack process is gone (e.g. `kill -9`),
-    instead of leaving it orphaned."""
+def _init_worker(parent: int, close_fds: tuple[int, ...]) -> None:
+    """Worker initializer: drop the descriptors the worker must not hold (the output folder's
+    lock: a worker outliving a killed pack would keep it locked), and end this worker when the
+    pack process is gone (e.g. `kill -9`), instead of leaving it orphaned."""
+    for fd in close_fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -46,8 +51,9 @@ def _exit_with_parent(parent: int) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-def start_pool(workers: int) -> ProcessPoolExecutor:
-    """Start every worker process at once, with Ctrl-C ignored in them.
+def start_pool(workers: int, close_fds: tuple[int, ...] = ()) -> ProcessPoolExecutor:
+    """Start every worker process at once, with Ctrl-C ignored in them and `close_fds`
+    closed in them.
 
     Ctrl-C reaches the whole process group; the pack process handles it (it stops, keeps the
     finished shards, and shuts the pool down), so the workers must not also print a traceback.
@@ -60,8 +66,8 @@ def start_pool(workers: int) -> ProcessPoolExecutor:
     pool = ProcessPoolExecutor(
         max_workers=workers,
         mp_context=get_context(method),
-        initializer=_exit_with_parent,
-        initargs=(os.getpid(),),
+        initializer=_init_worker,
+        initargs=(os.getpid(), tuple(close_fds)),
     )
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if in_main else None

@@ -1,0 +1,128 @@
+"""Where `Overlay` takes its backgrounds from: the whole pack on the device, or a stream.
+
+(The third source, a pool of the pack refilled from the block stream, is in `pool.py`.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..core.manifest import Manifest
+from ..reading.local import LocalPack
+from ..reading.remote import is_folder, read_blocks, resolve_urls
+
+
+def read_pack_to(source: Any, manifest: Manifest, images: torch.Tensor) -> None:
+    """Copy every image of a pack into `images` (a uint8 tensor of `manifest.count` images on
+    any device), block by block in stored order: sequential reads, bounded host memory."""
+    pos = 0
+    if is_folder(source):
+        pack = LocalPack(source, manifest)
+        host = np.empty((manifest.block_size, manifest.image_bytes), np.uint8)
+        for b, count in enumerate(pack.block_count.tolist()):
+            pack.read_block(b, host)
+            block = torch.from_numpy(host[:count]).view(count, 3, manifest.size, manifest.size)
+            images[pos : pos + count].copy_(block)
+            pos += count
+        pack.close()
+        return
+    for url, shard in resolve_urls(source)[1]:
+        for block, _ in read_blocks(url, shard, manifest.size):
+            images[pos : pos + len(block)].copy_(torch.from_numpy(block.copy()))
+            pos += len(block)
+
+
+class DeviceCache:
+    """The whole pack as one uint8 tensor on the device; draws walk a seeded permutation, so
+    every image is drawn once before any is drawn twice."""
+
+    def __init__(
+        self, source: Any, manifest: Manifest, device: torch.device, generator: torch.Generator
+    ) -> None:
+        size = manifest.size
+        self.images = torch.empty((manifest.count, 3, size, size), dtype=torch.uint8, device=device)
+        read_pack_to(source, manifest, self.images)
+        self.count = manifest.count
+        self.generator = generator
+        self._perm = torch.empty(0, dtype=torch.long, device=device)
+        self._cursor = 0
+        self.draws = 0
+
+    def take(self, n: int, own: bool = True) -> torch.Tensor:
+        """`n` images (a new tensor)."""
+        parts = []
+        self.draws += n
+        while n > 0:
+            if self._cursor >= len(self._perm):
+                self._perm = torch.randperm(
+                    self.count, device=self.images.device, generator=self.generator
+                )
+                self._cursor = 0
+            m = min(n, len(self._perm) - self._cursor)
+            parts.append(self._perm[self._cursor : self._cursor + m])
+            self._cursor += m
+            n -= m
+        index = parts[0] if len(parts) == 1 else torch.cat(parts)
+        return self.images.index_select(0, index)
+
+    def stats(self) -> dict[str, Any]:
+        return {"mode": "device", "images": self.count, "draws": self.draws}
+
+    def close(self) -> None:
+        pass
+
+
+class StreamCache:
+    """Backgrounds from `mixshard.loader` + `prefetch`; images left over from a batch are kept
+    for the next call, so no prefetched image is lost or drawn twice."""
+
+    def __init__(
+        self, source: Any, device: torch.device, num_workers: int, seed: int, batch_size: int
+    ) -> None:
+        from ..reading.loading import loader
+        from ..reading.prefetcher import prefetch
+
+        self.loader = loader(
+            source,
+            batch_size,
+            num_workers=num_workers,
+            infinite=True,
+            seed=seed,
+            pin_memory=device.type == "cuda",
+        )
+        self._batches = prefetch(self.loader, device, depth=3)
+        self._left: torch.Tensor | None = None
+        self.draws = 0
+
+    def take(self, n: int, own: bool = True) -> torch.Tensor:
+        """`n` images; with `own=False` they may be a prefetch buffer valid until the next
+        call."""
+        parts = []
+        have = 0
+        self.draws += n
+        if self._left is not None:
+            parts.append(self._left)
+            have = len(self._left)
+            self._left = None
+        while have < n:
+            batch = next(self._batches)
+            parts.append(batch)
+            have += len(batch)
+        last = parts[-1]
+        extra = have - n
+        if extra:
+            # A prefetch buffer is reused a few batches later: keep a copy of the rest.
+            self._left = last[len(last) - extra :].clone()
+            parts[-1] = last[: len(last) - extra]
+        if len(parts) == 1:
+            return parts[0].clone() if own else parts[0]
+        return torch.cat(parts)
+
+    def stats(self) -> dict[str, Any]:
+        return {"mode": "stream", "draws": self.draws}
+
+    def close(self) -> None:
+        self.loader.close()

@@ -1,0 +1,225 @@
+"""`Overlay`: the callable that replaces the reference `random_overlay`.
+
+Backgrounds come from a pack kept whole in device memory (a device-side permutation and gather
+per call), from a pool of it refilled from sequential block reads (packs larger than device
+memory), or from `mixshard.loader` + `mixshard.prefetch`. Flip, crop and resize run batched on
+the device.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..core.env import available_memory, rank_world
+from ..core.manifest import Manifest
+from ..reading.remote import is_folder, resolve_urls
+from .caches import DeviceCache, StreamCache
+from .ops import blend, crop_resize, flip, random_crop_boxes, random_flip_mask, resize
+from .pool import PoolCache, check_pool_args, pool_size
+
+_RATIO = (3.0 / 4.0, 4.0 / 3.0)
+CACHES = ("auto", "device", "pool", "stream")
+
+
+def free_memory(device: torch.device) -> int:
+    """Bytes free for a cache on `device`: free GPU memory, or the RAM this process may use."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    return available_memory()
+
+
+class Overlay:
+    """Random overlay of pack images onto frame-stacked observations.
+
+    Args:
+        source: a pack folder (or shard URLs, see `ShardStream`).
+        alpha: blend weight: a float, `(lo, hi)` for a uniform draw per sample, or a tensor.
+        flip: flip each background horizontally with probability 1/2 (on the device).
+        crop: `(lo, hi)`: a RandomResizedCrop per background with that area scale range
+            (ratio 3/4-4/3), batched on the device; None keeps the packed image whole.
+        device: where backgrounds are made; default each call's `obs.device`.
+        cache: `"device"` (whole pack in device memory), `"pool"` (a pool of `pool` images on
+            the device, each drawn `uses` times, refilled from sequential block reads),
+            `"stream"` (loader workers + prefetch) or `"auto"`: device when the pack fits in
+            `cache_fraction` of the free device memory, else pool.
+        num_workers: stream workers.
+        seed: seed of every random draw (images, alpha, flips, crops).
+        cache_fraction: share of free device memory `"auto"` and a default pool may use.
+        batch_size: batch size of the stream (any number of backgrounds can be asked for).
+        pool: images in the pool; default as many as fit in `cache_fraction`.
+        uses: pool: draws of each image before its slot is refilled.
+
+    `index.json` is read here; images are loaded on the first call. `overlay(obs)` returns the
+    blended observations; `overlay.sample(n, device)` returns `n` backgrounds (uint8 NCHW).
+    """
+
+    def __init__(
+        self,
+        source: str | os.PathLike | list[str],
+        *,
+        alpha: float | tuple[float, float] | torch.Tensor = 0.5,
+        flip: bool = True,
+        crop: tuple[float, float] | None = None,
+        device: str | torch.device | None = None,
+        cache: str = "auto",
+        num_workers: int = 4,
+        seed: int = 0,
+        cache_fraction: float = 0.25,
+        batch_size: int = 256,
+        pool: int | None = None,
+        uses: int = 4,
+    ) -> None:
+        _check_args(cache, crop, alpha, cache_fraction)
+        check_pool_args(pool, uses)
+        self.source = os.fspath(source) if isinstance(source, os.PathLike) else source
+        if is_folder(self.source):
+            self.manifest = Manifest.load(self.source)
+        else:
+            self.manifest = resolve_urls(self.source)[0]
+        self.alpha, self.flip, self.crop = alpha, flip, crop
+        self.device = torch.device(device) if device is not None else None
+        self.cache, self.num_workers, self.seed = cache, num_workers, seed
+        self.cache_fraction, self.batch_size = cache_fraction, batch_size
+        self.pool, self.uses = pool, uses
+        self._states: dict[torch.device, dict[str, Any]] = {}
+        self._warned_resize = False
+
+    def _make_source(self, mode: str, device: torch.device, gen: torch.Generator, seed: int) -> Any:
+        if mode == "device":
+            return DeviceCache(self.source, self.manifest, device, gen)
+        if mode == "pool":
+            size = self.pool or pool_size(
+                self.manifest, int(self.cache_fraction * free_memory(device))
+            )
+            return PoolCache(self.source, self.manifest, device, size, self.uses, seed)
+        batch = max(1, min(self.batch_size, self.manifest.count))
+        return StreamCache(self.source, device, self.num_workers, self.seed, batch)
+
+    def _state(self, device: torch.device) -> dict[str, Any]:
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        state = self._states.get(device)
+        if state is None:
+            # Each DDP rank draws its own backgrounds (the stream splits by rank by itself).
+            seed = int(np.random.SeedSequence([self.seed, rank_world()[0]]).generate_state(1)[0])
+            generator = torch.Generator(device=device).manual_seed(seed)
+            mode = self.cache
+            if mode == "auto":
+                need = self.manifest.count * self.manifest.image_bytes
+                mode = "device" if need <= self.cache_fraction * free_memory(device) else "pool"
+            source = self._make_source(mode, device, generator, seed)
+            state = {"mode": mode, "source": source, "generator": generator}
+            self._states[device] = state
+        return state
+
+    @property
+    def modes(self) -> dict[str, str]:
+        """Which cache each device uses (`"device"`, `"pool"` or `"stream"`), once started."""
+        return {str(d): s["mode"] for d, s in self._states.items()}
+
+    def stats(self) -> dict[str, dict[str, Any]]:
+        """Per device: the cache's counters (draws; for a pool also images in and out, the
+        realised uses per image and the waits for the disk)."""
+        return {str(d): s["source"].stats() for d, s in self._states.items()}
+
+    def _backgrounds(
+        self, n: int, device: torch.device, size: tuple[int, int], own: bool
+    ) -> torch.Tensor:
+        """n backgrounds at `size`: uint8 when nothing was resampled, else float 0..255."""
+        state = self._state(device)
+        gen = state["generator"]
+        imgs = state["source"].take(n, own)
+        pack_size = (self.manifest.size, self.manifest.size)
+        if size != pack_size and not self._warned_resize:
+            warnings.warn(
+                f"mixshard: pack images are {pack_size[0]}x{pack_size[1]} but "
+                f"{size[0]}x{size[1]} were asked for; resizing on the device each "
+                f"call (pack with --size {size[0]} to avoid it)",
+                stacklevel=3,
+            )
+            self._warned_resize = True
+        mask = random_flip_mask(n, 0.5, device, gen) if self.flip else None
+        if self.crop is not None:
+            boxes = random_crop_boxes(n, pack_size[0], pack_size[1], self.crop, _RATIO, device, gen)
+            return crop_resize(imgs, boxes, size, mask)
+        if size != pack_size:
+            imgs = resize(imgs, size)
+        return flip(imgs, mask) if mask is not None else imgs
+
+    def _alpha(self, n: int, device: torch.device) -> float | torch.Tensor:
+        if isinstance(self.alpha, tuple):
+            lo, hi = self.alpha
+            gen = self._state(device)["generator"]
+            return lo + (hi - lo) * torch.rand(n, device=device, generator=gen)
+        if isinstance(self.alpha, torch.Tensor):
+            return self.alpha.to(device)
+        return self.alpha
+
+    def sample(
+        self,
+        n: int,
+        device: str | torch.device | None = None,
+        *,
+        size: int | tuple[int, int] | None = None,
+    ) -> torch.Tensor:
+        """`n` backgrounds, uint8 `(n, 3, size, size)`, flipped/cropped as configured.
+
+        Args:
+            n: how many (0 gives an empty tensor).
+            device: where; default the Overlay's device, else the CPU.
+            size: output side (default the pack's image size).
+        """
+        if n < 0:
+            raise ValueError(f"n must be >= 0, got {n}")
+        device = (
+            torch.device(device) if device is not None else (self.device or torch.device("cpu"))
+        )
+        size = size or self.manifest.size
+        size = (size, size) if isinstance(size, int) else tuple(size)
+        if n == 0:
+            return torch.empty((0, 3, *size), dtype=torch.uint8, device=device)
+        imgs = self._backgrounds(n, device, size, own=True)
+        if imgs.dtype != torch.uint8:
+            imgs = imgs.add_(0.5).floor_().clamp_(0, 255).to(torch.uint8)
+        return imgs
+
+    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
+        """Blend one background per sample into every frame of `obs` `(N, 3k, H, W)`.
+
+        Float obs (0..255) give the obs dtype; uint8 obs give uint8. An empty batch gives an
+        empty result.
+        """
+        if obs.dim() != 4 or obs.shape[1] % 3 or obs.shape[1] == 0:
+            raise ValueError(f"obs must be (N, 3k, H, W) with 3k channels, got {tuple(obs.shape)}")
+        device = self.device or obs.device
+        if device != obs.device:
+            raise ValueError(f"Overlay device {device} but obs on {obs.device}")
+        n, _, h, w = obs.shape
+        if n == 0:
+            return obs.clone()
+        imgs = self._backgrounds(n, device, (h, w), own=False)
+        return blend(obs, imgs, self._alpha(n, device))
+
+    def close(self) -> None:
+        """Stop stream and pool readers and free device caches."""
+        for state in self._states.values():
+            state["source"].close()
+        self._states.clear()
+
+
+def _check_args(
+    cache: str, crop: tuple[float, float] | None, alpha: Any, cache_fraction: float
+) -> None:
+    if cache not in CACHES:
+        raise ValueError(f"cache must be one of {', '.join(CACHES)}, got {cache!r}")
+    if crop is not None and not (0 < crop[0] <= crop[1] <= 1):
+        raise ValueError(f"crop must be (lo, hi) with 0 < lo <= hi <= 1, got {crop}")
+    if isinstance(alpha, tuple) and not 0 <= alpha[0] <= alpha[1] <= 1:
+        raise ValueError(f"alpha range must satisfy 0 <= lo <= hi <= 1, got {alpha}")
+    if not 0 < cache_fraction <= 1:
+        raise ValueError(f"cache_fraction must be in (0, 1], got {cache_fraction}")

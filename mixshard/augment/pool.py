@@ -1,0 +1,219 @@
+"""A pool of pack images on the device, for packs too large to keep whole.
+
+`P` images are resident. Each call draws `n` distinct slots at random; every image is drawn
+exactly `uses` times, then its slot is refilled with the next image of the block-order stream
+(sequential reads), so the disk only has to deliver `draws / uses` images per second and every
+image of the pack enters the pool once per pass. The pool fills over the first calls on a fixed
+schedule (`n` images to start, then `ceil(n / uses)` more per call), so the first call does not
+wait for `P` images. Refills are read ahead on a background thread into pinned host memory and,
+on CUDA, copied on a side stream while the next call is prepared. When the disk falls behind,
+a call waits; `stats()` counts those waits.
+
+Draws depend only on the seed and the call sizes, not on timing.
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..core.errors import MixshardError
+from ..core.manifest import Manifest
+from ..reading.remote import is_folder
+
+REFILL_BATCH = 256  # images per refill read
+REFILL_AHEAD = 8  # refill batches read ahead
+
+
+class RefillFeed:
+    """Images of a pack in block order, endlessly, read ahead on a background thread."""
+
+    def __init__(self, source: Any, seed: int, pin: bool, manifest: Manifest) -> None:
+        from ..reading.loading import loader
+
+        batch = max(1, min(REFILL_BATCH, manifest.count))
+        kwargs = {"order": "block"} if is_folder(source) else {}
+        self._loader = loader(
+            source, batch, num_workers=2, infinite=True, seed=seed, pin_memory=pin, **kwargs
+        )
+        self._queue: queue.Queue = queue.Queue(REFILL_AHEAD)
+        self._left: torch.Tensor | None = None
+        self._stop = threading.Event()
+        self.waits, self.wait_seconds = 0, 0.0
+        self._thread = threading.Thread(target=self._run, daemon=True, name="mixshard-refill")
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            for batch in self._loader:
+                if not self._put(batch):
+                    return
+        except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread
+            self._put(exc)
+
+    def _put(self, item: Any) -> bool:
+        """Queue `item`, unless the feed is closed first."""
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _next(self) -> torch.Tensor:
+        try:
+            item = self._queue.get_nowait()
+        except queue.Empty:
+            self.waits += 1
+            t0 = time.perf_counter()
+            item = self._queue.get()
+            self.wait_seconds += time.perf_counter() - t0
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def take(self, m: int) -> torch.Tensor:
+        """The next `m` images (host memory, pinned when asked)."""
+        parts, have = [], 0
+        if self._left is not None:
+            parts.append(self._left)
+            have = len(self._left)
+        while have < m:
+            batch = self._next()
+            parts.append(batch)
+            have += len(batch)
+        images = parts[0] if len(parts) == 1 else torch.cat(parts)
+        self._left = images[m:] if have > m else None
+        return images[:m]
+
+    def close(self) -> None:
+        self._stop.set()
+        self._loader.close()
+
+
+class PoolCache:
+    """See the module docstring.
+
+    Args:
+        source: the pack (folder or URLs) and its manifest.
+        device: where the pool lives.
+        size: images in the pool (`P`).
+        uses: draws per image before it is replaced.
+        seed: seed of the draws and of the refill order.
+    """
+
+    def __init__(
+        self,
+        source: Any,
+        manifest: Manifest,
+        device: torch.device,
+        size: int,
+        uses: int,
+        seed: int,
+    ) -> None:
+        if size < 1 or uses < 1:
+            raise ValueError(f"pool size and uses must be >= 1, got {size} and {uses}")
+        self.size, self.uses, self.device = min(size, manifest.count), uses, device
+        s = manifest.size
+        self.images = torch.empty((self.size, 3, s, s), dtype=torch.uint8, device=device)
+        self.left = np.zeros(self.size, np.int64)  # draws left per slot
+        self.filled = 0  # slots 0 .. filled-1 hold images
+        self.rng = np.random.default_rng([seed, 5])
+        self.feed = RefillFeed(source, seed, device.type == "cuda", manifest)
+        self.draws = self.entered = self.retired = 0
+        self.last_slots = np.zeros(0, np.int64)  # the slots the last call drew, in draw order
+        self._side = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self._copied: torch.cuda.Event | None = None
+
+    def _put(self, slots: np.ndarray) -> None:
+        """Fill `slots` with the next images of the feed (on CUDA: on the side stream, after
+        the draws queued so far)."""
+        if len(slots) == 0:
+            return
+        host = self.feed.take(len(slots))
+        self.left[slots] = self.uses
+        self.entered += len(slots)
+        index = torch.from_numpy(slots)
+        if self._side is None:
+            self.images.index_copy_(0, index, host)
+            return
+        with torch.cuda.stream(self._side):
+            self._side.wait_stream(torch.cuda.current_stream(self.device))
+            src = host.to(self.device, non_blocking=True)
+            self.images.index_copy_(0, index.to(self.device, non_blocking=True), src)
+            self._copied = torch.cuda.Event()
+            self._copied.record(self._side)
+
+    def _draw(self, n: int) -> np.ndarray:
+        """`n` distinct filled slots, and the bookkeeping of their uses."""
+        slots = self.rng.choice(self.filled, n, replace=False)
+        self.left[slots] -= 1
+        self.draws += n
+        return slots
+
+    def take(self, n: int, own: bool = True) -> torch.Tensor:
+        """`n` images: distinct ones when `n` <= the pool size."""
+        if self.filled < min(n, self.size):  # the first call(s): start with n images
+            self._put(np.arange(self.filled, min(n, self.size)))
+            self.filled = min(n, self.size)
+        if self._copied is not None:
+            torch.cuda.current_stream(self.device).wait_event(self._copied)
+        parts, drawn = [], []
+        for lo in range(0, n, self.filled):
+            slots = self._draw(min(self.filled, n - lo))
+            drawn.append(slots)
+            parts.append(self.images.index_select(0, torch.from_numpy(slots).to(self.device)))
+            spent = slots[self.left[slots] == 0]
+            self.retired += len(spent)
+            grow = np.arange(self.filled, min(self.size, self.filled + math.ceil(n / self.uses)))
+            self.filled += len(grow)
+            self._put(np.concatenate([spent, grow]))
+        self.last_slots = np.concatenate(drawn)
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+    def stats(self) -> dict[str, Any]:
+        """Counters: draws, images that entered / left the pool, waits for the disk."""
+        return {
+            "mode": "pool",
+            "pool": self.size,
+            "filled": self.filled,
+            "uses": self.uses,
+            "draws": self.draws,
+            "entered": self.entered,
+            "retired": self.retired,
+            "uses_per_image": self.draws / self.entered if self.entered else 0.0,
+            "waits": self.feed.waits,
+            "wait_seconds": round(self.feed.wait_seconds, 3),
+        }
+
+    def close(self) -> None:
+        self.feed.close()
+
+
+def check_pool_args(pool: int | None, uses: int) -> None:
+    if pool is not None and pool < 1:
+        raise ValueError(f"pool must be >= 1 images, got {pool}")
+    if uses < 1:
+        raise ValueError(f"uses must be >= 1, got {uses}")
+
+
+def pool_size(manifest: Manifest, budget: int) -> int:
+    """Images a pool may hold in `budget` bytes.
+
+    Raises:
+        MixshardError: not even one batch fits.
+    """
+    size = budget // manifest.image_bytes
+    if size < 1:
+        raise MixshardError(
+            f"no room for a pool: {budget} bytes free for it, one image takes "
+            f"{manifest.image_bytes}; free memory or pass pool=N"
+        )
+    return int(size)

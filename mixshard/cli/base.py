@@ -1,0 +1,103 @@
+"""The `mixshard` command group and what its commands share: one `Error: ...` line for a
+`MixshardError` (exit 1), the `--quiet` option, the PACK argument, byte and path display."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from ..core.errors import MixshardError
+
+RESUME_HINT = "rerun the same command with --resume to continue"
+
+
+def human_bytes(n: float) -> str:
+    """`21234567` -> `"21.2 MB"` (decimal units)."""
+    for unit in ("B", "kB", "MB", "GB"):
+        if abs(n) < 1000:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+# How library messages name arguments, and the flags that set them here.
+_FLAGS = (
+    ("pack again with resume=True", "rerun the same command with --resume"),
+    ("pass strict=False", "drop --strict"),
+    ("strict:", "--strict:"),
+    ("resume=True", "--resume"),
+    ("overwrite=True", "--overwrite"),
+    ("workers=1", "--workers 1"),
+    ("labels='folders'", "--labels folders"),
+    ("labels='none'", "--labels none"),
+    ("labels='auto'", "--labels auto"),
+    ("ray=...", "--ray"),
+)
+
+
+def as_flags(message: str) -> str:
+    """A library message with argument names replaced by this command's flags."""
+    for argument, flag in _FLAGS:
+        message = message.replace(argument, flag)
+    return message
+
+
+def shown(text: str) -> str:
+    """A path for the terminal: bytes that are not UTF-8 appear as `\\xNN` escapes."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+class _Group(click.Group):
+    """Turns library errors into one clean line instead of a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except MixshardError as exc:
+            raise click.ClickException(shown(as_flags(str(exc)))) from None
+        except KeyboardInterrupt:
+            click.echo("Interrupted.", err=True)
+            sys.exit(130)
+
+
+def quiet_option(f: Callable) -> Callable:
+    return click.option("--quiet", "-q", is_flag=True, help="No progress bar.")(f)
+
+
+def pack_argument(f: Callable) -> Callable:
+    return click.argument("pack", type=click.Path(path_type=str))(f)
+
+
+class PartType(click.ParamType):
+    """`K/N`: part K of N of a job array (0 <= K < N)."""
+
+    name = "K/N"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> tuple[int, int]:
+        if isinstance(value, tuple):
+            return value
+        try:
+            k, n = (int(v) for v in str(value).split("/"))
+        except ValueError:
+            self.fail(f"{value!r} is not K/N (e.g. 3/16)", param, ctx)
+        if n < 1 or not 0 <= k < n:
+            self.fail(f"{value}: need 0 <= K < N and N >= 1", param, ctx)
+        return k, n
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="mixshard", prog_name="mixshard")
+def cli() -> None:
+    """Pack image folders into pre-resized uint8 shards and blend them into RL observations.
+
+    \b
+    Examples:
+      mixshard pack places365_standard/train data/places365_standard
+      mixshard pack val2017 data/coco --workers 8
+      mixshard verify data/coco
+      mixshard inspect data/coco --json
+      mixshard preview data/coco -o coco.png
+    """

@@ -1,0 +1,152 @@
+"""The read-only commands: `verify`, `inspect` and `preview` of a PACK."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from ..core.errors import MixshardError
+from .base import cli, human_bytes, pack_argument, quiet_option, shown
+
+
+@cli.command()
+@pack_argument
+@quiet_option
+def verify(pack: str, quiet: bool) -> None:
+    """Re-hash every shard of PACK and check it against index.json.
+
+    Exit code 0 when every shard is intact, 1 naming each bad one (missing,
+    truncated, altered, extra).
+
+    \b
+    Example:
+      mixshard verify data/places365_standard
+    """
+    from tqdm import tqdm
+
+    from ..core.manifest import Manifest
+    from ..reading.verifying import verify as run_verify
+
+    manifest = Manifest.load(pack)
+    disable = True if quiet else None
+    with tqdm(total=manifest.total_bytes, unit="B", unit_scale=True, disable=disable) as bar:
+        report = run_verify(pack, progress=bar.update, manifest=manifest)
+    m = report.manifest
+    if report.ok:
+        click.echo(
+            f"OK: {len(m.shards)} shard{'s' if len(m.shards) != 1 else ''}, {m.count} images, "
+            f"{human_bytes(m.total_bytes)} match index.json"
+        )
+        return
+    for name, problem in report.problems.items():
+        click.echo(f"BAD {name}: {problem}")
+    raise MixshardError(
+        f"{len(report.problems)} bad shard file(s) in {pack}; repack with `mixshard pack SRC "
+        f"{pack} --overwrite` (or restore the files)"
+    )
+
+
+@cli.command()
+@pack_argument
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def inspect(pack: str, as_json: bool) -> None:
+    """Summarise PACK: images, classes, size, crop, shards, bytes, skipped.
+
+    \b
+    Example:
+      mixshard inspect data/coco --json
+    """
+    from ..core.manifest import Manifest
+
+    m = Manifest.load(pack)
+    o = m.options
+    summary = {
+        "path": pack,
+        "count": m.count,
+        "classes": len(m.classes),
+        "class_names": list(m.classes),
+        "size": m.size,
+        "crop": o.get("crop"),
+        "variants": o.get("variants"),
+        "seed": o.get("seed"),
+        "shuffle": o.get("shuffle"),
+        "labels": o.get("labels"),
+        "block_size": m.block_size,
+        "shards": len(m.shards),
+        "bytes": m.total_bytes,
+        "skipped": len(m.skipped),
+        "version": m.version,
+    }
+    if as_json:
+        click.echo(shown(json.dumps(summary, indent=2, ensure_ascii=False)))
+        return
+    names = ", ".join(m.classes[:8]) + (", ..." if len(m.classes) > 8 else "")
+    shuffled = "yes" if o.get("shuffle") else "no"
+    click.echo(f"pack:     {pack} (mixshard format v{m.version})")
+    click.echo(f"images:   {m.count} ({m.size}x{m.size} RGB uint8, NCHW)")
+    click.echo(
+        f"classes:  {len(m.classes)}" + (f" ({shown(names)})" if m.classes else " (unlabeled)")
+    )
+    crop = f"{o.get('crop')}, variants {o.get('variants')}, seed {o.get('seed')}"
+    click.echo(f"crop:     {crop}, shuffled {shuffled}")
+    click.echo(
+        f"shards:   {len(m.shards)} ({m.block_size} images per block), {human_bytes(m.total_bytes)}"
+    )
+    click.echo(f"skipped:  {len(m.skipped)}")
+
+
+@cli.command()
+@pack_argument
+@click.option(
+    "-o",
+    "--output",
+    required=True,
+    help="PNG file to write.",
+    type=click.Path(dir_okay=False, path_type=str),
+)
+@click.option(
+    "-n",
+    "--count",
+    type=click.IntRange(min=1),
+    default=64,
+    show_default=True,
+    help="Images in the grid.",
+)
+@click.option(
+    "--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Which images."
+)
+@click.option(
+    "--obs",
+    type=click.Path(dir_okay=False, path_type=str),
+    default=None,
+    help="An observation image to blend every background over.",
+)
+@click.option(
+    "--alpha",
+    type=click.FloatRange(0, 1),
+    default=0.5,
+    show_default=True,
+    help="Blend weight of the background (with --obs).",
+)
+def preview(pack: str, output: str, count: int, seed: int, obs: str | None, alpha: float) -> None:
+    """Write a PNG grid of images from PACK (with class names when labelled).
+
+    With --obs, each image is blended over that observation at --alpha: what the
+    random overlay will show your agent.
+
+    \b
+    Examples:
+      mixshard preview data/coco -o coco.png
+      mixshard preview data/places365_standard -o grid.png -n 16 --seed 3
+      mixshard preview data/coco -o blended.png --obs frame.png --alpha 0.5
+    """
+    from ..reading.preview import preview_grid
+
+    grid, n = preview_grid(pack, count, seed=seed, obs=obs, alpha=alpha)
+    try:
+        grid.save(output, format="PNG")
+    except OSError as exc:
+        raise MixshardError(f"cannot write {output}: {exc.strerror or exc}") from None
+    blended = f" blended over {obs} at alpha {alpha}" if obs else ""
+    click.echo(f"Wrote {output}: {n} images from {pack}{blended}")

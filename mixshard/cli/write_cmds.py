@@ -1,0 +1,224 @@
+"""`mixshard pack`: flags checked here, then one call of `mixshard.pack` (or `finish_pack`)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from ..core.constants import (
+    CROP_MODES,
+    DEFAULT_BLOCK_SIZE,
+    DEFAULT_SEED,
+    DEFAULT_SHARD_SIZE,
+    DEFAULT_SIZE,
+    LABEL_MODES,
+)
+from .base import RESUME_HINT, PartType, as_flags, cli, human_bytes, quiet_option, shown
+
+PACK_OPTIONS = [
+    click.option(
+        "--size",
+        type=click.IntRange(1, 4096),
+        default=DEFAULT_SIZE,
+        show_default=True,
+        help="Side of the stored square images, in pixels.",
+    ),
+    click.option(
+        "--crop",
+        type=click.Choice(CROP_MODES),
+        default="center",
+        show_default=True,
+        help="center: shorter side to SIZE, centre crop; random: RandomResizedCrop "
+        "(scale 0.08-1, ratio 3/4-4/3) from the full-size image, seeded; "
+        "full: squash the whole image.",
+    ),
+    click.option(
+        "--variants",
+        type=click.IntRange(min=1),
+        default=1,
+        show_default=True,
+        help="With --crop random: independent crops stored per source image.",
+    ),
+    click.option(
+        "--shard-size",
+        type=click.IntRange(min=1),
+        default=DEFAULT_SHARD_SIZE,
+        show_default=True,
+        help="Images per shard file.",
+    ),
+    click.option(
+        "--block-size",
+        type=click.IntRange(1, 65536),
+        default=DEFAULT_BLOCK_SIZE,
+        show_default=True,
+        help="Images per tar member (block).",
+    ),
+    click.option(
+        "--seed",
+        type=click.IntRange(min=0),
+        default=DEFAULT_SEED,
+        show_default=True,
+        help="Seed of the image order and of random crops.",
+    ),
+    click.option(
+        "--no-shuffle",
+        is_flag=True,
+        help="Keep the sorted source order instead of a seeded global shuffle.",
+    ),
+    click.option(
+        "--labels",
+        type=click.Choice(LABEL_MODES),
+        default="auto",
+        show_default=True,
+        help="folders: top-level subfolders are classes; none: one unlabeled set; "
+        "auto: decide from the tree.",
+    ),
+]
+
+
+def pack_options(f: Callable) -> Callable:
+    for option in reversed(PACK_OPTIONS):
+        f = option(f)
+    return f
+
+
+def _check_pack_flags(opts: dict[str, Any]) -> None:
+    """The flag combinations no pack can be run with, worded as flags."""
+    if opts["variants"] > 1 and opts["crop"] != "random":
+        raise click.UsageError("--variants > 1 needs --crop random (other crops are all the same)")
+    if opts["variants"] > opts["shard_size"]:
+        raise click.UsageError(
+            f"--variants {opts['variants']} exceeds --shard-size {opts['shard_size']}"
+        )
+    modes = [f for f in ("resume", "overwrite", "finish") if opts[f]]
+    if len(modes) > 1:
+        raise click.UsageError(f"--{modes[0]} and --{modes[1]} exclude each other; pick one")
+    if opts["part"] and (opts["overwrite"] or opts["ray"] or opts["finish"]):
+        raise click.UsageError("--part cannot be combined with --overwrite, --ray or --finish")
+    if opts["finish"] and opts["ray"]:
+        raise click.UsageError("--finish writes index.json only; drop --ray")
+
+
+def _progress_bar(quiet: bool) -> tuple[Callable[[Any], None], Callable[[], None]]:
+    """A tqdm bar fed by `PackProgress` updates, made on the first one; and its closer."""
+    from tqdm import tqdm
+
+    bar = None
+
+    def update(p: Any) -> None:
+        nonlocal bar
+        if bar is None:
+            bar = tqdm(
+                total=p.total,
+                unit="img",
+                disable=True if quiet else None,
+                dynamic_ncols=True,
+                smoothing=0.1,
+            )
+        bar.update(p.done - bar.n)
+        bar.set_postfix(skipped=p.skipped, refresh=False)
+
+    def close() -> None:
+        if bar is not None:
+            bar.close()
+
+    return update, close
+
+
+def _pack_summary(result: Any, out: str) -> None:
+    m = result.manifest
+    if result.already_complete:
+        click.echo(f"{out} already holds a finished pack of {m.count} images; nothing to do.")
+        return
+    if m is None:  # a job-array part
+        click.echo(
+            f"Wrote {result.written_shards} shard(s) of this part ({result.reused_shards} were "
+            f"already there) in {result.seconds:.1f} s: {out}; when every part is done, run "
+            "the same command with --finish instead of --part"
+        )
+        return
+    for s in m.skipped[:10]:
+        click.echo(f"skipped: {shown(s['path'])}: {as_flags(s['reason'])}", err=True)
+    if len(m.skipped) > 10:
+        click.echo(f"skipped: ... and {len(m.skipped) - 10} more (see {out}/index.json)", err=True)
+    reused = f", {result.reused_shards} reused from earlier runs" if result.reused_shards else ""
+    click.echo(
+        f"Packed {m.count} images ({len(m.skipped)} skipped) into {len(m.shards)} "
+        f"shard{'s' if len(m.shards) != 1 else ''}{reused}, "
+        f"{human_bytes(m.total_bytes)}, in {result.seconds:.1f} s: {out}"
+    )
+
+
+@cli.command()
+@click.argument("src", type=click.Path(path_type=str))
+@click.argument("out", type=click.Path(path_type=str))
+@pack_options
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Decode processes [default: the CPUs this process may use].",
+)
+@click.option("--strict", is_flag=True, help="Fail (exit 1) instead of skipping unreadable images.")
+@click.option("--resume", is_flag=True, help="Finish an interrupted pack in OUT.")
+@click.option("--overwrite", is_flag=True, help="Replace an earlier pack in OUT.")
+@click.option(
+    "--part",
+    type=PartType(),
+    default=None,
+    help="Write only part K of N (shards i with i % N == K): one job of a job array.",
+)
+@click.option(
+    "--finish",
+    is_flag=True,
+    help="After every --part K/N has run: check their shards, write index.json.",
+)
+@click.option(
+    "--ray",
+    metavar="[ADDRESS]",
+    is_flag=False,
+    flag_value="default",
+    default=None,
+    help="One Ray task per shard: on ADDRESS (auto, ray://host:port), or without "
+    "ADDRESS on a running cluster, else a local one.",
+)
+@quiet_option
+def pack(src: str, out: str, quiet: bool, **opts: Any) -> None:
+    """Convert an image folder SRC into pre-resized uint8 shards in OUT.
+
+    SRC is an ImageFolder tree (top-level subfolders are classes, images found
+    recursively) or a flat folder of images such as COCO val2017/. Unreadable images
+    are skipped and listed in OUT/index.json.
+
+    \b
+    Examples:
+      mixshard pack places365_standard/train data/places365_standard
+      mixshard pack val2017 data/coco --size 84 --workers 8
+      mixshard pack train data/p365_rrc --crop random --variants 4
+      mixshard pack train data/places365_standard --resume
+      mixshard pack train data/p365 --ray auto
+      mixshard pack train data/p365 --part 3/16   # then: ... --finish
+    """
+    from ..writing.packing import finish_pack
+    from ..writing.packing import pack as run_pack
+
+    _check_pack_flags(opts)
+    shuffle = not opts.pop("no_shuffle")
+    finish = opts.pop("finish")
+    update, close = _progress_bar(quiet)
+    try:
+        if finish:
+            for name in ("workers", "strict", "resume", "overwrite", "part", "ray"):
+                opts.pop(name)
+            result = finish_pack(src, out, shuffle=shuffle, **opts)
+        else:
+            result = run_pack(src, out, shuffle=shuffle, progress=update, **opts)
+    except KeyboardInterrupt:
+        click.echo(f"Interrupted. Finished shards are kept: {RESUME_HINT}.", err=True)
+        sys.exit(130)
+    finally:
+        close()
+    _pack_summary(result, out)

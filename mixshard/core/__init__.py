@@ -1,0 +1,1 @@
+"""What both sides share: the manifest format, constants, errors, file and environment helpers."""

@@ -1,0 +1,70 @@
+"""The error hierarchy, and the one convention every module follows.
+
+* A caller's bad *argument* (a wrong type, a value out of range, two options that exclude
+  each other) raises `ValueError` or `TypeError`, at the call, before any work is done.
+* Bad *data or environment* (a missing or damaged source, pack, shard or server, a full disk,
+  a folder in use) raises a `MixshardError` subclass. Its message names the file or URL, says
+  what was found and what is expected, and gives the fix.
+* Library messages speak of function arguments (`variants=`), never of command-line flags;
+  the CLI checks its own flags and turns a `MixshardError` into one `Error: ...` line
+  (exit 1).
+* `assert` is never used on input. Library code never prints; warnings use `warnings.warn`.
+"""
+
+from __future__ import annotations
+
+
+class MixshardError(Exception):
+    """Base class of every error mixshard raises on bad data or environment; the CLI prints it
+    as one line.
+
+    `resumable` is True when an interrupted pack can be finished by running it again with
+    `resume=True` (finished shards are kept); the command line then says how.
+    """
+
+    resumable = False
+
+
+class PackInterrupted(MixshardError):
+    """A pack stopped part-way (a dead worker, a failed write); finished shards are kept."""
+
+    resumable = True
+
+
+class SourceError(MixshardError):
+    """The image source (SRC) is missing, empty, unreadable or ambiguous."""
+
+
+class OutputError(MixshardError):
+    """The output folder cannot be used or written (in use, read-only, not ours)."""
+
+
+class WriteError(OutputError, PackInterrupted):
+    """A write into the output folder failed part-way (full disk, read-only file system)."""
+
+
+class ManifestError(MixshardError):
+    """`index.json` is missing, unreadable, inconsistent, or of another format or version."""
+
+
+class ShardError(MixshardError):
+    """A shard is missing, truncated, altered, replaced, unreachable or too slow."""
+
+
+class SkippedImagesError(MixshardError):
+    """`strict=True` was given and some images could not be read."""
+
+    def __init__(self, message: str, skipped: list[dict[str, str]]) -> None:
+        super().__init__(message)
+        self.skipped = skipped
+
+
+class ImageDecodeError(Exception):
+    """One image could not be turned into pixels; `reason` goes into the manifest's `skipped`.
+
+    Internal: pack catches it and records the file; it never reaches the user as an exception.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason

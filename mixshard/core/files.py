@@ -1,0 +1,125 @@
+"""File helpers both sides use: atomic writes, durable renames, hashing, and opening only
+regular files (a FIFO named like a shard would block a reader forever)."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import stat
+from pathlib import Path
+
+from .constants import LOCK_NAME
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write `data` to `path` so that readers see the old file or the whole new one, never part.
+
+    Raises:
+        OSError: the write failed (e.g. ENOSPC); the temporary file is removed first.
+    """
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    fsync_dir(path.parent)
+
+
+def fsync_dir(folder: Path) -> None:
+    """Make a rename inside `folder` durable (no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def open_regular(path: str | os.PathLike) -> int:
+    """Open `path` read-only and return the descriptor, only if it is a regular file.
+
+    Symlinks are followed (a pack may be spread over disks by links). The open itself cannot
+    block: it is done non-blocking, and blocking mode is restored once the type is checked.
+
+    Raises:
+        OSError: missing, unreadable, or not a regular file (`EINVAL`, "not a regular file").
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a folder" if stat.S_ISDIR(mode) else "not a regular file"
+            raise OSError(errno.EINVAL, kind, os.fspath(path))
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+        fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~os.O_NONBLOCK)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular(path: str | os.PathLike, limit: int) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes.
+
+    Raises:
+        OSError: as `open_regular`, or `EFBIG` when the file is larger than `limit`.
+    """
+    fd = open_regular(path)
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit} bytes", os.fspath(path))
+    return data
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    """Hex sha256 of a regular file, read in chunks."""
+    sha = hashlib.sha256()
+    with os.fdopen(open_regular(path), "rb") as f:
+        while data := f.read(chunk):
+            sha.update(data)
+    return sha.hexdigest()
+
+
+def describe_holder(path: Path) -> str | None:
+    """Who holds a pack's lock file, as the file says: `pid N on HOST since T (command)`."""
+    try:
+        holder = json.loads(read_regular(path, 1 << 16) or b"{}")
+    except (OSError, ValueError):
+        return None
+    if not isinstance(holder, dict) or "pid" not in holder:
+        return None
+    return (
+        f"pid {holder.get('pid')} on {holder.get('host')} since {holder.get('started')}: "
+        f"{holder.get('command')}"
+    )
+
+
+def writer_of(folder: Path) -> str | None:
+    """The pack writing into `folder` right now (it holds the lock exclusively), or None."""
+    path = folder / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return describe_holder(path) or "another process"
+    finally:
+        os.close(fd)
+    return None

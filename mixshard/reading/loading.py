@@ -1,0 +1,209 @@
+"""`loader()` and the `Loader` it returns: a batch sequence with persistent workers.
+
+(Not `loader.py`: a submodule named like the exported function `mixshard.loader` would shadow
+it once imported.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from ..core.errors import MixshardError
+from .stream import BatchReader, ShardStream
+
+
+def loader(
+    source: str | os.PathLike | list[str],
+    batch_size: int = 256,
+    *,
+    num_workers: int = 4,
+    pin_memory: bool = True,
+    prefetch_factor: int | None = None,
+    workers: str = "auto",
+    **stream_kw: Any,
+) -> Loader:
+    """A ready-to-train loader of uint8 batches from a pack.
+
+    Args:
+        source: pack folder or shard URLs (see `ShardStream`).
+        batch_size: images per batch.
+        num_workers: workers preparing batches ahead (0: made on demand in this process).
+            They start on the first iteration and live until `close()`; epochs do not
+            respawn them. The batches are the same whatever the number (local packs).
+        pin_memory: pin batches for fast copies to CUDA (ignored without CUDA).
+        prefetch_factor: batches each worker prepares ahead (default 2).
+        workers: `"auto"` (threads for a local pack, DataLoader processes for URLs),
+            `"thread"` or `"process"`.
+        **stream_kw: `ShardStream` options (shuffle, infinite, seed, rank, world_size, labels,
+            on_error, manifest, order, window).
+
+    Returns:
+        A `Loader`: iterate it (one epoch per `for`, or forever with `infinite=True`);
+        `state_dict()` / `load_state_dict()` resume mid-epoch.
+
+    Example:
+        >>> for images in mixshard.loader("data/coco", 256, num_workers=4, infinite=True):
+        ...     ...
+    """
+    stream = ShardStream(source, batch_size, **stream_kw)
+    return Loader(stream, num_workers, pin_memory, prefetch_factor, workers)
+
+
+class Loader:
+    """What `loader()` returns. Its workers live for the whole run: epochs are cut from one
+    endless batch sequence, so a new epoch never respawns them; `state_dict()` records how
+    many batches were handed out.
+
+    For a local pack the workers are threads of this process: reads release the GIL, and
+    handing a 5 MB batch from a DataLoader worker process to this one costs more than making
+    it (measured in scripts/bench_stream.py); with the block order they also share one set of
+    blocks read ahead. For shard URLs they are DataLoader worker processes, which also parse
+    the tar stream.
+    """
+
+    def __init__(
+        self,
+        stream: ShardStream,
+        num_workers: int,
+        pin_memory: bool,
+        prefetch_factor: int | None,
+        workers: str,
+    ) -> None:
+        if workers not in ("auto", "thread", "process"):
+            raise ValueError(f"workers must be 'auto', 'thread' or 'process', got {workers!r}")
+        if num_workers < 0:
+            raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+        self.stream = stream
+        self.infinite = stream.infinite
+        self.num_workers = num_workers
+        self.threads = workers == "thread" or (workers == "auto" and stream.is_local)
+        if self.threads and not stream.is_local:
+            raise ValueError("workers='thread' needs a local pack folder")
+        self._pin = pin_memory and torch.cuda.is_available()
+        self._prefetch_factor = prefetch_factor or 2
+        self.position = 0  # next batch to hand out
+        self._it: Iterator | None = None
+        self._it_next = -1  # batch the live iterator makes next
+        self._stop: list[Any] = []  # what close() must stop: a reader, a thread pool
+        self._generation = 0  # close() ends the iterations started before it
+
+    def __len__(self) -> int:
+        return len(self.stream)
+
+    @property
+    def batches_per_epoch(self) -> int:
+        return self.stream.batches_per_epoch
+
+    def _thread_batches(self, start: int) -> Iterator[Any]:
+        """Batches start, start + 1, ... forever, made ahead on a thread pool, in order."""
+        reader = self.stream.reader(range(start, 1 << 62))
+        pool = ThreadPoolExecutor(self.num_workers) if self.num_workers else None
+        self._stop = [reader, pool]
+        ahead = self.num_workers * self._prefetch_factor if pool else 0
+        pending: deque[Future | Any] = deque()
+        k = start
+        while True:
+            while len(pending) <= ahead:
+                pending.append(
+                    pool.submit(reader.get, k, self._pin) if pool else reader.get(k, self._pin)
+                )
+                k += 1
+            head = pending.popleft()
+            yield head.result() if pool else head
+
+    def _process_batches(self, start: int) -> Iterator[Any]:
+        inner = copy.copy(self.stream)
+        inner.infinite = True  # the workers never stop; epochs are counted here
+        inner.position = start
+        kwargs: dict[str, Any] = {}
+        if self.num_workers > 0:
+            kwargs = {"prefetch_factor": self._prefetch_factor, "persistent_workers": False}
+        dl = DataLoader(
+            inner, batch_size=None, num_workers=self.num_workers, pin_memory=self._pin, **kwargs
+        )
+        it = iter(dl)
+        self._stop = [it]
+        return it
+
+    def _iterator(self) -> Iterator:
+        if self._it is None or self._it_next != self.position:
+            self._shutdown()
+            make = self._thread_batches if self.threads else self._process_batches
+            self._it = make(self.position)
+            self._it_next = self.position
+        return self._it
+
+    def __iter__(self) -> Iterator[Any]:
+        nb = self.batches_per_epoch
+        end = None if self.infinite else (self.position // nb + 1) * nb
+        generation = self._generation
+        while (end is None or self.position < end) and generation == self._generation:
+            it = self._iterator()
+            try:
+                batch = next(it)
+            except BaseException as exc:
+                if generation != self._generation:
+                    return  # closed meanwhile: the workers' errors are the closing's
+                self.close()
+                raise _clean(exc) from None
+            self.position += 1
+            self._it_next += 1
+            yield batch
+
+    @property
+    def epoch(self) -> int:
+        return self.position // self.batches_per_epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Next iteration starts at the beginning of `epoch` (a no-op when it already does)."""
+        self.position = epoch * self.batches_per_epoch
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position of the next batch (see `ShardStream.state_dict`)."""
+        self.stream.position = self.position
+        return self.stream.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue exactly where `state` was taken."""
+        self.stream.load_state_dict(state)
+        self.position = self.stream.position
+
+    def close(self) -> None:
+        """Stop the workers. An iteration in progress ends; a new one starts them again."""
+        self._generation += 1
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        self._it = None
+        stop, self._stop = self._stop, []
+        for thing in stop:
+            if isinstance(thing, BatchReader):
+                thing.close()
+            elif isinstance(thing, ThreadPoolExecutor):
+                thing.shutdown(wait=False, cancel_futures=True)
+            elif hasattr(thing, "_shutdown_workers"):
+                thing._shutdown_workers()  # DataLoader has no public stop
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # interpreter shutdown
+            self.close()
+
+
+def _clean(exc: BaseException) -> BaseException:
+    """A worker's failure as the error to raise: DataLoader wraps worker errors with the
+    whole traceback as the message; give the original one-line message instead."""
+    if isinstance(exc, RuntimeError) and "DataLoader worker" in str(exc):
+        return MixshardError(f"a loader worker process died: {exc}")
+    if isinstance(exc, MixshardError) and "Original Traceback" in str(exc):
+        last = str(exc).rstrip().splitlines()[-1]
+        return type(exc)(last.split(": ", 1)[-1])
+    return exc

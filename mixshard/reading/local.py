@@ -1,0 +1,322 @@
+"""A local pack folder opened for reading by byte offset (torch-free).
+
+Images are read with `os.preadv` straight into the caller's buffer: single images for the
+global order, whole blocks for the block order. Shards are never `mmap`ed: a shard truncated
+or copied over while a reader runs would kill the process with SIGBUS; with `pread` the reader
+sees a short read or a changed file and raises `ShardError` instead.
+
+Opening does O(shards) work (one `stat` each): a block's `.npy` header is checked, and its
+labels read, when the block is first read. Descriptors are opened on first use, kept in a small
+cache, and only for regular files inside the pack folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import warnings
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..core import layout
+from ..core.errors import MixshardError, ShardError
+from ..core.files import open_regular
+from ..core.manifest import SHARD_NAME, Manifest, ShardInfo
+
+MAX_OPEN_SHARDS = 64  # descriptors kept open per pack (packs can have thousands of shards)
+
+
+def warn_bad(what: str, message: str) -> None:
+    """The one warning `on_error="skip"` gives per bad shard or block (and never a sleep)."""
+    warnings.warn(f"mixshard: skipping a bad {what}: {message}", RuntimeWarning, stacklevel=3)
+
+
+@dataclass(frozen=True)
+class FileId:
+    """What identifies one version of a file: replaced or rewritten files differ in it."""
+
+    dev: int
+    ino: int
+    size: int
+    mtime_ns: int
+
+    @classmethod
+    def of(cls, st: os.stat_result) -> FileId:
+        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def shard_path(folder: Path, name: str) -> Path:
+    """`folder/name` for a plain shard file name; anything else (a path, `..`) is refused."""
+    if not SHARD_NAME.fullmatch(name):
+        raise ShardError(f"{folder}: shard name {name!r} is not a plain shard-NNNNNN.tar name")
+    return folder / name
+
+
+class LocalPack:
+    """A pack folder opened for random access. Image `i` is the `i`-th image of the usable
+    shards (bad ones skipped with `on_error="skip"`), in stored order. Thread-safe.
+
+    Args:
+        folder: the pack folder.
+        manifest: its loaded `index.json`.
+        on_error: `"raise"`: a bad shard or block raises `ShardError`; `"skip"`: a shard found
+            bad at open is left out, a block found bad when read is reported by `read_*`.
+        expected: file identities recorded by another process that opened this pack (spawned
+            workers): a shard that differs was replaced, and raises `ShardError`.
+    """
+
+    def __init__(
+        self,
+        folder: str | os.PathLike,
+        manifest: Manifest,
+        on_error: str = "raise",
+        expected: dict[str, FileId] | None = None,
+    ) -> None:
+        self.folder = Path(folder)
+        self.manifest = manifest
+        self.on_error = on_error
+        self.shards: list[ShardInfo] = []
+        self.ids: dict[str, FileId] = {}
+        for shard in manifest.shards:
+            try:
+                self.ids[shard.name] = self._stat(shard, expected)
+            except ShardError as exc:
+                if on_error != "skip":
+                    raise
+                warn_bad("shard", str(exc))
+                continue
+            self.shards.append(shard)
+        if not self.shards:
+            raise MixshardError(
+                f"every shard of {self.folder} is bad; run `mixshard verify {self.folder}` "
+                "and repack"
+            )
+        blocks = [(s, b) for s, shard in enumerate(self.shards) for b in shard.blocks]
+        self.block_count = np.array([b.count for _, b in blocks], np.int64)
+        self.block_start = np.concatenate([[0], np.cumsum(self.block_count)[:-1]])
+        self.block_shard = np.array([s for s, _ in blocks], np.int64)
+        self.block_offset = np.array([b.offset for _, b in blocks], np.int64)
+        self._keys = [b.key for _, b in blocks]
+        self.count = int(self.block_count.sum())
+        self._checked = np.zeros(len(blocks), bool)
+        self.bad = np.zeros(len(blocks), bool)
+        self._labels = np.zeros(self.count, np.int32)
+        self._fds: OrderedDict[int, list[int]] = OrderedDict()  # slot -> [fd, users]
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ files
+    def _fix(self) -> str:
+        return f"run `mixshard verify {self.folder}`, then repack or restore the file"
+
+    def _stat(self, shard: ShardInfo, expected: dict[str, FileId] | None) -> FileId:
+        path = shard_path(self.folder, shard.name)
+        try:
+            fd = open_regular(path)
+        except OSError as exc:
+            why = "missing" if isinstance(exc, FileNotFoundError) else exc.strerror
+            raise ShardError(f"shard {path} is {why}; {self._fix()}") from None
+        try:
+            found = FileId.of(os.fstat(fd))
+        finally:
+            os.close(fd)
+        if found.size != shard.bytes:
+            raise ShardError(
+                f"shard {path} is {found.size} bytes, index.json says {shard.bytes} "
+                f"(truncated or altered); {self._fix()}"
+            )
+        if expected is not None and expected.get(shard.name) != found:
+            raise ShardError(
+                f"shard {path} was replaced after the loader opened the pack (a new pack "
+                "written over it?); start the loader again"
+            )
+        return found
+
+    @contextlib.contextmanager
+    def _open(self, slot: int) -> Iterator[int]:
+        """A descriptor of shard `slot`, held open while the caller uses it (the cache closes
+        only descriptors nobody holds)."""
+        with self._lock:
+            entry = self._fds.get(slot)
+            if entry is not None:
+                self._fds.move_to_end(slot)
+                entry[1] += 1
+        if entry is None:
+            entry = [self._open_checked(slot), 1]
+            with self._lock:
+                if slot in self._fds:  # another thread opened it meanwhile: use that one
+                    os.close(entry[0])
+                    entry = self._fds[slot]
+                    entry[1] += 1
+                else:
+                    self._fds[slot] = entry
+        try:
+            yield entry[0]
+        finally:
+            with self._lock:
+                entry[1] -= 1
+                self._evict()
+
+    def _evict(self) -> None:
+        idle = [s for s, (_, users) in self._fds.items() if users == 0]
+        for s in idle[: max(0, len(self._fds) - MAX_OPEN_SHARDS)]:
+            os.close(self._fds.pop(s)[0])
+
+    def _open_checked(self, slot: int) -> int:
+        path = self.folder / self.shards[slot].name
+        try:
+            fd = open_regular(path)
+        except OSError as exc:
+            raise ShardError(f"cannot open shard {path}: {exc.strerror}; {self._fix()}") from None
+        if FileId.of(os.fstat(fd)) != self.ids[self.shards[slot].name]:
+            os.close(fd)
+            raise ShardError(f"shard {path} changed while the pack was open; {self._fix()}")
+        return fd
+
+    def _check_same(self, slot: int, fd: int) -> None:
+        """Raise when the shard behind `fd` was written to since it was opened."""
+        shard = self.shards[slot]
+        if FileId.of(os.fstat(fd)) != self.ids[shard.name]:
+            raise ShardError(
+                f"shard {self.folder / shard.name} changed while being read (copied over or "
+                f"truncated); {self._fix()}"
+            )
+
+    def _pread(self, slot: int, fd: int, buf: memoryview, offset: int) -> None:
+        try:
+            got = os.preadv(fd, [buf], offset)
+        except OSError as exc:
+            raise ShardError(
+                f"cannot read shard {self.folder / self.shards[slot].name}: {exc.strerror}"
+            ) from None
+        if got != len(buf):
+            self._check_same(slot, fd)
+            raise ShardError(
+                f"shard {self.folder / self.shards[slot].name} ends early (truncated); "
+                f"{self._fix()}"
+            )
+
+    def close(self) -> None:
+        """Close the cached descriptors (they are reopened on the next read)."""
+        with self._lock:
+            for s in [s for s, (_, users) in self._fds.items() if users == 0]:
+                os.close(self._fds.pop(s)[0])
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_fds"], state["_lock"] = OrderedDict(), None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def __del__(self) -> None:
+        if getattr(self, "_lock", None) is not None:
+            self.close()
+
+    # ------------------------------------------------------------------ blocks
+    def _check_block(self, b: int) -> bool:
+        """First read of block `b`: check its `.npy` header and read its labels. Returns False
+        when the block is bad and skipped."""
+        if self._checked[b]:
+            return not self.bad[b]
+        slot, count = int(self.block_shard[b]), int(self.block_count[b])
+        size, offset = self.manifest.size, int(self.block_offset[b])
+        hlen = layout.images_header_len(count, size)
+        loff = layout.labels_offset_for(offset, count, size)
+        llen = layout.labels_header_len(count)
+        head, raw = bytearray(hlen), bytearray(llen + 4 * count)
+        with self._open(slot) as fd:
+            self._pread(slot, fd, memoryview(head), offset - hlen)
+            self._pread(slot, fd, memoryview(raw), loff - llen)
+        problem = layout.header_problem(bytes(head), layout.images_shape(count, size), np.uint8)
+        problem = problem or layout.header_problem(bytes(raw[:llen]), (count,), np.int32)
+        if problem is None:
+            start = int(self.block_start[b])
+            self._labels[start : start + count] = np.frombuffer(raw, "<i4", offset=llen)
+        if problem is not None:
+            where = f"shard {self.folder / self.shards[slot].name} block {self._keys[b]}"
+            if self.on_error != "skip":
+                raise ShardError(f"{where}: {problem} (altered); {self._fix()}")
+            warn_bad("block", f"{where}: {problem}")
+            self.bad[b] = True
+        self._checked[b] = True
+        return not self.bad[b]
+
+    def block_of(self, index: np.ndarray) -> np.ndarray:
+        """The block of each image number."""
+        return np.searchsorted(self.block_start, index, side="right") - 1
+
+    def read_block(self, b: int, out: np.ndarray) -> bool:
+        """Read block `b`'s images into `out[:count]` (a C-contiguous uint8 array of rows of
+        one image each). Returns False when the block is bad and skipped."""
+        if not self._check_block(b):
+            return False
+        slot, count = int(self.block_shard[b]), int(self.block_count[b])
+        view = memoryview(out.reshape(-1)).cast("B")[: count * self.manifest.image_bytes]
+        with self._open(slot) as fd:
+            self._pread(slot, fd, view, int(self.block_offset[b]))
+            self._check_same(slot, fd)
+        return True
+
+    def read_images(self, index: np.ndarray, out: np.ndarray) -> np.ndarray | None:
+        """Read images `index` into `out` (uint8, `(len(index), 3, size, size)`, contiguous),
+        one `pread` each. Returns a bool mask of images that come from bad, skipped blocks, or
+        None when every one was read."""
+        index = np.asarray(index, dtype=np.int64)
+        block = self.block_of(index)
+        image_bytes = self.manifest.image_bytes
+        flat = memoryview(out.reshape(-1)).cast("B")
+        offsets = self.block_offset[block] + (index - self.block_start[block]) * image_bytes
+        bad = None
+        touched: dict[int, int] = {}
+        with contextlib.ExitStack() as held:
+            for i, (b, offset) in enumerate(zip(block.tolist(), offsets.tolist())):
+                if not self._check_block(b):
+                    bad = np.zeros(len(index), bool) if bad is None else bad
+                    bad[i] = True
+                    continue
+                slot = int(self.block_shard[b])
+                fd = touched.get(slot)
+                if fd is None:
+                    fd = touched[slot] = held.enter_context(self._open(slot))
+                self._pread(slot, fd, flat[i * image_bytes : (i + 1) * image_bytes], offset)
+            for slot, fd in touched.items():
+                self._check_same(slot, fd)
+        return bad
+
+    def labels(self, index: np.ndarray) -> np.ndarray:
+        """int64 labels of images `index`; their blocks are checked (read) first if needed."""
+        index = np.asarray(index, dtype=np.int64)
+        for b in np.unique(self.block_of(index)).tolist():
+            self._check_block(b)
+        return self._labels[index].astype(np.int64)
+
+    def gather(self, index: np.ndarray) -> np.ndarray:
+        """Images `index` as a new uint8 array `(len(index), 3, size, size)`.
+
+        Raises:
+            ShardError: an image comes from a bad block (even with `on_error="skip"`).
+        """
+        size = self.manifest.size
+        out = np.empty((len(index), 3, size, size), np.uint8)
+        if self.read_images(index, out) is not None:
+            raise ShardError(f"images of {self.folder} come from bad blocks")
+        return out
+
+    def warm(self, stop: threading.Event) -> None:
+        """Ask the kernel to read every shard into the page cache, one after the other (runs on
+        a background thread; pages already cached cost nothing)."""
+        for slot in range(len(self.shards)):
+            if stop.is_set():
+                return
+            try:
+                with self._open(slot) as fd:
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+            except (OSError, ShardError, AttributeError):
+                return

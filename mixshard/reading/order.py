@@ -1,0 +1,97 @@
+"""Which images make which batch: pure functions of (seed, epoch, rank, ...), no I/O.
+
+Images are numbered `0 .. count-1` in stored order (blocks in manifest order). Per epoch, an
+*epoch sequence* orders all of them:
+
+* `"global"`: a fresh permutation of every image (random access: for packs in the page cache);
+* `"block"`: a permutation of whole blocks, cut into windows of `window` blocks, each window's
+  images shuffled among themselves (reads whole blocks, sequential I/O: for packs larger than
+  memory). A default pack is shuffled when written, so a block is already a random sample and
+  little shuffle quality is lost (CorgiPile, SIGMOD'22; FFCV's QUASI_RANDOM).
+
+Batches are numbered by a global position `k` over epochs: `nb` batches per rank and epoch,
+batch `k` is batch `j = k % nb` of epoch `k // nb`, and rank `r` takes the contiguous positions
+`[(r * nb + j) * batch, ... + batch)` of the epoch sequence. So every rank gets the same number
+of full batches, images are disjoint across ranks, the few left over at the end of an epoch
+differ each epoch, and batch `k` does not depend on who makes it (worker count) — which is what
+makes resumption exact.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+ORDERS = ("global", "block")
+
+
+def batches_per_rank(count: int, world_size: int, batch_size: int) -> int:
+    """Full batches each rank gets per epoch: `count // (world_size * batch_size)`."""
+    return count // (world_size * batch_size)
+
+
+def global_sequence(count: int, seed: int, epoch: int, shuffle: bool = True) -> np.ndarray:
+    """Epoch sequence of the global order: a permutation of `range(count)` per (seed, epoch)."""
+    if not shuffle:
+        return np.arange(count, dtype=np.int64)
+    return np.random.default_rng([seed, epoch]).permutation(count)
+
+
+def block_sequence(
+    block_counts: np.ndarray, seed: int, epoch: int, window: int, shuffle: bool = True
+) -> np.ndarray:
+    """Epoch sequence of the block order.
+
+    Args:
+        block_counts: images per block, in stored order.
+        seed, epoch: what the permutations are seeded by.
+        window: blocks whose images are shuffled together (1: each block on its own).
+        shuffle: False keeps the stored order.
+
+    Returns:
+        int64 image numbers: blocks in a per-epoch permutation, each run of `window` blocks
+        shuffled within itself.
+    """
+    counts = np.asarray(block_counts, dtype=np.int64)
+    if not shuffle:
+        return np.arange(int(counts.sum()), dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    blocks = np.random.default_rng([seed, epoch, 1]).permutation(len(counts))
+    parts = []
+    for w, lo in enumerate(range(0, len(blocks), window)):
+        chosen = blocks[lo : lo + window]
+        images = np.concatenate([np.arange(starts[b], starts[b] + counts[b]) for b in chosen])
+        parts.append(np.random.default_rng([seed, epoch, 2, w]).permutation(images))
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+def batch_span(k: int, nb: int, rank: int, batch_size: int) -> tuple[int, int]:
+    """`(epoch, first position)` of batch `k` of `rank` in its epoch sequence."""
+    epoch, j = divmod(k, nb)
+    return epoch, (rank * nb + j) * batch_size
+
+
+def worker_batches(start: int, end: int | None, worker: int, workers: int) -> range:
+    """The batches worker `worker` of `workers` makes, from `start` on: every `workers`-th one,
+    so that a round robin over the workers hands them out in order."""
+    first = start + worker
+    stop = end if end is not None else 1 << 62
+    return range(first, max(first, stop), workers)
+
+
+def role_counts(epoch: int, nb: int, workers: int) -> list[int]:
+    """Remote sources: how many of epoch `epoch`'s batches each worker role `r` makes (the
+    batches with `k % workers == r`)."""
+    first = epoch * nb
+    return [len(range(first + (r - first) % workers, first + nb, workers)) for r in range(workers)]
+
+
+def role_batches(epoch: int, nb: int, role: int, workers: int) -> range:
+    """Remote sources: the batch positions of `epoch` that worker role `role` makes."""
+    first = epoch * nb
+    return range(first + (role - first) % workers, first + nb, workers)
+
+
+def block_schedule(blocks: np.ndarray) -> np.ndarray:
+    """The distinct blocks of a batch whose images lie in `blocks`, in order of first use."""
+    _, first = np.unique(blocks, return_index=True)
+    return blocks[np.sort(first)]

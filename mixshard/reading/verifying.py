@@ -1,0 +1,131 @@
+"""Check a pack against its manifest: every shard present, of the right size and sha256, and
+with every block's members where `index.json` says (torch-free)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tarfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+
+from ..core.constants import IMAGES_SUFFIX, LABELS_SUFFIX, SHARD_PREFIX, SHARD_SUFFIX, TMP_SUFFIX
+from ..core.files import open_regular
+from ..core.manifest import Manifest, ShardInfo
+
+
+@dataclass
+class VerifyReport:
+    """Outcome of `verify`: `problems` maps a file name to what is wrong with it."""
+
+    manifest: Manifest
+    problems: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _npy_shape(tar: tarfile.TarFile, member: tarfile.TarInfo) -> tuple[tuple, np.dtype, int]:
+    f = tar.extractfile(member)
+    if f is None or np.lib.format.read_magic(f) != (1, 0):
+        raise ValueError(f"{member.name} is not a version 1.0 .npy")
+    shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+    return shape, dtype, f.tell()
+
+
+def _member_problem(
+    tar: tarfile.TarFile, members: dict, name: str, offset: int, shape: tuple, dtype: type
+) -> str | None:
+    member = members.get(name)
+    if member is None or not member.isreg():
+        return f"member {name} is missing"
+    found, found_dtype, head = _npy_shape(tar, member)
+    if found != shape or found_dtype != np.dtype(dtype):
+        return (
+            f"{name} holds {found_dtype}{list(found)}, manifest says {np.dtype(dtype)}{list(shape)}"
+        )
+    if member.offset_data + head != offset:
+        return f"{name} data starts at byte {member.offset_data + head}, manifest says {offset}"
+    return None
+
+
+def _structure_problem(f: BinaryIO, shard: ShardInfo, manifest: Manifest) -> str | None:
+    """Each block's members exist where the manifest says, with the shapes it says."""
+    try:
+        with tarfile.open(fileobj=f, mode="r:") as tar:
+            members = {m.name: m for m in tar.getmembers()}
+            for b in shard.blocks:
+                shape = (b.count, manifest.channels, manifest.size, manifest.size)
+                problem = _member_problem(
+                    tar, members, f"{b.key}.{IMAGES_SUFFIX}", b.offset, shape, np.uint8
+                ) or _member_problem(
+                    tar, members, f"{b.key}.{LABELS_SUFFIX}", b.labels_offset, (b.count,), np.int32
+                )
+                if problem:
+                    return problem
+    except (tarfile.TarError, ValueError, OSError, EOFError) as exc:
+        return f"not a readable tar ({exc})"
+    return None
+
+
+def _shard_problem(path: Path, shard: ShardInfo, manifest: Manifest) -> str | None:
+    try:
+        fd = open_regular(path)
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:
+        return f"cannot be read: {exc.strerror}"
+    with os.fdopen(fd, "rb") as f:
+        size = os.fstat(fd).st_size
+        if size != shard.bytes:
+            kind = "truncated" if size < shard.bytes else "longer than expected"
+            return f"{kind}: {size} bytes, index.json says {shard.bytes}"
+        sha = hashlib.sha256()
+        while data := f.read(1 << 20):
+            sha.update(data)
+        if sha.hexdigest() != shard.sha256:
+            return "altered: sha256 differs from index.json"
+        f.seek(0)
+        return _structure_problem(f, shard, manifest)
+
+
+def verify(
+    folder: str | os.PathLike,
+    progress: Callable[[int], None] | None = None,
+    manifest: Manifest | None = None,
+) -> VerifyReport:
+    """Check every shard of a pack: present, right size, right sha256, right block layout.
+
+    Args:
+        folder: the pack folder.
+        progress: called with the number of bytes checked after each shard.
+        manifest: the already loaded `index.json`, to save reading it again.
+
+    Returns:
+        A `VerifyReport`; also lists shard files the manifest does not know (extra) and
+        leftover temporary files.
+
+    Raises:
+        ManifestError: `index.json` is missing or invalid.
+    """
+    folder = Path(folder)
+    manifest = manifest or Manifest.load(folder)
+    report = VerifyReport(manifest)
+    listed = {s.name for s in manifest.shards}
+    for name in sorted(os.listdir(folder)):
+        if name.startswith(SHARD_PREFIX) and name.endswith(SHARD_SUFFIX) and name not in listed:
+            report.problems[name] = "extra: a shard file that index.json does not list"
+        elif name.endswith(TMP_SUFFIX):
+            report.problems[name] = "leftover temporary file of an interrupted pack"
+    for shard in manifest.shards:
+        problem = _shard_problem(folder / shard.name, shard, manifest)
+        if problem:
+            report.problems[shard.name] = problem
+        if progress:
+            progress(shard.bytes)
+    return report

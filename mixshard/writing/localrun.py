@@ -1,0 +1,109 @@
+"""Running a pack plan on this machine: a pool of decode processes fed chunks of images in plan
+order, and the shard builders that write their results as they arrive."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+
+from ..core.errors import PackInterrupted
+from .decodepool import decode_chunk, start_pool
+from .outdir import write_error
+from .plan import PackPlan
+from .shardwrite import Decoded, DoneShard, ShardBuilder
+
+CHUNK = 32  # images per worker task: small enough for a smooth progress bar, large enough for IPC
+
+# (shard index, images decoded so far, of which skipped) after each chunk
+Progress = Callable[[int, int], None]
+
+
+class LocalRun:
+    """Decodes and writes the planned shards `todo` (in plan order) with `workers` processes.
+
+    Args:
+        plan, out: what to write, and where.
+        todo: plan indices of the shards to write.
+        workers: decode processes; 1 decodes in this process.
+        on_chunk: called with `(images, skipped)` after each chunk of decoded images.
+        on_shard: called with each finished shard (to journal it) before the next is started.
+        check: called with each chunk's skip reasons before they are kept (strict packs raise).
+        close_fds: descriptors the decode processes must not inherit (the output lock).
+    """
+
+    def __init__(
+        self,
+        plan: PackPlan,
+        out,
+        todo: list[int],
+        workers: int,
+        on_chunk: Progress,
+        on_shard: Callable[[DoneShard], None],
+        check: Callable[[ShardBuilder, list[Decoded]], None],
+        close_fds: tuple[int, ...] = (),
+    ) -> None:
+        self.close_fds = close_fds
+        self.plan, self.out = plan, out
+        self.tasks = deque(
+            (s, start) for s in todo for start in range(0, len(plan.shard_items(s)), CHUNK)
+        )
+        self.todo = deque(todo)
+        self.workers = max(1, min(workers, len(self.tasks)))
+        self.on_chunk, self.on_shard, self.check = on_chunk, on_shard, check
+        self.pending: deque[Future | list[Decoded]] = deque()
+        self.pool: ProcessPoolExecutor | None = None
+        self.builder: ShardBuilder | None = None
+
+    def _submit(self) -> None:
+        s, start = self.tasks.popleft()
+        keys = [p for p, _ in self.plan.shard_items(s)[start : start + CHUNK]]
+        args = (self.plan.size, self.plan.options["crop"], self.plan.options["variants"])
+        job = (self.plan.src, keys, *args, self.plan.options["seed"])
+        if self.pool is None:
+            self.pending.append(decode_chunk(*job))
+        else:
+            self.pending.append(self.pool.submit(decode_chunk, *job))
+
+    def _take(self, results: list[Decoded]) -> None:
+        if self.builder is None:
+            self.builder = ShardBuilder(self.out, self.plan, self.todo.popleft())
+        self.check(self.builder, results)
+        self.builder.add(results)
+        self.on_chunk(len(results), sum(isinstance(r, str) for r in results))
+        if self.builder.complete:
+            shard = self.builder.finish()
+            self.builder = None
+            self.on_shard(shard)
+
+    def run(self) -> None:
+        """Write every shard of `todo`.
+
+        Raises:
+            PackInterrupted: a decode worker died (finished shards are kept).
+            WriteError: a write failed (the shard being written is removed).
+        """
+        if self.workers > 1:
+            self.pool = start_pool(self.workers, self.close_fds)
+        self.on_chunk(0, 0)  # the first progress report, once the workers are forked
+        ahead = 2 * self.workers if self.pool else 1
+        try:
+            while self.tasks or self.pending:
+                while self.tasks and len(self.pending) < ahead:
+                    self._submit()
+                head = self.pending.popleft()
+                self._take(head.result() if isinstance(head, Future) else head)
+        except OSError as exc:
+            raise write_error(exc, self.builder.final if self.builder else self.out) from None
+        except BrokenProcessPool:
+            raise PackInterrupted(
+                "a decode worker process died (out of memory, or a crash inside an image "
+                "library); finished shards are kept: pack again with resume=True, and with "
+                "workers=1 to find the file"
+            ) from None
+        finally:
+            if self.builder is not None:
+                self.builder.abort()
+            if self.pool is not None:
+                self.pool.shutdown(wait=True, cancel_futures=True)

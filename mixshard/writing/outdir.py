@@ -1,0 +1,246 @@
+"""The output folder of `pack`: its lock, what may be replaced, and the journals that let an
+interrupted pack resume. A shard is in a journal only once its file is complete under its final
+name; journal lines may come in any order (Ray tasks and job-array parts finish out of order).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import TextIO
+
+from ..core.constants import (
+    JOURNAL_GLOB,
+    JOURNAL_NAME,
+    LOCK_NAME,
+    MANIFEST_NAME,
+    SHARD_PREFIX,
+    SHARD_SUFFIX,
+    TMP_SUFFIX,
+)
+from ..core.errors import OutputError, WriteError
+from ..core.files import atomic_write, describe_holder
+from .shardwrite import DoneShard
+
+
+def write_error(exc: OSError, where: Path) -> WriteError:
+    """The error of a failed write into OUT (ENOSPC, EROFS, EIO), naming the file."""
+    hint = "free some space, then" if exc.errno == errno.ENOSPC else "fix that, then"
+    return WriteError(
+        f"cannot write {where}: {exc.strerror}; {hint} pack again with resume=True to continue "
+        "(finished shards are kept)"
+    )
+
+
+def part_suffix(part: tuple[int, int] | None) -> str:
+    return "" if part is None else f".part-{part[0]}-of-{part[1]}"
+
+
+class OutLock:
+    """An exclusive lock on OUT for a whole pack, or for one job-array part (shared on OUT,
+    exclusive on the part), held until `release`. The lock files name their holder."""
+
+    def __init__(self, out: Path, part: tuple[int, int] | None = None) -> None:
+        self.out = out
+        self._held: list[tuple[int, Path]] = []
+        try:
+            try:
+                out.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise OutputError(f"cannot write to output folder {out}: {exc.strerror}") from None
+            self._take(out / LOCK_NAME, fcntl.LOCK_SH if part else fcntl.LOCK_EX)
+            if part is not None:
+                self._take(out / (LOCK_NAME + part_suffix(part)), fcntl.LOCK_EX)
+        except BaseException:
+            self.release()
+            raise
+
+    def _take(self, path: Path, mode: int) -> None:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        except OSError as exc:
+            raise OutputError(f"cannot write to output folder {self.out}: {exc.strerror}") from None
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise OutputError(f"cannot lock {path}: {exc.strerror}") from None
+            raise OutputError(
+                f"{self.out} is in use by another `mixshard pack` ({_holders(self.out)}); wait "
+                "for it to finish or stop it, then run this again"
+            ) from None
+        if mode == fcntl.LOCK_EX:
+            holder = {
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+                "command": " ".join(
+                    os.path.basename(a) if i == 0 else a for i, a in enumerate(sys.argv)
+                ),
+            }
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(holder).encode("utf-8", "backslashreplace"), 0)
+        self._held.append((fd, path))
+
+    @property
+    def fds(self) -> tuple[int, ...]:
+        """The lock's descriptors (child processes must close them)."""
+        return tuple(fd for fd, _ in self._held)
+
+    def release(self) -> None:
+        """Unlock and remove the lock files this run wrote."""
+        for fd, path in reversed(self._held):
+            if path.name != LOCK_NAME or not _shared_by_others(fd):
+                with contextlib.suppress(OSError):
+                    path.unlink()
+            os.close(fd)
+        self._held = []
+
+
+def _shared_by_others(fd: int) -> bool:
+    """True when another process also holds the main lock (job-array parts share it)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    return False
+
+
+def _holders(out: Path) -> str:
+    names = sorted(p.name for p in out.glob(LOCK_NAME + "*"))
+    found = [describe_holder(out / name) for name in names]
+    return "; ".join(h for h in found if h) or "holder unknown"
+
+
+def _is_ours(name: str) -> bool:
+    return (
+        name in (MANIFEST_NAME, MANIFEST_NAME + ".tmp")
+        or name.startswith((LOCK_NAME, ".mixshard-pack"))
+        or name.endswith(TMP_SUFFIX)
+        or (name.startswith(SHARD_PREFIX) and name.endswith(SHARD_SUFFIX))
+    )
+
+
+def prepare_out(out: Path, resume: bool, overwrite: bool) -> None:
+    """Check (and with `overwrite` empty) the locked output folder.
+
+    Raises:
+        OutputError: OUT is a file, not empty without `resume`/`overwrite`, holds files
+            mixshard did not write (`overwrite`), or is not writable.
+    """
+    names = sorted(n for n in os.listdir(out) if not n.startswith(LOCK_NAME))
+    if names and overwrite:
+        foreign = [n for n in names if not _is_ours(n)]
+        if foreign:
+            raise OutputError(
+                f"overwrite=True: {out} holds files mixshard did not write "
+                f"({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}); "
+                "nothing was deleted. Choose an empty or new output folder"
+            )
+        for n in names:
+            (out / n).unlink()
+    elif names and not resume:
+        raise OutputError(
+            f"output folder {out} is not empty; pass resume=True to finish an interrupted pack "
+            "there or overwrite=True to replace it"
+        )
+    try:
+        probe = out / (".mixshard-write-test" + TMP_SUFFIX)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise OutputError(f"cannot write to output folder {out}: {exc.strerror}") from None
+
+
+def check_out_path(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"output path {out} exists and is not a folder; choose a folder")
+
+
+def load_done(out: Path, fingerprint: str) -> dict[int, DoneShard]:
+    """Shards recorded by earlier runs of the same plan (any journal in OUT: an interrupted
+    pack, job-array parts) whose files are intact, by plan index.
+
+    Raises:
+        OutputError: a journal of another plan (other SRC or options) is in OUT.
+    """
+    done: dict[int, DoneShard] = {}
+    for path in sorted(out.glob(JOURNAL_GLOB)):
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        try:
+            header = json.loads(lines[0]) if lines else {}
+        except ValueError:
+            header = {}
+        if not isinstance(header, dict) or header.get("fingerprint") != fingerprint:
+            raise OutputError(
+                f"{out} holds an interrupted pack of another source or other options "
+                f"({path.name}); pack again with the same SRC and options to resume it, or "
+                "pass overwrite=True to start over"
+            )
+        for line in lines[1:]:
+            try:
+                shard = DoneShard.from_json(line)
+            except ValueError:
+                continue  # a line cut short by a kill: that shard is redone
+            if shard.info is None or _intact(out / shard.info.name, shard.info.bytes):
+                done[shard.index] = shard
+    return done
+
+
+def _intact(path: Path, size: int) -> bool:
+    try:
+        st = path.stat()
+    except OSError:
+        return False
+    return path.is_file() and st.st_size == size
+
+
+class Journal:
+    """The journal of one run: rewritten with the shards it may reuse, then appended to."""
+
+    def __init__(
+        self, out: Path, fingerprint: str, done: dict[int, DoneShard], part: tuple[int, int] | None
+    ) -> None:
+        name = JOURNAL_NAME.replace(".jsonl", part_suffix(part) + ".jsonl")
+        self.path = out / name
+        lines = [json.dumps({"fingerprint": fingerprint})]
+        lines += [done[i].to_json() for i in sorted(done)]
+        atomic_write(self.path, ("\n".join(lines) + "\n").encode("utf-8"))
+        self._f: TextIO = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - see close
+
+    def record(self, shard: DoneShard) -> None:
+        """Append one finished shard, durably.
+
+        Raises:
+            WriteError: the journal could not be written.
+        """
+        try:
+            self._f.write(shard.to_json() + "\n")
+            self._f.flush()
+            os.fsync(self._f.fileno())
+        except OSError as exc:
+            raise write_error(exc, self.path) from None
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._f.close()
+
+
+def remove_journals(out: Path) -> None:
+    for path in out.glob(JOURNAL_GLOB):
+        path.unlink()
+
+
+def remove_partials(out: Path, names: set[str]) -> None:
+    """Remove the temporary files of the shards `names` (left by a killed run)."""
+    for name in names:
+        with contextlib.suppress(FileNotFoundError):
+            (out / (name + TMP_SUFFIX)).unlink()

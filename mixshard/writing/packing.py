@@ -1,0 +1,322 @@
+"""`pack`: scan -> plan -> decode and write shards -> `index.json`. Never imports torch.
+
+The plan (`plan.py`) is fixed before any pixel is decoded. Shards are written under temporary
+names, fsync'd, renamed and recorded in a journal, by this machine (`localrun.py`), by Ray tasks
+(`raypack.py`) or by the parts of a job array; `index.json` is written last. Resuming reuses
+the recorded shards and redoes the rest, so every way of running a plan gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core.constants import MANIFEST_NAME
+from ..core.env import usable_cpus
+from ..core.errors import OutputError, SourceError
+from ..core.manifest import Manifest
+from .outdir import (
+    Journal,
+    OutLock,
+    check_out_path,
+    load_done,
+    prepare_out,
+    remove_journals,
+    remove_partials,
+    write_error,
+)
+from .plan import PackPlan, check_options, make_plan
+from .scanning import path_key, scan
+from .shardwrite import Decoded, DoneShard, ShardBuilder, strict_error
+
+
+@dataclass(frozen=True)
+class PackProgress:
+    """Progress of a running pack, in source images."""
+
+    total: int
+    done: int
+    skipped: int
+
+
+@dataclass(frozen=True)
+class PackResult:
+    """What `pack` made. For a job-array part, `manifest` is None until `finish_pack`."""
+
+    manifest: Manifest | None
+    out: Path
+    seconds: float
+    reused_shards: int
+    already_complete: bool = False
+    written_shards: int = 0
+
+
+class _Tracker:
+    """Counts progress and journals finished shards for one run."""
+
+    def __init__(self, plan: PackPlan, done: dict[int, DoneShard], progress, journal: Journal):
+        self.plan, self.done, self.journal = plan, done, journal
+        self.progress = progress
+        self.total = len(plan.items)
+        self.count = sum(len(plan.shard_items(i)) for i in done)
+        self.skipped = sum(len(d.skipped) for d in done.values())
+        self.written = 0
+
+    def report(self) -> None:
+        if self.progress:
+            self.progress(PackProgress(self.total, self.count, self.skipped))
+
+    def chunk(self, images: int, skipped: int) -> None:
+        self.count += images
+        self.skipped += skipped
+        self.report()
+
+    def shard(self, shard: DoneShard) -> None:
+        self.journal.record(shard)
+        self.done[shard.index] = shard
+        self.written += 1
+
+
+def _strict_check(builder: ShardBuilder, results: list[Decoded]) -> None:
+    bad = [
+        {"path": path, "reason": r}
+        for path, r in zip(builder.pending_paths(len(results)), results)
+        if isinstance(r, str)
+    ]
+    if bad:
+        raise strict_error(builder.skipped + bad)
+
+
+def _plan(src: Path, options: dict, labels: str, strict: bool) -> PackPlan:
+    found = scan(src, labels)  # before touching OUT: a bad SRC must not change anything
+    if strict and found.skipped:
+        raise strict_error(list(found.skipped))
+    return make_plan(str(src), found, **options)
+
+
+def pack(
+    src: str | os.PathLike,
+    out: str | os.PathLike,
+    *,
+    size: int = 84,
+    crop: str = "center",
+    variants: int = 1,
+    shard_size: int = 10_000,
+    block_size: int = 256,
+    workers: int | None = None,
+    seed: int = 0,
+    shuffle: bool = True,
+    labels: str = "auto",
+    strict: bool = False,
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: Callable[[PackProgress], None] | None = None,
+    part: tuple[int, int] | None = None,
+    ray: str | None = None,
+) -> PackResult:
+    """Pack an ImageFolder tree or a flat folder of images into pre-resized uint8 shards.
+
+    Args:
+        src: source folder (ImageFolder tree or flat folder).
+        out: output folder; must be empty or missing unless `resume`/`overwrite`.
+        size: side of the stored square images.
+        crop: `"center"`, `"random"` (RandomResizedCrop from the full-size image) or `"full"`.
+        variants: independent random crops per source image (needs `crop="random"`).
+        shard_size: images per shard.
+        block_size: images per tar member (block).
+        workers: decode processes; default the CPUs this process may use; 1 decodes here.
+        seed: seed of the image order and of the random crops.
+        shuffle: shuffle the image order (seeded) so every shard mixes classes.
+        labels: `"auto"`, `"folders"` or `"none"`.
+        strict: raise `SkippedImagesError` instead of skipping unreadable images.
+        resume: finish an interrupted pack in `out`.
+        overwrite: replace an earlier pack in `out`.
+        progress: called with a `PackProgress` after each batch of decoded images.
+        part: `(k, n)`: write only the shards `i` with `i % n == k` (a job-array part) and
+            its own journal; `finish_pack` then writes `index.json`.
+        ray: run one Ray task per shard on this cluster address (`"auto"`, `"ray://..."`) or,
+            with `"default"`, on a running cluster else a local one.
+
+    Returns:
+        A `PackResult` with the manifest that was written.
+
+    Raises:
+        ValueError: options no pack can be made with.
+        MixshardError: bad source, unusable output (in use, full, not ours), skipped images
+            under `strict`, a dead worker, or a failed write.
+
+    Example:
+        >>> pack("places365_standard/train", "data/places365_standard", workers=16)
+    """
+    options = dict(size=size, crop=crop, variants=variants, shard_size=shard_size)
+    options.update(block_size=block_size, seed=seed, shuffle=shuffle)
+    check_options(size, crop, variants, shard_size, block_size, seed, labels)
+    _check_modes(resume, overwrite, part, ray)
+    t0 = time.perf_counter()
+    src, out = Path(src), Path(out)
+    check_out_path(out)
+    plan = _plan(src, options, labels, strict)
+    if ray is not None:
+        from .raypack import connect
+
+        connect(ray)  # an unreachable cluster must fail before OUT is touched
+    created = not out.exists()
+    lock = OutLock(out, part)
+    try:
+        prepare_out(out, resume or part is not None, overwrite)
+        finished = _finished(out, plan) if resume and part is None else None
+        if finished is not None:
+            return PackResult(finished, out, time.perf_counter() - t0, len(finished.shards), True)
+        done = load_done(out, plan.fingerprint)
+        todo = [i for i in range(plan.n_shards) if i not in done]
+        if part is not None:
+            todo = [i for i in todo if i % part[1] == part[0]]
+        tracker = _run(plan, out, done, todo, part, progress, workers, strict, ray, lock.fds)
+        if part is not None:
+            seconds = time.perf_counter() - t0
+            return PackResult(
+                None, out, seconds, len(done) - tracker.written, False, tracker.written
+            )
+        manifest = _finalize(plan, out, done, created)
+        reused = len(done) - tracker.written
+        return PackResult(manifest, out, time.perf_counter() - t0, reused, False, tracker.written)
+    finally:
+        lock.release()
+
+
+def _check_modes(resume: bool, overwrite: bool, part, ray) -> None:
+    if resume and overwrite:
+        raise ValueError("resume and overwrite exclude each other; pick one")
+    if part is not None:
+        k, n = part
+        if n < 1 or not 0 <= k < n:
+            raise ValueError(f"part must be (k, n) with 0 <= k < n, got ({k}, {n})")
+        if overwrite or ray is not None:
+            raise ValueError("a job-array part cannot also overwrite or run on Ray")
+
+
+def _finished(out: Path, plan: PackPlan) -> Manifest | None:
+    """The finished pack in `out`, if there is one (made with the same options)."""
+    if not (out / MANIFEST_NAME).exists():
+        return None
+    manifest = Manifest.load(out)
+    if (manifest.options, manifest.size, manifest.block_size) != (
+        plan.options,
+        plan.size,
+        plan.block_size,
+    ):
+        raise OutputError(
+            f"{out} holds a finished pack made with other options; pass overwrite=True to "
+            "replace it"
+        )
+    return manifest
+
+
+def _run(plan, out, done, todo, part, progress, workers, strict, ray, lock_fds) -> _Tracker:
+    """Write the shards `todo`, journalling each; returns the run's counters."""
+    remove_partials(out, {plan.shard_name(i) for i in todo})
+    try:
+        journal = Journal(out, plan.fingerprint, done, part)
+    except OSError as exc:
+        raise write_error(exc, out) from None
+    tracker = _Tracker(plan, done, progress, journal)
+    try:
+        if ray is not None:
+            from .raypack import run_on_ray
+
+            run_on_ray(plan, out, todo, ray, tracker.chunk, tracker.shard, strict)
+        else:
+            from .localrun import LocalRun
+
+            check = _strict_check if strict else (lambda builder, results: None)
+            cpus = workers or usable_cpus()
+            run = LocalRun(plan, out, todo, cpus, tracker.chunk, tracker.shard, check, lock_fds)
+            run.run()
+    except OSError as exc:
+        raise write_error(exc, Path(exc.filename) if exc.filename else out) from None
+    finally:
+        journal.close()
+    return tracker
+
+
+def _finalize(plan: PackPlan, out: Path, done: dict[int, DoneShard], created: bool) -> Manifest:
+    """Write `index.json` from the shards of the whole plan, then drop the journals."""
+    missing = [plan.shard_name(i) for i in range(plan.n_shards) if i not in done]
+    if missing:
+        shown = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
+        raise OutputError(
+            f"{out}: {len(missing)} planned shard(s) are not written yet ({shown}); run the "
+            "missing job-array parts, then finish again"
+        )
+    skipped = list(plan.scan_skipped) + [s for i in sorted(done) for s in done[i].skipped]
+    skipped.sort(key=lambda s: path_key(s["path"]))
+    infos = tuple(done[i].info for i in sorted(done) if done[i].info is not None)
+    count = sum(i.count for i in infos)
+    if count == 0:
+        remove_journals(out)
+        if created:
+            with contextlib.suppress(OSError):
+                out.rmdir()
+        first = skipped[0] if skipped else {"path": "?", "reason": "?"}
+        raise SourceError(
+            f"no readable image in {plan.src}: all {len(skipped)} image files were skipped "
+            f"(first: {first['path']}: {first['reason']}); nothing was packed"
+        )
+    manifest = Manifest(
+        size=plan.size,
+        block_size=plan.block_size,
+        count=count,
+        classes=plan.classes,
+        options=plan.options,
+        skipped=tuple(skipped),
+        shards=infos,
+    )
+    try:
+        manifest.save(out)
+    except OSError as exc:
+        raise write_error(exc, out / MANIFEST_NAME) from None
+    remove_journals(out)
+    return manifest
+
+
+def finish_pack(
+    src: str | os.PathLike,
+    out: str | os.PathLike,
+    *,
+    size: int = 84,
+    crop: str = "center",
+    variants: int = 1,
+    shard_size: int = 10_000,
+    block_size: int = 256,
+    seed: int = 0,
+    shuffle: bool = True,
+    labels: str = "auto",
+) -> PackResult:
+    """Write `index.json` once every job-array part has written its shards (same SRC and
+    options as the parts).
+
+    Raises:
+        OutputError: parts are missing (named), or a journal of another plan is in `out`.
+    """
+    check_options(size, crop, variants, shard_size, block_size, seed, labels)
+    t0 = time.perf_counter()
+    src, out = Path(src), Path(out)
+    if not out.is_dir():
+        raise OutputError(f"{out} is not a folder of job-array parts; run the parts first")
+    options = dict(size=size, crop=crop, variants=variants, shard_size=shard_size)
+    options.update(block_size=block_size, seed=seed, shuffle=shuffle)
+    plan = _plan(src, options, labels, strict=False)
+    lock = OutLock(out)
+    try:
+        finished = _finished(out, plan)
+        if finished is not None:
+            return PackResult(finished, out, time.perf_counter() - t0, len(finished.shards), True)
+        done = load_done(out, plan.fingerprint)
+        manifest = _finalize(plan, out, done, created=False)
+        return PackResult(manifest, out, time.perf_counter() - t0, len(done))
+    finally:
+        lock.release()

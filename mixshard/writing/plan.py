@@ -1,0 +1,120 @@
+"""The shard plan: what each shard of a pack holds, fixed before any pixel is decoded.
+
+A plan is a pure function of the scan (SRC's file list) and the options: the seeded, shuffled
+image order, which images go to which shard, and each shard's file name and first block key.
+Shard `i` is always `shard-{i:06d}.tar` with block keys from `i * blocks_per_shard`, whatever
+the other shards hold, so shards can be written in any order, by any process or machine (the
+local packer, Ray tasks, job-array parts) and the pack is byte-identical. A shard whose images
+are all unreadable is not written; its name is simply absent from the manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..core.constants import CROP_MODES, LABEL_MODES, MAX_BLOCK_SIZE, MAX_SIZE, RESAMPLE, shard_name
+from ..core.manifest import dump_json
+from .scanning import ScanResult
+
+
+def check_options(
+    size: int, crop: str, variants: int, shard_size: int, block_size: int, seed: int, labels: str
+) -> None:
+    """Raise `ValueError` for pack options no pack can be made with."""
+    if crop not in CROP_MODES:
+        raise ValueError(f"unknown crop mode {crop!r}; use one of {', '.join(CROP_MODES)}")
+    if labels not in LABEL_MODES:
+        raise ValueError(f"unknown labels mode {labels!r}; use one of {', '.join(LABEL_MODES)}")
+    if not 1 <= size <= MAX_SIZE:
+        raise ValueError(f"size must be in [1, {MAX_SIZE}], got {size}")
+    if not 1 <= block_size <= MAX_BLOCK_SIZE:
+        raise ValueError(f"block_size must be in [1, {MAX_BLOCK_SIZE}], got {block_size}")
+    if variants < 1 or shard_size < 1 or seed < 0:
+        raise ValueError(
+            f"variants and shard_size must be >= 1 and seed >= 0, got variants={variants}, "
+            f"shard_size={shard_size}, seed={seed}"
+        )
+    if variants > 1 and crop != "random":
+        raise ValueError(f"variants={variants} needs crop='random' (other crops are all the same)")
+    if variants > shard_size:
+        raise ValueError(f"variants={variants} exceeds shard_size={shard_size}")
+
+
+@dataclass(frozen=True)
+class PackPlan:
+    """Everything that decides a pack's bytes. Plain data: it pickles (Ray) and its
+    `fingerprint` tells whether two runs (a resume, the parts of a job array) make the same
+    pack."""
+
+    src: str
+    size: int
+    block_size: int
+    options: dict[str, Any]  # as written to index.json
+    classes: tuple[str, ...]
+    scan_skipped: tuple[dict[str, str], ...]
+    items: tuple[tuple[str, int], ...]  # (path relative to src, label), in pack order
+    per_shard: int  # source images per shard
+    fingerprint: str
+
+    @property
+    def n_shards(self) -> int:
+        return math.ceil(len(self.items) / self.per_shard)
+
+    @property
+    def blocks_per_shard(self) -> int:
+        return math.ceil(self.per_shard * self.options["variants"] / self.block_size)
+
+    def shard_items(self, i: int) -> tuple[tuple[str, int], ...]:
+        return self.items[i * self.per_shard : (i + 1) * self.per_shard]
+
+    def shard_name(self, i: int) -> str:
+        return shard_name(i)
+
+    def first_block(self, i: int) -> int:
+        return i * self.blocks_per_shard
+
+
+def make_plan(
+    src: str,
+    found: ScanResult,
+    *,
+    size: int,
+    crop: str,
+    variants: int,
+    shard_size: int,
+    block_size: int,
+    seed: int,
+    shuffle: bool,
+) -> PackPlan:
+    """The plan of packing what `scan` found with these options."""
+    options = {
+        "crop": crop,
+        "variants": variants,
+        "seed": seed,
+        "resample": RESAMPLE,
+        "shuffle": shuffle,
+        "labels": found.labels,
+        "shard_size": shard_size,
+    }
+    items = list(found.items)
+    if shuffle:
+        order = np.random.default_rng([seed, 1]).permutation(len(items))
+        items = [items[i] for i in order]
+    per_shard = max(1, shard_size // variants)
+    payload = dump_json([size, block_size, options, items, found.skipped, found.classes])
+    return PackPlan(
+        src=src,
+        size=size,
+        block_size=block_size,
+        options=options,
+        classes=tuple(found.classes),
+        scan_skipped=tuple(found.skipped),
+        items=tuple((p, int(label)) for p, label in items),
+        per_shard=per_shard,
+        fingerprint=hashlib.sha256(payload).hexdigest(),
+    )

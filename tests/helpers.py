@@ -1,0 +1,150 @@
+"""What the tests share: tiny procedural images and trees, a pack reader that uses plain
+webdataset (an independent check of the format), a CLI runner, a local HTTP server.
+
+Torch-free, so the packing tests run without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.server
+import io
+import json
+import os
+import shutil
+import socket
+import struct
+import threading
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+from click.testing import CliRunner, Result
+from PIL import Image
+
+from mixshard.cli import cli
+from mixshard.core.manifest import Manifest
+
+
+def solid(path: Path, color, size=(40, 30), mode="RGB", **save) -> Path:
+    """Write one image filled with `color` (any PIL mode), creating parent folders."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new(mode, size, color).save(path, **save)
+    return path
+
+
+def noise(path: Path, size=(48, 36), seed=0, **save) -> Path:
+    """Write one RGB image of seeded random pixels (distinct per seed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arr = np.random.default_rng(seed).integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
+    Image.fromarray(arr).save(path, **save)
+    return path
+
+
+def make_tree(root: Path, classes=("cat", "dog", "eel"), per_class=6, ext=".png") -> list[str]:
+    """An ImageFolder tree of distinct noise images; returns relative paths."""
+    rels = []
+    for c, name in enumerate(classes):
+        for i in range(per_class):
+            rel = f"{name}/img{i}{ext}"
+            noise(root / rel, size=(40 + 4 * i, 30 + 2 * c), seed=100 * c + i)
+            rels.append(rel)
+    return rels
+
+
+def make_flat(root: Path, n=10, ext=".jpg") -> list[str]:
+    """A flat folder (COCO val2017 style) of distinct noise images."""
+    rels = []
+    for i in range(n):
+        rel = f"{i:012d}{ext}"
+        noise(root / rel, size=(64, 48), seed=i)
+        rels.append(rel)
+    return rels
+
+
+def png_header_only(path: Path, width: int, height: int) -> None:
+    """A PNG that claims `width x height` pixels (an image bomb) with almost no data."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(data))
+            + kind
+            + data
+            + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+        )
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    path.write_bytes(
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", ihdr)
+        + chunk(b"IDAT", zlib.compress(b"\0" * 64))
+        + chunk(b"IEND", b"")
+    )
+
+
+def read_pack(out: Path):
+    """(images (N,3,S,S) uint8, labels (N,), keys) of a pack, read with plain webdataset."""
+    import webdataset as wds
+
+    m = Manifest.load(out)
+    images, labels, keys = [], [], []
+    for shard in m.shards:
+        ds = wds.WebDataset(str(out / shard.name), shardshuffle=False)
+        for sample in ds:
+            images.append(np.load(io.BytesIO(sample["images.npy"])))
+            labels.append(np.load(io.BytesIO(sample["labels.npy"])))
+            keys.extend(json.loads(sample["keys.json"]))
+    if not images:
+        return np.zeros((0, 3, m.size, m.size), np.uint8), np.zeros(0, np.int32), []
+    return np.concatenate(images), np.concatenate(labels), keys
+
+
+def files(folder: Path) -> dict[str, bytes]:
+    """Every file of a folder (not recursive): name -> bytes."""
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def run(*args: object) -> Result:
+    """Run the `mixshard` command in-process; an unexpected exception fails the test."""
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+def copy_pack(pack_dir: Path, dst: Path) -> Path:
+    shutil.copytree(pack_dir, dst)
+    return dst
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serve(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    """Serve `handler` on 127.0.0.1 in a thread; yields the base URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def serve_folder(folder: Path) -> contextlib.AbstractContextManager[str]:
+    """A quiet static file server for `folder`."""
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    return serve(functools.partial(Quiet, directory=str(folder)))  # type: ignore[arg-type]
+
+
+def crash_chunk(*args, **kwargs):
+    """Stands in for a decode task in a worker process and kills that process."""
+    os._exit(3)

@@ -1,0 +1,177 @@
+"""The device pool of `Overlay` (cache="pool"): exact uses per image, one entry per image and
+pass, distinct images per call, determinism, waits for a slow disk."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import make_tree, read_pack
+
+import mixshard
+from mixshard import Manifest, MixshardError, Overlay
+from mixshard.augment.pool import PoolCache, RefillFeed
+from mixshard.reading.local import LocalPack
+
+M = 40  # images in the pack
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def pack_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("pool")
+    make_tree(root / "src", classes=("a", "b"), per_class=M // 2)
+    mixshard.pack(root / "src", root / "pack", size=12, shard_size=16, block_size=4, workers=1)
+    return root / "pack"
+
+
+def ids_of(images: torch.Tensor) -> list[bytes]:
+    return [bytes(i.numpy()) for i in images]
+
+
+def test_each_image_is_drawn_exactly_uses_times_and_enters_once_per_pass(pack_dir):
+    manifest = Manifest.load(pack_dir)
+    size, uses, n = 16, 3, 8
+    pool = PoolCache(str(pack_dir), manifest, CPU, size, uses, seed=4)
+    content: dict[int, bytes] = {}  # slot -> the image it holds
+    count: dict[int, int] = {}  # slot -> draws of that image so far
+    entries: list[bytes] = []
+    filled = 0
+    for _ in range(60):
+        got = ids_of(pool.take(n))
+        slots = pool.last_slots.tolist()
+        assert len(slots) == n and len(set(slots)) == n  # distinct slots in a call
+        first = list(range(filled, max(filled, n)))  # the first call fills n slots
+        for s in first:
+            content[s], count[s] = bytes(pool.images[s].numpy()), 0
+        entries += [content[s] for s in first]
+        for s, image in zip(slots, got):
+            assert image == content[s]  # a slot's image stays until it is used up
+            count[s] += 1
+            assert count[s] <= uses
+        spent = [s for s in slots if count[s] == uses]
+        grown = list(range(max(filled, n), pool.filled))
+        for s in spent + grown:  # refilled in this order from the feed
+            content[s], count[s] = bytes(pool.images[s].numpy()), 0
+            entries.append(content[s])
+        filled = pool.filled
+        assert pool.left[:filled].tolist() == [uses - count[s] for s in range(filled)]
+    stats = pool.stats()
+    assert stats["draws"] == 60 * n and stats["entered"] == len(entries)
+    assert stats["retired"] == stats["entered"] - filled
+    # entries follow the refill feed: block order over the whole pack, each image once a pass
+    feed = RefillFeed(str(pack_dir), 4, False, manifest)
+    expected = ids_of(feed.take(len(entries)))
+    feed.close()
+    assert entries == expected
+    assert len(entries) >= 3 * M
+    pack = set(ids_of(torch.from_numpy(read_pack(pack_dir)[0])))
+    for p in range(len(entries) // M):
+        assert set(entries[p * M : (p + 1) * M]) == pack
+    pool.close()
+
+
+def test_realised_uses_per_retired_image(pack_dir):
+    """Counting draws per image over whole passes: every image that left the pool was drawn
+    exactly `uses` times."""
+    manifest = Manifest.load(pack_dir)
+    uses = 4
+    pool = PoolCache(str(pack_dir), manifest, CPU, 16, uses, seed=1)
+    counts: Counter[bytes] = Counter()
+    for _ in range(100):
+        counts.update(ids_of(pool.take(8)))
+    in_pool = Counter(ids_of(pool.images[: pool.filled]))
+    left = Counter()
+    for s in range(pool.filled):
+        left[bytes(pool.images[s].numpy())] += int(pool.left[s])
+    stats = pool.stats()
+    # draws of every image = uses x its entries - what its pooled copies have left
+    feed = RefillFeed(str(pack_dir), 1, False, manifest)
+    entries = Counter(ids_of(feed.take(stats["entered"])))
+    feed.close()
+    for image, entered in entries.items():
+        assert counts[image] == uses * entered - left[image], image
+    assert sum(in_pool.values()) == pool.filled == 16
+    assert stats["retired"] == stats["entered"] - pool.filled
+    assert stats["draws"] == uses * stats["retired"] + sum(uses - int(v) for v in pool.left)
+    pool.close()
+
+
+def test_draws_are_deterministic_and_start_small(pack_dir):
+    manifest = Manifest.load(pack_dir)
+    runs = []
+    for _ in range(2):
+        pool = PoolCache(str(pack_dir), manifest, CPU, 32, 4, seed=9)
+        first = pool.take(8)
+        assert pool.filled == 8 + 2  # n images to start, then ceil(n / uses) per call
+        runs.append(torch.cat([first] + [pool.take(n) for n in (5, 8, 13, 1)]))
+        pool.close()
+    assert torch.equal(runs[0], runs[1])
+
+
+def test_calls_larger_than_the_pool(pack_dir):
+    pool = PoolCache(str(pack_dir), Manifest.load(pack_dir), CPU, 6, 2, seed=0)
+    got = pool.take(15)
+    assert got.shape == (15, 3, 12, 12) and len(pool.last_slots) == 15
+    for lo in range(0, 15, 6):  # drawn in rounds of at most the pool size: distinct per round
+        part = pool.last_slots[lo : lo + 6].tolist()
+        assert len(set(part)) == len(part)
+    pool.close()
+
+
+def test_a_slow_disk_makes_calls_wait_and_is_counted(pack_dir, monkeypatch):
+    read_block = LocalPack.read_block
+
+    def slow(self, b, out):
+        time.sleep(0.05)
+        return read_block(self, b, out)
+
+    monkeypatch.setattr(LocalPack, "read_block", slow)
+    pool = PoolCache(str(pack_dir), Manifest.load(pack_dir), CPU, 40, 1, seed=0)
+    for _ in range(6):
+        pool.take(8)
+    stats = pool.stats()
+    assert stats["waits"] >= 1 and stats["wait_seconds"] > 0.04
+    pool.close()
+
+
+def test_overlay_pool_mode_blends_pack_images(pack_dir):
+    pack = set(ids_of(torch.from_numpy(read_pack(pack_dir)[0])))
+    ov = Overlay(pack_dir, cache="pool", pool=12, uses=2, flip=False, seed=3)
+    obs = torch.rand(10, 9, 12, 12) * 255
+    out = ov(obs)
+    imgs = (2 * out[:, :3] - obs[:, :3]).round().to(torch.uint8)
+    assert set(ids_of(imgs)) <= pack
+    assert ov.modes == {"cpu": "pool"}
+    stats = ov.stats()["cpu"]
+    assert (stats["mode"], stats["pool"], stats["uses"], stats["draws"]) == ("pool", 12, 2, 10)
+    ov.close()
+
+
+def test_auto_takes_the_pool_when_the_pack_does_not_fit(pack_dir):
+    ov = Overlay(pack_dir)
+    ov(torch.rand(2, 9, 12, 12))
+    assert ov.modes == {"cpu": "device"}
+    tiny = Overlay(pack_dir, cache_fraction=1e-12, pool=8)
+    tiny(torch.rand(2, 9, 12, 12))
+    assert tiny.modes == {"cpu": "pool"} and tiny.stats()["cpu"]["pool"] == 8
+    tiny.close()
+    with pytest.raises(MixshardError, match="no room for a pool: 0 bytes free for it, one image"):
+        Overlay(pack_dir, cache_fraction=1e-12)(torch.rand(2, 9, 12, 12))
+    with pytest.raises(ValueError, match="uses must be >= 1, got 0"):
+        Overlay(pack_dir, uses=0)
+    with pytest.raises(ValueError, match="pool must be >= 1 images, got 0"):
+        Overlay(pack_dir, pool=0)
+
+
+@pytest.mark.cuda
+def test_cuda_pool(pack_dir):
+    pack = set(ids_of(torch.from_numpy(read_pack(pack_dir)[0])))
+    ov = Overlay(pack_dir, cache="pool", pool=16, uses=2, flip=False)
+    drawn = torch.cat([ov.sample(n, "cuda") for n in (8, 8, 8, 8, 8)])
+    assert drawn.is_cuda and set(ids_of(drawn.cpu())) <= pack
+    assert ov.stats()["cuda:0"]["draws"] == 40
+    ov.close()
