@@ -89,12 +89,30 @@ def blend(
     k = _check(obs, imgs, alpha, out)
     if obs.dtype == torch.uint8:
         return _blend_uint8(obs, imgs, alpha, out, k)
+    if torch.is_grad_enabled() and (obs.requires_grad or imgs.requires_grad or _needs_grad(alpha)):
+        if out is not None:
+            raise ValueError("out= cannot be used when obs, imgs or alpha require grad")
+        return _blend_autograd(obs, imgs, alpha, k)
     result = torch.empty_like(obs) if out is None else out
     if obs.device.type == "cpu":
         _blend_chunked(obs, imgs, alpha, result, k)
     else:
         _blend_one_pass(obs, imgs, alpha, result, k)
     return result
+
+
+def _needs_grad(alpha) -> bool:
+    return isinstance(alpha, torch.Tensor) and alpha.requires_grad
+
+
+def _blend_autograd(obs, imgs, alpha, k) -> torch.Tensor:
+    """The same blend, out of place, so autograd can differentiate it (a fused `out=` write
+    cannot be recorded)."""
+    n, _, h, w = obs.shape
+    background = imgs.to(obs.dtype).unsqueeze(1)
+    return torch.lerp(obs.view(n, k, 3, h, w), background, _weight(alpha, n, obs.dtype)).view(
+        n, 3 * k, h, w
+    )
 
 
 def _blend_one_pass(obs, imgs, alpha, result, k) -> None:

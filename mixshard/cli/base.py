@@ -46,8 +46,13 @@ def as_flags(message: str) -> str:
 
 
 def shown(text: str) -> str:
-    """A path for the terminal: bytes that are not UTF-8 appear as `\\xNN` escapes."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    """Text for the terminal: the bytes of a file name that are not UTF-8 (surrogate escapes,
+    as `os.listdir` gives them) appear as `\\xNN`."""
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        raw = text.encode("utf-8", "backslashreplace")
+    return raw.decode("utf-8", "backslashreplace")
 
 
 class _Group(click.Group):

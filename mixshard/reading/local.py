@@ -61,13 +61,15 @@ class LocalPack:
     """A pack folder opened for random access. Image `i` is the `i`-th image of the usable
     shards (bad ones skipped with `on_error="skip"`), in stored order. Thread-safe.
 
+    Each shard's identity (device, inode, size, mtime) is recorded when the pack is opened and
+    checked whenever its file is opened or read; it travels with the object when pickled, so a
+    worker process that reopens the shards by name sees a pack replaced meanwhile.
+
     Args:
         folder: the pack folder.
         manifest: its loaded `index.json`.
         on_error: `"raise"`: a bad shard or block raises `ShardError`; `"skip"`: a shard found
             bad at open is left out, a block found bad when read is reported by `read_*`.
-        expected: file identities recorded by another process that opened this pack (spawned
-            workers): a shard that differs was replaced, and raises `ShardError`.
     """
 
     def __init__(
@@ -75,7 +77,6 @@ class LocalPack:
         folder: str | os.PathLike,
         manifest: Manifest,
         on_error: str = "raise",
-        expected: dict[str, FileId] | None = None,
     ) -> None:
         self.folder = Path(folder)
         self.manifest = manifest
@@ -84,7 +85,7 @@ class LocalPack:
         self.ids: dict[str, FileId] = {}
         for shard in manifest.shards:
             try:
-                self.ids[shard.name] = self._stat(shard, expected)
+                self.ids[shard.name] = self._stat(shard)
             except ShardError as exc:
                 if on_error != "skip":
                     raise
@@ -113,7 +114,7 @@ class LocalPack:
     def _fix(self) -> str:
         return f"run `mixshard verify {self.folder}`, then repack or restore the file"
 
-    def _stat(self, shard: ShardInfo, expected: dict[str, FileId] | None) -> FileId:
+    def _stat(self, shard: ShardInfo) -> FileId:
         path = shard_path(self.folder, shard.name)
         try:
             fd = open_regular(path)
@@ -128,11 +129,6 @@ class LocalPack:
             raise ShardError(
                 f"shard {path} is {found.size} bytes, index.json says {shard.bytes} "
                 f"(truncated or altered); {self._fix()}"
-            )
-        if expected is not None and expected.get(shard.name) != found:
-            raise ShardError(
-                f"shard {path} was replaced after the loader opened the pack (a new pack "
-                "written over it?); start the loader again"
             )
         return found
 
@@ -174,17 +170,22 @@ class LocalPack:
             raise ShardError(f"cannot open shard {path}: {exc.strerror}; {self._fix()}") from None
         if FileId.of(os.fstat(fd)) != self.ids[self.shards[slot].name]:
             os.close(fd)
-            raise ShardError(f"shard {path} changed while the pack was open; {self._fix()}")
+            raise self._changed(path)
         return fd
+
+    def _changed(self, path: Path) -> ShardError:
+        # A new pack written over this one may reuse the inode numbers: say both causes.
+        return ShardError(
+            f"shard {path} changed after the pack was opened (a new pack written over it, or "
+            f"the file copied over or truncated); open the pack again (and run `mixshard verify "
+            f"{self.folder}` unless a new pack was written)"
+        )
 
     def _check_same(self, slot: int, fd: int) -> None:
         """Raise when the shard behind `fd` was written to since it was opened."""
         shard = self.shards[slot]
         if FileId.of(os.fstat(fd)) != self.ids[shard.name]:
-            raise ShardError(
-                f"shard {self.folder / shard.name} changed while being read (copied over or "
-                f"truncated); {self._fix()}"
-            )
+            raise self._changed(self.folder / shard.name)
 
     def _pread(self, slot: int, fd: int, buf: memoryview, offset: int) -> None:
         try:

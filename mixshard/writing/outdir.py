@@ -82,9 +82,7 @@ class OutLock:
                 "pid": os.getpid(),
                 "host": socket.gethostname(),
                 "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-                "command": " ".join(
-                    os.path.basename(a) if i == 0 else a for i, a in enumerate(sys.argv)
-                ),
+                "command": _command(),
             }
             os.ftruncate(fd, 0)
             os.pwrite(fd, json.dumps(holder).encode("utf-8", "backslashreplace"), 0)
@@ -103,6 +101,15 @@ class OutLock:
                     path.unlink()
             os.close(fd)
         self._held = []
+
+
+def _command() -> str:
+    """This process's command line, as the user typed it (`python -m mixshard` shows as
+    `mixshard`)."""
+    first = os.path.basename(sys.argv[0]) if sys.argv else "python"
+    if first in ("__main__.py", "mixshard"):
+        first = "mixshard"
+    return " ".join([first, *sys.argv[1:]])
 
 
 def _shared_by_others(fd: int) -> bool:
@@ -213,8 +220,11 @@ class Journal:
         self.path = out / name
         lines = [json.dumps({"fingerprint": fingerprint})]
         lines += [done[i].to_json() for i in sorted(done)]
-        atomic_write(self.path, ("\n".join(lines) + "\n").encode("utf-8"))
-        self._f: TextIO = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - see close
+        try:
+            atomic_write(self.path, ("\n".join(lines) + "\n").encode("utf-8"))
+            self._f: TextIO = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - see close
+        except OSError as exc:
+            raise write_error(exc, self.path) from None
 
     def record(self, shard: DoneShard) -> None:
         """Append one finished shard, durably.

@@ -166,6 +166,7 @@ def pack(
         connect(ray)  # an unreachable cluster must fail before OUT is touched
     created = not out.exists()
     lock = OutLock(out, part)
+    empty = False
     try:
         prepare_out(out, resume or part is not None, overwrite)
         finished = _finished(out, plan) if resume and part is None else None
@@ -181,11 +182,17 @@ def pack(
             return PackResult(
                 None, out, seconds, len(done) - tracker.written, False, tracker.written
             )
-        manifest = _finalize(plan, out, done, created)
+        manifest = _finalize(plan, out, done)
         reused = len(done) - tracker.written
         return PackResult(manifest, out, time.perf_counter() - t0, reused, False, tracker.written)
+    except SourceError:
+        empty = True  # nothing was packed: leave no trace of this run
+        raise
     finally:
         lock.release()
+        if empty and created:
+            with contextlib.suppress(OSError):
+                out.rmdir()
 
 
 def _check_modes(resume: bool, overwrite: bool, part, ray) -> None:
@@ -219,10 +226,7 @@ def _finished(out: Path, plan: PackPlan) -> Manifest | None:
 def _run(plan, out, done, todo, part, progress, workers, strict, ray, lock_fds) -> _Tracker:
     """Write the shards `todo`, journalling each; returns the run's counters."""
     remove_partials(out, {plan.shard_name(i) for i in todo})
-    try:
-        journal = Journal(out, plan.fingerprint, done, part)
-    except OSError as exc:
-        raise write_error(exc, out) from None
+    journal = Journal(out, plan.fingerprint, done, part)
     tracker = _Tracker(plan, done, progress, journal)
     try:
         if ray is not None:
@@ -243,7 +247,7 @@ def _run(plan, out, done, todo, part, progress, workers, strict, ray, lock_fds) 
     return tracker
 
 
-def _finalize(plan: PackPlan, out: Path, done: dict[int, DoneShard], created: bool) -> Manifest:
+def _finalize(plan: PackPlan, out: Path, done: dict[int, DoneShard]) -> Manifest:
     """Write `index.json` from the shards of the whole plan, then drop the journals."""
     missing = [plan.shard_name(i) for i in range(plan.n_shards) if i not in done]
     if missing:
@@ -258,9 +262,6 @@ def _finalize(plan: PackPlan, out: Path, done: dict[int, DoneShard], created: bo
     count = sum(i.count for i in infos)
     if count == 0:
         remove_journals(out)
-        if created:
-            with contextlib.suppress(OSError):
-                out.rmdir()
         first = skipped[0] if skipped else {"path": "?", "reason": "?"}
         raise SourceError(
             f"no readable image in {plan.src}: all {len(skipped)} image files were skipped "
@@ -316,7 +317,7 @@ def finish_pack(
         if finished is not None:
             return PackResult(finished, out, time.perf_counter() - t0, len(finished.shards), True)
         done = load_done(out, plan.fingerprint)
-        manifest = _finalize(plan, out, done, created=False)
+        manifest = _finalize(plan, out, done)
         return PackResult(manifest, out, time.perf_counter() - t0, len(done))
     finally:
         lock.release()
