@@ -12,6 +12,7 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TextIO
@@ -160,7 +161,8 @@ def prepare_out(out: Path, resume: bool, overwrite: bool) -> None:
             "there or overwrite=True to replace it"
         )
     try:
-        probe = out / (".mixshard-write-test" + TMP_SUFFIX)
+        # one name per process and thread: job-array parts probe the same folder at once
+        probe = out / f".mixshard-write-test-{os.getpid()}-{threading.get_ident()}{TMP_SUFFIX}"
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as exc:

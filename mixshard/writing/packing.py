@@ -249,13 +249,9 @@ def _run(plan, out, done, todo, part, progress, workers, strict, ray, lock_fds) 
 
 def _finalize(plan: PackPlan, out: Path, done: dict[int, DoneShard]) -> Manifest:
     """Write `index.json` from the shards of the whole plan, then drop the journals."""
-    missing = [plan.shard_name(i) for i in range(plan.n_shards) if i not in done]
+    missing = [i for i in range(plan.n_shards) if i not in done]
     if missing:
-        shown = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
-        raise OutputError(
-            f"{out}: {len(missing)} planned shard(s) are not written yet ({shown}); run the "
-            "missing job-array parts, then finish again"
-        )
+        raise OutputError(_missing_message(plan, out, missing))
     skipped = list(plan.scan_skipped) + [s for i in sorted(done) for s in done[i].skipped]
     skipped.sort(key=lambda s: path_key(s["path"]))
     infos = tuple(done[i].info for i in sorted(done) if done[i].info is not None)
@@ -282,6 +278,22 @@ def _finalize(plan: PackPlan, out: Path, done: dict[int, DoneShard]) -> Manifest
         raise write_error(exc, out / MANIFEST_NAME) from None
     remove_journals(out)
     return manifest
+
+
+def _missing_message(plan: PackPlan, out: Path, missing: list[int]) -> str:
+    """Which shards (and, from the parts' journals, which parts) have not been written."""
+    names = ", ".join(plan.shard_name(i) for i in missing[:5]) + (
+        ", ..." if len(missing) > 5 else ""
+    )
+    counts = {int(p.name.split("-of-")[1].split(".")[0]) for p in out.glob(".mixshard-pack.part-*")}
+    parts = ""
+    if len(counts) == 1:
+        n = counts.pop()
+        parts = " from part(s) " + ", ".join(f"{k}/{n}" for k in sorted({i % n for i in missing}))
+    return (
+        f"{out}: {len(missing)} of {plan.n_shards} planned shards are not written yet{parts} "
+        f"({names}); run the missing job-array parts, then finish again"
+    )
 
 
 def finish_pack(

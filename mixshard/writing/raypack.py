@@ -43,6 +43,8 @@ def connect(address: str) -> Any:
     ray = import_ray()
     if ray.is_initialized():
         return ray
+    if address not in ("default", "auto", "local"):
+        _probe(address)  # Ray itself retries an unreachable address for minutes
     kwargs = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR"}
     try:
         if address == "default":
@@ -59,6 +61,21 @@ def connect(address: str) -> Any:
             "status` on the head node) or pack without ray=..."
         ) from None
     return ray
+
+
+def _probe(address: str, timeout: float = 10.0) -> None:
+    """Fail fast when nothing listens at a cluster address (`host:port` or `ray://host:port`)."""
+    hostport = address.split("://", 1)[-1].rsplit("/", 1)[0]
+    host, _, port = hostport.rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout):
+            pass
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise MixshardError(
+            f"cannot reach the Ray cluster at {address}: {reason}; check the address (`ray "
+            "status` on the head node) or pack without ray=..."
+        ) from None
 
 
 def _node() -> str:
