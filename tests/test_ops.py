@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 from mixshard import blend
@@ -11,6 +13,7 @@ from mixshard.augment import ops
 from mixshard.augment.ops import (
     _flip_arith,
     _flip_where,
+    crop_resample,
     crop_resize,
     flip,
     random_crop_boxes,
@@ -180,3 +183,44 @@ def test_random_crop_boxes_follow_the_rule(device):
     assert abs(area.mean().item() - sum(tv) / len(tv)) < 0.02  # torchvision's distribution
     full = random_crop_boxes(5, 60, 80, (1.0, 1.0), (3 / 4, 4 / 3), device, g).cpu()
     assert torch.equal(full, torch.tensor([[0.0, 0.0, 80.0, 60.0]] * 5))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_crop_resample_identity_and_flip(device):
+    _, imgs, _ = data(n=6, h=16, w=16, device=device)
+    whole = torch.tensor([[0.0, 0.0, 16.0, 16.0]], device=device).repeat(6, 1)
+    same = crop_resample(imgs, whole, (16, 16))
+    assert same.dtype == torch.float32 and torch.equal(same.round().to(torch.uint8), imgs)
+    mask = torch.tensor([True, False] * 3, device=device)
+    boxes = torch.tensor([[2.0, 3.0, 11.0, 9.0]], device=device).repeat(6, 1)
+    plain, flipped = crop_resample(imgs, boxes, (8, 8)), crop_resample(imgs, boxes, (8, 8), mask)
+    assert torch.allclose(flipped[0], plain[0].flip(-1)) and torch.equal(flipped[1], plain[1])
+
+
+@pytest.mark.parametrize("box", [(0, 0, 40, 40), (3, 5, 31, 27), (7, 2, 13, 15), (0, 20, 20, 20)])
+def test_crop_resample_is_pils_bicubic_box_resize(box):
+    from PIL import Image
+
+    g = torch.Generator().manual_seed(1)
+    # detail at every scale, but values far from 0 and 255: PIL rounds and clips to uint8
+    # between its horizontal and vertical passes, which the cubic's overshoot would show
+    coarse = torch.rand(1, 3, 10, 10, generator=g) * 120 + 60
+    fine = torch.rand(1, 3, 40, 40, generator=g) * 40 - 20
+    img = (F.interpolate(coarse, size=(40, 40), mode="bilinear") + fine).round().to(torch.uint8)
+    x0, y0, w, h = box
+    pil = Image.fromarray(img[0].permute(1, 2, 0).numpy())
+    ref = pil.resize((20, 20), Image.Resampling.BICUBIC, box=(x0, y0, x0 + w, y0 + h))
+    ref = torch.from_numpy(np.asarray(ref).copy()).permute(2, 0, 1).int()
+    out = crop_resample(img, torch.tensor([box], dtype=torch.float32), (20, 20))
+    # PIL computes in fixed point: equal up to its rounding
+    assert (out[0].add(0.5).floor().int() - ref).abs().max() <= 1
+
+
+def test_crop_resample_does_not_alias_when_shrinking():
+    yy, xx = torch.meshgrid(torch.arange(72), torch.arange(72), indexing="ij")
+    checker = (((xx + yy) % 2) * 255).to(torch.uint8).expand(2, 3, 72, 72)
+    boxes = torch.tensor([[0.0, 0.0, 72.0, 72.0]] * 2)
+    smooth = crop_resample(checker, boxes, (24, 24))[..., 3:-3, 3:-3]  # 3x smaller
+    aliased = crop_resize(checker, boxes, (24, 24))[..., 3:-3, 3:-3]  # samples pixel centres
+    assert aliased.std() > 100  # the 1-pixel checkerboard comes out at full contrast
+    assert (smooth - 127.5).abs().max() < 15  # averaged to grey

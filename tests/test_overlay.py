@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from helpers import make_tree, read_pack
@@ -216,3 +217,56 @@ def test_cuda_overlay_stream(pack_dir, pack_images):
     drawn = torch.cat([ov.sample(n, "cuda") for n in (3, 8, 13, 16)])
     assert drawn.is_cuda and as_set(drawn) == as_set(pack_images)
     ov.close()
+
+
+@pytest.fixture(scope="module")
+def ramp_pack(tmp_path_factory) -> Path:
+    """A 24 px pack (2x the 12 px obs) of ramps: red = 10 x, green = 10 y at pixel (x, y)."""
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("ramp")
+    yy, xx = np.mgrid[0:24, 0:24]
+    for i in range(4):
+        arr = np.stack([10 * xx, 10 * yy, np.full_like(xx, 50 * i)], axis=-1).astype(np.uint8)
+        (root / "src").mkdir(exist_ok=True)
+        Image.fromarray(arr).save(root / "src" / f"ramp{i}.png")
+    mixshard.pack(root / "src", root / "pack", size=24, workers=1)
+    return root / "pack"
+
+
+def window_areas(imgs: torch.Tensor) -> torch.Tensor:
+    """The area fraction of the 24 px window each 12 px ramp image was resampled from.
+
+    Away from the image borders the resampling filter is symmetric and reproduces a ramp, so
+    output pixel j holds the ramp at its centre, x0 + (j + 0.5) * w / 12 - 0.5: the slope
+    between columns 2 and 9 gives w (rows: h). abs() because a flip reverses the slope."""
+    x = imgs.double()
+    w = (x[:, 0, 6, 9] - x[:, 0, 6, 2]).abs() / 10 / 7 * 12
+    h = (x[:, 1, 9, 6] - x[:, 1, 2, 6]).abs() / 10 / 7 * 12
+    return w * h / 24**2
+
+
+@pytest.mark.parametrize("scale", [(0.08, 1.0), (0.3, 0.5)])
+def test_crop_from_a_2x_pack_gives_obs_size_without_warning(ramp_pack, scale):
+    ov = Overlay(ramp_pack, cache="device", crop=scale, seed=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        imgs = ov.sample(600, size=12)
+        out = ov(obs_batch(5))
+    assert imgs.shape == (600, 3, 12, 12) and imgs.dtype == torch.uint8
+    assert out.shape == (5, 9, 12, 12)
+    area = window_areas(imgs)
+    # the windows cover the range asked for (up to rounding boxes to whole pixels)
+    assert area.min() >= scale[0] - 0.03 and area.max() <= scale[1] + 0.03
+    assert area.min() <= scale[0] + 0.03 and area.max() >= scale[1] - 0.06
+    flipped = imgs[:, 0, 6, 9] < imgs[:, 0, 6, 2]
+    assert 200 < flipped.sum() < 400
+
+
+def test_a_larger_pack_without_crop_still_warns(ramp_pack):
+    ov = Overlay(ramp_pack, cache="device")
+    with pytest.warns(UserWarning, match="pack images are 24x24 but 12x12 were asked for"):
+        assert ov.sample(3, size=12).shape == (3, 3, 12, 12)
+    up = Overlay(ramp_pack, cache="device", crop=(0.5, 1.0))
+    with pytest.warns(UserWarning, match="pack images are 24x24 but 30x30 were asked for"):
+        assert up.sample(3, size=30).shape == (3, 3, 30, 30)

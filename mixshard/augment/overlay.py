@@ -19,7 +19,15 @@ from ..core.env import available_memory, rank_world
 from ..core.manifest import Manifest
 from ..reading.remote import is_folder, resolve_urls
 from .caches import DeviceCache, StreamCache
-from .ops import blend, crop_resize, flip, random_crop_boxes, random_flip_mask, resize
+from .ops import (
+    blend,
+    crop_resample,
+    crop_resize,
+    flip,
+    random_crop_boxes,
+    random_flip_mask,
+    resize,
+)
 from .pool import PoolCache, check_pool_args, pool_size
 
 _RATIO = (3.0 / 4.0, 4.0 / 3.0)
@@ -41,7 +49,11 @@ class Overlay:
         alpha: blend weight: a float, `(lo, hi)` for a uniform draw per sample, or a tensor.
         flip: flip each background horizontally with probability 1/2 (on the device).
         crop: `(lo, hi)`: a RandomResizedCrop per background with that area scale range
-            (ratio 3/4-4/3), batched on the device; None keeps the packed image whole.
+            (ratio 3/4-4/3), batched on the device; None keeps the packed image whole. On a
+            pack stored larger than the observations (`--size 168` for 84 px obs) each crop
+            is resampled straight to the obs size with an antialiased bicubic filter: a fresh
+            crop at every draw, close to the reference's (README, "How close to the
+            reference"). On a pack at obs size a crop is upsampled (bilinear), so blurrier.
         device: where backgrounds are made; default each call's `obs.device`.
         cache: `"device"` (whole pack in device memory), `"pool"` (a pool of `pool` images on
             the device, each drawn `uses` times, refilled from sequential block reads),
@@ -135,7 +147,15 @@ class Overlay:
         gen = state["generator"]
         imgs = state["source"].take(n, own)
         pack_size = (self.manifest.size, self.manifest.size)
-        if size != pack_size and not self._warned_resize:
+        # A pack stored larger than the observations and cropped per draw is the intended
+        # reference-like setup (e.g. --size 168 for 84 px obs); any other size mismatch
+        # resamples every call for nothing, or upsamples, and is worth a warning.
+        from_larger = (
+            self.crop is not None
+            and size != pack_size
+            and all(s <= p for s, p in zip(size, pack_size))
+        )
+        if size != pack_size and not from_larger and not self._warned_resize:
             warnings.warn(
                 f"mixshard: pack images are {pack_size[0]}x{pack_size[1]} but "
                 f"{size[0]}x{size[1]} were asked for; resizing on the device each "
@@ -146,6 +166,8 @@ class Overlay:
         mask = random_flip_mask(n, 0.5, device, gen) if self.flip else None
         if self.crop is not None:
             boxes = random_crop_boxes(n, pack_size[0], pack_size[1], self.crop, _RATIO, device, gen)
+            if from_larger:  # antialiased: most boxes shrink
+                return crop_resample(imgs, boxes, size, mask)
             return crop_resize(imgs, boxes, size, mask)
         if size != pack_size:
             imgs = resize(imgs, size)
