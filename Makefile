@@ -12,7 +12,7 @@ WORKERS ?=
 help:
 	@echo "make demo    generate a procedural image folder, pack it, show the result"
 	@echo "make test    create .venv if missing, install mixshard with dev extras, run pytest"
-	@echo "make lint    ruff check + format check"
+	@echo "make lint    ruff check + format check + mypy"
 	@echo "make bench   run the benchmarks (scripts/bench_*.py)"
 	@echo "make places365 SRC=<.../places365_standard> DATA=<dir>   pack Places365-Standard"
 	@echo "make coco SRC=<.../val2017> DATA=<dir>                   pack COCO val2017"
@@ -34,6 +34,7 @@ test-cuda: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check mixshard tests scripts
 	$(PY) -m ruff format --check mixshard tests scripts
+	$(PY) -m mypy
 
 format: $(STAMP)
 	$(PY) -m ruff format mixshard tests scripts

@@ -30,9 +30,9 @@ def read_pack_to(source: Any, manifest: Manifest, images: torch.Tensor) -> None:
         pack.close()
         return
     for url, shard in resolve_urls(source)[1]:
-        for block, _ in read_blocks(url, shard, manifest.size):
-            images[pos : pos + len(block)].copy_(torch.from_numpy(block.copy()))
-            pos += len(block)
+        for pixels, _ in read_blocks(url, shard, manifest.size):
+            images[pos : pos + len(pixels)].copy_(torch.from_numpy(pixels.copy()))
+            pos += len(pixels)
 
 
 class DeviceCache:

@@ -89,7 +89,7 @@ class Overlay:
         _check_args(cache, crop, alpha, cache_fraction)
         check_pool_args(pool, uses)
         self.source = os.fspath(source) if isinstance(source, os.PathLike) else source
-        if is_folder(self.source):
+        if isinstance(self.source, str) and is_folder(self.source):
             self.manifest = Manifest.load(self.source)
         else:
             self.manifest = resolve_urls(self.source)[0]
@@ -201,11 +201,11 @@ class Overlay:
         device = (
             torch.device(device) if device is not None else (self.device or torch.device("cpu"))
         )
-        size = size or self.manifest.size
-        size = (size, size) if isinstance(size, int) else tuple(size)
+        side = size or self.manifest.size
+        shape = (side, side) if isinstance(side, int) else (int(side[0]), int(side[1]))
         if n == 0:
-            return torch.empty((0, 3, *size), dtype=torch.uint8, device=device)
-        imgs = self._backgrounds(n, device, size, own=True)
+            return torch.empty((0, 3, *shape), dtype=torch.uint8, device=device)
+        imgs = self._backgrounds(n, device, shape, own=True)
         if imgs.dtype != torch.uint8:
             imgs = imgs.add_(0.5).floor_().clamp_(0, 255).to(torch.uint8)
         return imgs

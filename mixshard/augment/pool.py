@@ -38,7 +38,7 @@ class RefillFeed:
         from ..reading.loading import loader
 
         batch = max(1, min(REFILL_BATCH, manifest.count))
-        kwargs = {"order": "block"} if is_folder(source) else {}
+        kwargs: dict[str, Any] = {"order": "block"} if is_folder(source) else {}
         self._loader = loader(
             source, batch, num_workers=2, infinite=True, seed=seed, pin_memory=pin, **kwargs
         )

@@ -259,7 +259,7 @@ class LocalPack:
         if not self._check_block(b):
             return False
         slot, count = int(self.block_shard[b]), int(self.block_count[b])
-        view = memoryview(out.reshape(-1)).cast("B")[: count * self.manifest.image_bytes]
+        view = out.reshape(-1).data[: count * self.manifest.image_bytes]
         with self._open(slot) as fd:
             self._pread(slot, fd, view, int(self.block_offset[b]))
             self._check_same(slot, fd)
@@ -272,7 +272,7 @@ class LocalPack:
         index = np.asarray(index, dtype=np.int64)
         block = self.block_of(index)
         image_bytes = self.manifest.image_bytes
-        flat = memoryview(out.reshape(-1)).cast("B")
+        flat = out.reshape(-1).data
         offsets = self.block_offset[block] + (index - self.block_start[block]) * image_bytes
         bad = None
         touched: dict[int, int] = {}

@@ -73,16 +73,18 @@ class _CudaRing:
         if old is not None:
             for t in old:  # the consumer's queued work may still read it
                 t.record_stream(self.consumer)
-        self.slots[s] = [torch.empty(t.shape, dtype=t.dtype, device=self.device) for t in host]
-        return self.slots[s]
+        fresh = [torch.empty(t.shape, dtype=t.dtype, device=self.device) for t in host]
+        self.slots[s] = fresh
+        return fresh
 
     def load(self, i: int, batch: Any) -> None:
         """Start copying `batch` into slot `i % depth` on the side stream."""
         s = i % self.depth
         host = _tensors(batch)
         with torch.cuda.stream(self.side):
-            if self.free[s] is not None:
-                self.side.wait_event(self.free[s])  # the consumer is done with this buffer
+            free = self.free[s]
+            if free is not None:
+                self.side.wait_event(free)  # the consumer is done with this buffer
             for dst, src in zip(self._buffers(s, host), host):
                 dst.copy_(src, non_blocking=True)
             self.ready[s].record(self.side)
@@ -92,13 +94,14 @@ class _CudaRing:
         """Slot `i % depth`, for the consumer's stream once its copy is done."""
         s = i % self.depth
         self.consumer.wait_event(self.ready[s])
-        return _pack_like(self.hosts[s], self.slots[s])
+        return _pack_like(self.hosts[s], self.slots[s] or [])
 
     def release(self, i: int) -> None:
         """Everything the consumer queued on slot `i % depth` precedes this event."""
         s = i % self.depth
-        self.free[s] = torch.cuda.Event()
-        self.free[s].record(self.consumer)
+        event = torch.cuda.Event()
+        event.record(self.consumer)
+        self.free[s] = event
 
     def run(self, loader: Iterable[Any]) -> Iterator[Any]:
         it = iter(loader)

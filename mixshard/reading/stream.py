@@ -89,7 +89,7 @@ class ShardStream(IterableDataset):
         self._sequence: tuple[int, np.ndarray] | None = None
         self._lock = threading.Lock()
         self.pack: LocalPack | None = None
-        if is_folder(source):
+        if is_folder(source) and not isinstance(source, list):
             self.source: Any = os.fspath(source)
             self.manifest = Manifest.load(self.source)
             self.pack = LocalPack(self.source, self.manifest, on_error)
@@ -97,7 +97,7 @@ class ShardStream(IterableDataset):
             self.urls = None
         else:
             self.source = source
-            self.manifest, self.urls = resolve_urls(source, manifest)
+            self.manifest, self.urls = resolve_urls(_urls(source), manifest)
             self.count = sum(s.count for _, s in self.urls)
         self.order = self._resolve_order(order)
 
@@ -196,7 +196,7 @@ class ShardStream(IterableDataset):
     def _epoch_sequence(self, epoch: int) -> np.ndarray:
         with self._lock:
             if self._sequence is None or self._sequence[0] != epoch:
-                if self.order == "block":
+                if self.order == "block" and self.pack is not None:
                     seq = order.block_sequence(
                         self.pack.block_count, self.seed, epoch, self.window, self.shuffle
                     )
@@ -287,6 +287,10 @@ class BatchReader:
         self._stop.set()
         if self._feed is not None:
             self._feed.close()
+
+
+def _urls(source: str | os.PathLike | list[str]) -> str | list[str]:
+    return source if isinstance(source, list) else os.fspath(source)
 
 
 def _substitute(k: int, index: np.ndarray, out: np.ndarray, bad: np.ndarray) -> np.ndarray:

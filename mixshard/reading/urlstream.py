@@ -7,7 +7,7 @@ is fetched once per epoch whatever the number of workers.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -56,7 +56,7 @@ def remote_batches(
 
 def _role_batches(
     stream: ShardStream, epoch: int, role: int, nw: int, first: int, length: int, failures: list
-) -> Iterator[Any]:
+) -> Generator[Any, None, None]:
     """Batches from images [first, first + length) of the epoch's shard sequence."""
     shards = list(stream.urls or [])
     if stream.shuffle:

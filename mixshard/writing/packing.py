@@ -254,8 +254,8 @@ def _finalize(plan: PackPlan, out: Path, done: dict[int, DoneShard]) -> Manifest
         raise OutputError(_missing_message(plan, out, missing))
     skipped = list(plan.scan_skipped) + [s for i in sorted(done) for s in done[i].skipped]
     skipped.sort(key=lambda s: path_key(s["path"]))
-    infos = tuple(done[i].info for i in sorted(done) if done[i].info is not None)
-    count = sum(i.count for i in infos)
+    infos = tuple(info for i in sorted(done) if (info := done[i].info) is not None)
+    count = sum(info.count for info in infos)
     if count == 0:
         remove_journals(out)
         first = skipped[0] if skipped else {"path": "?", "reason": "?"}

@@ -80,7 +80,7 @@ class ShardWriter:
             raise ValueError(f"bad block: {len(images)} images but {len(keys)} keys")
         key = BLOCK_KEY_FORMAT.format(index)
         head = npy_header(images.shape, images.dtype)
-        offset = self._member(f"{key}.{IMAGES_SUFFIX}", [head, memoryview(images).cast("B")])
+        offset = self._member(f"{key}.{IMAGES_SUFFIX}", [head, images.reshape(-1).data])
         lhead = npy_header(labels.shape, labels.dtype)
         loff = self._member(f"{key}.{LABELS_SUFFIX}", [lhead, labels.tobytes()])
         self._member(f"{key}.{KEYS_SUFFIX}", [dump_json(keys)])
