@@ -1,13 +1,18 @@
-"""Helpers shared by the benchmark scripts: timing, machine description, tables, plots."""
+"""Helpers shared by the benchmark scripts and the demo: timing, the page cache and memory
+limits, machine description, tables, plots, the reference pipeline."""
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench-out"
@@ -35,6 +40,92 @@ def median_rate(fn: Callable[[], int], runs: int) -> tuple[float, list[float]]:
         n = fn()
         rates.append(n / (time.perf_counter() - t0))
     return statistics.median(rates), rates
+
+
+def call_seconds(
+    fn: Callable[[], Any], runs: int, warmup: int = 3, sync: Callable[[], Any] | None = None
+) -> float:
+    """Median seconds of one call of `fn`, after `warmup` untimed calls; `sync` (e.g.
+    `torch.cuda.synchronize`) runs before each clock read."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(runs):
+        if sync:
+            sync()
+        t0 = time.perf_counter()
+        fn()
+        if sync:
+            sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def items_rate(batches: Iterator[Any], count: int) -> float:
+    """Items per second over the next `count` batches of an iterator (`len` of each)."""
+    n = 0
+    t0 = time.perf_counter()
+    for _ in range(count):
+        n += len(next(batches))
+    return n / (time.perf_counter() - t0)
+
+
+def rss_mb() -> float:
+    """This process's resident memory in MB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def evict(paths: list[Path]) -> None:
+    """Drop these files from the page cache (no root needed): the next read comes from disk."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def drop_caches() -> None:
+    """Drop the whole page cache (needs root)."""
+    subprocess.run(["sync"], check=True)
+    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+
+
+CGROUP = Path("/sys/fs/cgroup/memory/mixshard-bench")
+
+
+def memory_cgroup(limit_mb: int) -> Path:
+    """A cgroup-v1 memory group limited to `limit_mb` (page cache counts against it), made or
+    reset here; returns its `cgroup.procs`. Needs root."""
+    CGROUP.mkdir(exist_ok=True)
+    (CGROUP / "memory.limit_in_bytes").write_text(f"{limit_mb << 20}\n")
+    return CGROUP / "cgroup.procs"
+
+
+def run_json(args: list[str], procs: Path | None = None, timeout: float = 900) -> dict:
+    """Run `python args...` (inside the cgroup whose `cgroup.procs` is given) and return the
+    JSON object its last output line holds."""
+
+    def enter() -> None:
+        if procs is not None:
+            procs.write_text(f"{os.getpid()}\n")
+
+    done = subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        preexec_fn=enter,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{args} failed ({done.returncode}): {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def table(headers: list[str], rows: list[list[object]]) -> str:

@@ -29,6 +29,7 @@ from ..reading.remote import is_folder
 
 REFILL_BATCH = 256  # images per refill read
 REFILL_AHEAD = 8  # refill batches read ahead
+REFILL_WINDOW = 8  # blocks shuffled together in the refill stream (the pool itself shuffles)
 
 
 class RefillFeed:
@@ -38,7 +39,9 @@ class RefillFeed:
         from ..reading.loading import loader
 
         batch = max(1, min(REFILL_BATCH, manifest.count))
-        kwargs: dict[str, Any] = {"order": "block"} if is_folder(source) else {}
+        kwargs: dict[str, Any] = (
+            {"order": "block", "window": REFILL_WINDOW} if is_folder(source) else {}
+        )
         self._loader = loader(
             source, batch, num_workers=2, infinite=True, seed=seed, pin_memory=pin, **kwargs
         )

@@ -9,8 +9,9 @@ slot is freed when the last planned batch that needs it has been made. Memory is
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -117,9 +118,15 @@ class BlockFeed:
         held.ready.set()
 
     # ------------------------------------------------------------------ consumer side
-    def get(self, k: int, out: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        """Gather batch `k` into `out` (uint8, one image per row); returns `(image numbers,
-        bad mask or None)`.
+    @property
+    def ring(self) -> np.ndarray:
+        """The buffer blocks are read into: one image per row."""
+        return self._ring
+
+    @contextlib.contextmanager
+    def batch(self, k: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
+        """Batch `k` while its blocks are held: `(image numbers, their rows in `ring`, bad
+        mask or None)`. Gather the rows inside the `with`; the blocks may be reused after it.
 
         Raises:
             ShardError: a block it needs could not be read (with `on_error="raise"`).
@@ -140,13 +147,12 @@ class BlockFeed:
                     raise h.error
             block = self.pack.block_of(index)
             rows = self._slot_of[block] * self._block_size + (index - self.pack.block_start[block])
-            np.take(self._ring, rows, axis=0, out=out.reshape(len(index), -1))
             bad = None
             if not all(h.good for h in held):
                 bad = ~np.isin(block, [b for b, h in zip(blocks.tolist(), held) if h.good])
+            yield index, rows, bad
         finally:
             self._release(blocks)
-        return index, bad
 
     def _release(self, blocks: np.ndarray) -> None:
         with self._cond:

@@ -267,27 +267,27 @@ class LocalPack:
 
     def read_images(self, index: np.ndarray, out: np.ndarray) -> np.ndarray | None:
         """Read images `index` into `out` (uint8, `(len(index), 3, size, size)`, contiguous),
-        one `pread` each. Returns a bool mask of images that come from bad, skipped blocks, or
-        None when every one was read."""
+        one `pread` each, shard by shard. Returns a bool mask of images that come from bad,
+        skipped blocks, or None when every one was read."""
         index = np.asarray(index, dtype=np.int64)
         block = self.block_of(index)
-        image_bytes = self.manifest.image_bytes
+        bad_blocks = [b for b in np.unique(block).tolist() if not self._check_block(b)]
+        bad = np.isin(block, bad_blocks) if bad_blocks else None
+        size = self.manifest.image_bytes
         flat = out.reshape(-1).data
-        offsets = self.block_offset[block] + (index - self.block_start[block]) * image_bytes
-        bad = None
-        touched: dict[int, int] = {}
-        with contextlib.ExitStack() as held:
-            for i, (b, offset) in enumerate(zip(block.tolist(), offsets.tolist())):
-                if not self._check_block(b):
-                    bad = np.zeros(len(index), bool) if bad is None else bad
-                    bad[i] = True
-                    continue
-                slot = int(self.block_shard[b])
-                fd = touched.get(slot)
-                if fd is None:
-                    fd = touched[slot] = held.enter_context(self._open(slot))
-                self._pread(slot, fd, flat[i * image_bytes : (i + 1) * image_bytes], offset)
-            for slot, fd in touched.items():
+        offsets = self.block_offset[block] + (index - self.block_start[block]) * size
+        slots = self.block_shard[block]
+        for slot in np.unique(slots).tolist():
+            mine = np.flatnonzero((slots == slot) & (True if bad is None else ~bad))
+            with self._open(slot) as fd:
+                for i, offset in zip(mine.tolist(), offsets[mine].tolist()):
+                    view = flat[i * size : (i + 1) * size]
+                    try:
+                        if os.preadv(fd, (view,), offset) == size:
+                            continue
+                    except OSError:
+                        pass
+                    self._pread(slot, fd, view, offset)  # again, to raise the right error
                 self._check_same(slot, fd)
         return bad
 
