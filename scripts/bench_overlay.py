@@ -21,22 +21,29 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
+from pathlib import Path
 
+import torch
+from benchlib import (
+    OUT,
+    bar_chart,
+    call_seconds,
+    fmt_rate,
+    machine,
+    make_sources,
+    reference_batches,
+    table,
+)
+
+import mixshard
+
+# glibc malloc held in steady state in every cell's process (see the docstring)
 MALLOC = {"MALLOC_MMAP_THRESHOLD_": "33554432", "MALLOC_TRIM_THRESHOLD_": "4000000000"}
-if __name__ == "__main__" and any(os.environ.get(k) != v for k, v in MALLOC.items()):
-    os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **MALLOC})
-
-import torch  # noqa: E402
-from bench_pack import make_sources  # noqa: E402
-from benchlib import OUT, bar_chart, fmt_rate, machine, reference_batches, table  # noqa: E402
-
-import mixshard  # noqa: E402
 
 K = 3  # frames
+PLACES = "256 px (Places365-like)"
 
 
 def reference_blend(x: torch.Tensor, imgs01: torch.Tensor, alpha: float = 0.5) -> torch.Tensor:
@@ -53,22 +60,6 @@ def warm_heap(total: int = 512 << 20, block: int = 30 << 20) -> None:
     del blocks
 
 
-def timed(fn, runs: int, device: torch.device) -> float:
-    """Median seconds per call of `fn` after 3 warm-up calls."""
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(runs):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        t0 = time.perf_counter()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def peak_extra(fn, device: torch.device) -> int:
     fn()
     torch.cuda.synchronize(device)
@@ -80,13 +71,30 @@ def peak_extra(fn, device: torch.device) -> int:
     return torch.cuda.max_memory_allocated(device) - base
 
 
-CELLS = ("clone", "reference blend", "blend", "reference e2e", "Overlay device", "Overlay stream")
+CELLS = (
+    "clone",
+    "reference blend",
+    "blend",
+    "reference e2e",
+    "Overlay device",
+    "Overlay pool",
+    "Overlay stream",
+)
 
 
-def run_cell(device: torch.device, n: int, cell: str, runs: int, e2e_runs: int) -> dict:
+def sources(count: int) -> tuple[Path, Path]:
+    """The 256 px JPEG source folder and its pack (made once)."""
+    src = make_sources(count, PLACES)[PLACES]
+    pack = OUT / f"overlay-pack-{count}"
+    if not (pack / "index.json").exists():
+        mixshard.pack(src, pack, overwrite=True)
+    return src, pack
+
+
+def run_cell(device: torch.device, n: int, cell: str, args: argparse.Namespace) -> dict:
     """Time one cell, in this (fresh) process: seconds per call, and peak extra CUDA memory."""
-    src = make_sources(3000)["256 px (Places365-like)"]
-    pack = OUT / "stream-pack"
+    runs, e2e_runs = args.runs, args.e2e_runs
+    src, pack = sources(args.count)
     g = torch.Generator().manual_seed(n)
     obs = (torch.rand(n, 3 * K, 84, 84, generator=g) * 255).to(device)
     imgs = torch.randint(0, 256, (n, 3, 84, 84), generator=g, dtype=torch.uint8).to(device)
@@ -107,111 +115,71 @@ def run_cell(device: torch.device, n: int, cell: str, runs: int, e2e_runs: int) 
         def fn():
             return reference_blend(obs, next(batches).to(device))
     else:
-        cache = "device" if cell == "Overlay device" else "stream"
-        overlay = mixshard.Overlay(pack, cache=cache, device=device, num_workers=0)
+        cache = cell.split()[1]
+        overlay = mixshard.Overlay(pack, cache=cache, device=device, num_workers=0, pool=1000)
 
         def fn():
             return overlay(obs)
 
     warm_heap()
-    result = {"seconds": timed(fn, e2e_runs if cell == "reference e2e" else runs, device)}
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else None
+    count = e2e_runs if cell == "reference e2e" else runs
+    result = {"seconds": call_seconds(fn, count, warmup=3, sync=sync)}
     if device.type == "cuda" and cell != "reference e2e":
         result["peak_extra"] = peak_extra(fn, device)
         result["obs_bytes"] = obs.nbytes
     return result
 
 
-def cell_in_subprocess(device: str, n: int, cell: str, runs: int, e2e_runs: int, threads: int):
-    """Each cell in its own process, so no cell inherits another's heap layout."""
-    args = [
-        sys.executable,
-        __file__,
-        "--cell",
-        device,
-        str(n),
-        cell,
-        "--runs",
-        str(runs),
-        "--e2e-runs",
-        str(e2e_runs),
-        "--threads",
-        str(threads),
-    ]
-    out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
+def cell_in_subprocess(device: str, n: int, cell: str, args: argparse.Namespace) -> dict:
+    """Each cell in its own process, so no cell inherits another's heap layout (--quick: in
+    this one, to be fast)."""
+    if args.quick:
+        return run_cell(torch.device(device), n, cell, args)
+    options = ["--runs", str(args.runs), "--e2e-runs", str(args.e2e_runs)]
+    options += ["--threads", str(args.threads), "--count", str(args.count)]
+    args = [sys.executable, __file__, "--cell", device, str(n), cell, *options]
+    env = {**os.environ, **MALLOC}
+    out = subprocess.run(args, capture_output=True, text=True, check=True, env=env).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
 def table_rows(n: int, t: dict[str, dict]) -> tuple[list, list]:
-    def s(cell: str) -> float:
-        return t[cell]["seconds"]
-
-    def us(cell: str) -> str:
-        return f"{s(cell) * 1e6:,.0f}"
-
-    clone, ref_e2e = s("clone"), s("reference e2e")
+    """Rows of one N: µs per call, ratio to the floor, images/s and ratio to the reference."""
+    sec = {cell: t[cell]["seconds"] for cell in CELLS}
+    clone, ref_e2e = sec["clone"], sec["reference e2e"]
+    faster = f"{sec['reference blend'] / sec['blend']:.1f}x faster than reference blend"
     rows = [
-        [n, "obs.clone() (floor)", us("clone"), "1.00x", "", ""],
-        [
-            n,
-            "reference blend (repeat, 5 ops)",
-            us("reference blend"),
-            f"{s('reference blend') / clone:.2f}x",
-            "",
-            "",
-        ],
-        [
-            n,
-            "mixshard.blend",
-            us("blend"),
-            f"{s('blend') / clone:.2f}x",
-            f"{s('reference blend') / s('blend'):.1f}x faster than reference blend",
-            "",
-        ],
-        [
-            n,
-            "reference end to end (ImageFolder + blend)",
-            us("reference e2e"),
-            f"{ref_e2e / clone:.1f}x",
-            fmt_rate(n / ref_e2e),
-            "1x",
-        ],
-        [
-            n,
-            "Overlay, device cache",
-            us("Overlay device"),
-            f"{s('Overlay device') / clone:.2f}x",
-            fmt_rate(n / s("Overlay device")),
-            f"{ref_e2e / s('Overlay device'):,.0f}x",
-        ],
-        [
-            n,
-            "Overlay, stream",
-            us("Overlay stream"),
-            f"{s('Overlay stream') / clone:.2f}x",
-            fmt_rate(n / s("Overlay stream")),
-            f"{ref_e2e / s('Overlay stream'):,.0f}x",
-        ],
+        [n, "obs.clone() (floor)", sec["clone"], "", ""],
+        [n, "reference blend (repeat, 5 ops)", sec["reference blend"], "", ""],
+        [n, "mixshard.blend", sec["blend"], faster, ""],
+        [n, "reference end to end (ImageFolder + blend)", ref_e2e, fmt_rate(n / ref_e2e), "1x"],
     ]
+    chart = [(f"N={n} reference end to end", n / ref_e2e)]
+    for cache in ("device", "pool", "stream"):
+        seconds = sec[f"Overlay {cache}"]
+        label = {"device": "device cache", "pool": "pool (1,000 images, 4 uses)"}.get(cache, cache)
+        rows.append(
+            [n, f"Overlay, {label}", seconds, fmt_rate(n / seconds), f"{ref_e2e / seconds:,.0f}x"]
+        )
+        chart.append((f"N={n} Overlay {label}", n / seconds))
+    rows = [[r[0], r[1], f"{r[2] * 1e6:,.0f}", f"{r[2] / clone:.2f}x", *r[3:]] for r in rows]
     if "peak_extra" in t["blend"]:
         mib = 2**20
+        peaks = ", ".join(
+            f"{c} {t[c]['peak_extra'] / mib:.0f}"
+            for c in ("reference blend", "blend", "Overlay device", "Overlay pool")
+        )
         rows.append(
             [
                 n,
                 "peak extra device memory, MiB",
-                ", ".join(
-                    f"{c} {t[c]['peak_extra'] / mib:.0f}"
-                    for c in ("reference blend", "blend", "Overlay device")
-                ),
+                peaks,
                 f"obs {t['blend']['obs_bytes'] / mib:.0f}",
                 "",
                 "",
             ]
         )
-    chart = [
-        (f"N={n} reference end to end", n / ref_e2e),
-        (f"N={n} Overlay device cache", n / s("Overlay device")),
-        (f"N={n} Overlay stream", n / s("Overlay stream")),
-    ]
     return rows, chart
 
 
@@ -220,7 +188,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--e2e-runs", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: per core)")
-    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--count", type=int, default=3000, help="source images")
+    parser.add_argument("--quick", action="store_true", help="tiny: N=16, 300 images (tests)")
     parser.add_argument("--plot", action="store_true", help="write bench-out/bench_overlay_*.png")
     parser.add_argument("--device", action="append", help="cpu and/or cuda (default: all)")
     parser.add_argument("--cell", nargs=3, metavar=("DEVICE", "N", "CELL"), help=argparse.SUPPRESS)
@@ -228,19 +197,19 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     if args.cell:
         device, n, cell = args.cell
-        print(json.dumps(run_cell(torch.device(device), int(n), cell, args.runs, args.e2e_runs)))
+        print(json.dumps(run_cell(torch.device(device), int(n), cell, args)))
         return
-    runs, e2e_runs = (5, 3) if args.quick else (args.runs, args.e2e_runs)
-    src = make_sources(3000)["256 px (Places365-like)"]
-    pack = OUT / "stream-pack"
-    if not (pack / "index.json").exists():
-        mixshard.pack(src, pack, overwrite=True)
+    sizes = (128, 256)
+    if args.quick:
+        args.runs, args.e2e_runs, args.count, sizes = 2, 1, 300, (16,)
+    runs, e2e_runs = args.runs, args.e2e_runs
+    sources(args.count)
     devices = args.device or ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     headers = ["N", "per call", "µs", "vs obs.clone()", "overlay img/s", "vs reference e2e"]
     for name in devices:
         rows, chart = [], []
-        for n in (128, 256):
-            times = {c: cell_in_subprocess(name, n, c, runs, e2e_runs, args.threads) for c in CELLS}
+        for n in sizes:
+            times = {c: cell_in_subprocess(name, n, c, args) for c in CELLS}
             r, c = table_rows(n, times)
             rows += r
             chart += c

@@ -6,41 +6,32 @@ to 84x84 and writes one webdataset sample (`.npy`) per image with `webdataset.Ta
 mixshard packs the same folder with 1 and 2 worker processes. Reported: median img/s of
 `--runs` runs, img/s per core (workers = cores; the baseline is one core), ratio to the baseline.
 
-    python scripts/bench_pack.py [--runs 3] [--quick] [--plot]
+`--ray` instead compares, on the 256 px source, the local packer (2 workers) with `--ray` on
+a local 2-CPU Ray instance (started once, not timed: a cluster is already running) and with
+two job-array parts run side by side plus `--finish`, all with 250 images per shard (Ray and
+parts run one shard per task).
+
+    python scripts/bench_pack.py [--runs 3] [--quick] [--plot] [--ray]
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
+import subprocess
 import sys
+import time
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
-from benchlib import OUT, bar_chart, fmt_rate, machine, median_rate, table
+from benchlib import OUT, bar_chart, fmt_rate, machine, make_sources, median_rate, table
 from PIL import Image
 
 from mixshard import pack
-from mixshard.testdata import make_jpeg_folder
 from mixshard.writing.image import load_image
 from mixshard.writing.scanning import scan
-
-SOURCES = {"256 px (Places365-like)": (256, 256), "640x480 (COCO-like)": (640, 480)}
-
-
-def make_sources(count: int) -> dict[str, Path]:
-    paths = {}
-    for name, (w, h) in SOURCES.items():
-        folder = OUT / "src" / f"{w}x{h}-{count}"
-        if not (folder / ".complete").exists():
-            shutil.rmtree(folder, ignore_errors=True)
-            print(f"generating {count} {w}x{h} JPEGs in {folder} ...", file=sys.stderr)
-            make_jpeg_folder(folder, count, width=w, height=h, classes=8, seed=1)
-            (folder / ".complete").touch()
-        paths[name] = folder
-    return paths
 
 
 def baseline(src: Path, out: Path) -> int:
@@ -75,88 +66,130 @@ def decode_only(src: Path, processes: int) -> int:
         return sum(ex.map(_decode_all, [str(src)] * processes, parts))
 
 
-def mixshard_pack(src: Path, out: Path, workers: int) -> int:
-    result = pack(src, out, workers=workers, overwrite=True)
+def mixshard_pack(src: Path, out: Path, workers: int, **kwargs) -> int:
+    result = pack(src, out, workers=workers, overwrite=True, **kwargs)
     return result.manifest.count
+
+
+def source_rows(name: str, src: Path, runs: int) -> tuple[list, list, list]:
+    """Table rows, chart bars and the scaling row of one source."""
+    baseline(src, OUT / "pack-baseline")  # warm the page cache
+    base, _ = median_rate(lambda: baseline(src, OUT / "pack-baseline"), runs)
+    rows = [[name, "naive PIL + webdataset", 1, fmt_rate(base), fmt_rate(base), "1.00x"]]
+    bars = [(f"{name}: naive", base)]
+    packed = {}
+    for workers in (1, 2):
+        rate, _ = median_rate(lambda w=workers: mixshard_pack(src, OUT / "pack-ms", w), runs)
+        packed[workers] = rate
+        per_core = rate / workers
+        ratio = f"{per_core / base:.2f}x"
+        rows.append([name, "mixshard pack", workers, fmt_rate(rate), fmt_rate(per_core), ratio])
+        bars.append((f"{name}: mixshard, {workers} worker(s)", per_core))
+    one, _ = median_rate(lambda: decode_only(src, 1), runs)
+    two, _ = median_rate(lambda: decode_only(src, 2), runs)
+    gain = packed[2] / packed[1]
+    scaling = [name, f"{two / one:.2f}x", f"{gain:.2f}x", f"{gain / (two / one):.0%}"]
+    return rows, bars, scaling
+
+
+def local_benchmark(count: int, runs: int, plot: bool) -> None:
+    rows, bars, scaling = [], [], []
+    for name, src in make_sources(count).items():
+        r, b, s = source_rows(name, src, runs)
+        rows += r
+        bars += b
+        scaling.append(s)
+    print(
+        f"mixshard pack vs naive packer; {count} images per source, median of {runs} runs; "
+        f"{machine()}\n"
+    )
+    headers = ["source", "packer", "workers", "img/s", "img/s per core", "per-core ratio to naive"]
+    print(table(headers, rows))
+    print(
+        "\nScaling from 1 to 2 workers, against this machine's ceiling (the decode loop alone "
+        "in 2 independent processes vs 1):\n"
+    )
+    headers = [
+        "source",
+        "ceiling: decode-only 2 procs / 1",
+        "mixshard 2 workers / 1",
+        "share of ceiling",
+    ]
+    print(table(headers, scaling))
+    if plot:
+        path = OUT / "bench_pack.png"
+        labels, values = zip(*bars)
+        bar_chart(
+            path,
+            "pack throughput per core (higher is better)",
+            list(labels),
+            list(values),
+            "images/s per core",
+        )
+        print(f"\nchart: {path}")
+
+
+def parts_pack(src: Path, out: Path, parts: int, shard_size: int) -> int:
+    """`parts` job-array parts side by side (one process each), then `--finish`."""
+    shutil.rmtree(out, ignore_errors=True)
+    common = [str(src), str(out), "--shard-size", str(shard_size), "-q"]
+    run = [sys.executable, "-m", "mixshard", "pack", *common]
+    procs = [
+        subprocess.Popen([*run, "--part", f"{k}/{parts}", "--workers", "1"]) for k in range(parts)
+    ]
+    if any(p.wait() for p in procs):
+        raise RuntimeError("a part failed")
+    subprocess.run([*run, "--finish"], check=True, capture_output=True)
+    return len(scan(src).items)
+
+
+def ray_benchmark(count: int, runs: int) -> None:
+    import ray
+
+    src = next(iter(make_sources(count).values()))
+    shard_size = 250
+    local, _ = median_rate(
+        lambda: mixshard_pack(src, OUT / "pack-local", 2, shard_size=shard_size), runs
+    )
+    t0 = time.perf_counter()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    started = time.perf_counter() - t0
+    on_ray, _ = median_rate(
+        lambda: mixshard_pack(src, OUT / "pack-ray", 2, ray="default", shard_size=shard_size), runs
+    )
+    ray.shutdown()
+    parts, _ = median_rate(lambda: parts_pack(src, OUT / "pack-parts", 2, shard_size), runs)
+    print(
+        f"pack on one machine vs Ray vs job-array parts; {count} 256 px JPEGs, {shard_size} "
+        f"images per shard, median of {runs} runs; {machine()}\n"
+    )
+    rows = [
+        ["local, --workers 2", fmt_rate(local), "100%"],
+        ["--ray, local Ray with 2 CPUs", fmt_rate(on_ray), f"{on_ray / local:.0%}"],
+        [
+            "--part 0/2 + --part 1/2 side by side, then --finish",
+            fmt_rate(parts),
+            f"{parts / local:.0%}",
+        ],
+    ]
+    print(table(["how", "img/s", "share of local"], rows))
+    print(f"\nStarting the local Ray instance (not counted above): {started:.1f} s")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3, help="runs per cell (median reported)")
     parser.add_argument("--count", type=int, default=3000, help="images per source")
-    parser.add_argument("--quick", action="store_true", help="500 images, 1 run")
+    parser.add_argument("--quick", action="store_true", help="120 images, 1 run (the tests)")
     parser.add_argument("--plot", action="store_true", help="write bench-out/bench_pack.png")
+    parser.add_argument("--ray", action="store_true", help="local vs Ray vs job-array parts")
     args = parser.parse_args()
     if args.quick:
-        args.count, args.runs = 500, 1
-    sources = make_sources(args.count)
-    rows, labels, values, scaling = [], [], [], []
-    for name, src in sources.items():
-        baseline(src, OUT / "pack-baseline")  # warm the page cache
-        base, _ = median_rate(lambda s=src: baseline(s, OUT / "pack-baseline"), args.runs)
-        rows.append([name, "naive PIL + webdataset", 1, fmt_rate(base), fmt_rate(base), "1.00x"])
-        labels.append(f"{name}: naive")
-        values.append(base)
-        packed = {}
-        for workers in (1, 2):
-            rate, _ = median_rate(
-                lambda s=src, w=workers: mixshard_pack(s, OUT / "pack-mixshard", w), args.runs
-            )
-            packed[workers] = rate
-            per_core = rate / workers
-            rows.append(
-                [
-                    name,
-                    "mixshard pack",
-                    workers,
-                    fmt_rate(rate),
-                    fmt_rate(per_core),
-                    f"{per_core / base:.2f}x",
-                ]
-            )
-            labels.append(f"{name}: mixshard, {workers} worker{'s' if workers > 1 else ''}")
-            values.append(per_core)
-        one, _ = median_rate(lambda s=src: decode_only(s, 1), args.runs)
-        two, _ = median_rate(lambda s=src: decode_only(s, 2), args.runs)
-        scaling.append(
-            [
-                name,
-                f"{two / one:.2f}x",
-                f"{packed[2] / packed[1]:.2f}x",
-                f"{(packed[2] / packed[1]) / (two / one):.0%}",
-            ]
-        )
-    print(
-        f"mixshard pack vs naive packer; {args.count} images per source, median of "
-        f"{args.runs} runs; {machine()}\n"
-    )
-    print(
-        table(
-            ["source", "packer", "workers", "img/s", "img/s per core", "per-core ratio to naive"],
-            rows,
-        )
-    )
-    print(
-        "\nScaling from 1 to 2 workers, against this machine's ceiling (the decode loop alone "
-        "in 2 independent processes vs 1):\n"
-    )
-    print(
-        table(
-            [
-                "source",
-                "ceiling: decode-only 2 procs / 1",
-                "mixshard 2 workers / 1",
-                "share of ceiling",
-            ],
-            scaling,
-        )
-    )
-    if args.plot:
-        path = OUT / "bench_pack.png"
-        bar_chart(
-            path, "pack throughput per core (higher is better)", labels, values, "images/s per core"
-        )
-        print(f"\nchart: {path}")
+        args.count, args.runs = 120, 1
+    if args.ray:
+        ray_benchmark(args.count, args.runs)
+    else:
+        local_benchmark(args.count, args.runs, args.plot)
 
 
 if __name__ == "__main__":

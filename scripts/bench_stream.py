@@ -19,27 +19,27 @@ import argparse
 import json
 import shutil
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import torch
-from bench_pack import make_sources
-from benchlib import OUT, bar_chart, fmt_rate, machine, reference_batches, table
+from benchlib import (
+    OUT,
+    bar_chart,
+    fmt_rate,
+    items_rate,
+    machine,
+    make_sources,
+    reference_batches,
+    rss_mb,
+    run_json,
+    table,
+)
 
 import mixshard
 from mixshard.writing.scanning import scan
 
 BATCH = 256
-
-
-def rss_mb(pid: str = "self") -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def reference_iter(src: Path, workers: int):
@@ -82,8 +82,14 @@ def wds_iter(urls: list[str], workers: int):
         yield torch.as_tensor(images)
 
 
-def mixshard_iter(pack: Path, workers: int):
-    yield from mixshard.loader(pack, BATCH, num_workers=workers, pin_memory=False, infinite=True)
+def mixshard_iter(order: str):
+    def make(pack: Path, workers: int):
+        loader = mixshard.loader(
+            pack, BATCH, num_workers=workers, pin_memory=False, infinite=True, order=order
+        )
+        yield from loader
+
+    return make
 
 
 def rate_of(make, batches: int, runs: int) -> float:
@@ -92,40 +98,58 @@ def rate_of(make, batches: int, runs: int) -> float:
     for _ in range(runs):
         it = make()
         next(it)  # warm-up: worker start, first epoch set-up
-        n = 0
-        t0 = time.perf_counter()
-        for _ in range(batches):
-            n += len(next(it))
-        rates.append(n / (time.perf_counter() - t0))
+        rates.append(items_rate(it, batches))
         it.close()
     return statistics.median(rates)
 
 
-def rss_run(pack: Path, images: int) -> tuple[float, float, float]:
-    """In a fresh process (so earlier cells do not count): RSS after the first epoch and
-    after `images` images of an infinite stream, and the rate in between."""
-    here = str(Path(__file__).parent)
-    code = (
-        f"import sys, json; sys.path.insert(0, {here!r}); import bench_stream as b; "
-        f"print(json.dumps(b._rss_inner({str(pack)!r}, {images})))"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    ).stdout
-    return tuple(json.loads(out.strip().splitlines()[-1]))
-
-
-def _rss_inner(pack: str, images: int) -> tuple[float, float, float]:
+def rss_cell(pack: Path, images: int) -> dict:
+    """In this (fresh) process: RSS after the first epoch and after `images` images of an
+    infinite stream, and the rate in between."""
     stream = mixshard.ShardStream(pack, BATCH, infinite=True)
     per_epoch = stream.batches_per_epoch
     it = iter(stream)
     for _ in range(per_epoch):
         next(it)
     first = rss_mb()
-    t0 = time.perf_counter()
-    for _ in range(images // BATCH - per_epoch):
-        next(it)
-    return first, rss_mb(), images / (time.perf_counter() - t0)
+    rate = items_rate(it, images // BATCH - per_epoch)
+    return {"first": first, "last": rss_mb(), "rate": rate}
+
+
+def cases(src: Path, pack: Path, urls: list[str], scale: float) -> list[tuple]:
+    """(name, batch iterator maker, data, timed batches) of each pipeline."""
+    return [
+        (
+            "(a) reference ImageFolder + RandomResizedCrop",
+            reference_iter,
+            src,
+            max(2, int(24 * scale)),
+        ),
+        ("(b) plain webdataset, 1 image per sample", wds_iter, urls, max(5, int(60 * scale))),
+        ("(c) mixshard.loader, order=global", mixshard_iter("global"), pack, int(2000 * scale)),
+        ("(c) mixshard.loader, order=block", mixshard_iter("block"), pack, int(2000 * scale)),
+    ]
+
+
+def rows_of(rates: dict, names: list[str], workers_tried: tuple[int, ...]) -> list[list]:
+    ref = {w: rates[names[0], w] for w in workers_tried}
+    wds_rate = {w: rates[names[1], w] for w in workers_tried}
+    rows = []
+    for name in names:
+        for workers in workers_tried:
+            r = rates[name, workers]
+            per_core = fmt_rate(r / max(workers, 1))
+            rows.append(
+                [
+                    name,
+                    workers,
+                    fmt_rate(r),
+                    per_core,
+                    f"{r / ref[workers]:,.1f}x",
+                    f"{r / wds_rate[workers]:,.1f}x",
+                ]
+            )
+    return rows
 
 
 def main() -> None:
@@ -135,73 +159,47 @@ def main() -> None:
     parser.add_argument("--rss-images", type=int, default=5_000_000)
     parser.add_argument("--quick", action="store_true", help="1 run, fewer batches")
     parser.add_argument("--plot", action="store_true", help="write bench-out/bench_stream.png")
+    parser.add_argument("--rss-cell", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.rss_cell:
+        print(json.dumps(rss_cell(args.rss_cell, args.rss_images)))
+        return
+    workers = (0, 2)
     if args.quick:
-        args.runs, args.rss_images = 1, 200_000
-    src = make_sources(args.count)["256 px (Places365-like)"]
+        args.runs, args.count, args.rss_images, workers = 1, 300, 2_000, (0,)
+    places = "256 px (Places365-like)"
+    src = make_sources(args.count, places)[places]
     pack = OUT / "stream-pack"
     if not (pack / "index.json").exists() or mixshard.Manifest.load(pack).count != len(
         scan(src).items
     ):
         mixshard.pack(src, pack, overwrite=True)
-    urls = make_wds(src)
-    scale = 0.2 if args.quick else 1.0
-    cases = [
-        (
-            "(a) reference ImageFolder + RandomResizedCrop",
-            reference_iter,
-            src,
-            max(2, int(24 * scale)),
-        ),
-        ("(b) plain webdataset, 1 image per sample", wds_iter, urls, max(5, int(60 * scale))),
-        ("(c) mixshard.loader", mixshard_iter, pack, int(2000 * scale)),
-    ]
+    todo = cases(src, pack, make_wds(src), 0.01 if args.quick else 1.0)
     rates: dict[tuple[str, int], float] = {}
-    for name, fn, data, batches in cases:
-        for workers in (0, 2):
-            rates[name, workers] = rate_of(
-                lambda f=fn, d=data, w=workers: f(d, w), batches, args.runs
-            )
-            print(
-                f"  {name}, {workers} workers: {fmt_rate(rates[name, workers])} img/s",
-                file=sys.stderr,
-            )
-    ref = {w: rates[cases[0][0], w] for w in (0, 2)}
-    wds_rate = {w: rates[cases[1][0], w] for w in (0, 2)}
-    rows = []
-    for name, *_ in cases:
-        for workers in (0, 2):
-            r = rates[name, workers]
-            rows.append(
-                [
-                    name,
-                    workers,
-                    fmt_rate(r),
-                    fmt_rate(r / max(workers, 1)) if workers else fmt_rate(r),
-                    f"{r / ref[workers]:,.1f}x",
-                    f"{r / wds_rate[workers]:,.1f}x",
-                ]
-            )
+    for name, fn, data, batches in todo:
+        for w in workers:
+            rate = rate_of(lambda f=fn, d=data, w=w: f(d, w), max(2, batches), args.runs)
+            rates[name, w] = rate
+            print(f"  {name}, {w} workers: {fmt_rate(rate)} img/s", file=sys.stderr)
     print(
         f"Shuffled uint8 batches of {BATCH} into the training process; {args.count} images "
-        f"(256 px JPEG sources, 84 px output); median of {args.runs} runs; {machine()}\n"
+        f"(256 px JPEG sources, 84 px output, in the page cache); median of {args.runs} runs; "
+        f"{machine()}\n"
     )
-    print(table(["pipeline", "num_workers", "img/s", "img/s per core", "vs (a)", "vs (b)"], rows))
-    first, last, rate = rss_run(pack, args.rss_images)
+    headers = ["pipeline", "num_workers", "img/s", "img/s per core", "vs (a)", "vs (b)"]
+    print(table(headers, rows_of(rates, [t[0] for t in todo], workers)))
+    rss = run_json([__file__, "--rss-cell", str(pack), "--rss-images", str(args.rss_images)])
     print(
-        f"\nRSS of a fresh process running ShardStream(infinite=True): {first:.0f} MB after the "
-        f"first epoch, {last:.0f} MB after {args.rss_images:,} images ({fmt_rate(rate)} img/s)"
+        f"\nRSS of a fresh process running ShardStream(infinite=True): {rss['first']:.0f} MB "
+        f"after the first epoch, {rss['last']:.0f} MB after {args.rss_images:,} images "
+        f"({fmt_rate(rss['rate'])} img/s)"
     )
     if args.plot:
         path = OUT / "bench_stream.png"
-        labels = [f"{n.split(' ', 1)[1]}, {w} workers" for n, *_ in cases for w in (0, 2)]
-        bar_chart(
-            path,
-            f"batches of {BATCH} x 84 px into the training process (higher is better)",
-            labels,
-            [rates[n, w] for n, *_ in cases for w in (0, 2)],
-            "images/s",
-        )
+        labels = [f"{n.split(' ', 1)[1]}, {w} workers" for n, *_ in todo for w in workers]
+        values = [rates[n, w] for n, *_ in todo for w in workers]
+        title = f"batches of {BATCH} x 84 px into the training process (higher is better)"
+        bar_chart(path, title, labels, values, "images/s")
         print(f"\nchart: {path}")
 
 

@@ -15,7 +15,30 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "bench-out"
+# where benchmarks write (sources, packs, tables, charts); the test suite points it elsewhere
+OUT = Path(os.environ.get("MIXSHARD_BENCH_OUT", ROOT / "bench-out"))
+SOURCES = {"256 px (Places365-like)": (256, 256), "640x480 (COCO-like)": (640, 480)}
+
+
+def make_sources(count: int, only: str | None = None) -> dict[str, Path]:
+    """`count` generated JPEGs of each size in SOURCES, or of the one named `only` (made once,
+    into bench-out/src)."""
+    import shutil
+
+    from mixshard.testdata import make_jpeg_folder
+
+    paths = {}
+    for name, (w, h) in SOURCES.items():
+        if only is not None and name != only:
+            continue
+        folder = OUT / "src" / f"{w}x{h}-{count}"
+        if not (folder / ".complete").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            print(f"generating {count} {w}x{h} JPEGs in {folder} ...", file=sys.stderr)
+            make_jpeg_folder(folder, count, width=w, height=h, classes=8, seed=1)
+            (folder / ".complete").touch()
+        paths[name] = folder
+    return paths
 
 
 def machine() -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import statistics
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from benchlib import call_seconds
 from PIL import Image
 
 import mixshard
@@ -91,17 +91,8 @@ def figure(obs: torch.Tensor, blended: torch.Tensor, alpha: float, path: Path) -
 
 def overlay_rate(overlay: mixshard.Overlay, obs: torch.Tensor, calls: int) -> float:
     """Overlay images per second: median over `calls` calls after warm-up."""
-    sync = torch.cuda.synchronize if obs.is_cuda else (lambda: None)
-    for _ in range(3):
-        overlay(obs)
-    times = []
-    for _ in range(calls):
-        sync()
-        t0 = time.perf_counter()
-        overlay(obs)
-        sync()
-        times.append(time.perf_counter() - t0)
-    return len(obs) / statistics.median(times)
+    sync = torch.cuda.synchronize if obs.is_cuda else None
+    return len(obs) / call_seconds(lambda: overlay(obs), calls, warmup=3, sync=sync)
 
 
 def main() -> None:

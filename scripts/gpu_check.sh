@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# The GPU checks, as one script for a lent GPU machine (the `device` tool's `run`):
-#   pytest -m cuda, then the CUDA rows of bench_overlay.py and a prefetch timing.
-# Results go to $OUT (default ./gpu-out). That machine has torch but not webdataset: carry its
-# wheels in .whl/ (see /work/.library/device/README.md), e.g.
-#   pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl \
-#       webdataset==1.0.2 braceexpand==0.1.7
-# then: run(command="bash scripts/gpu_check.sh", carry=[".whl"], timeout_s=420)
+# The CUDA checks, in one call: the tests marked `cuda` (pytest -m cuda), the CUDA rows of
+# scripts/bench_overlay.py (blend vs the reference blend and obs.clone(); Overlay per call with
+# the device cache, the pool and the stream; peak extra device memory), and prefetch(loader,
+# "cuda") against a plain .to("cuda"). It makes its own data (generated JPEGs, packed) and
+# writes its outputs under $OUT (default ./gpu-out): machine.txt, pytest_cuda.txt,
+# bench_overlay_cuda.txt, prefetch.txt.
+#
+# webdataset and braceexpand may be missing where torch is: put their wheels in .whl/ and they
+# are installed into /tmp/site first, e.g.
+#   pip download --no-deps --only-binary=:all: -d .whl webdataset braceexpand psutil
 set -uo pipefail
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
@@ -17,6 +20,7 @@ if compgen -G ".whl/*.whl" >/dev/null; then
 else
   export PYTHONPATH=$PWD
 fi
+export MIXSHARD_BENCH_OUT=${MIXSHARD_BENCH_OUT:-/tmp/mixshard-bench}
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; python3 -c \
   "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"; } \
   2>&1 | tee "$OUT/machine.txt"
@@ -24,9 +28,9 @@ python3 -m pytest -m cuda -q -p no:cacheprovider tests 2>&1 | tee "$OUT/pytest_c
 python3 scripts/bench_overlay.py --device cuda --runs 50 2>&1 | tee "$OUT/bench_overlay_cuda.txt"
 python3 - <<'PY' 2>&1 | tee "$OUT/prefetch.txt"
 # host-to-device copy rate of prefetch(loader) against a plain synchronous .to(device)
-import time, torch, mixshard
+import os, time, torch, mixshard
 from pathlib import Path
-pack = Path("bench-out/stream-pack")
+pack = Path(os.environ["MIXSHARD_BENCH_OUT"]) / "overlay-pack-3000"  # made by bench_overlay
 for label, wrap in [("plain .to(cuda)", lambda it: (b.to("cuda") for b in it)),
                     ("mixshard.prefetch", lambda it: mixshard.prefetch(it, "cuda"))]:
     it = wrap(iter(mixshard.loader(pack, 256, num_workers=4, infinite=True)))

@@ -128,3 +128,21 @@ def test_heavy_dependencies_stay_on_their_side():
 def test_no_module_over_400_lines():
     for path in PACKAGE.rglob("*.py"):
         assert len(path.read_text().splitlines()) <= 400, path
+
+
+def body_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Lines of a function's body, its docstring left out."""
+    body = node.body
+    has_doc = isinstance(body[0], ast.Expr) and isinstance(
+        getattr(body[0], "value", None), ast.Constant
+    )
+    first = body[1] if has_doc and len(body) > 1 else body[0]
+    return node.end_lineno - first.lineno + 1
+
+
+def test_no_function_over_50_lines():
+    root = PACKAGE.parent
+    for path in [*PACKAGE.rglob("*.py"), *(root / "scripts").glob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                assert body_lines(node) <= 50, f"{path.name}: {node.name}"

@@ -1,7 +1,8 @@
-"""The benchmark scripts that are cheap enough for the suite, in their --quick modes."""
+"""Every benchmark script in its --quick mode, so that none can rot unnoticed."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -34,3 +35,42 @@ def test_bench_fidelity_quick(tmp_path):
     assert rows[1].endswith("| 38.2 GB |") and rows[5].endswith("| 152.7 GB |")
     assert "Goals for the reference-like configurations:" in out
     assert (tmp_path / "fidelity.md").read_text().splitlines()[4] == header
+
+
+def quick(script: str, tmp_path: Path, *args: str) -> str:
+    """Run a benchmark in its --quick mode, writing under tmp_path; its stdout."""
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / script), "--quick", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "MIXSHARD_BENCH_OUT": str(tmp_path)},
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    return res.stdout
+
+
+def test_bench_pack_quick(tmp_path):
+    out = quick("bench_pack.py", tmp_path)
+    assert "| source | packer | workers | img/s | img/s per core | per-core ratio to naive |" in out
+    assert out.count("| mixshard pack |") == 4 and out.count("naive PIL + webdataset") == 2
+
+
+def test_bench_stream_quick(tmp_path):
+    out = quick("bench_stream.py", tmp_path)
+    assert "| pipeline | num_workers | img/s | img/s per core | vs (a) | vs (b) |" in out
+    for name in ("(a) reference", "(b) plain webdataset", "order=global", "order=block"):
+        assert out.count(name) == 1, name
+    assert "RSS of a fresh process running ShardStream(infinite=True)" in out
+
+
+def test_bench_overlay_quick(tmp_path):
+    out = quick("bench_overlay.py", tmp_path, "--device", "cpu")
+    for row in ("obs.clone() (floor)", "mixshard.blend", "Overlay, device cache", "Overlay, pool"):
+        assert f"| 16 | {row}" in out, row
+
+
+def test_bench_cold_quick(tmp_path):
+    out = quick("bench_cold.py", tmp_path)
+    assert out.splitlines()[0].startswith("| case | what | images/s | share of (i) |")
+    assert "| cold (quick) | (iii) loader, order=block |" in out

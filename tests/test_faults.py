@@ -132,7 +132,7 @@ def test_a_second_pack_on_one_out_is_refused_naming_the_first(tmp_path):
         res = run("pack", src, out, *ARGS, "--overwrite")
         assert res.exit_code == 1
         assert res.output.startswith(
-            f"Error: {out} is in use by another `mixshard pack` (pid {first.pid} on "
+            f"Error: {out} is in use by another mixshard pack (pid {first.pid} on "
         )
         assert f"mixshard pack {src} {out}" in res.output
         assert res.output.endswith("wait for it to finish or stop it, then run this again\n")

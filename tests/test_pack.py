@@ -11,16 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
-from helpers import make_flat, make_tree, noise, png_header_only, read_pack, solid
+from helpers import make_flat, make_tree, noise, png_header_only, read_pack, run, solid
 
 from mixshard import Manifest, pack, scan
-from mixshard.cli import cli
 from mixshard.writing.image import load_image
-
-
-def run(*args: str):
-    return CliRunner().invoke(cli, [str(a) for a in args])
 
 
 def files(folder: Path) -> dict[str, bytes]:

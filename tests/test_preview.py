@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
-from helpers import make_tree, noise, solid
+from helpers import make_tree, noise, run, solid
 from PIL import Image
 
 import mixshard
-from mixshard.cli import cli
 from mixshard.reading.preview import GAP, LABEL_HEIGHT, preview_grid
 
 
@@ -20,10 +18,6 @@ def packs(tmp_path_factory):
     mixshard.pack(root / "src", root / "labelled", size=16, workers=1)
     mixshard.pack(root / "src", root / "plain", size=16, workers=1, labels="none")
     return root
-
-
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
 
 
 def test_grid_layout_and_labels(packs, tmp_path):

@@ -135,13 +135,16 @@ ERRORS = [
     "source folder not found",
     "source must be a folder of images, got a file",
     "no images found in",
+    "no readable image in",
     "holds both loose images",
     "has no subfolders with images",
     "is not empty; pass --resume",
     "holds files mixshard did not write",
     "exists and is not a folder",
     "cannot write to output folder",
+    "is in use by another mixshard pack",
     "No space left on device",
+    "Read-only file system",
     "--resume and --overwrite exclude each other",
     "holds an interrupted pack of another source",
     "holds a finished pack made with other options",
@@ -150,24 +153,36 @@ ERRORS = [
     "--strict:",
     "a decode worker process died",
     "Interrupted.",
+    "Invalid value for '--part'",
+    "planned shards are not written yet",
+    "packing on Ray needs Ray",
+    "cannot reach the Ray cluster",
+    "is not visible on Ray node",
     "bad shard file(s) in",
     "no index.json in",
+    "a pack is being written there",
     "pack folder not found",
     "is not valid JSON",
     "is not a mixshard manifest",
-    "is missing or has a bad field",
+    "is inconsistent",
+    "not a regular file",
     "is shard format version",
-    "cannot read --obs",
+    "cannot read the observation image",
     "cannot write grid.png",
     "is missing",
     "(truncated or altered)",
-    "is not where index.json says",
+    "no .npy header where index.json says",
+    "changed after the pack was opened",
+    "ends early",
     "cannot reach",
     "with another sha256 than index.json says",
+    "is longer than the",
+    "is too slow",
     "every shard of",
     "every shard read was bad",
     "fewer than world_size x batch_size",
     "a loader worker process died",
+    "no room for a pool",
     "set MIXSHARD_DATA",
     "no packed dataset",
     "state_dict was saved with",
@@ -178,3 +193,32 @@ def test_troubleshooting_covers_every_error():
     section = README[README.index("## Troubleshooting") :]
     missing = [e for e in ERRORS if e not in section]
     assert not missing
+
+
+def test_pack_option_table_matches_the_help():
+    """The README's `mixshard pack` option table lists exactly the command's options, with
+    their defaults (as sqlite-utils checks its docs against the code)."""
+    from mixshard.cli import cli
+
+    section = README[README.index("### `mixshard pack SRC OUT`") :]
+    section = section[: section.index("\n\n", section.index("| option |"))]
+    documented = {}
+    for row in section.splitlines():
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        if cells[0].startswith("`-"):
+            for flag in re.findall(r"`(--[\w-]+)", cells[0]):
+                documented[flag] = cells[1]
+    command = cli.commands["pack"]
+    options = {
+        opt: p
+        for p in command.params
+        if isinstance(p, __import__("click").Option)
+        for opt in p.opts
+        if opt.startswith("--") and opt != "--help"
+    }
+    assert set(documented) == set(options)
+    for flag, param in options.items():
+        if param.is_flag or param.default is None:
+            assert documented[flag] in ("off", "the CPUs this process may use"), flag
+        else:
+            assert documented[flag] == str(param.default), flag

@@ -11,11 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
-from helpers import crash_chunk, noise
+from helpers import crash_chunk, files, noise, run
 
 import mixshard
-from mixshard.cli import cli
 from mixshard.core.constants import JOURNAL_NAME
 
 ARGS = ["--size", "16", "--shard-size", "20", "--block-size", "8"]
@@ -29,15 +27,8 @@ def source(tmp_path_factory) -> tuple[Path, Path]:
     for i in range(600):
         noise(src / f"c{i % 3}" / f"{i}.png", size=(96, 72), seed=i)
     ref = root / "ref"
-    assert (
-        CliRunner().invoke(cli, ["pack", str(src), str(ref), *ARGS, "--workers", "1"]).exit_code
-        == 0
-    )
+    assert run("pack", src, ref, *ARGS, "--workers", 1).exit_code == 0
     return src, ref
-
-
-def files(folder: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
 
 
 def start_pack(src: Path, out: Path, workers: int) -> subprocess.Popen:
@@ -61,27 +52,38 @@ def start_pack(src: Path, out: Path, workers: int) -> subprocess.Popen:
     )
 
 
-def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
-    end = time.monotonic() + timeout
-    while not path.exists():
+def journal_lines(out: Path) -> int:
+    try:
+        return (out / JOURNAL_NAME).read_text().count("\n")
+    except FileNotFoundError:
+        return 0
+
+
+def stop_after(proc: subprocess.Popen, out: Path, shards: int) -> None:
+    """Let the pack run in 5 ms slices (SIGCONT, sleep, SIGSTOP on its whole process group)
+    until its journal records `shards` finished shards, and leave it stopped there. It cannot
+    finish between two looks: the rest of the pack takes far longer than a slice."""
+    end = time.monotonic() + 120
+    while journal_lines(out) < 1 + shards:
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < end, "pack made no progress"
-        time.sleep(0.002)
+        os.killpg(proc.pid, signal.SIGCONT)
+        time.sleep(0.005)
+        os.killpg(proc.pid, signal.SIGSTOP)
+    assert not (out / "index.json").exists()
 
 
-def kill_after(src: Path, out: Path, shard: int, workers: int = 1) -> None:
-    """Start a pack and kill -9 it once shard `shard` is written."""
+def kill_after(src: Path, out: Path, shards: int, workers: int = 1) -> None:
+    """Start a pack and `kill -9` it (workers too) once `shards` shards are journalled."""
     proc = start_pack(src, out, workers)
-    wait_for(out / f"shard-{shard:06d}.tar", proc)
-    proc.kill()
+    os.killpg(proc.pid, signal.SIGSTOP)
+    stop_after(proc, out, shards)
+    os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert not (out / "index.json").exists(), "the pack finished before it was killed"
 
 
 def resume(src: Path, out: Path, workers: int = 1):
-    return CliRunner().invoke(
-        cli, ["pack", str(src), str(out), *ARGS, "--workers", str(workers), "--resume"]
-    )
+    return run("pack", src, out, *ARGS, "--workers", workers, "--resume")
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -100,8 +102,10 @@ def test_ctrl_c_exits_130_and_resumes(source, tmp_path):
     src, ref = source
     out = tmp_path / "out"
     proc = start_pack(src, out, workers=2)
-    wait_for(out / "shard-000001.tar", proc)
+    os.killpg(proc.pid, signal.SIGSTOP)
+    stop_after(proc, out, 2)
     os.killpg(proc.pid, signal.SIGINT)  # as Ctrl-C does: the whole process group, workers too
+    os.killpg(proc.pid, signal.SIGCONT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130
     assert err.strip().endswith(
@@ -132,7 +136,7 @@ def test_resume_refuses_other_options_and_finished_packs(source, tmp_path):
     src, ref = source
     out = tmp_path / "out"
     kill_after(src, out, 1)
-    res = CliRunner().invoke(cli, ["pack", str(src), str(out), "--size", "12", "--resume"])
+    res = run("pack", src, out, "--size", "12", "--resume")
     assert res.exit_code == 1
     assert "holds an interrupted pack of another source or other options" in res.output
     res = resume(src, ref)

@@ -6,13 +6,7 @@ import json
 import shutil
 
 import pytest
-from click.testing import CliRunner
-
-from mixshard.cli import cli
-
-
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
+from helpers import run
 
 
 @pytest.fixture

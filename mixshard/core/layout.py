@@ -10,6 +10,7 @@ pixel byte (`offset`) and of the first label byte (`labels_offset`).
 from __future__ import annotations
 
 import ast
+import functools
 import io
 
 import numpy as np
@@ -36,10 +37,12 @@ def images_shape(count: int, size: int) -> tuple[int, int, int, int]:
     return (count, CHANNELS, size, size)
 
 
+@functools.lru_cache(maxsize=1024)
 def images_header_len(count: int, size: int) -> int:
     return len(npy_header(images_shape(count, size), np.uint8))
 
 
+@functools.lru_cache(maxsize=1024)
 def labels_header_len(count: int) -> int:
     return len(npy_header((count,), np.int32))
 

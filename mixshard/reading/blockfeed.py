@@ -52,7 +52,7 @@ class BlockFeed:
         batches: Iterable[int],
         capacity: int,
         ahead: int,
-        threads: int = 4,
+        threads: int = 8,
     ) -> None:
         self.pack = pack
         self._index_of = index_of

@@ -75,7 +75,7 @@ class OutLock:
             if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise OutputError(f"cannot lock {path}: {exc.strerror}") from None
             raise OutputError(
-                f"{self.out} is in use by another `mixshard pack` ({_holders(self.out)}); wait "
+                f"{self.out} is in use by another mixshard pack ({_holders(self.out)}); wait "
                 "for it to finish or stop it, then run this again"
             ) from None
         if mode == fcntl.LOCK_EX:
