@@ -47,7 +47,7 @@ PLACES = "256 px (Places365-like)"
 
 
 def reference_blend(x: torch.Tensor, imgs01: torch.Tensor, alpha: float = 0.5) -> torch.Tensor:
-    """The seed question's `random_mixup` arithmetic."""
+    """The reference blend: `repeat` over the frames, then five ops (`random_mixup`)."""
     imgs = imgs01.repeat(1, x.size(1) // 3, 1, 1)
     return ((1 - alpha) * (x / 255.0) + alpha * imgs) * 255.0
 

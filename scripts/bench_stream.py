@@ -1,11 +1,13 @@
 """Benchmark getting shuffled batches of 84 px images into the training process, in one run.
 
-Same data for all three (generated 256 px JPEGs, bench-out/src):
-  (a) the reference pipeline of the seed question: torchvision ImageFolder + RandomResizedCrop(84)
-      + RandomHorizontalFlip + ToTensor in a DataLoader (shuffle=True), iterator re-created at
-      the end of each epoch as the reference's `_get_data_batch` does;
+Same data for all (generated 256 px JPEGs, bench-out/src), in the page cache:
+  (a) the reference pipeline (the random-overlay loader of DMControl-GB and its successors):
+      torchvision ImageFolder + RandomResizedCrop(84) + RandomHorizontalFlip + ToTensor in a
+      DataLoader (shuffle=True), iterator re-created at the end of each epoch as the
+      reference's `_get_data_batch` does;
   (b) plain webdataset: one 84 px uint8 `.npy` per sample, shuffle buffer, `batched(256)`;
-  (c) `mixshard.loader` on the same images packed at 84 px (`infinite=True`).
+  (c) `mixshard.loader` on the same images packed at 84 px (`infinite=True`), in global and
+      in block order.
 Each cell: images/s over a fixed number of batches after one warm-up batch, median of `--runs`.
 `num_workers=0` is one process (= per core); 2 workers use both cores of this machine.
 Then RSS of the process while `mixshard` streams 5 million images in infinite mode.

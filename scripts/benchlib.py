@@ -187,9 +187,10 @@ def bar_chart(path: Path, title: str, labels: list[str], values: list[float], un
 
 
 def reference_batches(src: Path, batch: int, workers: int):
-    """The seed question's `_load_data` + `_get_data_batch`: torchvision ImageFolder with
-    RandomResizedCrop(84) + flip + ToTensor in a shuffling DataLoader whose iterator is made
-    anew at each epoch's end (minus `.cuda()`: the caller moves the batch)."""
+    """The reference loader of random overlay (DMControl-GB's `_load_data` and
+    `_get_data_batch`): torchvision ImageFolder with RandomResizedCrop(84) + flip + ToTensor in
+    a shuffling DataLoader whose iterator is made anew at each epoch's end (minus `.cuda()`:
+    the caller moves the batch)."""
     import torch
     import torchvision.datasets as datasets
     import torchvision.transforms as TF

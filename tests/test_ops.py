@@ -24,7 +24,7 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
 
 
 def reference(x: torch.Tensor, imgs: torch.Tensor, alpha) -> torch.Tensor:
-    """The seed question's formula, with `repeat`, in float64."""
+    """The reference blend's formula, with `repeat`, in float64."""
     k = x.shape[1] // 3
     a = alpha.double().view(-1, 1, 1, 1) if isinstance(alpha, torch.Tensor) else alpha
     imgs01 = (imgs.double() / 255.0).repeat(1, k, 1, 1)

@@ -493,3 +493,9 @@ def test_closing_a_loader_stops_its_threads(pack_dir):
     for t in ours():
         t.join(timeout=5)
     assert ours() == []
+
+
+def test_orders_apply_to_local_packs_only(pack_dir):
+    with pytest.raises(ValueError, match="order='block' applies to local pack folders, not URLs"):
+        ShardStream(str(pack_dir / PATTERN), 8, order="block")
+    assert ShardStream(str(pack_dir / PATTERN), 8).state_dict()["order"] == "shards"

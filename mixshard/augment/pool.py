@@ -97,8 +97,11 @@ class RefillFeed:
         return images[:m]
 
     def close(self) -> None:
+        """Stop reading and wait for the reader thread to end (a thread left inside torch at
+        interpreter exit aborts the process)."""
         self._stop.set()
         self._loader.close()
+        self._thread.join(timeout=10)
 
 
 class PoolCache:

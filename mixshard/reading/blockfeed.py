@@ -166,7 +166,7 @@ class BlockFeed:
             self._cond.notify_all()
 
     def close(self) -> None:
-        """Stop planning and reading (reads in flight finish in the background)."""
+        """Stop planning and reading; returns once the planner and the reads in flight ended."""
         with self._cond:
             self._stop = True
             for held in self._resident.values():
@@ -174,4 +174,5 @@ class BlockFeed:
                     held.error = MixshardError("the block reader was closed")
                     held.ready.set()
             self._cond.notify_all()
-        self._io.shutdown(wait=False, cancel_futures=True)
+        self._io.shutdown(wait=True, cancel_futures=True)
+        self._planner.join(timeout=10)

@@ -189,7 +189,7 @@ class Loader:
             if isinstance(thing, BatchReader):
                 thing.close()
             elif isinstance(thing, ThreadPoolExecutor):
-                thing.shutdown(wait=False, cancel_futures=True)
+                thing.shutdown(wait=True, cancel_futures=True)
             elif hasattr(thing, "_shutdown_workers"):
                 thing._shutdown_workers()  # DataLoader has no public stop
 

@@ -86,7 +86,7 @@ class ShardStream(IterableDataset):
         self.window, self.shuffle_blocks = window, max(1, shuffle_blocks)
         self._rank, self._world = rank, world_size
         self.position = 0  # global number of the next batch to make
-        self._sequence: tuple[int, np.ndarray] | None = None
+        self._sequences: dict[int, np.ndarray] = {}
         self._lock = threading.Lock()
         self.pack: LocalPack | None = None
         if is_folder(source) and not isinstance(source, list):
@@ -102,14 +102,18 @@ class ShardStream(IterableDataset):
         self.order = self._resolve_order(order)
 
     def _resolve_order(self, wanted: str) -> str:
-        if self.pack is None or wanted != "auto":
-            return "global" if wanted == "auto" else wanted
+        if self.pack is None:  # URLs: shards in a per-epoch order through a shuffle buffer
+            if wanted != "auto":
+                raise ValueError(f"order={wanted!r} applies to local pack folders, not URLs")
+            return "shards"
+        if wanted != "auto":
+            return wanted
         fits = self.manifest.total_bytes <= available_memory() // 2
         return "global" if fits else "block"
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state["_sequence"], state["_lock"] = None, None
+        state["_sequences"], state["_lock"] = {}, None
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -194,16 +198,19 @@ class ShardStream(IterableDataset):
 
     # ------------------------------------------------------------------ local batches
     def _epoch_sequence(self, epoch: int) -> np.ndarray:
+        # Two epochs are kept: around an epoch's end, workers make batches of both.
         with self._lock:
-            if self._sequence is None or self._sequence[0] != epoch:
+            seq = self._sequences.get(epoch)
+            if seq is None:
                 if self.order == "block" and self.pack is not None:
                     seq = order.block_sequence(
                         self.pack.block_count, self.seed, epoch, self.window, self.shuffle
                     )
                 else:
                     seq = order.global_sequence(self.count, self.seed, epoch, self.shuffle)
-                self._sequence = (epoch, seq)
-            return self._sequence[1]
+                self._sequences = {e: s for e, s in self._sequences.items() if e > epoch - 2}
+                self._sequences[epoch] = seq
+            return seq
 
     def batch_index(self, k: int) -> np.ndarray:
         """The image numbers that make batch `k` (local packs), in batch order."""
