@@ -6,10 +6,10 @@ to 84x84 and writes one webdataset sample (`.npy`) per image with `webdataset.Ta
 mixshard packs the same folder with 1 and 2 worker processes. Reported: median img/s of
 `--runs` runs, img/s per core (workers = cores; the baseline is one core), ratio to the baseline.
 
-`--ray` instead compares, on the 256 px source, the local packer (2 workers) with `--ray` on
-a local 2-CPU Ray instance (started once, not timed: a cluster is already running) and with
-two job-array parts run side by side plus `--finish`, all with 250 images per shard (Ray and
-parts run one shard per task).
+`--ray` instead compares, on 10,000 256 px JPEGs (`--count`), the local packer (2 workers)
+with `--ray` on a local 2-CPU Ray instance (started once, not timed: a cluster is already
+running) and with two job-array parts run side by side plus `--finish`, all with 250 images
+per shard (Ray and parts run one shard per task).
 
     python scripts/bench_pack.py [--runs 3] [--quick] [--plot] [--ray]
 """
@@ -146,7 +146,8 @@ def parts_pack(src: Path, out: Path, parts: int, shard_size: int) -> int:
 def ray_benchmark(count: int, runs: int) -> None:
     import ray
 
-    src = next(iter(make_sources(count).values()))
+    places = "256 px (Places365-like)"
+    src = make_sources(count, places)[places]
     shard_size = 250
     local, _ = median_rate(
         lambda: mixshard_pack(src, OUT / "pack-local", 2, shard_size=shard_size), runs
@@ -179,11 +180,13 @@ def ray_benchmark(count: int, runs: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3, help="runs per cell (median reported)")
-    parser.add_argument("--count", type=int, default=3000, help="images per source")
+    parser.add_argument("--count", type=int, help="images per source (3,000; 10,000 with --ray)")
     parser.add_argument("--quick", action="store_true", help="120 images, 1 run (the tests)")
     parser.add_argument("--plot", action="store_true", help="write bench-out/bench_pack.png")
     parser.add_argument("--ray", action="store_true", help="local vs Ray vs job-array parts")
     args = parser.parse_args()
+    if args.count is None:
+        args.count = 10_000 if args.ray else 3000
     if args.quick:
         args.count, args.runs = 120, 1
     if args.ray:

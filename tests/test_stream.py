@@ -122,12 +122,13 @@ def test_block_order_reads_blocks_in_windows(pack_dir, ids):
 
 
 def test_auto_order_follows_available_memory(pack_dir, monkeypatch):
-    assert ShardStream(pack_dir, 8).order == "global"
+    assert ShardStream(pack_dir, 8).order == "block"  # 14 blocks: one window holds them all
+    assert ShardStream(pack_dir, 8, window=13).order == "global"
     pack_bytes = mixshard.Manifest.load(pack_dir).total_bytes
     monkeypatch.setattr(stream_module, "available_memory", lambda: 2 * pack_bytes - 1)
-    assert ShardStream(pack_dir, 8).order == "block"
+    assert ShardStream(pack_dir, 8, window=13).order == "block"
     monkeypatch.setattr(stream_module, "available_memory", lambda: 2 * pack_bytes)
-    assert ShardStream(pack_dir, 8).order == "global"
+    assert ShardStream(pack_dir, 8, window=13).order == "global"
 
 
 def test_pipe_command_source(pack_dir, ids):

@@ -43,6 +43,7 @@ class BlockFeed:
             consecutive windows need.
         ahead: batches planned at most beyond those taken (about what the ring holds).
         threads: reader threads (several reads in flight keep a disk busy).
+        drop_cache: drop each block from the page cache once read (packs larger than memory).
     """
 
     def __init__(
@@ -53,8 +54,10 @@ class BlockFeed:
         capacity: int,
         ahead: int,
         threads: int = 8,
+        drop_cache: bool = False,
     ) -> None:
         self.pack = pack
+        self._drop_cache = drop_cache
         self._index_of = index_of
         self._block_size = pack.manifest.block_size
         self._ring = np.empty((capacity * self._block_size, pack.manifest.image_bytes), np.uint8)
@@ -112,7 +115,7 @@ class BlockFeed:
     def _load(self, b: int, held: _Slot) -> None:
         rows = self._ring[held.slot * self._block_size : (held.slot + 1) * self._block_size]
         try:
-            held.good = self.pack.read_block(b, rows)
+            held.good = self.pack.read_block(b, rows, self._drop_cache)
         except BaseException as exc:  # noqa: BLE001 - raised by the batch that needs it
             held.error = exc
         held.ready.set()

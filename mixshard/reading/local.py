@@ -253,9 +253,11 @@ class LocalPack:
         """The block of each image number."""
         return np.searchsorted(self.block_start, index, side="right") - 1
 
-    def read_block(self, b: int, out: np.ndarray) -> bool:
+    def read_block(self, b: int, out: np.ndarray, drop_cache: bool = False) -> bool:
         """Read block `b`'s images into `out[:count]` (a C-contiguous uint8 array of rows of
-        one image each). Returns False when the block is bad and skipped."""
+        one image each). Returns False when the block is bad and skipped. `drop_cache`: then
+        drop those bytes from the page cache (a pack larger than memory: keeping them would
+        only evict what is still to be read)."""
         if not self._check_block(b):
             return False
         slot, count = int(self.block_shard[b]), int(self.block_count[b])
@@ -263,6 +265,8 @@ class LocalPack:
         with self._open(slot) as fd:
             self._pread(slot, fd, view, int(self.block_offset[b]))
             self._check_same(slot, fd)
+            if drop_cache:
+                os.posix_fadvise(fd, int(self.block_offset[b]), len(view), os.POSIX_FADV_DONTNEED)
         return True
 
     def read_images(self, index: np.ndarray, out: np.ndarray) -> np.ndarray | None:

@@ -50,8 +50,10 @@ class ShardStream(IterableDataset):
         manifest: where the manifest is, when it is not `<base>/index.json` of the URLs.
         order: local packs: `"global"` (a per-image permutation: for packs in the page cache),
             `"block"` (whole blocks in a random order, shuffled within windows: sequential
-            I/O for packs larger than memory) or `"auto"`: global when the pack takes at most
-            half the available memory, else block.
+            I/O for packs larger than memory) or `"auto"`: block when one window holds the
+            whole pack (its shuffle is then a full permutation, and whole blocks are read
+            faster than single images), else global when the pack takes at most half the
+            available memory, else block.
         window: block order: blocks whose images are shuffled together. Memory is about
             `2 * window` blocks (2 x 64 x 5.4 MB at 84 px).
         shuffle_blocks: URLs only: blocks held in the shuffle buffer.
@@ -99,6 +101,10 @@ class ShardStream(IterableDataset):
             self.source = source
             self.manifest, self.urls = resolve_urls(_urls(source), manifest)
             self.count = sum(s.count for _, s in self.urls)
+        # blocks read from a pack this large are dropped from the page cache again
+        self.larger_than_memory = self.pack is not None and (
+            self.manifest.total_bytes > available_memory() // 2
+        )
         self.order = self._resolve_order(order)
 
     def _resolve_order(self, wanted: str) -> str:
@@ -108,8 +114,9 @@ class ShardStream(IterableDataset):
             return "shards"
         if wanted != "auto":
             return wanted
-        fits = self.manifest.total_bytes <= available_memory() // 2
-        return "global" if fits else "block"
+        if len(self.pack.block_count) <= self.window:
+            return "block"  # one window is the whole pack: a full permutation, read in blocks
+        return "block" if self.larger_than_memory else "global"
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -266,7 +273,14 @@ class BatchReader:
             per_batch = -(-stream.batch_size // self.pack.manifest.block_size) + 1
             capacity = 2 * max(stream.window, per_batch) + 2
             ahead = capacity * self.pack.manifest.block_size // stream.batch_size + 2
-            self._feed = BlockFeed(self.pack, stream.batch_index, batches, capacity, ahead)
+            self._feed = BlockFeed(
+                self.pack,
+                stream.batch_index,
+                batches,
+                capacity,
+                ahead,
+                drop_cache=stream.larger_than_memory,
+            )
             self._ring = torch.from_numpy(self._feed.ring)
         else:
             # Warm a cold pack with sequential reads, so the first epoch is not a seek storm.
