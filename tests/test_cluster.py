@@ -103,7 +103,7 @@ def test_parts_run_side_by_side(source, reference, tmp_path):
     for t in threads:
         t.join()
     assert sorted(r.written_shards for r in results.values()) == [1, 2, 2], results
-    mixshard.writing.packing.finish_pack(source, out, size=12, shard_size=10, block_size=4)
+    mixshard.pack(source, out, size=12, shard_size=10, block_size=4, finish=True)
     assert files(out) == files(reference)
 
 

@@ -1,4 +1,4 @@
-"""`mixshard pack`: flags checked here, then one call of `mixshard.pack` (or `finish_pack`)."""
+"""`mixshard pack`: flags checked here, then one call of `mixshard.pack`."""
 
 from __future__ import annotations
 
@@ -202,20 +202,13 @@ def pack(src: str, out: str, quiet: bool, **opts: Any) -> None:
       mixshard pack train data/p365 --ray auto
       mixshard pack train data/p365 --part 3/16   # then: ... --finish
     """
-    from ..writing.packing import finish_pack
     from ..writing.packing import pack as run_pack
 
     _check_pack_flags(opts)
     shuffle = not opts.pop("no_shuffle")
-    finish = opts.pop("finish")
     update, close = _progress_bar(quiet)
     try:
-        if finish:
-            for name in ("workers", "strict", "resume", "overwrite", "part", "ray"):
-                opts.pop(name)
-            result = finish_pack(src, out, shuffle=shuffle, **opts)
-        else:
-            result = run_pack(src, out, shuffle=shuffle, progress=update, **opts)
+        result = run_pack(src, out, shuffle=shuffle, progress=update, **opts)
     except KeyboardInterrupt:
         click.echo(f"Interrupted. Finished shards are kept: {RESUME_HINT}.", err=True)
         sys.exit(130)

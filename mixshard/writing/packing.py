@@ -45,7 +45,7 @@ class PackProgress:
 
 @dataclass(frozen=True)
 class PackResult:
-    """What `pack` made. For a job-array part, `manifest` is None until `finish_pack`."""
+    """What `pack` made. For a job-array part, `manifest` is None until the finish run."""
 
     manifest: Manifest | None
     out: Path
@@ -116,6 +116,7 @@ def pack(
     overwrite: bool = False,
     progress: Callable[[PackProgress], None] | None = None,
     part: tuple[int, int] | None = None,
+    finish: bool = False,
     ray: str | None = None,
 ) -> PackResult:
     """Pack an ImageFolder tree or a flat folder of images into pre-resized uint8 shards.
@@ -137,7 +138,9 @@ def pack(
         overwrite: replace an earlier pack in `out`.
         progress: called with a `PackProgress` after each batch of decoded images.
         part: `(k, n)`: write only the shards `i` with `i % n == k` (a job-array part) and
-            its own journal; `finish_pack` then writes `index.json`.
+            its own journal; a run with `finish=True` then writes `index.json`.
+        finish: once every part has run (same SRC and options): check that every planned
+            shard is there and write `index.json`; `OutputError` names the missing parts.
         ray: run one Ray task per shard on this cluster address (`"auto"`, `"ray://..."`) or,
             with `"default"`, on a running cluster else a local one.
 
@@ -155,11 +158,13 @@ def pack(
     options = dict(size=size, crop=crop, variants=variants, shard_size=shard_size)
     options.update(block_size=block_size, seed=seed, shuffle=shuffle)
     check_options(size, crop, variants, shard_size, block_size, seed, labels)
-    _check_modes(resume, overwrite, part, ray)
+    _check_modes(resume, overwrite, part, finish, ray)
     t0 = time.perf_counter()
     src, out = Path(src), Path(out)
     check_out_path(out)
     plan = _plan(src, options, labels, strict)
+    if finish:
+        return _finish(out, plan, t0)
     if ray is not None:
         from .raypack import connect
 
@@ -195,9 +200,11 @@ def pack(
                 out.rmdir()
 
 
-def _check_modes(resume: bool, overwrite: bool, part, ray) -> None:
+def _check_modes(resume: bool, overwrite: bool, part, finish: bool, ray) -> None:
     if resume and overwrite:
         raise ValueError("resume and overwrite exclude each other; pick one")
+    if finish and (resume or overwrite or part is not None or ray is not None):
+        raise ValueError("finish only writes index.json: no resume, overwrite, part or ray")
     if part is not None:
         k, n = part
         if n < 1 or not 0 <= k < n:
@@ -296,33 +303,10 @@ def _missing_message(plan: PackPlan, out: Path, missing: list[int]) -> str:
     )
 
 
-def finish_pack(
-    src: str | os.PathLike,
-    out: str | os.PathLike,
-    *,
-    size: int = 84,
-    crop: str = "center",
-    variants: int = 1,
-    shard_size: int = 10_000,
-    block_size: int = 256,
-    seed: int = 0,
-    shuffle: bool = True,
-    labels: str = "auto",
-) -> PackResult:
-    """Write `index.json` once every job-array part has written its shards (same SRC and
-    options as the parts).
-
-    Raises:
-        OutputError: parts are missing (named), or a journal of another plan is in `out`.
-    """
-    check_options(size, crop, variants, shard_size, block_size, seed, labels)
-    t0 = time.perf_counter()
-    src, out = Path(src), Path(out)
+def _finish(out: Path, plan: PackPlan, t0: float) -> PackResult:
+    """Write `index.json` once every job-array part has written its shards."""
     if not out.is_dir():
         raise OutputError(f"{out} is not a folder of job-array parts; run the parts first")
-    options = dict(size=size, crop=crop, variants=variants, shard_size=shard_size)
-    options.update(block_size=block_size, seed=seed, shuffle=shuffle)
-    plan = _plan(src, options, labels, strict=False)
     lock = OutLock(out)
     try:
         finished = _finished(out, plan)
