@@ -12,12 +12,18 @@ from __future__ import annotations
 import ast
 import functools
 import io
+import threading
 
 import numpy as np
 
 from .constants import CHANNELS, TAR_BLOCK
 
 NPY_MAGIC = b"\x93NUMPY\x01\x00"
+
+# CPython before 3.12 keeps compile()'s recursion counter per interpreter, not per thread, so
+# ast.literal_eval from two reader threads at once can fail with "AST constructor recursion
+# depth mismatch" (gh-106905); the slow path below parses under this lock.
+_PARSE_LOCK = threading.Lock()
 
 
 def padded(n: int) -> int:
@@ -62,14 +68,22 @@ def block_end_min(labels_offset: int, count: int) -> int:
     return start + padded(labels_header_len(count) + 4 * count) + 2 * TAR_BLOCK
 
 
+@functools.lru_cache(maxsize=1024)
+def _expected_header(shape: tuple[int, ...], dtype: str) -> bytes:
+    return npy_header(shape, np.dtype(dtype))
+
+
 def header_problem(raw: bytes, shape: tuple[int, ...], dtype: type) -> str | None:
     """What is wrong with the `.npy` header bytes `raw`, or None when it describes an array of
     `shape` and `dtype` (C order), as the writer made it."""
+    if raw == _expected_header(tuple(shape), np.dtype(dtype).str):
+        return None
     if raw[: len(NPY_MAGIC)] != NPY_MAGIC:
         return "no .npy header where index.json says"
     try:
         text = raw[10:].decode("latin1")
-        found = ast.literal_eval(text.strip())
+        with _PARSE_LOCK:
+            found = ast.literal_eval(text.strip())
         ok = (
             isinstance(found, dict)
             and tuple(found.get("shape", ())) == tuple(shape)
