@@ -84,6 +84,16 @@ def test_job_array_parts_give_the_local_bytes(source, reference, tmp_path):
     assert res.exit_code == 0, res.output
     assert res.stdout.startswith("Packed 46 images (2 skipped) into 5 shards, 5 reused from ")
     assert files(out) == files(reference)
+    # a part resubmitted after the finish (a job array re-run) leaves the pack alone,
+    # even when the source has changed since
+    (source / "cat" / "img0.png").rename(source / "cat" / "moved.bak")
+    try:
+        res = run("pack", source, out, *ARGS, "--part", "0/2", "--workers", "1")
+    finally:
+        (source / "cat" / "moved.bak").rename(source / "cat" / "img0.png")
+    assert res.exit_code == 0, res.output
+    assert res.output == f"{out} already holds a finished pack of 46 images; nothing to do.\n"
+    assert files(out) == files(reference)
 
 
 def test_parts_run_side_by_side(source, reference, tmp_path):

@@ -174,7 +174,8 @@ def pack(
     empty = False
     try:
         prepare_out(out, resume or part is not None, overwrite)
-        finished = _finished(out, plan) if resume and part is None else None
+        # a finished pack is never rewritten by a resumed run or a resubmitted part
+        finished = _finished(out, plan) if resume or part is not None else None
         if finished is not None:
             return PackResult(finished, out, time.perf_counter() - t0, len(finished.shards), True)
         done = load_done(out, plan.fingerprint)
