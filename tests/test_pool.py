@@ -63,7 +63,7 @@ def test_each_image_is_drawn_exactly_uses_times_and_enters_once_per_pass(pack_di
     assert stats["draws"] == 60 * n and stats["entered"] == len(entries)
     assert stats["retired"] == stats["entered"] - filled
     # entries follow the refill feed: block order over the whole pack, each image once a pass
-    feed = RefillFeed(str(pack_dir), 4, False, manifest)
+    feed = RefillFeed(str(pack_dir), 4, False, manifest.count)
     expected = ids_of(feed.take(len(entries)))
     feed.close()
     assert entries == expected
@@ -89,7 +89,7 @@ def test_realised_uses_per_retired_image(pack_dir):
         left[bytes(pool.images[s].numpy())] += int(pool.left[s])
     stats = pool.stats()
     # draws of every image = uses x its entries - what its pooled copies have left
-    feed = RefillFeed(str(pack_dir), 1, False, manifest)
+    feed = RefillFeed(str(pack_dir), 1, False, manifest.count)
     entries = Counter(ids_of(feed.take(stats["entered"])))
     feed.close()
     for image, entered in entries.items():
@@ -175,3 +175,82 @@ def test_cuda_pool(pack_dir):
     assert drawn.is_cuda and set(ids_of(drawn.cpu())) <= pack
     assert ov.stats()["cuda:0"]["draws"] == 40
     ov.close()
+
+
+def test_each_rank_refills_from_its_share_of_the_stream(pack_dir, monkeypatch):
+    """Under DDP the draws differ by rank, but the refill stream takes the seed every rank
+    shares, so the stream's own split by rank gives each rank disjoint images."""
+    from mixshard.augment import overlay, pool
+    from mixshard.reading import stream
+
+    seen = []
+    for rank in (0, 1):
+        for module in (overlay, pool, stream):  # as torch.distributed would say
+            monkeypatch.setattr(module, "rank_world", lambda r=rank: (r, 2))
+        ov = Overlay(pack_dir, cache="pool", pool=8, uses=1, flip=False, alpha=1.0, seed=5)
+        obs = torch.zeros(8, 3, 12, 12)
+        got = [set(ids_of(ov(obs).round().to(torch.uint8))) for _ in range(2)]  # 16 = a pass
+        ov.close()
+        feed = RefillFeed(str(pack_dir), 5, False, M)  # the shared seed, this rank's share
+        expected = ids_of(feed.take(16))
+        feed.close()
+        assert got == [set(expected[:8]), set(expected[8:])]
+        seen.append(got[0] | got[1])
+    assert not seen[0] & seen[1] and len(seen[0]) == len(seen[1]) == 16
+
+
+def test_a_failed_refill_stream_fails_every_later_call(pack_dir, monkeypatch):
+    from mixshard.reading import loading
+
+    def broken(*args, **kwargs):
+        class Broken:
+            def __iter__(self):
+                yield torch.zeros(4, 3, 12, 12, dtype=torch.uint8)
+                raise mixshard.ShardError("shard-000001.tar: damaged")
+
+            def close(self):
+                pass
+
+        return Broken()
+
+    monkeypatch.setattr(loading, "loader", broken)
+    feed = RefillFeed(str(pack_dir), 0, False, M)
+    assert feed.take(4).shape == (4, 3, 12, 12)
+    for _ in range(2):  # the reader thread has ended: raised again, never a wait
+        with pytest.raises(mixshard.ShardError, match="shard-000001.tar: damaged"):
+            feed.take(4)
+    feed.close()
+
+
+def test_a_device_cache_of_some_shard_files_holds_just_their_images(pack_dir):
+    shard = sorted(pack_dir.glob("shard-*.tar"))[0]
+    held = LocalPack(pack_dir, Manifest.load(pack_dir))
+    first = set(ids_of(torch.from_numpy(read_pack(pack_dir)[0][: held.manifest.shards[0].count])))
+    held.close()
+    ov = Overlay([str(shard)], cache="device", flip=False, alpha=1.0, seed=0)
+    out = ov(torch.zeros(64, 3, 12, 12)).round().to(torch.uint8)
+    assert ov.stats()["cpu"]["images"] == len(first) == 16
+    assert set(ids_of(out)) == first
+
+
+def test_a_pool_nobody_closed_is_closed_at_exit(pack_dir):
+    """`compat.random_overlay` keeps its Overlays for the life of the process: their refill
+    threads must be stopped at exit, not left inside torch while the interpreter goes."""
+    import subprocess
+    import sys
+
+    code = (
+        "import atexit, sys, threading\n"
+        "def report():  # registered first: runs after every other exit hook\n"
+        "    alive = [t.name for t in threading.enumerate() if t.name == 'mixshard-refill']\n"
+        "    print('alive after exit:', alive)\n"
+        "atexit.register(report)\n"
+        "import torch, mixshard\n"
+        "ov = mixshard.Overlay(sys.argv[1], cache='pool', pool=8, uses=1)\n"
+        "ov(torch.zeros(8, 3, 12, 12))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(pack_dir)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "alive after exit: []\n"

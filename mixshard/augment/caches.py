@@ -12,24 +12,29 @@ import torch
 
 from ..core.manifest import Manifest
 from ..reading.local import LocalPack
-from ..reading.remote import is_folder, read_blocks, resolve_urls
+from ..reading.remote import read_blocks
 
 
-def read_pack_to(source: Any, manifest: Manifest, images: torch.Tensor) -> None:
-    """Copy every image of a pack into `images` (a uint8 tensor of `manifest.count` images on
-    any device), block by block in stored order: sequential reads, bounded host memory."""
+def read_pack_to(
+    source: Any, manifest: Manifest, images: torch.Tensor, urls: list | None = None
+) -> None:
+    """Copy every image of a pack folder, or of the shards `urls` (`(url, shard)` pairs), into
+    `images` (a uint8 tensor of that many images on any device), block by block in stored
+    order: sequential reads, bounded host memory."""
     pos = 0
-    if is_folder(source):
+    if urls is None:
         pack = LocalPack(source, manifest)
         host = np.empty((manifest.block_size, manifest.image_bytes), np.uint8)
-        for b, count in enumerate(pack.block_count.tolist()):
-            pack.read_block(b, host)
-            block = torch.from_numpy(host[:count]).view(count, 3, manifest.size, manifest.size)
-            images[pos : pos + count].copy_(block)
-            pos += count
-        pack.close()
+        try:
+            for b, count in enumerate(pack.block_count.tolist()):
+                pack.read_block(b, host)
+                block = torch.from_numpy(host[:count])
+                images[pos : pos + count].copy_(block.view(count, 3, manifest.size, manifest.size))
+                pos += count
+        finally:
+            pack.close()
         return
-    for url, shard in resolve_urls(source)[1]:
+    for url, shard in urls:
         for pixels, _ in read_blocks(url, shard, manifest.size):
             images[pos : pos + len(pixels)].copy_(torch.from_numpy(pixels.copy()))
             pos += len(pixels)
@@ -40,12 +45,17 @@ class DeviceCache:
     every image is drawn once before any is drawn twice."""
 
     def __init__(
-        self, source: Any, manifest: Manifest, device: torch.device, generator: torch.Generator
+        self,
+        source: Any,
+        manifest: Manifest,
+        device: torch.device,
+        generator: torch.Generator,
+        urls: list | None = None,
     ) -> None:
         size = manifest.size
-        self.images = torch.empty((manifest.count, 3, size, size), dtype=torch.uint8, device=device)
-        read_pack_to(source, manifest, self.images)
-        self.count = manifest.count
+        self.count = manifest.count if urls is None else sum(s.count for _, s in urls)
+        self.images = torch.empty((self.count, 3, size, size), dtype=torch.uint8, device=device)
+        read_pack_to(source, manifest, self.images, urls)
         self.generator = generator
         self._perm = torch.empty(0, dtype=torch.long, device=device)
         self._cursor = 0

@@ -89,10 +89,13 @@ class Overlay:
         _check_args(cache, crop, alpha, cache_fraction)
         check_pool_args(pool, uses)
         self.source = os.fspath(source) if isinstance(source, os.PathLike) else source
+        self._urls: list | None = None  # (url, shard) pairs of a list of shard URLs
         if isinstance(self.source, str) and is_folder(self.source):
             self.manifest = Manifest.load(self.source)
+            self.count = self.manifest.count
         else:
-            self.manifest = resolve_urls(self.source)[0]
+            self.manifest, self._urls = resolve_urls(self.source)
+            self.count = sum(shard.count for _, shard in self._urls)  # maybe part of the pack
         self.alpha, self.flip, self.crop = alpha, flip, crop
         self.device = torch.device(device) if device is not None else None
         self.cache, self.num_workers, self.seed = cache, num_workers, seed
@@ -103,13 +106,16 @@ class Overlay:
 
     def _make_source(self, mode: str, device: torch.device, gen: torch.Generator, seed: int) -> Any:
         if mode == "device":
-            return DeviceCache(self.source, self.manifest, device, gen)
+            return DeviceCache(self.source, self.manifest, device, gen, self._urls)
         if mode == "pool":
             size = self.pool or pool_size(
                 self.manifest, int(self.cache_fraction * free_memory(device))
             )
-            return PoolCache(self.source, self.manifest, device, size, self.uses, seed)
-        batch = max(1, min(self.batch_size, self.manifest.count))
+            # the refill stream takes the seed every rank shares, and splits itself by rank
+            return PoolCache(
+                self.source, self.manifest, device, size, self.uses, seed, self.seed, self.count
+            )
+        batch = max(1, min(self.batch_size, self.count // rank_world()[1]))
         return StreamCache(self.source, device, self.num_workers, self.seed, batch)
 
     def _state(self, device: torch.device) -> dict[str, Any]:
@@ -122,7 +128,7 @@ class Overlay:
             generator = torch.Generator(device=device).manual_seed(seed)
             mode = self.cache
             if mode == "auto":
-                need = self.manifest.count * self.manifest.image_bytes
+                need = self.count * self.manifest.image_bytes
                 mode = "device" if need <= self.cache_fraction * free_memory(device) else "pool"
             source = self._make_source(mode, device, generator, seed)
             state = {"mode": mode, "source": source, "generator": generator}

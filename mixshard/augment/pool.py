@@ -18,11 +18,13 @@ import math
 import queue
 import threading
 import time
+import weakref
 from typing import Any
 
 import numpy as np
 import torch
 
+from ..core.env import rank_world
 from ..core.errors import MixshardError
 from ..core.manifest import Manifest
 from ..reading.remote import is_folder
@@ -35,10 +37,11 @@ REFILL_WINDOW = 8  # blocks shuffled together in the refill stream (the pool its
 class RefillFeed:
     """Images of a pack in block order, endlessly, read ahead on a background thread."""
 
-    def __init__(self, source: Any, seed: int, pin: bool, manifest: Manifest) -> None:
+    def __init__(self, source: Any, seed: int, pin: bool, count: int) -> None:
+        """`count`: the images `source` holds (a list of shard URLs may hold part of a pack)."""
         from ..reading.loading import loader
 
-        batch = max(1, min(REFILL_BATCH, manifest.count))
+        batch = max(1, min(REFILL_BATCH, count // rank_world()[1]))  # each rank reads its share
         kwargs: dict[str, Any] = (
             {"order": "block", "window": REFILL_WINDOW} if is_folder(source) else {}
         )
@@ -47,16 +50,22 @@ class RefillFeed:
         )
         self._queue: queue.Queue = queue.Queue(REFILL_AHEAD)
         self._left: torch.Tensor | None = None
+        self._failed: BaseException | None = None  # raised again by every later take
+        self._pin = pin
         self._stop = threading.Event()
         self.waits, self.wait_seconds = 0, 0.0
         self._thread = threading.Thread(target=self._run, daemon=True, name="mixshard-refill")
         self._thread.start()
+        # closed at interpreter exit too: a reader thread left inside torch then aborts the
+        # process (a feed nobody closed, e.g. the Overlays `compat.random_overlay` keeps)
+        self._closer = weakref.finalize(self, _stop_reading, self._stop, self._loader, self._thread)
 
     def _run(self) -> None:
         try:
             for batch in self._loader:
                 if not self._put(batch):
                     return
+            self._put(MixshardError("the refill stream of the pool ended"))
         except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread
             self._put(exc)
 
@@ -71,6 +80,8 @@ class RefillFeed:
         return False
 
     def _next(self) -> torch.Tensor:
+        if self._failed is not None:  # the reader thread has ended: never wait for it
+            raise self._failed
         try:
             item = self._queue.get_nowait()
         except queue.Empty:
@@ -79,6 +90,7 @@ class RefillFeed:
             item = self._queue.get()
             self.wait_seconds += time.perf_counter() - t0
         if isinstance(item, BaseException):
+            self._failed = item
             raise item
         return item
 
@@ -92,16 +104,25 @@ class RefillFeed:
             batch = self._next()
             parts.append(batch)
             have += len(batch)
-        images = parts[0] if len(parts) == 1 else torch.cat(parts)
+        if len(parts) == 1:
+            images = parts[0]
+        else:  # into pinned memory again, or the copy to the device is not asynchronous
+            images = torch.empty(
+                (have, *parts[0].shape[1:]), dtype=torch.uint8, pin_memory=self._pin
+            )
+            torch.cat(parts, out=images)
         self._left = images[m:] if have > m else None
         return images[:m]
 
     def close(self) -> None:
-        """Stop reading and wait for the reader thread to end (a thread left inside torch at
-        interpreter exit aborts the process)."""
-        self._stop.set()
-        self._loader.close()
-        self._thread.join(timeout=10)
+        """Stop reading and wait for the reader thread to end."""
+        self._closer()
+
+
+def _stop_reading(stop: threading.Event, reader: Any, thread: threading.Thread) -> None:
+    stop.set()
+    reader.close()
+    thread.join(timeout=10)
 
 
 class PoolCache:
@@ -112,7 +133,10 @@ class PoolCache:
         device: where the pool lives.
         size: images in the pool (`P`).
         uses: draws per image before it is replaced.
-        seed: seed of the draws and of the refill order.
+        seed: seed of the draws (and of the refill order, unless `feed_seed`).
+        feed_seed: seed of the refill order: the same on every DDP rank, which the refill
+            stream then splits between the ranks.
+        count: the images `source` holds (default: the manifest's count).
     """
 
     def __init__(
@@ -123,20 +147,23 @@ class PoolCache:
         size: int,
         uses: int,
         seed: int,
+        feed_seed: int | None = None,
+        count: int | None = None,
     ) -> None:
-        if size < 1 or uses < 1:
-            raise ValueError(f"pool size and uses must be >= 1, got {size} and {uses}")
-        self.size, self.uses, self.device = min(size, manifest.count), uses, device
+        check_pool_args(size, uses)
+        count = manifest.count if count is None else count
+        self.size, self.uses, self.device = min(size, count), uses, device
         s = manifest.size
         self.images = torch.empty((self.size, 3, s, s), dtype=torch.uint8, device=device)
         self.left = np.zeros(self.size, np.int64)  # draws left per slot
         self.filled = 0  # slots 0 .. filled-1 hold images
         self.rng = np.random.default_rng([seed, 5])
-        self.feed = RefillFeed(source, seed, device.type == "cuda", manifest)
         self.draws = self.entered = self.retired = 0
         self.last_slots = np.zeros(0, np.int64)  # the slots the last call drew, in draw order
         self._side = torch.cuda.Stream(device) if device.type == "cuda" else None
         self._copied: torch.cuda.Event | None = None
+        feed_seed = seed if feed_seed is None else feed_seed
+        self.feed = RefillFeed(source, feed_seed, device.type == "cuda", count)
 
     def _put(self, slots: np.ndarray) -> None:
         """Fill `slots` with the next images of the feed (on CUDA: on the side stream, after
@@ -171,10 +198,10 @@ class PoolCache:
         if self.filled < min(n, self.size):  # the first call(s): start with n images
             self._put(np.arange(self.filled, min(n, self.size)))
             self.filled = min(n, self.size)
-        if self._copied is not None:
-            torch.cuda.current_stream(self.device).wait_event(self._copied)
         parts, drawn = [], []
         for lo in range(0, n, self.filled):
+            if self._copied is not None:  # refills queued so far (also by the last round)
+                torch.cuda.current_stream(self.device).wait_event(self._copied)
             slots = self._draw(min(self.filled, n - lo))
             drawn.append(slots)
             parts.append(self.images.index_select(0, torch.from_numpy(slots).to(self.device)))
