@@ -8,9 +8,11 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from helpers import copy_pack, free_port, make_tree, read_pack, serve_folder
@@ -18,6 +20,7 @@ from helpers import copy_pack, free_port, make_tree, read_pack, serve_folder
 import mixshard
 from mixshard import ManifestError, MixshardError, ShardError, ShardStream
 from mixshard.reading import stream as stream_module
+from mixshard.reading.stream import blocks_per_batch
 
 N = 96  # images; a multiple of world_size * batch_size for world sizes 1-4 and batch 8
 PATTERN = "shard-{000000..000004}.tar"
@@ -119,6 +122,27 @@ def test_block_order_reads_blocks_in_windows(pack_dir, ids):
     assert stream.order == "block"
     for batch in keys_of(list(stream), ids):
         assert len({block_of[k] for k in batch}) <= 4  # two windows of two blocks at most
+
+
+def test_block_order_over_tiny_shards(tmp_path, monkeypatch):
+    """A pack of one-image shards is all short blocks: a batch of 64 then takes 64 blocks,
+    more than a window of 1 suggests. The ring is sized for it (it used to wait forever)."""
+    make_tree(tmp_path / "src", classes=("a",), per_class=70)
+    pack = tmp_path / "pack"
+    mixshard.pack(tmp_path / "src", pack, size=8, shard_size=1, block_size=16, workers=1)
+    assert blocks_per_batch(np.ones(70, np.int64), 64) == 65
+    assert blocks_per_batch(np.array([256] * 9 + [3]), 256) == 3  # one short block: one more
+    got: list = []
+    stream = ShardStream(pack, 32, order="block", window=1)
+    reading = threading.Thread(target=lambda: got.extend(stream), daemon=True)
+    reading.start()
+    reading.join(timeout=60)
+    assert not reading.is_alive(), "the block order hung"
+    assert len(got) == 2 and len({bytes(i.numpy()) for b in got for i in b}) == 64
+    # a ring too small for a batch (the old sizing: full blocks) is an error, not a wait
+    monkeypatch.setattr(stream_module, "blocks_per_batch", lambda counts, batch: 3)
+    with pytest.raises(MixshardError, match="batch 0 needs 32 blocks, more than the 8 the block"):
+        list(ShardStream(pack, 32, order="block", window=1))
 
 
 def test_auto_order_follows_available_memory(pack_dir, monkeypatch):
@@ -361,6 +385,68 @@ def test_a_bad_block_is_found_when_read(tmp_path, pack_dir, ids, kind):
     assert len(set(keys)) == N - 8
     for images, labels in batches:
         assert labels.tolist() == [ids[i.numpy().tobytes()][1] for i in images]
+
+
+def test_reader_threads_check_a_block_once(tmp_path, pack_dir, monkeypatch):
+    """Eight threads reading one bad block at once: one check, one warning."""
+    from mixshard.core import layout
+    from mixshard.reading.local import LocalPack
+
+    bad = copy_pack(pack_dir, tmp_path / "copy")
+    data = bytearray((bad / "shard-000001.tar").read_bytes())
+    data[512:518] = b"XXXXXX"  # the first block's .npy header
+    (bad / "shard-000001.tar").write_bytes(bytes(data))
+    checks = []
+    problem = layout.header_problem
+
+    def slow(*args):  # widen the window in which another thread could check it too
+        checks.append(1)
+        time.sleep(0.05)
+        return problem(*args)
+
+    monkeypatch.setattr(layout, "header_problem", slow)
+    pack = LocalPack(bad, mixshard.Manifest.load(bad), on_error="skip")
+    block = int(np.flatnonzero(pack.block_shard == 1)[0])
+    out = np.empty((8, pack.manifest.image_bytes), np.uint8)
+    results: list[bool] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        threads = [
+            threading.Thread(target=lambda: results.append(pack.read_block(block, out)))
+            for _ in range(8)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert results == [False] * 8 and len(checks) == 1
+    assert [str(w.message) for w in caught] == [
+        f"mixshard: skipping a bad block: shard {bad}/shard-000001.tar block 00000003: "
+        "no .npy header where index.json says"
+    ]
+    pack.close()
+
+
+def test_a_pack_is_warmed_once(pack_dir, monkeypatch):
+    from mixshard.reading.local import LocalPack
+
+    asked = []
+    real = os.posix_fadvise
+
+    def fadvise(fd, offset, length, advice):
+        asked.append((os.readlink(f"/proc/self/fd/{fd}").rsplit("/", 1)[1], advice))
+        return real(fd, offset, length, advice)
+
+    monkeypatch.setattr(os, "posix_fadvise", fadvise)
+    pack = LocalPack(pack_dir, mixshard.Manifest.load(pack_dir))
+    stop = threading.Event()
+    stop.set()
+    pack.warm(stop)  # stopped before the first shard: the next reader warms it again
+    assert asked == []
+    pack.warm(threading.Event())
+    pack.warm(threading.Event())  # already warmed (each new reader asks): nothing more
+    assert asked == [(s.name, os.POSIX_FADV_WILLNEED) for s in pack.shards]
+    pack.close()
 
 
 def test_skip_bad_local_shard_with_one_warning(tmp_path, pack_dir, ids):

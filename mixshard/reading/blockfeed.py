@@ -61,6 +61,7 @@ class BlockFeed:
         self._index_of = index_of
         self._block_size = pack.manifest.block_size
         self._ring = np.empty((capacity * self._block_size, pack.manifest.image_bytes), np.uint8)
+        self._capacity = capacity
         self._free = list(range(capacity - 1, -1, -1))
         self._resident: dict[int, _Slot] = {}
         self._slot_of = np.full(len(pack.block_count), -1, np.int64)
@@ -81,6 +82,11 @@ class BlockFeed:
             for k in batches:
                 index = self._index_of(k)
                 blocks = block_schedule(self.pack.block_of(index))
+                if len(blocks) > self._capacity:  # it could never be planned: say so, not wait
+                    raise MixshardError(
+                        f"batch {k} needs {len(blocks)} blocks, more than the {self._capacity} "
+                        "the block reader holds"
+                    )
                 with self._cond:
                     while len(self._plans) >= self._ahead and not self._stop:
                         self._cond.wait()

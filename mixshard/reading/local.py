@@ -28,7 +28,23 @@ from ..core.errors import MixshardError, ShardError
 from ..core.files import open_regular
 from ..core.manifest import SHARD_NAME, Manifest, ShardInfo
 
-MAX_OPEN_SHARDS = 64  # descriptors kept open per pack (packs can have thousands of shards)
+CHECK_LOCKS = 64  # locks striped over the blocks: a block's first read is checked once
+
+
+def _max_open_shards() -> int:
+    """Descriptors kept open per pack: a quarter of this process's limit, so that a batch of
+    the global order (one image from each of up to hundreds of shards) does not reopen files,
+    while packs of thousands of shards still fit."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return 64
+    return 4096 if soft == resource.RLIM_INFINITY else max(16, min(4096, soft // 4))
+
+
+MAX_OPEN_SHARDS = _max_open_shards()
 
 
 def warn_bad(what: str, message: str) -> None:
@@ -109,6 +125,8 @@ class LocalPack:
         self._labels = np.zeros(self.count, np.int32)
         self._fds: OrderedDict[int, list[int]] = OrderedDict()  # slot -> [fd, users]
         self._lock = threading.Lock()
+        self._check_locks = [threading.Lock() for _ in range(CHECK_LOCKS)]
+        self._warming = False
 
     # ------------------------------------------------------------------ files
     def _fix(self) -> str:
@@ -209,12 +227,13 @@ class LocalPack:
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state["_fds"], state["_lock"] = OrderedDict(), None
+        state["_fds"], state["_lock"], state["_check_locks"] = OrderedDict(), None, None
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        self._check_locks = [threading.Lock() for _ in range(CHECK_LOCKS)]
 
     def __del__(self) -> None:
         if getattr(self, "_lock", None) is not None:
@@ -226,6 +245,12 @@ class LocalPack:
         when the block is bad and skipped."""
         if self._checked[b]:
             return not self.bad[b]
+        with self._check_locks[b % CHECK_LOCKS]:  # two reader threads: one check, one warning
+            if not self._checked[b]:
+                self._check_block_once(b)
+        return not self.bad[b]
+
+    def _check_block_once(self, b: int) -> None:
         slot, count = int(self.block_shard[b]), int(self.block_count[b])
         size, offset = self.manifest.size, int(self.block_offset[b])
         hlen = layout.images_header_len(count, size)
@@ -247,7 +272,6 @@ class LocalPack:
             warn_bad("block", f"{where}: {problem}")
             self.bad[b] = True
         self._checked[b] = True
-        return not self.bad[b]
 
     def block_of(self, index: np.ndarray) -> np.ndarray:
         """The block of each image number."""
@@ -265,7 +289,7 @@ class LocalPack:
         with self._open(slot) as fd:
             self._pread(slot, fd, view, int(self.block_offset[b]))
             self._check_same(slot, fd)
-            if drop_cache:
+            if drop_cache and hasattr(os, "posix_fadvise"):  # not on macOS
                 os.posix_fadvise(fd, int(self.block_offset[b]), len(view), os.POSIX_FADV_DONTNEED)
         return True
 
@@ -316,12 +340,21 @@ class LocalPack:
 
     def warm(self, stop: threading.Event) -> None:
         """Ask the kernel to read every shard into the page cache, one after the other (runs on
-        a background thread; pages already cached cost nothing)."""
-        for slot in range(len(self.shards)):
-            if stop.is_set():
+        a background thread; pages already cached cost nothing). Once per pack: later calls
+        return at once. Its descriptors stay out of the readers' cache."""
+        with self._lock:
+            if self._warming or not hasattr(os, "posix_fadvise"):
+                return
+            self._warming = True
+        for shard in self.shards:
+            if stop.is_set():  # the next reader starts over (cached pages cost nothing)
+                self._warming = False
                 return
             try:
-                with self._open(slot) as fd:
-                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-            except (OSError, ShardError, AttributeError):
+                fd = open_regular(self.folder / shard.name)
+            except OSError:
                 return
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+            finally:
+                os.close(fd)

@@ -269,8 +269,9 @@ class BatchReader:
         self.pack: LocalPack = stream.pack  # type: ignore[assignment]
         self._stop = threading.Event()
         self._feed: BlockFeed | None = None
+        self._warm: threading.Thread | None = None
         if stream.order == "block":
-            per_batch = -(-stream.batch_size // self.pack.manifest.block_size) + 1
+            per_batch = blocks_per_batch(self.pack.block_count, stream.batch_size)
             capacity = 2 * max(stream.window, per_batch) + 2
             ahead = capacity * self.pack.manifest.block_size // stream.batch_size + 2
             self._feed = BlockFeed(
@@ -284,14 +285,16 @@ class BatchReader:
             self._ring = torch.from_numpy(self._feed.ring)
         else:
             # Warm a cold pack with sequential reads, so the first epoch is not a seek storm.
-            threading.Thread(target=self.pack.warm, args=(self._stop,), daemon=True).start()
+            self._warm = threading.Thread(
+                target=self.pack.warm, args=(self._stop,), daemon=True, name="mixshard-warm"
+            )
+            self._warm.start()
 
     def get(self, k: int, pin: bool = False) -> Any:
         """Batch `k` as a tensor (or `(images, labels)`), pinned if asked."""
         size = self.pack.manifest.size
-        images = torch.empty((self.stream.batch_size, 3, size, size), dtype=torch.uint8)
-        if pin:
-            images = images.pin_memory()
+        shape = (self.stream.batch_size, 3, size, size)
+        images = torch.empty(shape, dtype=torch.uint8, pin_memory=pin)
         if self._feed is not None:
             with self._feed.batch(k) as (index, rows, bad):
                 # torch's gather: several times numpy's `take` for rows this long
@@ -312,6 +315,16 @@ class BatchReader:
         self._stop.set()
         if self._feed is not None:
             self._feed.close()
+        if self._warm is not None:
+            self._warm.join(timeout=10)
+
+
+def blocks_per_batch(counts: np.ndarray, batch_size: int) -> int:
+    """The most blocks one batch can take when it runs over from one block into the next:
+    as many of the smallest blocks as hold `batch_size` images, plus one (short blocks end
+    each shard; a pack of tiny shards is all short blocks)."""
+    held = np.cumsum(np.sort(counts))
+    return int(np.searchsorted(held, batch_size)) + 2
 
 
 def _urls(source: str | os.PathLike | list[str]) -> str | list[str]:
