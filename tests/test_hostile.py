@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import copy_pack, make_tree, read_pack, run, serve
+from helpers import copy_pack, make_tree, read_pack, run, serve, serve_folder
 
 import mixshard
 from mixshard import ManifestError, MixshardError, Overlay, ShardError, ShardStream
@@ -375,11 +375,19 @@ def hostile_url(good):
 def test_an_endless_manifest_is_cut_at_the_limit(hostile_url, monkeypatch):
     monkeypatch.setattr(remote, "MAX_MANIFEST_BYTES", 1 << 20)
     url = f"{hostile_url}/endless/shard-{{000000..000002}}.tar"
-    with pytest.raises(ShardError) as err:
+    with pytest.raises(ManifestError) as err:
         ShardStream(url, 4)
     assert str(err.value) == (
         f"cannot read the manifest: {hostile_url}/endless/index.json is longer than the "
         f"{1 << 20} bytes expected"
+    )
+
+
+def test_a_missing_remote_manifest_is_a_manifest_error(tmp_path):
+    with serve_folder(tmp_path) as base, pytest.raises(ManifestError) as err:
+        ShardStream(f"{base}/shard-000000.tar", 4)
+    assert str(err.value) == (
+        f"cannot read the manifest: cannot read {base}/index.json: HTTP 404 File not found"
     )
 
 
@@ -398,7 +406,7 @@ def test_a_dripping_server_is_timed_out(hostile_url, monkeypatch):
     monkeypatch.setattr(remote, "RATE_GRACE", 0.5)
     url = f"{hostile_url}/drip/shard-{{000000..000002}}.tar"
     t0 = time.monotonic()
-    with pytest.raises(ShardError) as err:
+    with pytest.raises(ManifestError) as err:
         ShardStream(url, 4)
     assert time.monotonic() - t0 < 5
     message = str(err.value)

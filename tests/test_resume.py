@@ -153,3 +153,52 @@ def test_dead_worker_is_an_error_not_a_hang(tmp_path, monkeypatch):
         mixshard.pack(src, tmp_path / "out", size=8, workers=2)
     state = json.loads((tmp_path / "out" / JOURNAL_NAME).read_text().splitlines()[0])
     assert "fingerprint" in state
+
+
+def test_every_resumable_error_ends_with_the_resume_hint(tmp_path, monkeypatch):
+    """The CLI adds the hint to any error that says a pack can be resumed (a Ray task that
+    failed for good words it its own way), once."""
+    from mixshard.core.errors import PackInterrupted
+    from mixshard.writing import packing
+
+    src = tmp_path / "src"
+    noise(src / "a.png", size=(20, 20), seed=0)
+
+    def failing(*args, **kwargs):
+        raise PackInterrupted("the Ray task of shard 3 failed 4 times (lost node)")
+
+    monkeypatch.setattr(packing, "pack", failing)
+    res = run("pack", src, tmp_path / "out")
+    assert res.exit_code == 1
+    assert res.output == (
+        "Error: the Ray task of shard 3 failed 4 times (lost node); rerun the same command "
+        "with --resume to continue\n"
+    )
+
+    def worded(*args, **kwargs):
+        raise PackInterrupted(
+            "a worker died; finished shards are kept: pack again with resume=True"
+        )
+
+    monkeypatch.setattr(packing, "pack", worded)
+    assert run("pack", src, tmp_path / "out").output == (
+        "Error: a worker died; finished shards are kept: rerun the same command with --resume\n"
+    )
+
+
+def test_workers_that_cannot_start_are_not_a_write_error(tmp_path, monkeypatch):
+    from mixshard.writing import localrun
+
+    def no_fork(*args, **kwargs):
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(localrun, "start_pool", no_fork)
+    src = tmp_path / "src"
+    for i in range(70):  # more than one chunk of work: workers are started
+        noise(src / f"{i}.png", size=(20, 20), seed=i)
+    res = run("pack", src, tmp_path / "out", "--workers", "2", "--size", "8")
+    assert res.exit_code == 1
+    assert res.output == (
+        "Error: cannot start 2 decode worker processes: Resource temporarily unavailable; "
+        "pack with fewer workers (--workers 1 uses none)\n"
+    )

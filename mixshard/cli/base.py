@@ -62,7 +62,10 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except MixshardError as exc:
-            raise click.ClickException(shown(as_flags(str(exc)))) from None
+            message = as_flags(str(exc))
+            if exc.resumable and "--resume" not in message:
+                message = f"{message}; {RESUME_HINT}"
+            raise click.ClickException(shown(message)) from None
         except KeyboardInterrupt:
             click.echo("Interrupted.", err=True)
             sys.exit(130)

@@ -11,6 +11,7 @@ import json
 import os
 import stat
 from pathlib import Path
+from typing import BinaryIO
 
 from .constants import LOCK_NAME
 
@@ -86,12 +87,11 @@ def read_regular(path: str | os.PathLike, limit: int) -> bytes:
     return data
 
 
-def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
-    """Hex sha256 of a regular file, read in chunks."""
+def sha256_of(f: BinaryIO, chunk: int = 1 << 20) -> str:
+    """Hex sha256 of what is left to read of the open file `f`, read in chunks."""
     sha = hashlib.sha256()
-    with os.fdopen(open_regular(path), "rb") as f:
-        while data := f.read(chunk):
-            sha.update(data)
+    while data := f.read(chunk):
+        sha.update(data)
     return sha.hexdigest()
 
 

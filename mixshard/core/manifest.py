@@ -9,7 +9,6 @@ says.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -158,7 +157,7 @@ class Manifest:
 
     `options` holds the pack options that decide the pixels (crop, variants, seed, resample,
     shuffle, labels, shard_size); `skipped` lists `{"path", "reason"}` for unreadable sources.
-    `origin` names where it was read from; `digest` is the sha256 of the text it was read from.
+    `origin` names where it was read from.
     """
 
     size: int
@@ -174,7 +173,6 @@ class Manifest:
     dtype: str = DTYPE
     layout: str = LAYOUT
     origin: str = field(default="", compare=False, repr=False)
-    digest: str = field(default="", compare=False, repr=False)
 
     @property
     def image_bytes(self) -> int:
@@ -226,7 +224,7 @@ class Manifest:
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
             raise ManifestError(f"{origin} is not valid JSON ({reason}); {_REPACK}") from None
-        return cls.from_dict(data, origin, hashlib.sha256(raw).hexdigest())
+        return cls.from_dict(data, origin)
 
     @classmethod
     def load(cls, folder: str | os.PathLike) -> Manifest:
@@ -261,7 +259,7 @@ class Manifest:
         return cls.loads(text, str(path))
 
     @classmethod
-    def from_dict(cls, data: Any, origin: str, digest: str = "") -> Manifest:
+    def from_dict(cls, data: Any, origin: str) -> Manifest:
         """Check a parsed manifest and build it.
 
         Raises:
@@ -269,14 +267,14 @@ class Manifest:
         """
         _check_format(data, origin)
         try:
-            manifest = cls._build(data, origin, digest)
+            manifest = cls._build(data, origin)
             manifest._check_consistency()
         except (KeyError, TypeError, ValueError) as exc:
             raise ManifestError(f"{origin} is inconsistent ({_reason(exc)}); {_REPACK}") from None
         return manifest
 
     @classmethod
-    def _build(cls, data: dict[str, Any], origin: str, digest: str) -> Manifest:
+    def _build(cls, data: dict[str, Any], origin: str) -> Manifest:
         classes, options, skipped = data["classes"], data["options"], data["skipped"]
         if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
             raise ValueError("classes must be a list of names")
@@ -296,7 +294,6 @@ class Manifest:
             dtype=_str(data["dtype"], "dtype", re.compile(DTYPE)),
             layout=_str(data["layout"], "layout", re.compile(LAYOUT)),
             origin=origin,
-            digest=digest,
         )
 
     def _check_consistency(self) -> None:

@@ -29,7 +29,7 @@ from ..core.constants import (
     MAX_MANIFEST_BYTES,
     TAR_BLOCK,
 )
-from ..core.errors import MixshardError, ShardError
+from ..core.errors import ManifestError, MixshardError, ShardError
 from ..core.manifest import BlockInfo, Manifest, ShardInfo
 
 URL_TIMEOUT = 60.0  # seconds a single read may wait for data
@@ -170,13 +170,14 @@ class BoundedStream:
 
 def read_manifest(url: str) -> Manifest:
     """Fetch and parse a manifest from any URL `open_url` takes (at most 256 MB)."""
-    stream = BoundedStream(open_url(url), url, MAX_MANIFEST_BYTES)
     try:
-        data = stream.read(MAX_MANIFEST_BYTES + 1)
-    except ShardError as exc:
-        raise ShardError(f"cannot read the manifest: {exc}") from None
-    finally:
-        stream.close()
+        stream = BoundedStream(open_url(url), url, MAX_MANIFEST_BYTES)
+        try:
+            data = stream.read(MAX_MANIFEST_BYTES + 1)
+        finally:
+            stream.close()
+    except ShardError as exc:  # a manifest's problem, as for a local pack
+        raise ManifestError(f"cannot read the manifest: {exc}") from None
     return Manifest.loads(data, url)
 
 

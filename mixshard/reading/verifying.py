@@ -3,7 +3,6 @@ with every block's members where `index.json` says (torch-free)."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import tarfile
 from collections.abc import Callable
@@ -14,7 +13,7 @@ from typing import BinaryIO
 import numpy as np
 
 from ..core.constants import IMAGES_SUFFIX, LABELS_SUFFIX, SHARD_PREFIX, SHARD_SUFFIX, TMP_SUFFIX
-from ..core.files import open_regular
+from ..core.files import open_regular, sha256_of
 from ..core.manifest import Manifest, ShardInfo
 
 
@@ -85,10 +84,7 @@ def _shard_problem(path: Path, shard: ShardInfo, manifest: Manifest) -> str | No
         if size != shard.bytes:
             kind = "truncated" if size < shard.bytes else "longer than expected"
             return f"{kind}: {size} bytes, index.json says {shard.bytes}"
-        sha = hashlib.sha256()
-        while data := f.read(1 << 20):
-            sha.update(data)
-        if sha.hexdigest() != shard.sha256:
+        if sha256_of(f) != shard.sha256:
             return "altered: sha256 differs from index.json"
         f.seek(0)
         return _structure_problem(f, shard, manifest)

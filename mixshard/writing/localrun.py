@@ -8,7 +8,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
-from ..core.errors import PackInterrupted
+from ..core.errors import MixshardError, PackInterrupted
 from .decodepool import decode_chunk, start_pool
 from .outdir import write_error
 from .plan import PackPlan
@@ -85,7 +85,13 @@ class LocalRun:
             WriteError: a write failed (the shard being written is removed).
         """
         if self.workers > 1:
-            self.pool = start_pool(self.workers, self.close_fds)
+            try:
+                self.pool = start_pool(self.workers, self.close_fds)
+            except OSError as exc:  # fork failed (EAGAIN, ENOMEM): not a write into OUT
+                raise MixshardError(
+                    f"cannot start {self.workers} decode worker processes: {exc.strerror}; "
+                    "pack with fewer workers (workers=1 uses none)"
+                ) from None
         self.on_chunk(0, 0)  # the first progress report, once the workers are forked
         ahead = 2 * self.workers if self.pool else 1
         try:
