@@ -15,13 +15,15 @@ from ..core.constants import (
     DEFAULT_SHARD_SIZE,
     DEFAULT_SIZE,
     LABEL_MODES,
+    MAX_BLOCK_SIZE,
+    MAX_SIZE,
 )
 from .base import RESUME_HINT, PartType, as_flags, cli, human_bytes, quiet_option, shown
 
 PACK_OPTIONS = [
     click.option(
         "--size",
-        type=click.IntRange(1, 4096),
+        type=click.IntRange(1, MAX_SIZE),
         default=DEFAULT_SIZE,
         show_default=True,
         help="Side of the stored square images, in pixels.",
@@ -51,7 +53,7 @@ PACK_OPTIONS = [
     ),
     click.option(
         "--block-size",
-        type=click.IntRange(1, 65536),
+        type=click.IntRange(1, MAX_BLOCK_SIZE),
         default=DEFAULT_BLOCK_SIZE,
         show_default=True,
         help="Images per tar member (block).",
