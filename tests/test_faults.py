@@ -193,3 +193,28 @@ def test_strict_stops_at_the_first_bad_chunk_and_keeps_nothing_half_written(tmp_
     assert res.exit_code == 1
     assert res.output.startswith("Error: --strict: 1 file(s) could not be read: cat/zz.png")
     assert leftovers(tmp_path / "out") == []
+
+
+def test_a_lock_taken_on_a_removed_lock_file_is_taken_again(tmp_path, monkeypatch):
+    """A run that releases removes its lock file: a run that opened that file just before
+    must not think it holds OUT (a third run would lock the new file too)."""
+    from mixshard.core.constants import LOCK_NAME
+    from mixshard.writing import outdir
+
+    out = tmp_path / "out"
+    out.mkdir()
+    real, calls = outdir.fcntl.flock, []
+
+    def flock(fd, mode):
+        calls.append(mode)
+        if len(calls) == 1:  # the holder releases right now: unlinks the file we opened
+            (out / LOCK_NAME).unlink()
+            (out / LOCK_NAME).write_text("{}")  # and the next run creates a new one
+        return real(fd, mode)
+
+    monkeypatch.setattr(outdir.fcntl, "flock", flock)
+    lock = outdir.OutLock(out)
+    (fd,) = lock.fds
+    assert len(calls) == 2  # locked again, on the file that the name now gives
+    assert os.fstat(fd).st_ino == os.stat(out / LOCK_NAME).st_ino
+    lock.release()

@@ -64,20 +64,7 @@ class OutLock:
             raise
 
     def _take(self, path: Path, mode: int) -> None:
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
-        except OSError as exc:
-            raise OutputError(f"cannot write to output folder {self.out}: {exc.strerror}") from None
-        try:
-            fcntl.flock(fd, mode | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise OutputError(f"cannot lock {path}: {exc.strerror}") from None
-            raise OutputError(
-                f"{self.out} is in use by another mixshard pack ({_holders(self.out)}); wait "
-                "for it to finish or stop it, then run this again"
-            ) from None
+        fd = self._lock_file(path, mode)
         if mode == fcntl.LOCK_EX:
             holder = {
                 "pid": os.getpid(),
@@ -88,6 +75,30 @@ class OutLock:
             os.ftruncate(fd, 0)
             os.pwrite(fd, json.dumps(holder).encode("utf-8", "backslashreplace"), 0)
         self._held.append((fd, path))
+
+    def _lock_file(self, path: Path, mode: int) -> int:
+        """A descriptor of `path`, locked with `mode`. A holder that releases removes the file,
+        so a lock taken on a file just removed is no lock: then again, on the new file."""
+        while True:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+            except OSError as exc:
+                raise OutputError(
+                    f"cannot write to output folder {self.out}: {exc.strerror}"
+                ) from None
+            try:
+                fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            except OSError as exc:
+                os.close(fd)
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise OutputError(f"cannot lock {path}: {exc.strerror}") from None
+                raise OutputError(
+                    f"{self.out} is in use by another mixshard pack ({_holders(self.out)}); "
+                    "wait for it to finish or stop it, then run this again"
+                ) from None
+            if _same_file(fd, path):
+                return fd
+            os.close(fd)
 
     @property
     def fds(self) -> tuple[int, ...]:
@@ -111,6 +122,16 @@ def _command() -> str:
     if first in ("__main__.py", "mixshard"):
         first = "mixshard"
     return " ".join([first, *sys.argv[1:]])
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """True when `path` still names the file open as `fd`."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (held.st_dev, held.st_ino) == (st.st_dev, st.st_ino)
 
 
 def _shared_by_others(fd: int) -> bool:
