@@ -125,7 +125,8 @@ def test_a_second_pack_on_one_out_is_refused_naming_the_first(tmp_path):
         start_new_session=True,
     )
     try:
-        while not (out / ".mixshard-lock").exists():
+        lock = out / ".mixshard-lock"
+        while not (lock.exists() and lock.read_text()):  # it names its holder once locked
             assert first.poll() is None
             time.sleep(0.005)
         os.killpg(first.pid, signal.SIGSTOP)  # holds the lock, mid-pack
