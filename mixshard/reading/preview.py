@@ -1,6 +1,6 @@
 """`mixshard preview`: a PNG grid of pack images, optionally blended over an observation.
 
-Read-only and torch-free: images are gathered from the mapped shards, the blend is the same
+Read-only and torch-free: images are read from the shards with `pread`, the blend is the same
 `(1 - alpha) * obs + alpha * image`, rounded half up, that `mixshard.blend` gives uint8 obs.
 """
 
@@ -69,18 +69,18 @@ def preview_grid(
         raise ValueError(f"n must be >= 1, got {n}")
     pack = LocalPack(folder, Manifest.load(folder))
     size = pack.manifest.size
-    base = _load_obs(obs, size) if obs is not None else None
     n = min(n, pack.count)
     index = np.sort(np.random.default_rng(seed).choice(pack.count, n, replace=False))
-    images = pack.gather(index).transpose(0, 2, 3, 1)  # NHWC
+    try:
+        base = _load_obs(obs, size) if obs is not None else None
+        images = pack.gather(index).transpose(0, 2, 3, 1)  # NHWC
+        labels = pack.labels(index)
+    finally:
+        pack.close()
     if base is not None:
         images = np.floor((1 - alpha) * base + alpha * images + 0.5).astype(np.uint8)
     classes = pack.manifest.classes
-    names = (
-        [classes[i] if 0 <= i < len(classes) else "" for i in pack.labels(index)]
-        if classes
-        else None
-    )
+    names = [classes[i] if 0 <= i < len(classes) else "" for i in labels] if classes else None
 
     scale = math.ceil(96 / size)  # tiles at least 96 px wide
     tile = size * scale

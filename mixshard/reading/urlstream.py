@@ -1,8 +1,9 @@
 """Batches from shard URLs: shards streamed in a per-epoch order through a shuffle buffer.
 
 A rank's share of an epoch is a contiguous run of the epoch's shard sequence; worker role `r`
-(the batches with `k % workers == r`) reads its own contiguous part of that run, so each byte
-is fetched once per epoch whatever the number of workers.
+(the batches with `k % workers == r`) reads its own contiguous part of that run. A shard
+whose images fall to several roles is streamed by each of them, from its start: the bytes of
+most shards are fetched once per epoch, of shards at the seams between roles more than once.
 """
 
 from __future__ import annotations
