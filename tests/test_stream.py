@@ -496,9 +496,11 @@ def test_remote_truncated_altered_and_unreachable(tmp_path, pack_dir):
         mixshard.loader(pattern, 8, workers="thread")
     port = free_port()  # nothing listens there
     url = f"http://127.0.0.1:{port}/pack/shard-{{000000..000001}}.tar"
-    with pytest.raises(ShardError) as err:
+    with pytest.raises(ManifestError) as err:  # the manifest cannot be read: as for a folder
         ShardStream(url, 8)
-    assert str(err.value).startswith(f"cannot reach http://127.0.0.1:{port}/pack/index.json: ")
+    assert str(err.value).startswith(
+        f"cannot read the manifest: cannot reach http://127.0.0.1:{port}/pack/index.json: "
+    )
     assert str(err.value).endswith("check the URL and that the server is up")
 
 
