@@ -270,3 +270,32 @@ def test_a_larger_pack_without_crop_still_warns(ramp_pack):
     up = Overlay(ramp_pack, cache="device", crop=(0.5, 1.0))
     with pytest.warns(UserWarning, match="pack images are 24x24 but 30x30 were asked for"):
         assert up.sample(3, size=30).shape == (3, 3, 30, 30)
+
+
+@pytest.mark.parametrize("cache", ["stream", "pool", "device"])
+def test_a_pack_over_http_has_its_manifest_fetched_once(pack_dir, pack_images, cache):
+    """Overlay reads index.json once; its stream or pool does not fetch it again (a pack
+    replaced on the server between two fetches would mix two manifests)."""
+    import functools
+    import http.server
+
+    from helpers import serve
+
+    asked: list[str] = []
+
+    class Counting(http.server.SimpleHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the http.server API
+            asked.append(self.path)
+            super().do_GET()
+
+        def log_message(self, *args):
+            pass
+
+    handler = functools.partial(Counting, directory=str(pack_dir))
+    with serve(handler) as base:  # type: ignore[arg-type]
+        url = f"{base}/shard-{{000000..000002}}.tar"
+        ov = Overlay(url, cache=cache, pool=8, num_workers=0, flip=False, alpha=1.0)
+        out = ov(torch.zeros(6, 3, 12, 12)).round().to(torch.uint8)
+        ov.close()
+    assert set(as_set(out)) <= set(as_set(pack_images))
+    assert asked.count("/index.json") == 1, asked

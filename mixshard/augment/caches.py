@@ -90,7 +90,13 @@ class StreamCache:
     for the next call, so no prefetched image is lost or drawn twice."""
 
     def __init__(
-        self, source: Any, device: torch.device, num_workers: int, seed: int, batch_size: int
+        self,
+        source: Any,
+        manifest: Manifest,
+        device: torch.device,
+        num_workers: int,
+        seed: int,
+        batch_size: int,
     ) -> None:
         from ..reading.loading import loader
         from ..reading.prefetcher import prefetch
@@ -102,6 +108,7 @@ class StreamCache:
             infinite=True,
             seed=seed,
             pin_memory=device.type == "cuda",
+            manifest=manifest,  # read once, by Overlay: a pack served over HTTP is fetched once
         )
         self._batches = prefetch(self.loader, device, depth=3)
         self._left: torch.Tensor | None = None

@@ -116,7 +116,7 @@ class Overlay:
                 self.source, self.manifest, device, size, self.uses, seed, self.seed, self.count
             )
         batch = max(1, min(self.batch_size, self.count // rank_world()[1]))
-        return StreamCache(self.source, device, self.num_workers, self.seed, batch)
+        return StreamCache(self.source, self.manifest, device, self.num_workers, self.seed, batch)
 
     def _state(self, device: torch.device) -> dict[str, Any]:
         if device.type == "cuda" and device.index is None:

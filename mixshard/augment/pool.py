@@ -37,8 +37,11 @@ REFILL_WINDOW = 8  # blocks shuffled together in the refill stream (the pool its
 class RefillFeed:
     """Images of a pack in block order, endlessly, read ahead on a background thread."""
 
-    def __init__(self, source: Any, seed: int, pin: bool, count: int) -> None:
-        """`count`: the images `source` holds (a list of shard URLs may hold part of a pack)."""
+    def __init__(
+        self, source: Any, seed: int, pin: bool, count: int, manifest: Manifest | None = None
+    ) -> None:
+        """`count`: the images `source` holds (a list of shard URLs may hold part of a pack);
+        `manifest`: its manifest, when already read."""
         from ..reading.loading import loader
 
         batch = max(1, min(REFILL_BATCH, count // rank_world()[1]))  # each rank reads its share
@@ -46,7 +49,14 @@ class RefillFeed:
             {"order": "block", "window": REFILL_WINDOW} if is_folder(source) else {}
         )
         self._loader = loader(
-            source, batch, num_workers=2, infinite=True, seed=seed, pin_memory=pin, **kwargs
+            source,
+            batch,
+            num_workers=2,
+            infinite=True,
+            seed=seed,
+            pin_memory=pin,
+            manifest=manifest,
+            **kwargs,
         )
         self._queue: queue.Queue = queue.Queue(REFILL_AHEAD)
         self._left: torch.Tensor | None = None
@@ -163,7 +173,7 @@ class PoolCache:
         self._side = torch.cuda.Stream(device) if device.type == "cuda" else None
         self._copied: torch.cuda.Event | None = None
         feed_seed = seed if feed_seed is None else feed_seed
-        self.feed = RefillFeed(source, feed_seed, device.type == "cuda", count)
+        self.feed = RefillFeed(source, feed_seed, device.type == "cuda", count, manifest)
 
     def _put(self, slots: np.ndarray) -> None:
         """Fill `slots` with the next images of the feed (on CUDA: on the side stream, after

@@ -182,10 +182,10 @@ def read_manifest(url: str) -> Manifest:
 
 
 def resolve_urls(
-    source: str | list[str], manifest: str | None = None
+    source: str | list[str], manifest: str | Manifest | None = None
 ) -> tuple[Manifest, list[tuple[str, ShardInfo]]]:
-    """The manifest of shard URLs (`<base>/index.json` unless `manifest` says where) and each
-    URL paired with the shard it names.
+    """The manifest of shard URLs (`<base>/index.json` unless `manifest` says where, or is the
+    manifest already read) and each URL paired with the shard it names.
 
     Raises:
         MixshardError: no URLs, or a URL whose shard the manifest does not list.
@@ -193,7 +193,10 @@ def resolve_urls(
     urls = expand_urls(source)
     if not urls:
         raise MixshardError(f"no shard URLs in {source!r}")
-    found = read_manifest(manifest or manifest_url(urls[0]))
+    if isinstance(manifest, Manifest):
+        found = manifest
+    else:
+        found = read_manifest(manifest or manifest_url(urls[0]))
     by_name = {s.name: s for s in found.shards}
     pairs = []
     for url in urls:

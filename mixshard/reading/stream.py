@@ -47,7 +47,8 @@ class ShardStream(IterableDataset):
         labels: yield `(images, labels)` with int64 labels.
         on_error: `"raise"` (default) or `"skip"`: skip a bad shard or block with one warning
             (a batch keeps its size: images of a bad block are replaced by others of the batch).
-        manifest: where the manifest is, when it is not `<base>/index.json` of the URLs.
+        manifest: where the manifest is, when it is not `<base>/index.json` of the URLs; or
+            the `Manifest` already read (of the folder or of the URLs), not read again.
         order: local packs: `"global"` (a per-image permutation: for packs in the page cache),
             `"block"` (whole blocks in a random order, shuffled within windows: sequential
             I/O for packs larger than memory) or `"auto"`: block when one window holds the
@@ -77,7 +78,7 @@ class ShardStream(IterableDataset):
         world_size: int | None = None,
         labels: bool = False,
         on_error: str = "raise",
-        manifest: str | None = None,
+        manifest: str | Manifest | None = None,
         order: str = "auto",
         window: int = 64,
         shuffle_blocks: int = 8,
@@ -93,7 +94,10 @@ class ShardStream(IterableDataset):
         self.pack: LocalPack | None = None
         if is_folder(source) and not isinstance(source, list):
             self.source: Any = os.fspath(source)
-            self.manifest = Manifest.load(self.source)
+            if isinstance(manifest, Manifest):
+                self.manifest = manifest
+            else:
+                self.manifest = Manifest.load(self.source)
             self.pack = LocalPack(self.source, self.manifest, on_error)
             self.count = self.pack.count
             self.urls = None
