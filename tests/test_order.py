@@ -110,10 +110,6 @@ def test_role_counts_cover_an_epoch():
             assert ks == list(range(epoch * 7, epoch * 7 + 7))
 
 
-def test_block_schedule_lists_each_needed_block_once_in_first_use_order():
-    assert order.block_schedule(np.array([2, 0, 2, 0, 1])).tolist() == [2, 0, 1]
-
-
 def distinct_per_batch(labels: np.ndarray, seq: np.ndarray, batch: int) -> float:
     batches = labels[seq[: len(seq) // batch * batch]].reshape(-1, batch)
     return float(np.mean([len(np.unique(b)) for b in batches]))
@@ -134,3 +130,27 @@ def test_block_order_on_a_shuffled_pack_mixes_classes_like_a_uniform_draw():
     # an unshuffled pack is where windows are needed: whole blocks alone hold few classes
     sorted_blocks = distinct_per_batch(items, order.block_sequence(counts, 3, 0, 1), block)
     assert sorted_blocks < 0.1 * uniform
+
+
+def test_inverse_gives_each_image_its_position():
+    seq = order.block_sequence(COUNTS, 3, 1, 2)
+    where = order.inverse(seq)
+    assert where[seq].tolist() == list(range(N))
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_batch_places_is_the_inverse_of_batch_span(world):
+    """Every image of a rank's batches is placed at its batch and row; the others nowhere."""
+    batch, epoch = 4, 2
+    nb = order.batches_per_rank(N, world, batch)
+    seq = sequence("block", epoch)
+    for rank in range(world):
+        k, row = order.batch_places(order.inverse(seq), epoch, nb, rank, batch)
+        placed = {}
+        for j in range(epoch * nb, (epoch + 1) * nb):
+            _, first = order.batch_span(j, nb, rank, batch)
+            for r, image in enumerate(seq[first : first + batch].tolist()):
+                placed[image] = (j, r)
+        assert {i: (int(k[i]), int(row[i])) for i in placed} == placed
+        others = np.setdiff1d(np.arange(N), list(placed))
+        assert (k[others] == -1).all() and (row[others] == -1).all()

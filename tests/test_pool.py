@@ -123,13 +123,13 @@ def test_calls_larger_than_the_pool(pack_dir):
 
 
 def test_a_slow_disk_makes_calls_wait_and_is_counted(pack_dir, monkeypatch):
-    read_block = LocalPack.read_block
+    scatter_block = LocalPack.scatter_block
 
-    def slow(self, b, out, drop_cache=False):
+    def slow(self, b, addresses, drop_cache=False):
         time.sleep(0.05)
-        return read_block(self, b, out, drop_cache)
+        return scatter_block(self, b, addresses, drop_cache)
 
-    monkeypatch.setattr(LocalPack, "read_block", slow)
+    monkeypatch.setattr(LocalPack, "scatter_block", slow)
     pool = PoolCache(str(pack_dir), Manifest.load(pack_dir), CPU, 40, 1, seed=0)
     for _ in range(6):
         pool.take(8)

@@ -1,34 +1,43 @@
-"""Whole blocks read ahead for the block order, into a fixed ring of buffers.
+"""Whole blocks read ahead for the block order, straight into the batches they feed.
 
-The batches a reader will make are known in advance (`order.py`), so the blocks they need are
-too: a planner thread walks the batches in order and has reader threads `pread` each needed
-block once into a free slot of the ring; a batch is then one gather from the ring. A block's
-slot is freed when the last planned batch that needs it has been made. Memory is the ring:
-`capacity` blocks, whatever the size of the pack.
+The batches a reader will make are known in advance (`order.py`), and so is where each image
+of a block goes: which batch, which row. A planner thread walks the batches in order; the first
+time a batch needs a block, reader threads read the whole block with one `preadv` whose
+buffers are the rows its images take in every batch of this feed (images of other ranks or
+workers, and those left over, go to a scratch row). Each image is copied once, from the page
+cache into the batch handed out, and no Python object is made per image. Memory is the
+batches planned ahead plus those a window's blocks feed: about one window of images, whatever
+the size of the pack. Batch buffers are used again once their batches are dropped
+(`recycle.py`).
 """
 
 from __future__ import annotations
 
-import contextlib
+import queue
 import threading
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import Callable
 
 import numpy as np
+import torch
 
 from ..core.errors import MixshardError
+from . import order
 from .local import LocalPack
-from .order import block_schedule
+from .recycle import Recycler
+
+# the state of a block's read in one epoch
+NOT_READ, READING, DONE, BAD, FAILED = 0, 1, 2, 3, 4
+ADDRESS_SLOTS = 1 << 12  # batch addresses cached (more than the batches alive at once)
 
 
-@dataclass
-class _Slot:
-    slot: int
-    refs: int
-    ready: threading.Event = field(default_factory=threading.Event)
-    good: bool = True
-    error: BaseException | None = None
+class _EpochReads:
+    """The reads of one epoch's blocks: a state per block, and the errors of failed ones."""
+
+    __slots__ = ("errors", "state")
+
+    def __init__(self, blocks: int) -> None:
+        self.state = np.zeros(blocks, np.int8)
+        self.errors: dict[int, BaseException] = {}
 
 
 class BlockFeed:
@@ -37,105 +46,169 @@ class BlockFeed:
 
     Args:
         pack: the open pack.
-        index_of: batch number -> the image numbers that make it.
+        sequence_of: epoch -> `(its sequence, the inverse)` (`order.block_sequence`,
+            `order.inverse`).
+        per_epoch: batches per epoch and rank (a block is read once per epoch).
+        rank: whose batches these are (`order.batch_span`).
+        batch_size: images per batch.
         batches: the batch numbers this feed will be asked for, in order (may be endless).
-        capacity: blocks held at most (the ring's size); must cover the blocks two
-            consecutive windows need.
-        ahead: batches planned at most beyond those taken (about what the ring holds).
+        ahead: batches planned at most beyond those taken.
         threads: reader threads (several reads in flight keep a disk busy).
         drop_cache: drop each block from the page cache once read (packs larger than memory).
+        pin: batches are allocated in pinned memory.
     """
 
     def __init__(
         self,
         pack: LocalPack,
-        index_of: Callable[[int], np.ndarray],
-        batches: Iterable[int],
-        capacity: int,
+        sequence_of: Callable[[int], tuple[np.ndarray, np.ndarray]],
+        per_epoch: int,
+        rank: int,
+        batch_size: int,
+        batches: range,
         ahead: int,
         threads: int = 8,
         drop_cache: bool = False,
+        pin: bool = False,
     ) -> None:
+        if not isinstance(batches, range) or batches.step < 1:
+            raise TypeError("the block order needs its batches as an increasing range")
         self.pack = pack
-        self._drop_cache = drop_cache
-        self._index_of = index_of
-        self._block_size = pack.manifest.block_size
-        self._ring = np.empty((capacity * self._block_size, pack.manifest.image_bytes), np.uint8)
-        self._capacity = capacity
-        self._free = list(range(capacity - 1, -1, -1))
-        self._resident: dict[int, _Slot] = {}
-        self._slot_of = np.full(len(pack.block_count), -1, np.int64)
-        self._plans: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        size = pack.manifest.size
+        self._shape = (batch_size, 3, size, size)
+        self._image_bytes = pack.manifest.image_bytes
+        self._sequence_of = sequence_of
+        self._per_epoch, self._rank, self._batch_size = per_epoch, rank, batch_size
+        self._batches = batches
+        self._drop_cache, self._pin = drop_cache, pin
+        self._sink = np.empty(self._image_bytes, np.uint8)  # images no batch of ours takes
+        # the epoch being planned: its number, sequence, inverse and reads
+        self._epoch, self._reads = -1, _EpochReads(0)
+        self._sequence = self._inverse = np.zeros(0, np.int64)
+        self._seen = np.zeros(len(pack.block_count), bool)  # scratch: the blocks of a batch
+        # batch k's address, cached in slot k % ADDRESS_SLOTS (`_buffers` has them all)
+        self._address = np.zeros(ADDRESS_SLOTS, np.uint64)
+        self._address_of = np.full(ADDRESS_SLOTS, -1, np.int64)
+        # batch -> (its images, their address, the recycled buffer under them or None)
+        self._buffers: dict[int, tuple[torch.Tensor, int, np.ndarray | None]] = {}
+        self._recycler = Recycler(batch_size, self._image_bytes, keep=4 * ahead + 16)
+        self._any_bad = False  # a read failed or found a bad block: batches check theirs
+        self._plans: dict[int, tuple[np.ndarray, np.ndarray, _EpochReads]] = {}
         self._ahead = ahead
         self._cond = threading.Condition()
         self._stop = False
         self._error: BaseException | None = None
-        self._io = ThreadPoolExecutor(threads, thread_name_prefix="mixshard-read")
-        self._planner = threading.Thread(
-            target=self._plan_all, args=(iter(batches),), daemon=True, name="mixshard-plan"
-        )
-        self._planner.start()
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._readers = [
+            threading.Thread(target=self._read_all, daemon=True, name=f"mixshard-read-{i}")
+            for i in range(threads)
+        ]
+        self._planner = threading.Thread(target=self._plan_all, daemon=True, name="mixshard-plan")
+        for thread in (*self._readers, self._planner):
+            thread.start()
 
     # ------------------------------------------------------------------ planner side
-    def _plan_all(self, batches: Iterable[int]) -> None:
+    def _plan_all(self) -> None:
         try:
-            for k in batches:
-                index = self._index_of(k)
-                blocks = block_schedule(self.pack.block_of(index))
-                if len(blocks) > self._capacity:  # it could never be planned: say so, not wait
-                    raise MixshardError(
-                        f"batch {k} needs {len(blocks)} blocks, more than the {self._capacity} "
-                        "the block reader holds"
-                    )
+            for k in self._batches:
                 with self._cond:
                     while len(self._plans) >= self._ahead and not self._stop:
                         self._cond.wait()
                     if self._stop:
                         return
-                    for b in blocks.tolist():
-                        if not self._reserve(b):
-                            return
-                    self._plans[k] = (index, blocks)
+                epoch, first = order.batch_span(k, self._per_epoch, self._rank, self._batch_size)
+                if epoch != self._epoch:
+                    self._sequence, self._inverse = self._sequence_of(epoch)
+                    self._epoch, self._reads = epoch, _EpochReads(len(self.pack.block_count))
+                index = self._sequence[first : first + self._batch_size]
+                seen = self._seen
+                seen[self.pack.block_of(index)] = True
+                blocks = np.flatnonzero(seen)
+                seen[blocks] = False
+                reads = self._reads
+                for b in blocks[reads.state[blocks] == NOT_READ].tolist():
+                    self._start(k, b, reads)
+                with self._cond:
+                    self._plans[k] = (index, blocks, reads)
                     self._cond.notify_all()
         except BaseException as exc:  # noqa: BLE001 - handed to the consumers
             with self._cond:
                 self._error = exc
                 self._cond.notify_all()
 
-    def _reserve(self, b: int) -> bool:
-        """Hold block `b` for one more batch, starting its read if it is not resident. Called
-        with the lock held; False when the feed was closed while waiting for a free slot."""
-        held = self._resident.get(b)
-        if held is not None:
-            held.refs += 1
-            return True
-        while not self._free and not self._stop:
-            self._cond.wait()
-        if self._stop:
-            return False
-        held = self._resident[b] = _Slot(self._free.pop(), 1)
-        self._slot_of[b] = held.slot
-        self._io.submit(self._load, b, held)
-        return True
+    def _start(self, k: int, b: int, reads: _EpochReads) -> None:
+        """Queue the read of block `b`, first needed by batch `k`, into every batch it feeds:
+        the job holds those batches' images, so they outlive the read whatever happens."""
+        start, count = int(self.pack.block_start[b]), int(self.pack.block_count[b])
+        where, rows = order.batch_places(
+            self._inverse[start : start + count],
+            self._epoch,
+            self._per_epoch,
+            self._rank,
+            self._batch_size,
+        )
+        todo = self._batches
+        mine = (where >= max(todo.start, k)) & (where < todo.stop)
+        if todo.step > 1:
+            mine &= (where - todo.start) % todo.step == 0
+        ours, rows = where[mine], rows[mine]
+        feeds = np.unique(ours)
+        if k not in feeds:
+            raise MixshardError(f"batch {k} takes images of block {b} that are placed elsewhere")
+        slots = feeds % ADDRESS_SLOTS
+        for batch in feeds[self._address_of[slots] != feeds].tolist():  # not cached
+            held = self._buffers.get(batch) or self._new(batch)
+            self._address[batch % ADDRESS_SLOTS] = held[1]
+            self._address_of[batch % ADDRESS_SLOTS] = batch
+        addresses = np.full(count, self._sink.ctypes.data, np.uint64)
+        addresses[mine] = self._address[ours % ADDRESS_SLOTS] + (rows * self._image_bytes).astype(
+            np.uint64
+        )
+        reads.state[b] = READING
+        self._jobs.put((reads, b, addresses, [self._buffers[f][0] for f in feeds.tolist()]))
 
-    def _load(self, b: int, held: _Slot) -> None:
-        rows = self._ring[held.slot * self._block_size : (held.slot + 1) * self._block_size]
-        try:
-            held.good = self.pack.read_block(b, rows, self._drop_cache)
-        except BaseException as exc:  # noqa: BLE001 - raised by the batch that needs it
-            held.error = exc
-        held.ready.set()
+    def _new(self, k: int) -> tuple[torch.Tensor, int, np.ndarray | None]:
+        """Batch `k`'s buffer: `(images, their address, recycled buffer or None)`."""
+        if self._pin:  # torch's pinned allocator keeps and reuses its buffers itself
+            images = torch.empty(self._shape, dtype=torch.uint8, pin_memory=True)
+            buffer = None
+        else:
+            buffer = self._recycler.get()
+            images = torch.from_numpy(buffer).view(self._shape)
+        with self._cond:
+            held = self._buffers[k] = (images, images.data_ptr(), buffer)
+        return held
+
+    # ------------------------------------------------------------------ reader side
+    def _read_all(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            reads, b, addresses, _images = job  # `_images`: alive until the read ends
+            if self._stop:
+                error: BaseException | None = MixshardError("the block reader was closed")
+            else:
+                try:
+                    good = self.pack.scatter_block(b, addresses, self._drop_cache)
+                    error = None
+                except BaseException as exc:  # noqa: BLE001 - raised by the batches needing it
+                    error = exc
+            with self._cond:
+                if error is not None:
+                    reads.errors[b] = error
+                    reads.state[b] = FAILED
+                else:
+                    reads.state[b] = DONE if good else BAD
+                if reads.state[b] != DONE:
+                    self._any_bad = True
+                self._cond.notify_all()
+            del job, _images
 
     # ------------------------------------------------------------------ consumer side
-    @property
-    def ring(self) -> np.ndarray:
-        """The buffer blocks are read into: one image per row."""
-        return self._ring
-
-    @contextlib.contextmanager
-    def batch(self, k: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
-        """Batch `k` while its blocks are held: `(image numbers, their rows in `ring`, bad
-        mask or None)`. Gather the rows inside the `with`; the blocks may be reused after it.
+    def take(self, k: int) -> tuple[np.ndarray, torch.Tensor, np.ndarray | None]:
+        """Batch `k`: `(image numbers, images, bad mask or None)`; the images of bad, skipped
+        blocks (where the mask is True) are left unwritten.
 
         Raises:
             ShardError: a block it needs could not be read (with `on_error="raise"`).
@@ -147,41 +220,34 @@ class BlockFeed:
                 if self._stop:
                     raise MixshardError("the block reader was closed")
                 self._cond.wait()
-            index, blocks = self._plans.pop(k)
-            held = [self._resident[b] for b in blocks.tolist()]
-        try:
-            for h in held:
-                h.ready.wait()
-                if h.error is not None:
-                    raise h.error
-            block = self.pack.block_of(index)
-            rows = self._slot_of[block] * self._block_size + (index - self.pack.block_start[block])
-            bad = None
-            if not all(h.good for h in held):
-                bad = ~np.isin(block, [b for b, h in zip(blocks.tolist(), held) if h.good])
-            yield index, rows, bad
-        finally:
-            self._release(blocks)
-
-    def _release(self, blocks: np.ndarray) -> None:
-        with self._cond:
-            for b in blocks.tolist():
-                held = self._resident[b]
-                held.refs -= 1
-                if held.refs == 0:
-                    del self._resident[b]
-                    self._slot_of[b] = -1
-                    self._free.append(held.slot)
+            index, blocks, reads = self._plans.pop(k)
+            images, _, buffer = self._buffers.pop(k)
             self._cond.notify_all()
+            while (reads.state[blocks] < DONE).any():
+                self._cond.wait()
+            any_bad = self._any_bad
+        bad = None
+        if any_bad:
+            state = reads.state[blocks]
+            failed = blocks[state == FAILED]
+            if len(failed):
+                raise reads.errors[int(failed[0])]
+            if (state == BAD).any():
+                bad = np.isin(self.pack.block_of(index), blocks[state == BAD])
+        if buffer is not None:  # every read into it has ended
+            self._recycler.lend(buffer)
+        return index, images, bad
 
     def close(self) -> None:
-        """Stop planning and reading; returns once the planner and the reads in flight ended."""
+        """Stop planning and reading; returns once the planner and the reads in flight ended
+        (reads still queued end as errors, for anyone waiting on them)."""
         with self._cond:
             self._stop = True
-            for held in self._resident.values():
-                if not held.ready.is_set():  # its read may be cancelled: never leave a waiter
-                    held.error = MixshardError("the block reader was closed")
-                    held.ready.set()
             self._cond.notify_all()
-        self._io.shutdown(wait=True, cancel_futures=True)
-        self._planner.join(timeout=10)
+        self._planner.join(timeout=10)  # it queues no read after this
+        for _ in self._readers:
+            self._jobs.put(None)  # after every queued read
+        for thread in self._readers:
+            thread.join(timeout=10)
+        with self._cond:
+            self._buffers.clear()

@@ -65,8 +65,9 @@ class Loader:
 
     For a local pack the workers are threads of this process: reads release the GIL, and
     handing a 5 MB batch from a DataLoader worker process to this one costs more than making
-    it (measured in scripts/bench_stream.py); with the block order they also share one set of
-    blocks read ahead. For shard URLs they are DataLoader worker processes, which also parse
+    it (measured in scripts/bench_stream.py). With the block order, the reader's own threads
+    read whole blocks ahead straight into the batches, and `num_workers` adds nothing. For shard
+    URLs they are DataLoader worker processes, which also parse
     the tar stream.
     """
 
@@ -105,17 +106,17 @@ class Loader:
 
     def _thread_batches(self, start: int) -> Iterator[Any]:
         """Batches start, start + 1, ... forever, made ahead on a thread pool, in order."""
-        reader = self.stream.reader(range(start, 1 << 62))
-        pool = ThreadPoolExecutor(self.num_workers) if self.num_workers else None
+        reader = self.stream.reader(range(start, 1 << 62), self._pin)
+        # the block order reads ahead on its own threads: a pool would only pass batches on
+        workers = 0 if reader.reads_ahead else self.num_workers
+        pool = ThreadPoolExecutor(workers) if workers else None
         self._stop = [reader, pool]
-        ahead = self.num_workers * self._prefetch_factor if pool else 0
+        ahead = workers * self._prefetch_factor if pool else 0
         pending: deque[Future | Any] = deque()
         k = start
         while True:
             while len(pending) <= ahead:
-                pending.append(
-                    pool.submit(reader.get, k, self._pin) if pool else reader.get(k, self._pin)
-                )
+                pending.append(pool.submit(reader.get, k) if pool else reader.get(k))
                 k += 1
             head = pending.popleft()
             yield head.result() if pool else head

@@ -27,6 +27,7 @@ from ..core import layout
 from ..core.errors import MixshardError, ShardError
 from ..core.files import open_regular
 from ..core.manifest import SHARD_NAME, Manifest, ShardInfo
+from .rawio import scatter_read
 
 CHECK_LOCKS = 64  # locks striped over the blocks: a block's first read is checked once
 
@@ -176,6 +177,8 @@ class LocalPack:
                 self._evict()
 
     def _evict(self) -> None:
+        if len(self._fds) <= MAX_OPEN_SHARDS:
+            return
         idle = [s for s, (_, users) in self._fds.items() if users == 0]
         for s in idle[: max(0, len(self._fds) - MAX_OPEN_SHARDS)]:
             os.close(self._fds.pop(s)[0])
@@ -209,15 +212,20 @@ class LocalPack:
         try:
             got = os.preadv(fd, [buf], offset)
         except OSError as exc:
-            raise ShardError(
-                f"cannot read shard {self.folder / self.shards[slot].name}: {exc.strerror}"
-            ) from None
+            raise self._unreadable(slot, exc) from None
         if got != len(buf):
-            self._check_same(slot, fd)
-            raise ShardError(
-                f"shard {self.folder / self.shards[slot].name} ends early (truncated); "
-                f"{self._fix()}"
-            )
+            self._short(slot, fd)
+
+    def _unreadable(self, slot: int, exc: OSError) -> ShardError:
+        path = self.folder / self.shards[slot].name
+        return ShardError(f"cannot read shard {path}: {exc.strerror}")
+
+    def _short(self, slot: int, fd: int) -> None:
+        """A read ended early: the file changed, or was truncated."""
+        self._check_same(slot, fd)
+        raise ShardError(
+            f"shard {self.folder / self.shards[slot].name} ends early (truncated); {self._fix()}"
+        )
 
     def close(self) -> None:
         """Close the cached descriptors (they are reopened on the next read)."""
@@ -284,14 +292,37 @@ class LocalPack:
         only evict what is still to be read)."""
         if not self._check_block(b):
             return False
-        slot, count = int(self.block_shard[b]), int(self.block_count[b])
-        view = out.reshape(-1).data[: count * self.manifest.image_bytes]
+        slot, offset = int(self.block_shard[b]), int(self.block_offset[b])
+        view = out.reshape(-1).data[: int(self.block_count[b]) * self.manifest.image_bytes]
         with self._open(slot) as fd:
-            self._pread(slot, fd, view, int(self.block_offset[b]))
+            self._pread(slot, fd, view, offset)
             self._check_same(slot, fd)
-            if drop_cache and hasattr(os, "posix_fadvise"):  # not on macOS
-                os.posix_fadvise(fd, int(self.block_offset[b]), len(view), os.POSIX_FADV_DONTNEED)
+            self._dropped(fd, offset, len(view), drop_cache)
         return True
+
+    def scatter_block(self, b: int, addresses: np.ndarray, drop_cache: bool = False) -> bool:
+        """As `read_block`, but image `i` of the block goes to memory address `addresses[i]`
+        (uint64; each with room for one image), all in one `preadv`. The caller keeps that
+        memory alive and unused by others until this returns."""
+        if not self._check_block(b):
+            return False
+        slot, offset = int(self.block_shard[b]), int(self.block_offset[b])
+        size = self.manifest.image_bytes
+        with self._open(slot) as fd:
+            try:
+                got = scatter_read(fd, addresses, size, offset)
+            except OSError as exc:
+                raise self._unreadable(slot, exc) from None
+            if got != len(addresses) * size:
+                self._short(slot, fd)
+            self._check_same(slot, fd)
+            self._dropped(fd, offset, got, drop_cache)
+        return True
+
+    @staticmethod
+    def _dropped(fd: int, offset: int, length: int, drop_cache: bool) -> None:
+        if drop_cache and hasattr(os, "posix_fadvise"):  # not on macOS
+            os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
 
     def read_images(self, index: np.ndarray, out: np.ndarray) -> np.ndarray | None:
         """Read images `index` into `out` (uint8, `(len(index), 3, size, size)`, contiguous),

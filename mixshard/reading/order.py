@@ -70,6 +70,25 @@ def batch_span(k: int, nb: int, rank: int, batch_size: int) -> tuple[int, int]:
     return epoch, (rank * nb + j) * batch_size
 
 
+def inverse(sequence: np.ndarray) -> np.ndarray:
+    """Position of each image in an epoch sequence: `inverse(seq)[seq[p]] == p`."""
+    where = np.empty(len(sequence), np.int64)
+    where[sequence] = np.arange(len(sequence), dtype=np.int64)
+    return where
+
+
+def batch_places(
+    positions: np.ndarray, epoch: int, nb: int, rank: int, batch_size: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Where images at `positions` of epoch `epoch`'s sequence go for `rank`: `(batch k, row)`
+    each, the inverse of `batch_span`; `k` is -1 for images of other ranks and those left over.
+    """
+    rel = np.asarray(positions, dtype=np.int64) - rank * nb * batch_size
+    mine = (rel >= 0) & (rel < nb * batch_size)
+    k = np.where(mine, epoch * nb + rel // batch_size, -1)
+    return k, np.where(mine, rel % batch_size, -1)
+
+
 def worker_batches(start: int, end: int | None, worker: int, workers: int) -> range:
     """The batches worker `worker` of `workers` makes, from `start` on: every `workers`-th one,
     so that a round robin over the workers hands them out in order."""
@@ -89,9 +108,3 @@ def role_batches(epoch: int, nb: int, role: int, workers: int) -> range:
     """Remote sources: the batch positions of `epoch` that worker role `role` makes."""
     first = epoch * nb
     return range(first + (role - first) % workers, first + nb, workers)
-
-
-def block_schedule(blocks: np.ndarray) -> np.ndarray:
-    """The distinct blocks of a batch whose images lie in `blocks`, in order of first use."""
-    _, first = np.unique(blocks, return_index=True)
-    return blocks[np.sort(first)]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -56,7 +56,7 @@ class ShardStream(IterableDataset):
             faster than single images), else global when the pack takes at most half the
             available memory, else block.
         window: block order: blocks whose images are shuffled together. Memory is about
-            `2 * window` blocks (2 x 64 x 5.4 MB at 84 px).
+            1.5 windows of images in batch buffers (1.5 x 64 x 5.4 MB at 84 px).
         shuffle_blocks: URLs only: blocks held in the shuffle buffer.
 
     Yields:
@@ -89,7 +89,7 @@ class ShardStream(IterableDataset):
         self.window, self.shuffle_blocks = window, max(1, shuffle_blocks)
         self._rank, self._world = rank, world_size
         self.position = 0  # global number of the next batch to make
-        self._sequences: dict[int, np.ndarray] = {}
+        self._sequences: dict[int, list] = {}  # epoch -> [sequence, its inverse or None]
         self._lock = threading.Lock()
         self.pack: LocalPack | None = None
         if is_folder(source) and not isinstance(source, list):
@@ -208,11 +208,12 @@ class ShardStream(IterableDataset):
         self.position = int(state["epoch"]) * self.batches_per_epoch + int(state["batch"])
 
     # ------------------------------------------------------------------ local batches
-    def _epoch_sequence(self, epoch: int) -> np.ndarray:
+    def _epoch_sequence(self, epoch: int, inverse: bool = False) -> np.ndarray:
+        """Epoch `epoch`'s sequence, or with `inverse` each image's position in it."""
         # Two epochs are kept: around an epoch's end, workers make batches of both.
         with self._lock:
-            seq = self._sequences.get(epoch)
-            if seq is None:
+            kept = self._sequences.get(epoch)
+            if kept is None:
                 if self.order == "block" and self.pack is not None:
                     seq = order.block_sequence(
                         self.pack.block_count, self.seed, epoch, self.window, self.shuffle
@@ -220,8 +221,10 @@ class ShardStream(IterableDataset):
                 else:
                     seq = order.global_sequence(self.count, self.seed, epoch, self.shuffle)
                 self._sequences = {e: s for e, s in self._sequences.items() if e > epoch - 2}
-                self._sequences[epoch] = seq
-            return seq
+                kept = self._sequences[epoch] = [seq, None]
+            if inverse and kept[1] is None:
+                kept[1] = order.inverse(kept[0])
+            return kept[1] if inverse else kept[0]
 
     def batch_index(self, k: int) -> np.ndarray:
         """The image numbers that make batch `k` (local packs), in batch order."""
@@ -232,12 +235,12 @@ class ShardStream(IterableDataset):
         )
         return self._epoch_sequence(epoch)[first : first + self.batch_size]
 
-    def reader(self, batches: Iterable[int]) -> BatchReader:
-        """A reader that makes the local batches `batches` (known in advance, in order) from
-        any number of threads; close it when done."""
+    def reader(self, batches: range, pin: bool = False) -> BatchReader:
+        """A reader that makes the local batches `batches` (an increasing range) from any
+        number of threads, in pinned memory if asked; close it when done."""
         if self.pack is None:
             raise TypeError("reader needs a local pack folder")
-        return BatchReader(self, batches)
+        return BatchReader(self, batches, pin)
 
     def __iter__(self) -> Iterator[Any]:
         nb = self.batches_per_epoch
@@ -268,25 +271,26 @@ class ShardStream(IterableDataset):
 class BatchReader:
     """Makes a stream's local batches (see `ShardStream.reader`)."""
 
-    def __init__(self, stream: ShardStream, batches: Iterable[int]) -> None:
+    def __init__(self, stream: ShardStream, batches: range, pin: bool = False) -> None:
         self.stream = stream
         self.pack: LocalPack = stream.pack  # type: ignore[assignment]
+        self._pin = pin
         self._stop = threading.Event()
         self._feed: BlockFeed | None = None
         self._warm: threading.Thread | None = None
         if stream.order == "block":
-            per_batch = blocks_per_batch(self.pack.block_count, stream.batch_size)
-            capacity = 2 * max(stream.window, per_batch) + 2
-            ahead = capacity * self.pack.manifest.block_size // stream.batch_size + 2
+            window_images = int(np.sort(self.pack.block_count)[-stream.window :].sum())
             self._feed = BlockFeed(
                 self.pack,
-                stream.batch_index,
+                lambda e: (stream._epoch_sequence(e), stream._epoch_sequence(e, inverse=True)),
+                stream.batches_per_epoch,
+                stream.rank_world[0],
+                stream.batch_size,
                 batches,
-                capacity,
-                ahead,
+                ahead=max(2, window_images // stream.batch_size // 2),
                 drop_cache=stream.larger_than_memory,
+                pin=pin,
             )
-            self._ring = torch.from_numpy(self._feed.ring)
         else:
             # Warm a cold pack with sequential reads, so the first epoch is not a seek storm.
             self._warm = threading.Thread(
@@ -294,18 +298,23 @@ class BatchReader:
             )
             self._warm.start()
 
-    def get(self, k: int, pin: bool = False) -> Any:
-        """Batch `k` as a tensor (or `(images, labels)`), pinned if asked."""
-        size = self.pack.manifest.size
-        shape = (self.stream.batch_size, 3, size, size)
-        images = torch.empty(shape, dtype=torch.uint8, pin_memory=pin)
+    @property
+    def reads_ahead(self) -> bool:
+        """True when batches are read ahead on the reader's own threads (block order)."""
+        return self._feed is not None
+
+    def get(self, k: int, pin: bool | None = None) -> Any:
+        """Batch `k` as a tensor (or `(images, labels)`), pinned if asked (default: as the
+        reader was opened)."""
+        pin = self._pin if pin is None else pin
         if self._feed is not None:
-            with self._feed.batch(k) as (index, rows, bad):
-                # torch's gather: several times numpy's `take` for rows this long
-                torch.index_select(
-                    self._ring, 0, torch.from_numpy(rows), out=images.view(len(rows), -1)
-                )
+            index, images, bad = self._feed.take(k)
+            if pin and not images.is_pinned():
+                images = images.pin_memory()
         else:
+            size = self.pack.manifest.size
+            shape = (self.stream.batch_size, 3, size, size)
+            images = torch.empty(shape, dtype=torch.uint8, pin_memory=pin)
             index = self.stream.batch_index(k)
             bad = self.pack.read_images(index, images.numpy())
         if bad is not None:
@@ -321,14 +330,6 @@ class BatchReader:
             self._feed.close()
         if self._warm is not None:
             self._warm.join(timeout=10)
-
-
-def blocks_per_batch(counts: np.ndarray, batch_size: int) -> int:
-    """The most blocks one batch can take when it runs over from one block into the next:
-    as many of the smallest blocks as hold `batch_size` images, plus one (short blocks end
-    each shard; a pack of tiny shards is all short blocks)."""
-    held = np.cumsum(np.sort(counts))
-    return int(np.searchsorted(held, batch_size)) + 2
 
 
 def _urls(source: str | os.PathLike | list[str]) -> str | list[str]:
