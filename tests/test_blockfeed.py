@@ -204,3 +204,17 @@ def test_closing_with_reads_queued_ends_the_waiters(pack_dir, monkeypatch):
     pack = LocalPack(pack_dir, stream.manifest)
     for k in set(made) - set(errors):
         assert np.array_equal(made[k].numpy(), pack.gather(stream.batch_index(k)))
+
+
+def test_batches_sharing_an_address_slot_get_their_own_rows(pack_dir, monkeypatch):
+    """Batch addresses are cached in `k % ADDRESS_SLOTS`; with tiny batches one block feeds
+    batches that share a slot, and each image must still go to its own batch."""
+    from mixshard.reading import blockfeed
+
+    monkeypatch.setattr(blockfeed, "ADDRESS_SLOTS", 4)
+    stream = ShardStream(pack_dir, 2, order="block", window=4)
+    pack = LocalPack(pack_dir, stream.manifest)
+    got = list(stream)
+    assert len(got) == 80
+    for k, images in enumerate(got):
+        assert np.array_equal(images.numpy(), pack.gather(stream.batch_index(k)))

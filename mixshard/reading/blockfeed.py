@@ -160,10 +160,13 @@ class BlockFeed:
             held = self._buffers.get(batch) or self._new(batch)
             self._address[batch % ADDRESS_SLOTS] = held[1]
             self._address_of[batch % ADDRESS_SLOTS] = batch
+        if (self._address_of[slots] == feeds).all():
+            base = self._address[ours % ADDRESS_SLOTS]
+        else:  # two of them share a slot (tiny batches): from the dict
+            at = np.array([self._buffers[f][1] for f in feeds.tolist()], np.uint64)
+            base = at[np.searchsorted(feeds, ours)]
         addresses = np.full(count, self._sink.ctypes.data, np.uint64)
-        addresses[mine] = self._address[ours % ADDRESS_SLOTS] + (rows * self._image_bytes).astype(
-            np.uint64
-        )
+        addresses[mine] = base + (rows * self._image_bytes).astype(np.uint64)
         reads.state[b] = READING
         self._jobs.put((reads, b, addresses, [self._buffers[f][0] for f in feeds.tolist()]))
 
