@@ -12,7 +12,7 @@ from 10,000 sources), in one run, each cell in a fresh process:
 and for each: (i) sequential read of the shard files (the ceiling), (ii) `order="global"`,
 (iii) `order="block"`, (iv) `Overlay` with a pool and with the whole pack cached, N=128, CPU.
 `--real PACK` adds the figures of a pack larger than this machine's RAM, read after dropping
-the whole page cache (root): first batch, loader rate, first `Overlay` call, its rate, RSS.
+the whole page cache (root): first batch, loader rate, first `Overlay` call, its rate, peak RSS.
 `--reference SRC` adds the reference ImageFolder pipeline + blend, cold, for comparison.
 
     python scripts/bench_cold.py PACK [--reference SRC] [--real PACK] [--runs 3]
@@ -37,8 +37,8 @@ from benchlib import (
     fmt_rate,
     machine,
     memory_cgroup,
+    peak_rss_mb,
     reference_batches,
-    rss_mb,
     run_json,
     table,
 )
@@ -69,7 +69,7 @@ def measure_seq(pack: Path, budget: float) -> dict:
         if time.perf_counter() - t0 > budget:
             break
     seconds = time.perf_counter() - t0
-    return {"images": total / (m.total_bytes / m.count), "seconds": seconds, "rss": rss_mb()}
+    return {"images": total / (m.total_bytes / m.count), "seconds": seconds, "rss": peak_rss_mb()}
 
 
 def measure_loader(pack: Path, order: str, budget: float, limit: int) -> dict:
@@ -84,17 +84,22 @@ def measure_loader(pack: Path, order: str, budget: float, limit: int) -> dict:
     first = time.perf_counter() - t0
     images = BATCH
     batches = min(loader.batches_per_epoch, limit // BATCH)
-    for _ in range(batches - 1):
+    half = None  # (images, time) half-way: the steady rate leaves the start out
+    for i in range(batches - 1):
         images += len(next(it))
+        if half is None and i >= batches // 2:
+            half = (images, time.perf_counter())
         if time.perf_counter() - t0 > budget:
             break
     seconds = time.perf_counter() - t0
     loader.close()
+    steady = (images - half[0]) / (t0 + seconds - half[1]) if half else None
     return {
         "images": images,
         "seconds": seconds,
         "first": first,
-        "rss": rss_mb(),
+        "steady": steady,
+        "rss": peak_rss_mb(),
         "order": loader.stream.order,
     }
 
@@ -127,7 +132,7 @@ def measure_overlay(pack: Path, cache: str, budget: float, limit: int) -> dict:
         "images": images,
         "seconds": seconds,
         "first": first,
-        "rss": rss_mb(),
+        "rss": peak_rss_mb(),
         "call_us": per_call * 1e6,
         "stats": stats,
     }
@@ -147,7 +152,7 @@ def measure_reference(src: Path, budget: float) -> dict:
         imgs = next(it).repeat(1, 3, 1, 1)
         out = ((1 - 0.5) * (obs / 255) + 0.5 * imgs) * 255
         images += len(out)
-    return {"images": images, "seconds": time.perf_counter() - t0, "rss": rss_mb()}
+    return {"images": images, "seconds": time.perf_counter() - t0, "rss": peak_rss_mb()}
 
 
 def measure(args: argparse.Namespace) -> None:
@@ -185,7 +190,9 @@ def median_cell(runs: int, *args, **kwargs) -> dict:
     results = [cell(*args, **kwargs) for _ in range(runs)]
     rates = [r["images"] / r["seconds"] for r in results]
     best = results[rates.index(statistics.median_low(rates))]
-    return {**best, "rate": statistics.median(rates), "rates": rates}
+    steady = [r["steady"] for r in results if r.get("steady")]
+    steady_rate = statistics.median(steady) if steady else None
+    return {**best, "rate": statistics.median(rates), "rates": rates, "steady_rate": steady_rate}
 
 
 KINDS = [
@@ -207,23 +214,37 @@ def case_rows(name: str, results: dict[str, dict]) -> list[list[object]]:
         first = f"{r['first']:.2f}" if "first" in r else ""
         call = f"{r['call_us']:,.0f}" if "call_us" in r else ""
         share = f"{100 * r['rate'] / ceiling:.0f}%"
-        rows.append([name, label, fmt_rate(r["rate"]), share, first, call, f"{r['rss']:.0f}"])
+        steady = fmt_rate(r["steady_rate"]) if r.get("steady_rate") else ""
+        rows.append(
+            [name, label, fmt_rate(r["rate"]), steady, share, first, call, f"{r['rss']:.0f}"]
+        )
     return rows
 
 
-def run_cases(pack: Path, runs: int, cgroup_mb: int, budget: float) -> list[list[object]]:
+CASES = ("cold", "warm", "larger")
+
+
+def run_cases(
+    pack: Path, runs: int, cgroup_mb: int, budget: float, cases: tuple[str, ...] = CASES
+) -> list[list[object]]:
     count = json.loads((pack / "index.json").read_text())["count"]
     rows = []
-    cold = {
-        k: median_cell(runs, k, pack, cold="evict", procs=None, budget=budget, limit=count)
-        for k, _ in KINDS
-    }
-    rows += case_rows("cold, fits in RAM", cold)
-    warm = {
-        k: median_cell(runs, k, pack, cold="", procs=None, budget=budget, limit=count)
-        for k, _ in KINDS
-    }
-    rows += case_rows("warm", warm)
+    if "cold" in cases:
+        cold = {
+            k: median_cell(runs, k, pack, cold="evict", procs=None, budget=budget, limit=count)
+            for k, _ in KINDS
+        }
+        rows += case_rows("cold, fits in RAM", cold)
+    if "warm" in cases:
+        for path in shard_files(pack):  # into the page cache first
+            path.read_bytes()
+        warm = {
+            k: median_cell(runs, k, pack, cold="", procs=None, budget=budget, limit=count)
+            for k, _ in KINDS
+        }
+        rows += case_rows("warm", warm)
+    if "larger" not in cases:
+        return rows
     try:
         procs = memory_cgroup(cgroup_mb)
     except OSError as exc:
@@ -272,7 +293,16 @@ def quick() -> None:
         print(table(HEADERS, case_rows("cold (quick)", results)))
 
 
-HEADERS = ["case", "what", "images/s", "share of (i)", "first batch/call s", "call µs", "RSS MB"]
+HEADERS = [
+    "case",
+    "what",
+    "images/s",
+    "2nd half of the pass, img/s",
+    "share of (i)",
+    "first batch/call s",
+    "call µs",
+    "peak RSS MB",
+]
 
 
 def main() -> None:
@@ -286,6 +316,9 @@ def main() -> None:
     parser.add_argument("--reference", type=Path, help="the source folder, for the reference")
     parser.add_argument("--real", type=Path, help="a pack larger than RAM (drops caches: root)")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--cases", default=",".join(CASES), help=f"which of {', '.join(CASES)} (default: all)"
+    )
     args = parser.parse_args()
     if args.measure:
         measure(args)
@@ -294,7 +327,9 @@ def main() -> None:
         quick()
         return
     print(f"# bench_cold on {machine()}; {time.strftime('%Y-%m-%d %H:%M')}")
-    lines = [table(HEADERS, run_cases(args.pack, args.runs, args.cgroup_mb, args.budget))]
+    cases = tuple(args.cases.split(","))
+    rows = run_cases(args.pack, args.runs, args.cgroup_mb, args.budget, cases)
+    lines = [table(HEADERS, rows)]
     if args.reference:
         r = cell("reference", args.reference, cold="evict", procs=None, budget=args.budget, limit=0)
         lines.append(
@@ -305,7 +340,7 @@ def main() -> None:
         lines.append(
             "\n"
             + table(
-                ["real size, cold (drop_caches)", "images/s", "first s", "RSS MB"],
+                ["real size, cold (drop_caches)", "images/s", "first s", "peak RSS MB"],
                 real_rows(args.real, args.budget),
             )
         )

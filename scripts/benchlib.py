@@ -102,6 +102,14 @@ def rss_mb() -> float:
     return float("nan")
 
 
+def peak_rss_mb() -> float:
+    """The most resident memory this process has had so far, in MB."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KB on Linux, bytes on macOS
+    return peak / (2**20 if sys.platform == "darwin" else 1024)
+
+
 def evict(paths: list[Path]) -> None:
     """Drop these files from the page cache (no root needed): the next read comes from disk."""
     for path in paths:
