@@ -1,7 +1,8 @@
 """A local pack folder opened for reading by byte offset (torch-free).
 
-Images are read with `os.preadv` straight into the caller's buffer: single images for the
-global order, whole blocks for the block order. Shards are never `mmap`ed: a shard truncated
+Images are read with `preadv` straight into the caller's memory: single images for the
+global order, whole blocks for the block order (each image of a block to its own address,
+`rawio.py`). Shards are never `mmap`ed: a shard truncated
 or copied over while a reader runs would kill the process with SIGBUS; with `pread` the reader
 sees a short read or a changed file and raises `ShardError` instead.
 

@@ -23,6 +23,8 @@ except (AttributeError, OSError, ValueError):
 
 
 def _libc_preadv():  # noqa: ANN202 - a ctypes function or None
+    if ctypes.sizeof(ctypes.c_void_p) != 8 or ctypes.sizeof(ctypes.c_size_t) != 8:
+        return None  # the iovec array below is laid out for 64-bit pointers and sizes
     try:
         func = ctypes.CDLL(None, use_errno=True).preadv
     except (AttributeError, OSError):
