@@ -218,3 +218,18 @@ def test_batches_sharing_an_address_slot_get_their_own_rows(pack_dir, monkeypatc
     assert len(got) == 80
     for k, images in enumerate(got):
         assert np.array_equal(images.numpy(), pack.gather(stream.batch_index(k)))
+
+
+def test_read_block_refuses_an_out_too_small_or_not_contiguous(pack_dir):
+    """`read_block` writes by address now: a buffer without room is refused, not overrun."""
+    pack = LocalPack(pack_dir, mixshard.Manifest.load(pack_dir))
+    size = pack.manifest.image_bytes
+    message = f"out must be C-contiguous with room for 8 images of {size} B"
+    with pytest.raises(ValueError, match=message):
+        pack.read_block(0, np.zeros((7, size), np.uint8))
+    with pytest.raises(ValueError, match=message):
+        pack.read_block(0, np.zeros((16, size), np.uint8)[::2])
+    out = np.zeros((9, size), np.uint8)
+    assert pack.read_block(0, out)
+    assert np.array_equal(out[:8].reshape(8, 3, 8, 8), pack.gather(np.arange(8)))
+    assert not out[8].any()

@@ -67,8 +67,7 @@ class Loader:
     handing a 5 MB batch from a DataLoader worker process to this one costs more than making
     it (measured in scripts/bench_stream.py). With the block order, the reader's own threads
     read whole blocks ahead straight into the batches, and `num_workers` adds nothing. For shard
-    URLs they are DataLoader worker processes, which also parse
-    the tar stream.
+    URLs they are DataLoader worker processes, which also parse the tar stream.
     """
 
     def __init__(

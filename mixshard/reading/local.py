@@ -290,16 +290,16 @@ class LocalPack:
         """Read block `b`'s images into `out[:count]` (a C-contiguous uint8 array of rows of
         one image each). Returns False when the block is bad and skipped. `drop_cache`: then
         drop those bytes from the page cache (a pack larger than memory: keeping them would
-        only evict what is still to be read)."""
-        if not self._check_block(b):
-            return False
-        slot, offset = int(self.block_shard[b]), int(self.block_offset[b])
-        view = out.reshape(-1).data[: int(self.block_count[b]) * self.manifest.image_bytes]
-        with self._open(slot) as fd:
-            self._pread(slot, fd, view, offset)
-            self._check_same(slot, fd)
-            self._dropped(fd, offset, len(view), drop_cache)
-        return True
+        only evict what is still to be read).
+
+        Raises:
+            ValueError: `out` is not C-contiguous or has no room for the block's images.
+        """
+        size, count = self.manifest.image_bytes, int(self.block_count[b])
+        if not out.flags.c_contiguous or out.nbytes < count * size:
+            raise ValueError(f"out must be C-contiguous with room for {count} images of {size} B")
+        addresses = out.ctypes.data + np.arange(count, dtype=np.uint64) * np.uint64(size)
+        return self.scatter_block(b, addresses, drop_cache)
 
     def scatter_block(self, b: int, addresses: np.ndarray, drop_cache: bool = False) -> bool:
         """As `read_block`, but image `i` of the block goes to memory address `addresses[i]`

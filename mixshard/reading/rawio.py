@@ -46,7 +46,7 @@ def scatter_read(fd: int, addresses: np.ndarray, length: int, offset: int) -> in
     """
     count = len(addresses)
     if _PREADV is None:  # no libc preadv to call: Python buffers over the same addresses
-        views = [(ctypes.c_char * length).from_address(int(a)) for a in addresses.tolist()]
+        views = [(ctypes.c_char * length).from_address(a) for a in addresses.tolist()]
         return _python_preadv(fd, views, offset)
     iov = np.empty((count, 2), np.uint64)  # struct iovec {void *base; size_t len;}
     iov[:, 0] = addresses
