@@ -31,7 +31,6 @@ from pathlib import Path
 
 from benchlib import (
     OUT,
-    call_seconds,
     drop_caches,
     evict,
     fmt_rate,
@@ -106,7 +105,8 @@ def measure_loader(pack: Path, order: str, budget: float, limit: int) -> dict:
 
 def measure_overlay(pack: Path, cache: str, budget: float, limit: int) -> dict:
     """`Overlay(pack, cache=...)` on CPU: the first call, then calls until `limit` images or
-    `budget` seconds; and the median µs of a call after those (a pool is full by then)."""
+    `budget` seconds; the µs of a call is the median over the second half of those calls
+    (hundreds of calls: a pool is full by then, and one slow call moves nothing)."""
     import torch
 
     import mixshard
@@ -120,12 +120,14 @@ def measure_overlay(pack: Path, cache: str, budget: float, limit: int) -> dict:
     overlay = mixshard.Overlay(pack, cache=cache, flip=False, seed=0, pool=pool)
     overlay(obs)
     first = time.perf_counter() - t0
-    images = N
+    images, calls = N, []
     while images < limit and time.perf_counter() - t0 < budget:
+        t = time.perf_counter()
         overlay(obs)
+        calls.append(time.perf_counter() - t)
         images += N
     seconds = time.perf_counter() - t0
-    per_call = call_seconds(lambda: overlay(obs), runs=30, warmup=3)
+    steady = calls[len(calls) // 2 :] or calls
     stats = overlay.stats()["cpu"]
     overlay.close()
     return {
@@ -133,7 +135,8 @@ def measure_overlay(pack: Path, cache: str, budget: float, limit: int) -> dict:
         "seconds": seconds,
         "first": first,
         "rss": peak_rss_mb(),
-        "call_us": per_call * 1e6,
+        "call_us": statistics.median(steady) * 1e6 if steady else None,
+        "calls": len(calls),
         "stats": stats,
     }
 
@@ -186,13 +189,31 @@ def cell(
     return run_json(args + ["--limit", str(limit)], procs=procs)
 
 
-def median_cell(runs: int, *args, **kwargs) -> dict:
-    results = [cell(*args, **kwargs) for _ in range(runs)]
+def median_of(results: list[dict]) -> dict:
+    """The runs of one cell: the run of median rate, with the medians of rate, second-half
+    rate and call µs over all runs."""
     rates = [r["images"] / r["seconds"] for r in results]
     best = results[rates.index(statistics.median_low(rates))]
     steady = [r["steady"] for r in results if r.get("steady")]
-    steady_rate = statistics.median(steady) if steady else None
-    return {**best, "rate": statistics.median(rates), "rates": rates, "steady_rate": steady_rate}
+    calls = [r["call_us"] for r in results if r.get("call_us")]
+    return {
+        **best,
+        "rate": statistics.median(rates),
+        "rates": rates,
+        "steady_rate": statistics.median(steady) if steady else None,
+        "call_us": statistics.median(calls) if calls else None,
+        "calls_us": calls,
+    }
+
+
+def median_cells(runs: int, kinds: list[str], *args, **kwargs) -> dict[str, dict]:
+    """`runs` rounds of every kind, interleaved (a, b, c, a, b, c, ...), so that a slow spell
+    of a shared machine hits every kind alike; then `median_of` each."""
+    done: dict[str, list[dict]] = {k: [] for k in kinds}
+    for _ in range(runs):
+        for kind in kinds:
+            done[kind].append(cell(kind, *args, **kwargs))
+    return {kind: median_of(results) for kind, results in done.items()}
 
 
 KINDS = [
@@ -212,7 +233,7 @@ def case_rows(name: str, results: dict[str, dict]) -> list[list[object]]:
             continue
         r = results[kind]
         first = f"{r['first']:.2f}" if "first" in r else ""
-        call = f"{r['call_us']:,.0f}" if "call_us" in r else ""
+        call = f"{r['call_us']:,.0f}" if r.get("call_us") else ""
         share = f"{100 * r['rate'] / ceiling:.0f}%"
         steady = fmt_rate(r["steady_rate"]) if r.get("steady_rate") else ""
         rows.append(
@@ -228,21 +249,17 @@ def run_cases(
     pack: Path, runs: int, cgroup_mb: int, budget: float, cases: tuple[str, ...] = CASES
 ) -> list[list[object]]:
     count = json.loads((pack / "index.json").read_text())["count"]
+    kinds = [k for k, _ in KINDS]
     rows = []
     if "cold" in cases:
-        cold = {
-            k: median_cell(runs, k, pack, cold="evict", procs=None, budget=budget, limit=count)
-            for k, _ in KINDS
-        }
+        cold = median_cells(runs, kinds, pack, cold="evict", procs=None, budget=budget, limit=count)
         rows += case_rows("cold, fits in RAM", cold)
     if "warm" in cases:
         for path in shard_files(pack):  # into the page cache first
             path.read_bytes()
-        warm = {
-            k: median_cell(runs, k, pack, cold="", procs=None, budget=budget, limit=count)
-            for k, _ in KINDS
-        }
+        warm = median_cells(runs, kinds, pack, cold="", procs=None, budget=budget, limit=count)
         rows += case_rows("warm", warm)
+        rows.append(pool_ratio_row(warm))
     if "larger" not in cases:
         return rows
     try:
@@ -250,13 +267,26 @@ def run_cases(
     except OSError as exc:
         print(f"(no memory cgroup: {exc}; the larger-than-RAM case is skipped)", file=sys.stderr)
         return rows
-    big = {
-        k: median_cell(runs, k, pack, cold="evict", procs=procs, budget=budget, limit=count)
-        for k, _ in KINDS
-        if k != "device"
-    }
+    big = median_cells(
+        runs,
+        [k for k in kinds if k != "device"],
+        pack,
+        cold="evict",
+        procs=procs,
+        budget=budget,
+        limit=count,
+    )
     rows += case_rows(f"larger than RAM ({cgroup_mb} MB cgroup)", big)
     return rows
+
+
+def pool_ratio_row(results: dict[str, dict]) -> list[object]:
+    """The pool's call time over the whole-pack cache's, run by run (they ran side by side)."""
+    pairs = zip(results["pool"]["calls_us"], results["device"]["calls_us"])
+    ratios = [p / d for p, d in pairs]
+    each = ", ".join(f"{r:.2f}" for r in ratios)
+    median = f"{statistics.median(ratios):.2f}" if ratios else ""
+    return ["warm", f"pool call / cached call, per run: {each}", "", "", "", "", median, ""]
 
 
 def real_rows(pack: Path, budget: float) -> list[list[object]]:
@@ -286,10 +316,9 @@ def quick() -> None:
         make_image_folder(Path(tmp) / "src", classes=2, per_class=150, max_side=96)
         src, pack = Path(tmp) / "src", Path(tmp) / "pack"
         mixshard.pack(src, pack, shard_size=100, block_size=32, workers=1)
-        results = {
-            k: median_cell(1, k, pack, cold="evict", procs=None, budget=5, limit=300)
-            for k in ("seq", "block", "pool")
-        }
+        results = median_cells(
+            1, ["seq", "block", "pool"], pack, cold="evict", procs=None, budget=5, limit=300
+        )
         print(table(HEADERS, case_rows("cold (quick)", results)))
 
 

@@ -64,7 +64,7 @@ def test_each_image_is_drawn_exactly_uses_times_and_enters_once_per_pass(pack_di
     assert stats["retired"] == stats["entered"] - filled
     # entries follow the refill feed: block order over the whole pack, each image once a pass
     feed = RefillFeed(str(pack_dir), 4, False, manifest.count)
-    expected = ids_of(feed.take(len(entries)))
+    expected = ids_of(torch.cat(feed.take(len(entries))))
     feed.close()
     assert entries == expected
     assert len(entries) >= 3 * M
@@ -90,7 +90,7 @@ def test_realised_uses_per_retired_image(pack_dir):
     stats = pool.stats()
     # draws of every image = uses x its entries - what its pooled copies have left
     feed = RefillFeed(str(pack_dir), 1, False, manifest.count)
-    entries = Counter(ids_of(feed.take(stats["entered"])))
+    entries = Counter(ids_of(torch.cat(feed.take(stats["entered"]))))
     feed.close()
     for image, entered in entries.items():
         assert counts[image] == uses * entered - left[image], image
@@ -98,6 +98,21 @@ def test_realised_uses_per_retired_image(pack_dir):
     assert stats["retired"] == stats["entered"] - pool.filled
     assert stats["draws"] == uses * stats["retired"] + sum(uses - int(v) for v in pool.left)
     pool.close()
+
+
+def test_refill_feed_pieces_follow_the_stream_across_batches(pack_dir):
+    """`take` hands out pieces of the feed's batches (no copy): whatever the request sizes,
+    the pieces hold m images each time and join up into the stream taken in one go."""
+    manifest = Manifest.load(pack_dir)
+    feed = RefillFeed(str(pack_dir), 2, False, manifest.count)
+    pieces = [feed.take(m) for m in (3, 7, 1, 16, 5, 30)]
+    feed.close()
+    assert [sum(len(p) for p in ps) for ps in pieces] == [3, 7, 1, 16, 5, 30]
+    assert max(len(ps) for ps in pieces) > 1  # some request spans batches
+    whole = RefillFeed(str(pack_dir), 2, False, manifest.count)
+    expected = ids_of(torch.cat(whole.take(62)))
+    whole.close()
+    assert ids_of(torch.cat([p for ps in pieces for p in ps])) == expected
 
 
 def test_draws_are_deterministic_and_start_small(pack_dir):
@@ -192,7 +207,7 @@ def test_each_rank_refills_from_its_share_of_the_stream(pack_dir, monkeypatch):
         got = [set(ids_of(ov(obs).round().to(torch.uint8))) for _ in range(2)]  # 16 = a pass
         ov.close()
         feed = RefillFeed(str(pack_dir), 5, False, M)  # the shared seed, this rank's share
-        expected = ids_of(feed.take(16))
+        expected = ids_of(torch.cat(feed.take(16)))
         feed.close()
         assert got == [set(expected[:8]), set(expected[8:])]
         seen.append(got[0] | got[1])
@@ -215,7 +230,7 @@ def test_a_failed_refill_stream_fails_every_later_call(pack_dir, monkeypatch):
 
     monkeypatch.setattr(loading, "loader", broken)
     feed = RefillFeed(str(pack_dir), 0, False, M)
-    assert feed.take(4).shape == (4, 3, 12, 12)
+    assert torch.cat(feed.take(4)).shape == (4, 3, 12, 12)
     for _ in range(2):  # the reader thread has ended: raised again, never a wait
         with pytest.raises(mixshard.ShardError, match="shard-000001.tar: damaged"):
             feed.take(4)
