@@ -42,6 +42,7 @@ def test_each_image_is_drawn_exactly_uses_times_and_enters_once_per_pass(pack_di
     filled = 0
     for _ in range(60):
         got = ids_of(pool.take(n))
+        pool._ready()  # refills are written between calls: wait for them to look
         slots = pool.last_slots.tolist()
         assert len(slots) == n and len(set(slots)) == n  # distinct slots in a call
         first = list(range(filled, max(filled, n)))  # the first call fills n slots
@@ -83,6 +84,7 @@ def test_realised_uses_per_retired_image(pack_dir):
     counts: Counter[bytes] = Counter()
     for _ in range(100):
         counts.update(ids_of(pool.take(8)))
+    pool._ready()
     in_pool = Counter(ids_of(pool.images[: pool.filled]))
     left = Counter()
     for s in range(pool.filled):
@@ -235,6 +237,73 @@ def test_a_failed_refill_stream_fails_every_later_call(pack_dir, monkeypatch):
         with pytest.raises(mixshard.ShardError, match="shard-000001.tar: damaged"):
             feed.take(4)
     feed.close()
+
+
+def test_a_refill_failing_between_calls_fails_the_next_call_and_every_later_one(
+    pack_dir, monkeypatch
+):
+    """On CPU refills are written between calls: a failure surfaces at the next call, and no
+    later call draws from slots that were never written."""
+    from mixshard.reading import loading
+
+    def broken(*args, **kwargs):
+        class Broken:
+            def __iter__(self):
+                yield torch.zeros(10, 3, 12, 12, dtype=torch.uint8)  # the first fill and 2
+                raise mixshard.ShardError("shard-000001.tar: damaged")
+
+            def close(self):
+                pass
+
+        return Broken()
+
+    monkeypatch.setattr(loading, "loader", broken)
+    pool = PoolCache(str(pack_dir), Manifest.load(pack_dir), CPU, 16, 1, seed=0)
+    assert pool.take(8).shape == (8, 3, 12, 12)  # refills 8 + 8 slots after it: fails there
+    for _ in range(3):
+        with pytest.raises(mixshard.ShardError, match="shard-000001.tar: damaged"):
+            pool.take(8)
+    pool.close()
+
+
+def test_a_take_waiting_on_a_feed_that_is_closed_ends_with_an_error(pack_dir, monkeypatch):
+    """The CPU pool's writer thread may be waiting for images when the pool is closed: the
+    wait ends with an error, not never."""
+    import threading
+
+    from mixshard.reading import loading
+
+    gate = threading.Event()
+
+    def silent(*args, **kwargs):
+        class Silent:
+            def __iter__(self):
+                gate.wait()
+                return
+                yield
+
+            def close(self):
+                gate.set()
+
+        return Silent()
+
+    monkeypatch.setattr(loading, "loader", silent)
+    feed = RefillFeed(str(pack_dir), 0, False, M)
+    got: list[BaseException] = []
+
+    def take() -> None:
+        try:
+            feed.take(4)
+        except MixshardError as exc:
+            got.append(exc)
+
+    waiting = threading.Thread(target=take)
+    waiting.start()
+    time.sleep(0.2)
+    feed.close()
+    waiting.join(timeout=2)
+    assert not waiting.is_alive()
+    assert [str(e) for e in got] == ["the refill stream of the pool was closed"]
 
 
 def test_a_device_cache_of_some_shard_files_holds_just_their_images(pack_dir):

@@ -97,12 +97,20 @@ class RefillFeed:
         except queue.Empty:
             self.waits += 1
             t0 = time.perf_counter()
-            item = self._queue.get()
+            item = self._wait()
             self.wait_seconds += time.perf_counter() - t0
         if isinstance(item, BaseException):
             self._failed = item
             raise item
         return item
+
+    def _wait(self) -> Any:
+        while not self._stop.is_set():
+            try:
+                return self._queue.get(timeout=0.1)
+            except queue.Empty:
+                continue
+        return MixshardError("the refill stream of the pool was closed")
 
     def take(self, m: int) -> list[torch.Tensor]:
         """The next `m` images, as consecutive pieces of the feed's batches (host memory,
@@ -131,6 +139,41 @@ def _stop_reading(stop: threading.Event, reader: Any, thread: threading.Thread) 
     stop.set()
     reader.close()
     thread.join(timeout=10)
+
+
+class _Writer:
+    """A daemon thread that runs one job at a time off the caller's thread: the CPU pool's
+    refills, done while the caller blends. A job's error is raised by every later `wait`."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._idle = threading.Event()
+        self._idle.set()
+        self._error: BaseException | None = None
+        threading.Thread(target=self._run, daemon=True, name="mixshard-pool-write").start()
+
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            try:
+                job()
+            except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread
+                self._error = exc
+            finally:
+                self._idle.set()
+
+    def submit(self, job: Any) -> None:
+        self.wait()
+        self._idle.clear()
+        self._jobs.put(job)
+
+    def wait(self) -> None:
+        """Until the job submitted last has ended; raises what any job raised."""
+        self._idle.wait()
+        if self._error is not None:
+            raise self._error
+
+    def close(self) -> None:
+        self._jobs.put(None)  # a job waiting on a closed feed ends with an error by itself
 
 
 class PoolCache:
@@ -170,24 +213,24 @@ class PoolCache:
         self.last_slots = np.zeros(0, np.int64)  # the slots the last call drew, in draw order
         self._side = torch.cuda.Stream(device) if device.type == "cuda" else None
         self._copied: torch.cuda.Event | None = None
+        self._writer = _Writer() if self._side is None else None
+        # (filled, slots) drawn at the end of a call for the next one, while the code is warm:
+        # used when the next call asks for as many (else drawn again); timing never matters
+        self._predrawn: tuple[int, np.ndarray] | None = None
         feed_seed = seed if feed_seed is None else feed_seed
         self.feed = RefillFeed(source, feed_seed, device.type == "cuda", count, manifest)
 
     def _put(self, slots: np.ndarray) -> None:
-        """Fill `slots` with the next images of the feed (on CUDA: on the side stream, after
-        the draws queued so far)."""
+        """Fill `slots` with the next images of the feed: on CPU on the writer thread, on CUDA
+        on the side stream, after the draws queued so far. Draws wait for it (`_ready`)."""
         if len(slots) == 0:
             return
-        parts = self.feed.take(len(slots))
         self.left[slots] = self.uses
         self.entered += len(slots)
-        if self._side is None:
-            # numpy's row assignment: 30x torch's CPU index_copy_ for rows of 21 KB (measured)
-            pool, lo = self.images.numpy(), 0
-            for part in parts:
-                pool[slots[lo : lo + len(part)]] = part.numpy()
-                lo += len(part)
+        if self._writer is not None:
+            self._writer.submit(lambda: self._write(slots))
             return
+        parts = self.feed.take(len(slots))
         with torch.cuda.stream(self._side):
             self._side.wait_stream(torch.cuda.current_stream(self.device))
             lo = 0
@@ -202,9 +245,28 @@ class PoolCache:
             self._copied = torch.cuda.Event()
             self._copied.record(self._side)
 
+    def _write(self, slots: np.ndarray) -> None:
+        """CPU: the feed's next images into `slots` (numpy's row assignment: 30x torch's CPU
+        index_copy_ for rows of 21 KB, measured)."""
+        pool, lo = self.images.numpy(), 0
+        for part in self.feed.take(len(slots)):
+            pool[slots[lo : lo + len(part)]] = part.numpy()
+            lo += len(part)
+
+    def _ready(self) -> None:
+        """Until the refills queued so far are in the pool (on CUDA: for this stream)."""
+        if self._writer is not None:
+            self._writer.wait()
+        elif self._copied is not None:
+            torch.cuda.current_stream(self.device).wait_event(self._copied)
+
     def _draw(self, n: int) -> np.ndarray:
         """`n` distinct filled slots, and the bookkeeping of their uses."""
-        slots = self.rng.choice(self.filled, n, replace=False)
+        pre, self._predrawn = self._predrawn, None
+        if pre is not None and pre[0] == self.filled and len(pre[1]) == n:
+            slots = pre[1]
+        else:
+            slots = self.rng.choice(self.filled, n, replace=False)
         self.left[slots] -= 1
         self.draws += n
         return slots
@@ -216,10 +278,9 @@ class PoolCache:
             self.filled = min(n, self.size)
         parts, drawn = [], []
         for lo in range(0, n, self.filled):
-            if self._copied is not None:  # refills queued so far (also by the last round)
-                torch.cuda.current_stream(self.device).wait_event(self._copied)
             slots = self._draw(min(self.filled, n - lo))
             drawn.append(slots)
+            self._ready()  # refills queued so far (also by the last round)
             parts.append(self.images.index_select(0, torch.from_numpy(slots).to(self.device)))
             spent = slots[self.left[slots] == 0]
             self.retired += len(spent)
@@ -227,6 +288,8 @@ class PoolCache:
             self.filled += len(grow)
             self._put(np.concatenate([spent, grow]))
         self.last_slots = np.concatenate(drawn)
+        m = min(self.filled, n)
+        self._predrawn = (self.filled, self.rng.choice(self.filled, m, replace=False))
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def stats(self) -> dict[str, Any]:
@@ -246,6 +309,8 @@ class PoolCache:
 
     def close(self) -> None:
         self.feed.close()
+        if self._writer is not None:
+            self._writer.close()
 
 
 def check_pool_args(pool: int | None, uses: int) -> None:
