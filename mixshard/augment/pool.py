@@ -227,7 +227,8 @@ class PoolCache:
             return
         self.left[slots] = self.uses
         self.entered += len(slots)
-        if self._writer is not None:
+        if self._side is None:  # CPU
+            assert self._writer is not None
             self._writer.submit(lambda: self._write(slots))
             return
         parts = self.feed.take(len(slots))
