@@ -317,6 +317,28 @@ def test_a_device_cache_of_some_shard_files_holds_just_their_images(pack_dir):
     assert set(ids_of(out)) == first
 
 
+def test_a_pool_closed_right_after_its_calls_exits_cleanly(pack_dir):
+    """The CPU pool writes refills on a thread after each call: `close()` waits for it, or a
+    write still inside torch when the interpreter exits aborts the process ("terminate called
+    without an active exception": 3 runs in 5 before the wait)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch, mixshard\n"
+        "torch.set_num_threads(1)\n"
+        "ov = mixshard.Overlay(sys.argv[1], cache='pool', pool=16, uses=1, flip=False)\n"
+        "for _ in range(20):\n"
+        "    ov(torch.rand(8, 9, 12, 12) * 255)\n"
+        "ov.close()\n"
+    )
+    for _ in range(3):
+        done = subprocess.run(
+            [sys.executable, "-c", code, str(pack_dir)], capture_output=True, text=True, timeout=120
+        )
+        assert (done.returncode, done.stderr) == (0, "")
+
+
 def test_a_pool_nobody_closed_is_closed_at_exit(pack_dir):
     """`compat.random_overlay` keeps its Overlays for the life of the process: their refill
     threads must be stopped at exit, not left inside torch while the interpreter goes."""
@@ -326,7 +348,8 @@ def test_a_pool_nobody_closed_is_closed_at_exit(pack_dir):
     code = (
         "import atexit, sys, threading\n"
         "def report():  # registered first: runs after every other exit hook\n"
-        "    alive = [t.name for t in threading.enumerate() if t.name == 'mixshard-refill']\n"
+        "    names = ('mixshard-refill', 'mixshard-pool-write')\n"
+        "    alive = [t.name for t in threading.enumerate() if t.name in names]\n"
         "    print('alive after exit:', alive)\n"
         "atexit.register(report)\n"
         "import torch, mixshard\n"

@@ -150,7 +150,8 @@ class _Writer:
         self._idle = threading.Event()
         self._idle.set()
         self._error: BaseException | None = None
-        threading.Thread(target=self._run, daemon=True, name="mixshard-pool-write").start()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="mixshard-pool-write")
+        self._thread.start()
 
     def _run(self) -> None:
         while (job := self._jobs.get()) is not None:
@@ -173,7 +174,11 @@ class _Writer:
             raise self._error
 
     def close(self) -> None:
-        self._jobs.put(None)  # a job waiting on a closed feed ends with an error by itself
+        """Ends the thread once its job has (close the feed first: a job waiting on a closed
+        feed ends with an error). Never left running: a thread inside torch at interpreter
+        exit aborts the process."""
+        self._jobs.put(None)
+        self._thread.join(timeout=10)
 
 
 class PoolCache:
@@ -219,6 +224,8 @@ class PoolCache:
         self._predrawn: tuple[int, np.ndarray] | None = None
         feed_seed = seed if feed_seed is None else feed_seed
         self.feed = RefillFeed(source, feed_seed, device.type == "cuda", count, manifest)
+        # at exit too, before the feed's own finalizer (finalizers run newest first)
+        self._closer = weakref.finalize(self, _stop_pool, self.feed, self._writer)
 
     def _put(self, slots: np.ndarray) -> None:
         """Fill `slots` with the next images of the feed: on CPU on the writer thread, on CUDA
@@ -309,9 +316,14 @@ class PoolCache:
         }
 
     def close(self) -> None:
-        self.feed.close()
-        if self._writer is not None:
-            self._writer.close()
+        """Stop the refills and wait for the threads doing them."""
+        self._closer()
+
+
+def _stop_pool(feed: RefillFeed, writer: _Writer | None) -> None:
+    feed.close()
+    if writer is not None:
+        writer.close()
 
 
 def check_pool_args(pool: int | None, uses: int) -> None:
