@@ -5,11 +5,15 @@ exactly `uses` times, then its slot is refilled with the next image of the block
 (sequential reads), so the disk only has to deliver `draws / uses` images per second and every
 image of the pack enters the pool once per pass. The pool fills over the first calls on a fixed
 schedule (`n` images to start, then `ceil(n / uses)` more per call), so the first call does not
-wait for `P` images. Refills are read ahead on a background thread into pinned host memory and,
-on CUDA, copied on a side stream while the next call is prepared. When the disk falls behind,
-a call waits; `stats()` counts those waits.
+wait for `P` images. Refills are read ahead on a background thread (into pinned host memory
+for CUDA) and put into the pool while the caller works on: on CUDA copied on a side stream, on
+CPU written by a writer thread; the next call's draws wait for them. When the disk falls
+behind, a call waits; `stats()` counts those waits.
 
-Draws depend only on the seed and the call sizes, not on timing.
+Draws depend only on the seed and the call sizes, not on timing. Each call also draws the next
+call's slots before it returns (for as many images; drawn again if the next call asks for a
+different number): right after a blend the first numpy call costs 5-10x, while the code is
+warm it does not.
 """
 
 from __future__ import annotations
