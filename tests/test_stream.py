@@ -445,6 +445,48 @@ def test_a_pack_is_warmed_once(pack_dir, monkeypatch):
     pack.close()
 
 
+def test_warming_asks_for_chunks_in_order_with_few_in_flight(pack_dir, monkeypatch):
+    """The whole pack asked for at once would queue it all in front of the loader's reads:
+    chunks are asked for in file order, at most WARM_IN_FLIGHT not yet read, and every
+    descriptor is closed after."""
+    from mixshard.reading import local
+
+    monkeypatch.setattr(local, "WARM_CHUNK", 4096)
+    monkeypatch.setattr(local, "WARM_IN_FLIGHT", 2)
+    events = []
+    real_fadvise, real_pread = os.posix_fadvise, os.pread
+
+    def name(fd):
+        return os.readlink(f"/proc/self/fd/{fd}").rsplit("/", 1)[1]
+
+    def fadvise(fd, offset, length, advice):
+        events.append(("ask", name(fd), offset, offset + length))
+        return real_fadvise(fd, offset, length, advice)
+
+    def pread(fd, n, offset):
+        events.append(("wait", name(fd), offset + 1))
+        return real_pread(fd, n, offset)
+
+    monkeypatch.setattr(os, "posix_fadvise", fadvise)
+    monkeypatch.setattr(os, "pread", pread)
+    fds_before = len(os.listdir("/proc/self/fd"))
+    pack = local.LocalPack(pack_dir, mixshard.Manifest.load(pack_dir))
+    pack.warm(threading.Event())
+    asks = [e[1:] for e in events if e[0] == "ask"]
+    expected = [
+        (s.name, lo, min(s.bytes, lo + 4096)) for s in pack.shards for lo in range(0, s.bytes, 4096)
+    ]
+    assert asks == expected and len(asks) > 2 * len(pack.shards)
+    waits = [e[1:] for e in events if e[0] == "wait"]
+    assert waits == [(n, hi) for n, _, hi in expected]  # each chunk waited for, in order
+    in_flight = 0
+    for e in events:
+        in_flight += 1 if e[0] == "ask" else -1
+        assert 0 <= in_flight <= 3  # the limit, and the chunk just asked for
+    pack.close()
+    assert len(os.listdir("/proc/self/fd")) == fds_before
+
+
 def test_skip_bad_local_shard_with_one_warning(tmp_path, pack_dir, ids):
     bad = copy_pack(pack_dir, tmp_path / "copy")
     (bad / "shard-000002.tar").unlink()

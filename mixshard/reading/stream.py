@@ -292,11 +292,12 @@ class BatchReader:
                 pin=pin,
             )
         else:
-            # Warm a cold pack with sequential reads, so the first epoch is not a seek storm.
+            # Warm a cold pack with sequential reads, so the first epoch is not a seek storm;
+            # started once the first batch is read, which would otherwise queue behind it
             self._warm = threading.Thread(
                 target=self.pack.warm, args=(self._stop,), daemon=True, name="mixshard-warm"
             )
-            self._warm.start()
+            self._warm_lock = threading.Lock()
 
     @property
     def reads_ahead(self) -> bool:
@@ -317,6 +318,7 @@ class BatchReader:
             images = torch.empty(shape, dtype=torch.uint8, pin_memory=pin)
             index = self.stream.batch_index(k)
             bad = self.pack.read_images(index, images.numpy())
+            self._start_warming()
         if bad is not None:
             index = _substitute(k, index, images.numpy(), bad)
         if not self.stream.labels:
@@ -324,12 +326,21 @@ class BatchReader:
         labels = torch.from_numpy(self.pack.labels(index))
         return images, (labels.pin_memory() if pin else labels)
 
+    def _start_warming(self) -> None:
+        assert self._warm is not None
+        if self._warm.ident is None:
+            with self._warm_lock:
+                if self._warm.ident is None and not self._stop.is_set():
+                    self._warm.start()
+
     def close(self) -> None:
         self._stop.set()
         if self._feed is not None:
             self._feed.close()
         if self._warm is not None:
-            self._warm.join(timeout=10)
+            with self._warm_lock:
+                if self._warm.ident is not None:
+                    self._warm.join(timeout=10)
 
 
 def _urls(source: str | os.PathLike | list[str]) -> str | list[str]:
