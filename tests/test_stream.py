@@ -449,10 +449,10 @@ def test_warming_asks_for_chunks_in_order_with_few_in_flight(pack_dir, monkeypat
     """The whole pack asked for at once would queue it all in front of the loader's reads:
     chunks are asked for in file order, at most WARM_IN_FLIGHT not yet read, and every
     descriptor is closed after."""
-    from mixshard.reading import local
+    from mixshard.reading import local, warming
 
-    monkeypatch.setattr(local, "WARM_CHUNK", 4096)
-    monkeypatch.setattr(local, "WARM_IN_FLIGHT", 2)
+    monkeypatch.setattr(warming, "WARM_CHUNK", 4096)
+    monkeypatch.setattr(warming, "WARM_IN_FLIGHT", 2)
     events = []
     real_fadvise, real_pread = os.posix_fadvise, os.pread
 

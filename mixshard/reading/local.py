@@ -17,7 +17,7 @@ import contextlib
 import os
 import threading
 import warnings
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,9 +29,8 @@ from ..core.errors import MixshardError, ShardError
 from ..core.files import open_regular
 from ..core.manifest import SHARD_NAME, Manifest, ShardInfo
 from .rawio import scatter_read
+from .warming import warm_files
 
-WARM_CHUNK = 8 << 20  # bytes asked for at a time when warming a pack
-WARM_IN_FLIGHT = 4  # chunks asked for and not yet read: what a loader's reads queue behind
 CHECK_LOCKS = 64  # locks striped over the blocks: a block's first read is checked once
 
 
@@ -373,47 +372,13 @@ class LocalPack:
         return out
 
     def warm(self, stop: threading.Event) -> None:
-        """Read every shard into the page cache, one after the other, in chunks asked of the
-        kernel ahead (`posix_fadvise(WILLNEED)`, no copy) with at most `WARM_IN_FLIGHT`
-        outstanding: asking for the whole pack at once queues gigabytes in front of every
-        read a loader makes meanwhile. Runs on a background thread; pages already cached cost
-        nothing. Once per pack: later calls return at once. Its descriptors stay out of the
-        readers' cache."""
+        """Read every shard into the page cache, paced (`warming.py`). Runs on a background
+        thread. Once per pack: later calls return at once; stopped early, the next reader
+        starts over (cached pages cost nothing)."""
         with self._lock:
             if self._warming or not hasattr(os, "posix_fadvise"):
                 return
             self._warming = True
-        asked: deque[tuple[int, int, bool]] = deque()
-        opened: set[int] = set()
-        try:
-            for shard in self.shards:
-                try:
-                    fd = open_regular(self.folder / shard.name)
-                except OSError:
-                    return
-                opened.add(fd)
-                for lo in range(0, shard.bytes, WARM_CHUNK):
-                    if stop.is_set():  # the next reader starts over (cached pages cost nothing)
-                        self._warming = False
-                        return
-                    hi = min(shard.bytes, lo + WARM_CHUNK)
-                    os.posix_fadvise(fd, lo, hi - lo, os.POSIX_FADV_WILLNEED)
-                    asked.append((fd, hi - 1, hi == shard.bytes))
-                    while len(asked) > WARM_IN_FLIGHT:
-                        _arrived(*asked.popleft(), opened)
-            while asked:
-                _arrived(*asked.popleft(), opened)
-        finally:
-            for fd in opened:
-                os.close(fd)
-
-
-def _arrived(fd: int, last: int, closes: bool, opened: set[int]) -> None:
-    """Wait until the chunk asked for that ends at byte `last` is read (a one-byte read of
-    its last page waits for the kernel's read in flight), then close `fd` after the shard's
-    last chunk."""
-    with contextlib.suppress(OSError):
-        os.pread(fd, 1, last)
-    if closes:
-        opened.discard(fd)
-        os.close(fd)
+        files = [(self.folder / shard.name, shard.bytes) for shard in self.shards]
+        if not warm_files(files, stop):
+            self._warming = False

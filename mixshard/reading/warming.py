@@ -1,0 +1,59 @@
+"""Getting a cold pack into the page cache without getting in the way of its readers.
+
+The shards are read one after the other in chunks asked of the kernel ahead
+(`posix_fadvise(WILLNEED)`: no copy into this process), with at most `WARM_IN_FLIGHT` chunks
+asked for and not yet read. Asking for the whole pack at once queues gigabytes in front of every
+read a loader makes meanwhile (measured: the first pass of the global order at half the
+sequential rate that way, three quarters paced).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections import deque
+from pathlib import Path
+
+from ..core.files import open_regular
+
+WARM_CHUNK = 8 << 20  # bytes asked for at a time
+WARM_IN_FLIGHT = 4  # chunks asked for and not yet read: what a loader's reads queue behind
+
+
+def warm_files(files: list[tuple[Path, int]], stop: threading.Event) -> bool:
+    """Read `(path, size)` files into the page cache in order. Returns False when `stop` was
+    set (or a file could not be opened) before the end."""
+    asked: deque[tuple[int, int, bool]] = deque()  # (fd, last byte, the file's last chunk)
+    opened: set[int] = set()
+    try:
+        for path, size in files:
+            try:
+                fd = open_regular(path)
+            except OSError:
+                return False
+            opened.add(fd)
+            for lo in range(0, size, WARM_CHUNK):
+                if stop.is_set():
+                    return False
+                hi = min(size, lo + WARM_CHUNK)
+                os.posix_fadvise(fd, lo, hi - lo, os.POSIX_FADV_WILLNEED)
+                asked.append((fd, hi - 1, hi == size))
+                while len(asked) > WARM_IN_FLIGHT:
+                    _arrived(*asked.popleft(), opened)
+        while asked:
+            _arrived(*asked.popleft(), opened)
+        return True
+    finally:
+        for fd in opened:
+            os.close(fd)
+
+
+def _arrived(fd: int, last: int, closes: bool, opened: set[int]) -> None:
+    """Wait until the chunk that ends at byte `last` is read (a one-byte read of its last page
+    waits for the kernel's read in flight), then close `fd` after the file's last chunk."""
+    with contextlib.suppress(OSError):
+        os.pread(fd, 1, last)
+    if closes:
+        opened.discard(fd)
+        os.close(fd)
