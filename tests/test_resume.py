@@ -49,6 +49,9 @@ def start_pack(src: Path, out: Path, workers: int) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        # Ctrl-C as a terminal delivers it: a shell's background job (`make test &`) ignores
+        # SIGINT, a child inherits that, and Python then installs no handler for it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 
