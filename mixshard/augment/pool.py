@@ -65,7 +65,6 @@ class RefillFeed:
         self._queue: queue.Queue = queue.Queue(REFILL_AHEAD)
         self._left: torch.Tensor | None = None
         self._failed: BaseException | None = None  # raised again by every later take
-        self._pin = pin
         self._stop = threading.Event()
         self.waits, self.wait_seconds = 0, 0.0
         self._thread = threading.Thread(target=self._run, daemon=True, name="mixshard-refill")
