@@ -294,7 +294,7 @@ def real_rows(pack: Path, budget: float) -> list[list[object]]:
     rows = []
     for kind, label in (("block", "loader (auto order)"), ("auto", "Overlay (cache=auto), N=128")):
         r = cell(
-            kind if kind != "block" else "block",
+            kind,
             pack,
             cold="drop",
             procs=None,

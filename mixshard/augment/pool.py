@@ -23,6 +23,7 @@ import queue
 import threading
 import time
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -244,13 +245,10 @@ class PoolCache:
         parts = self.feed.take(len(slots))
         with torch.cuda.stream(self._side):
             self._side.wait_stream(torch.cuda.current_stream(self.device))
-            lo = 0
-            for part in parts:  # pinned pieces: asynchronous copies
-                index = torch.from_numpy(slots[lo : lo + len(part)])
-                lo += len(part)
+            for where, part in _by_piece(slots, parts):  # pinned pieces: asynchronous copies
                 self.images.index_copy_(
                     0,
-                    index.to(self.device, non_blocking=True),
+                    torch.from_numpy(where).to(self.device, non_blocking=True),
                     part.to(self.device, non_blocking=True),
                 )
             self._copied = torch.cuda.Event()
@@ -259,10 +257,9 @@ class PoolCache:
     def _write(self, slots: np.ndarray) -> None:
         """CPU: the feed's next images into `slots` (numpy's row assignment: 30x torch's CPU
         index_copy_ for rows of 21 KB, measured)."""
-        pool, lo = self.images.numpy(), 0
-        for part in self.feed.take(len(slots)):
-            pool[slots[lo : lo + len(part)]] = part.numpy()
-            lo += len(part)
+        pool = self.images.numpy()
+        for where, part in _by_piece(slots, self.feed.take(len(slots))):
+            pool[where] = part.numpy()
 
     def _ready(self) -> None:
         """Until the refills queued so far are in the pool (on CUDA: for this stream)."""
@@ -321,6 +318,14 @@ class PoolCache:
     def close(self) -> None:
         """Stop the refills and wait for the threads doing them."""
         self._closer()
+
+
+def _by_piece(slots: np.ndarray, parts: list[torch.Tensor]) -> Iterator[tuple[np.ndarray, Any]]:
+    """`(the slots it fills, piece)` for consecutive pieces that fill `slots` in order."""
+    lo = 0
+    for part in parts:
+        yield slots[lo : lo + len(part)], part
+        lo += len(part)
 
 
 def _stop_pool(feed: RefillFeed, writer: _Writer | None) -> None:

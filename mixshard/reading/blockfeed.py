@@ -6,9 +6,9 @@ time a batch needs a block, reader threads read the whole block with one `preadv
 buffers are the rows its images take in every batch of this feed (images of other ranks or
 workers, and those left over, go to a scratch row). Each image is copied once, from the page
 cache into the batch handed out, and no Python object is made per image. Memory is the
-batches planned ahead plus those a window's blocks feed: about one window of images, whatever
-the size of the pack. Batch buffers are used again once their batches are dropped
-(`recycle.py`).
+batches planned ahead (half a window) plus those a window's blocks feed: about one and a half
+windows of images, whatever the size of the pack. Batch buffers are used again once their
+batches are dropped (`recycle.py`).
 """
 
 from __future__ import annotations
