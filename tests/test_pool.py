@@ -13,7 +13,8 @@ from helpers import make_tree, read_pack
 
 import mixshard
 from mixshard import Manifest, MixshardError, Overlay
-from mixshard.augment.pool import PoolCache, RefillFeed
+from mixshard.augment.pool import PoolCache
+from mixshard.augment.refill import RefillFeed
 from mixshard.reading.local import LocalPack
 
 M = 40  # images in the pack
@@ -197,12 +198,12 @@ def test_cuda_pool(pack_dir):
 def test_each_rank_refills_from_its_share_of_the_stream(pack_dir, monkeypatch):
     """Under DDP the draws differ by rank, but the refill stream takes the seed every rank
     shares, so the stream's own split by rank gives each rank disjoint images."""
-    from mixshard.augment import overlay, pool
+    from mixshard.augment import overlay, refill
     from mixshard.reading import stream
 
     seen = []
     for rank in (0, 1):
-        for module in (overlay, pool, stream):  # as torch.distributed would say
+        for module in (overlay, refill, stream):  # as torch.distributed would say
             monkeypatch.setattr(module, "rank_world", lambda r=rank: (r, 2))
         ov = Overlay(pack_dir, cache="pool", pool=8, uses=1, flip=False, alpha=1.0, seed=5)
         obs = torch.zeros(8, 3, 12, 12)
@@ -361,3 +362,53 @@ def test_a_pool_nobody_closed_is_closed_at_exit(pack_dir):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "alive after exit: []\n"
+
+
+def test_a_full_pool_draws_every_slot_once_before_any_twice(pack_dir):
+    """Once full, the pool's draws are consecutive pieces of a permutation of its slots: each
+    call a set of distinct slots, and every slot once per size / n calls."""
+    pool = PoolCache(str(pack_dir), Manifest.load(pack_dir), CPU, 16, 4, seed=2)
+    while pool.filled < 16:
+        pool.take(4)
+    for _ in range(3):
+        drawn = []
+        for _ in range(4):
+            pool.take(4)
+            drawn += pool.last_slots.tolist()
+        assert sorted(drawn) == list(range(16))
+    pool.close()
+
+
+@pytest.mark.parametrize(("side", "word"), [(5, torch.uint8), (6, torch.int32)])
+def test_refills_of_any_image_size_are_the_pack_images(tmp_path, side, word):
+    """Refills are written as words of the widest integer type dividing an image (75 bytes:
+    bytes, 108: int32, the 432 of the other tests: int64): every image in the pool after
+    several passes of refills is one of the pack's, byte for byte."""
+    make_tree(tmp_path / "src", classes=("a",), per_class=12)
+    mixshard.pack(tmp_path / "src", tmp_path / "pack", size=side, shard_size=8, block_size=4)
+    pack = set(ids_of(torch.from_numpy(read_pack(tmp_path / "pack")[0])))
+    pool = PoolCache(str(tmp_path / "pack"), Manifest.load(tmp_path / "pack"), CPU, 8, 1, seed=0)
+    assert pool._word == word
+    for _ in range(12):  # the first 8, then 8 refills a call: 8 passes over the 12 images
+        assert set(ids_of(pool.take(8))) <= pack
+    pool._ready()
+    assert set(ids_of(pool.images)) <= pack and pool.stats()["entered"] == 8 + 12 * 8
+    pool.close()
+
+
+def test_images_a_call_owns_are_not_overwritten_by_later_calls(pack_dir):
+    """On CPU a call's images are gathered ahead into one of two buffers: a caller that did
+    not ask to own them gets the buffer (used again by the call after next), one that did
+    gets a copy."""
+    pool = PoolCache(str(pack_dir), Manifest.load(pack_dir), CPU, 16, 4, seed=3)
+    while pool.filled < 16:
+        pool.take(8)
+    owned = pool.take(8)
+    kept = owned.clone()
+    lent = [pool.take(8, own=False) for _ in range(3)]
+    assert lent[0].data_ptr() == lent[2].data_ptr() != lent[1].data_ptr()
+    assert owned.data_ptr() not in {t.data_ptr() for t in lent}
+    for _ in range(4):
+        pool.take(8, own=False)
+    assert torch.equal(owned, kept)
+    pool.close()

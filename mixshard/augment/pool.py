@@ -2,18 +2,22 @@
 
 `P` images are resident. Each call draws `n` distinct slots at random; every image is drawn
 exactly `uses` times, then its slot is refilled with the next image of the block-order stream
-(sequential reads), so the disk only has to deliver `draws / uses` images per second and every
-image of the pack enters the pool once per pass. The pool fills over the first calls on a fixed
-schedule (`n` images to start, then `ceil(n / uses)` more per call), so the first call does not
-wait for `P` images. Refills are read ahead on a background thread (into pinned host memory
-for CUDA) and put into the pool while the caller works on: on CUDA copied on a side stream, on
-CPU written by a writer thread; the next call's draws wait for them. When the disk falls
-behind, a call waits; `stats()` counts those waits.
+(sequential reads, `refill.py`), so the disk only has to deliver `draws / uses` images per
+second and every image of the pack enters the pool once per pass. The pool fills over the
+first calls on a fixed schedule (`n` images to start, then `ceil(n / uses)` more per call), so
+the first call does not wait for `P` images; once full, the draws walk a random permutation of
+the slots (each call a uniform random set, every slot once before any twice). Refills are read
+ahead on a background thread (into pinned host memory for CUDA) and put into the pool while
+the caller works on: on CUDA copied on a side stream, on CPU written by a writer thread; the
+next call's draws wait for them. When the disk falls behind, a call waits; `stats()` counts
+those waits.
 
-Draws depend only on the seed and the call sizes, not on timing. Each call also draws the next
-call's slots before it returns (for as many images; drawn again if the next call asks for a
-different number): right after a blend the first numpy call costs 5-10x, while the code is
-warm it does not.
+Draws depend only on the seed and the call sizes, not on timing. Each call makes the next
+call's draws before it returns (for as many images; drawn again if the next call asks for a
+different number). On CPU the writer thread makes them after that call's refills and gathers
+their images too, while the caller blends; a call is then left with the bookkeeping of uses.
+What the writer does holds the GIL as little as it can (torch's copies, no numpy draw per
+call): whatever it holds, the caller's blend waits for between its ops.
 """
 
 from __future__ import annotations
@@ -21,7 +25,6 @@ from __future__ import annotations
 import math
 import queue
 import threading
-import time
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -29,125 +32,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core.env import rank_world
 from ..core.errors import MixshardError
 from ..core.manifest import Manifest
-from ..reading.remote import is_folder
+from .refill import RefillFeed
 
-REFILL_BATCH = 256  # images per refill read
-REFILL_AHEAD = 8  # refill batches read ahead
-REFILL_WINDOW = 8  # blocks shuffled together in the refill stream (the pool itself shuffles)
-
-
-class RefillFeed:
-    """Images of a pack in block order, endlessly, read ahead on a background thread."""
-
-    def __init__(
-        self, source: Any, seed: int, pin: bool, count: int, manifest: Manifest | None = None
-    ) -> None:
-        """`count`: the images `source` holds (a list of shard URLs may hold part of a pack);
-        `manifest`: its manifest, when already read."""
-        from ..reading.loading import loader
-
-        batch = max(1, min(REFILL_BATCH, count // rank_world()[1]))  # each rank reads its share
-        kwargs: dict[str, Any] = (
-            {"order": "block", "window": REFILL_WINDOW} if is_folder(source) else {}
-        )
-        self._loader = loader(
-            source,
-            batch,
-            num_workers=2,
-            infinite=True,
-            seed=seed,
-            pin_memory=pin,
-            manifest=manifest,
-            **kwargs,
-        )
-        self._queue: queue.Queue = queue.Queue(REFILL_AHEAD)
-        self._left: torch.Tensor | None = None
-        self._failed: BaseException | None = None  # raised again by every later take
-        self._stop = threading.Event()
-        self.waits, self.wait_seconds = 0, 0.0
-        self._thread = threading.Thread(target=self._run, daemon=True, name="mixshard-refill")
-        self._thread.start()
-        # closed at interpreter exit too: a reader thread left inside torch then aborts the
-        # process (a feed nobody closed, e.g. the Overlays `compat.random_overlay` keeps)
-        self._closer = weakref.finalize(self, _stop_reading, self._stop, self._loader, self._thread)
-
-    def _run(self) -> None:
-        try:
-            for batch in self._loader:
-                if not self._put(batch):
-                    return
-            self._put(MixshardError("the refill stream of the pool ended"))
-        except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread
-            self._put(exc)
-
-    def _put(self, item: Any) -> bool:
-        """Queue `item`, unless the feed is closed first."""
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def _next(self) -> torch.Tensor:
-        if self._failed is not None:  # the reader thread has ended: never wait for it
-            raise self._failed
-        try:
-            item = self._queue.get_nowait()
-        except queue.Empty:
-            self.waits += 1
-            t0 = time.perf_counter()
-            item = self._wait()
-            self.wait_seconds += time.perf_counter() - t0
-        if isinstance(item, BaseException):
-            self._failed = item
-            raise item
-        return item
-
-    def _wait(self) -> Any:
-        while not self._stop.is_set():
-            try:
-                return self._queue.get(timeout=0.1)
-            except queue.Empty:
-                continue
-        return MixshardError("the refill stream of the pool was closed")
-
-    def take(self, m: int) -> list[torch.Tensor]:
-        """The next `m` images, as consecutive pieces of the feed's batches (host memory,
-        pinned when asked): not copied into one tensor, which would cost a fresh allocation
-        and a copy per refill."""
-        parts, have = [], 0
-        if self._left is not None:
-            parts.append(self._left)
-            have = len(self._left)
-        while have < m:
-            batch = self._next()
-            parts.append(batch)
-            have += len(batch)
-        last = parts[-1]
-        keep = len(last) - (have - m)
-        self._left = last[keep:] if keep < len(last) else None
-        parts[-1] = last[:keep]
-        return parts
-
-    def close(self) -> None:
-        """Stop reading and wait for the reader thread to end."""
-        self._closer()
-
-
-def _stop_reading(stop: threading.Event, reader: Any, thread: threading.Thread) -> None:
-    stop.set()
-    reader.close()
-    thread.join(timeout=10)
+_WORDS = (torch.int64, torch.int32, torch.int16, torch.uint8)
 
 
 class _Writer:
     """A daemon thread that runs one job at a time off the caller's thread: the CPU pool's
-    refills, done while the caller blends. A job's error is raised by every later `wait`."""
+    refills and the next call's draws, done while the caller blends. A job's error is raised
+    by every later `wait`."""
 
     def __init__(self) -> None:
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
@@ -218,29 +113,35 @@ class PoolCache:
         self.left = np.zeros(self.size, np.int64)  # draws left per slot
         self.filled = 0  # slots 0 .. filled-1 hold images
         self.rng = np.random.default_rng([seed, 5])
+        self._perm, self._cursor = np.zeros(0, np.int64), 0  # a full pool's draws (`_slots`)
         self.draws = self.entered = self.retired = 0
         self.last_slots = np.zeros(0, np.int64)  # the slots the last call drew, in draw order
         self._side = torch.cuda.Stream(device) if device.type == "cuda" else None
         self._copied: torch.cuda.Event | None = None
         self._writer = _Writer() if self._side is None else None
-        # (filled, slots) drawn at the end of a call for the next one, while the code is warm:
+        self._writes: list[np.ndarray] = []  # CPU: slots to refill, not yet given the writer
+        # CPU refills go through a view of each image as words of the widest integer type
+        # that divides it: torch's CPU index_put_ costs per element (4x less in int64 than uint8)
+        self._word = next(d for d in _WORDS if manifest.image_bytes % d.itemsize == 0)
+        self._buffers: list[torch.Tensor] = []  # CPU: the two the next calls' images alternate in
+        # (filled, slots, their images or None) drawn at the end of a call for the next one:
         # used when the next call asks for as many (else drawn again); timing never matters
-        self._predrawn: tuple[int, np.ndarray] | None = None
+        self._predrawn: tuple[int, np.ndarray, torch.Tensor | None] | None = None
         feed_seed = seed if feed_seed is None else feed_seed
         self.feed = RefillFeed(source, feed_seed, device.type == "cuda", count, manifest)
         # at exit too, before the feed's own finalizer (finalizers run newest first)
         self._closer = weakref.finalize(self, _stop_pool, self.feed, self._writer)
 
     def _put(self, slots: np.ndarray) -> None:
-        """Fill `slots` with the next images of the feed: on CPU on the writer thread, on CUDA
-        on the side stream, after the draws queued so far. Draws wait for it (`_ready`)."""
+        """Fill `slots` with the next images of the feed: on CPU by the writer thread's next
+        job, on CUDA on the side stream, after the draws queued so far. Draws wait for it
+        (`_ready`)."""
         if len(slots) == 0:
             return
         self.left[slots] = self.uses
         self.entered += len(slots)
         if self._side is None:  # CPU
-            assert self._writer is not None
-            self._writer.submit(lambda: self._write(slots))
+            self._writes.append(slots)
             return
         parts = self.feed.take(len(slots))
         with torch.cuda.stream(self._side):
@@ -254,50 +155,100 @@ class PoolCache:
             self._copied = torch.cuda.Event()
             self._copied.record(self._side)
 
-    def _write(self, slots: np.ndarray) -> None:
-        """CPU: the feed's next images into `slots` (numpy's row assignment: 30x torch's CPU
-        index_copy_ for rows of 21 KB, measured)."""
-        pool = self.images.numpy()
+    def _write(self, writes: list[np.ndarray]) -> None:
+        """CPU: the feed's next images into the slots `writes`, with torch's index_put_: it
+        lets go of the GIL while it copies, so the caller's blend is not kept waiting for it
+        (numpy's row assignment keeps it)."""
+        if not writes:
+            return
+        slots = writes[0] if len(writes) == 1 else np.concatenate(writes)
+        pool = self._words(self.images)
         for where, part in _by_piece(slots, self.feed.take(len(slots))):
-            pool[where] = part.numpy()
+            pool.index_put_((torch.from_numpy(where),), self._words(part))
+
+    def _words(self, images: torch.Tensor) -> torch.Tensor:
+        return images.view(len(images), -1).view(self._word)
 
     def _ready(self) -> None:
-        """Until the refills queued so far are in the pool (on CUDA: for this stream)."""
+        """Until the refills queued so far are in the pool (on CUDA: for this stream), and the
+        draws made ahead are made."""
         if self._writer is not None:
+            if self._writes:
+                writes, self._writes = self._writes, []
+                self._writer.submit(lambda: self._write(writes))
             self._writer.wait()
         elif self._copied is not None:
             torch.cuda.current_stream(self.device).wait_event(self._copied)
 
-    def _draw(self, n: int) -> np.ndarray:
-        """`n` distinct filled slots, and the bookkeeping of their uses."""
+    def _slots(self, filled: int, m: int) -> np.ndarray:
+        """`m` distinct slots out of the first `filled`. While the pool fills, a fresh draw per
+        call; once it is full, consecutive pieces of a random permutation of the slots (a new
+        one when fewer than `m` are left): each call is still a uniform random set, drawn for
+        the cost of a slice (a `choice` beside a blend holds the GIL for ~250 µs)."""
+        if filled < self.size:
+            return self.rng.choice(filled, m, replace=False)
+        if self._cursor + m > len(self._perm):
+            self._perm, self._cursor = self.rng.permutation(self.size), 0
+        self._cursor += m
+        return self._perm[self._cursor - m : self._cursor]
+
+    def _predraw(self, filled: int, m: int, gather: bool) -> None:
+        """The next call's `m` slots out of `filled`; with `gather`, their images too, into
+        the buffer the last call did not hand out."""
+        slots = self._slots(filled, m)
+        images = None
+        if gather:
+            self._buffers.reverse()
+            if not self._buffers or len(self._buffers[0]) != m:
+                self._buffers = [torch.empty_like(self.images[:m]) for _ in range(2)]
+            index = torch.from_numpy(slots)
+            images = torch.index_select(self.images, 0, index, out=self._buffers[0])
+        self._predrawn = (filled, slots, images)
+
+    def _draw(self, n: int) -> tuple[np.ndarray, torch.Tensor, bool]:
+        """`n` distinct filled slots, their images, whether those are in a buffer used again
+        by the call after next; and the bookkeeping of their uses."""
         pre, self._predrawn = self._predrawn, None
         if pre is not None and pre[0] == self.filled and len(pre[1]) == n:
-            slots = pre[1]
+            slots, images = pre[1], pre[2]
         else:
-            slots = self.rng.choice(self.filled, n, replace=False)
+            slots, images = self._slots(self.filled, n), None
+        lent = images is not None
+        if images is None:
+            images = self.images.index_select(0, torch.from_numpy(slots).to(self.device))
         self.left[slots] -= 1
         self.draws += n
-        return slots
+        return slots, images, lent
 
     def take(self, n: int, own: bool = True) -> torch.Tensor:
-        """`n` images: distinct ones when `n` <= the pool size."""
+        """`n` images: distinct ones when `n` <= the pool size. With `own=False` they may be
+        a buffer used again by the call after next."""
         if self.filled < min(n, self.size):  # the first call(s): start with n images
             self._put(np.arange(self.filled, min(n, self.size)))
             self.filled = min(n, self.size)
         parts, drawn = [], []
         for lo in range(0, n, self.filled):
-            slots = self._draw(min(self.filled, n - lo))
+            self._ready()  # refills queued so far (also by the last round), draws made ahead
+            slots, images, lent = self._draw(min(self.filled, n - lo))
             drawn.append(slots)
-            self._ready()  # refills queued so far (also by the last round)
-            parts.append(self.images.index_select(0, torch.from_numpy(slots).to(self.device)))
+            parts.append(images.clone() if lent and own else images)
             spent = slots[self.left[slots] == 0]
             self.retired += len(spent)
             grow = np.arange(self.filled, min(self.size, self.filled + math.ceil(n / self.uses)))
             self.filled += len(grow)
             self._put(np.concatenate([spent, grow]))
         self.last_slots = np.concatenate(drawn)
-        m = min(self.filled, n)
-        self._predrawn = (self.filled, self.rng.choice(self.filled, m, replace=False))
+        filled, m = self.filled, min(self.filled, n)
+        if self._writer is None:  # CUDA: the gather is queued on the device by the next call
+            self._predraw(filled, m, gather=False)
+        else:  # CPU: the refills, then the next draws and their images, while the caller works
+            writes, self._writes = self._writes, []
+
+            def job() -> None:
+                self._write(writes)
+                self._predraw(filled, m, gather=True)
+
+            self._writer.submit(job)
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def stats(self) -> dict[str, Any]:
