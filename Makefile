@@ -7,11 +7,12 @@ DATA ?= data
 WORKERS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test test-cuda lint format demo bench places365 coco clean
+.PHONY: help venv test test-cuda coverage lint format demo bench places365 coco clean
 
 help:
 	@echo "make demo    generate a procedural image folder, pack it, show the result"
 	@echo "make test    create .venv if missing, install mixshard with dev extras, run pytest"
+	@echo "make coverage  the tests with line coverage of mixshard/ (worker processes included)"
 	@echo "make lint    ruff check + format check + mypy"
 	@echo "make bench   run the benchmarks (scripts/bench_*.py)"
 	@echo "make places365 SRC=<.../places365_standard> DATA=<dir>   pack Places365-Standard"
@@ -27,6 +28,9 @@ venv: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest
+
+coverage: $(STAMP)
+	$(PY) -m pytest --cov=mixshard --cov-report=term-missing:skip-covered
 
 test-cuda: $(STAMP)
 	$(PY) -m pytest -m cuda
