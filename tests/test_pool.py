@@ -16,6 +16,7 @@ from mixshard import Manifest, MixshardError, Overlay
 from mixshard.augment.pool import PoolCache
 from mixshard.augment.refill import RefillFeed
 from mixshard.reading.local import LocalPack
+from mixshard.reading.source import resolve_source
 
 M = 40  # images in the pack
 CPU = torch.device("cpu")
@@ -34,16 +35,15 @@ def ids_of(images: torch.Tensor) -> list[bytes]:
 
 
 def test_each_image_is_drawn_exactly_uses_times_and_enters_once_per_pass(pack_dir):
-    manifest = Manifest.load(pack_dir)
     size, uses, n = 16, 3, 8
-    pool = PoolCache(str(pack_dir), manifest, CPU, size, uses, seed=4)
+    pool = PoolCache(resolve_source(str(pack_dir)), CPU, size, uses, seed=4)
     content: dict[int, bytes] = {}  # slot -> the image it holds
     count: dict[int, int] = {}  # slot -> draws of that image so far
     entries: list[bytes] = []
     filled = 0
     for _ in range(60):
         got = ids_of(pool.take(n))
-        pool._ready()  # refills are written between calls: wait for them to look
+        pool.wait()  # refills are written between calls: wait for them to look
         slots = pool.last_slots.tolist()
         assert len(slots) == n and len(set(slots)) == n  # distinct slots in a call
         first = list(range(filled, max(filled, n)))  # the first call fills n slots
@@ -65,7 +65,7 @@ def test_each_image_is_drawn_exactly_uses_times_and_enters_once_per_pass(pack_di
     assert stats["draws"] == 60 * n and stats["entered"] == len(entries)
     assert stats["retired"] == stats["entered"] - filled
     # entries follow the refill feed: block order over the whole pack, each image once a pass
-    feed = RefillFeed(str(pack_dir), 4, False, manifest.count)
+    feed = RefillFeed(resolve_source(str(pack_dir)), 4, False)
     expected = ids_of(torch.cat(feed.take(len(entries))))
     feed.close()
     assert entries == expected
@@ -79,20 +79,19 @@ def test_each_image_is_drawn_exactly_uses_times_and_enters_once_per_pass(pack_di
 def test_realised_uses_per_retired_image(pack_dir):
     """Counting draws per image over whole passes: every image that left the pool was drawn
     exactly `uses` times."""
-    manifest = Manifest.load(pack_dir)
     uses = 4
-    pool = PoolCache(str(pack_dir), manifest, CPU, 16, uses, seed=1)
+    pool = PoolCache(resolve_source(str(pack_dir)), CPU, 16, uses, seed=1)
     counts: Counter[bytes] = Counter()
     for _ in range(100):
         counts.update(ids_of(pool.take(8)))
-    pool._ready()
+    pool.wait()
     in_pool = Counter(ids_of(pool.images[: pool.filled]))
     left = Counter()
     for s in range(pool.filled):
         left[bytes(pool.images[s].numpy())] += int(pool.left[s])
     stats = pool.stats()
     # draws of every image = uses x its entries - what its pooled copies have left
-    feed = RefillFeed(str(pack_dir), 1, False, manifest.count)
+    feed = RefillFeed(resolve_source(str(pack_dir)), 1, False)
     entries = Counter(ids_of(torch.cat(feed.take(stats["entered"]))))
     feed.close()
     for image, entered in entries.items():
@@ -106,23 +105,21 @@ def test_realised_uses_per_retired_image(pack_dir):
 def test_refill_feed_pieces_follow_the_stream_across_batches(pack_dir):
     """`take` hands out pieces of the feed's batches (no copy): whatever the request sizes,
     the pieces hold m images each time and join up into the stream taken in one go."""
-    manifest = Manifest.load(pack_dir)
-    feed = RefillFeed(str(pack_dir), 2, False, manifest.count)
+    feed = RefillFeed(resolve_source(str(pack_dir)), 2, False)
     pieces = [feed.take(m) for m in (3, 7, 1, 16, 5, 30)]
     feed.close()
     assert [sum(len(p) for p in ps) for ps in pieces] == [3, 7, 1, 16, 5, 30]
     assert max(len(ps) for ps in pieces) > 1  # some request spans batches
-    whole = RefillFeed(str(pack_dir), 2, False, manifest.count)
+    whole = RefillFeed(resolve_source(str(pack_dir)), 2, False)
     expected = ids_of(torch.cat(whole.take(62)))
     whole.close()
     assert ids_of(torch.cat([p for ps in pieces for p in ps])) == expected
 
 
 def test_draws_are_deterministic_and_start_small(pack_dir):
-    manifest = Manifest.load(pack_dir)
     runs = []
     for _ in range(2):
-        pool = PoolCache(str(pack_dir), manifest, CPU, 32, 4, seed=9)
+        pool = PoolCache(resolve_source(str(pack_dir)), CPU, 32, 4, seed=9)
         first = pool.take(8)
         assert pool.filled == 8 + 2  # n images to start, then ceil(n / uses) per call
         runs.append(torch.cat([first] + [pool.take(n) for n in (5, 8, 13, 1)]))
@@ -131,7 +128,7 @@ def test_draws_are_deterministic_and_start_small(pack_dir):
 
 
 def test_calls_larger_than_the_pool(pack_dir):
-    pool = PoolCache(str(pack_dir), Manifest.load(pack_dir), CPU, 6, 2, seed=0)
+    pool = PoolCache(resolve_source(str(pack_dir)), CPU, 6, 2, seed=0)
     got = pool.take(15)
     assert got.shape == (15, 3, 12, 12) and len(pool.last_slots) == 15
     for lo in range(0, 15, 6):  # drawn in rounds of at most the pool size: distinct per round
@@ -148,7 +145,7 @@ def test_a_slow_disk_makes_calls_wait_and_is_counted(pack_dir, monkeypatch):
         return scatter_block(self, b, addresses, drop_cache)
 
     monkeypatch.setattr(LocalPack, "scatter_block", slow)
-    pool = PoolCache(str(pack_dir), Manifest.load(pack_dir), CPU, 40, 1, seed=0)
+    pool = PoolCache(resolve_source(str(pack_dir)), CPU, 40, 1, seed=0)
     for _ in range(6):
         pool.take(8)
     stats = pool.stats()
@@ -209,7 +206,9 @@ def test_each_rank_refills_from_its_share_of_the_stream(pack_dir, monkeypatch):
         obs = torch.zeros(8, 3, 12, 12)
         got = [set(ids_of(ov(obs).round().to(torch.uint8))) for _ in range(2)]  # 16 = a pass
         ov.close()
-        feed = RefillFeed(str(pack_dir), 5, False, M)  # the shared seed, this rank's share
+        feed = RefillFeed(
+            resolve_source(str(pack_dir)), 5, False
+        )  # the shared seed, this rank's share
         expected = ids_of(torch.cat(feed.take(16)))
         feed.close()
         assert got == [set(expected[:8]), set(expected[8:])]
@@ -232,7 +231,7 @@ def test_a_failed_refill_stream_fails_every_later_call(pack_dir, monkeypatch):
         return Broken()
 
     monkeypatch.setattr(loading, "loader", broken)
-    feed = RefillFeed(str(pack_dir), 0, False, M)
+    feed = RefillFeed(resolve_source(str(pack_dir)), 0, False)
     assert torch.cat(feed.take(4)).shape == (4, 3, 12, 12)
     for _ in range(2):  # the reader thread has ended: raised again, never a wait
         with pytest.raises(mixshard.ShardError, match="shard-000001.tar: damaged"):
@@ -259,7 +258,7 @@ def test_a_refill_failing_between_calls_fails_the_next_call_and_every_later_one(
         return Broken()
 
     monkeypatch.setattr(loading, "loader", broken)
-    pool = PoolCache(str(pack_dir), Manifest.load(pack_dir), CPU, 16, 1, seed=0)
+    pool = PoolCache(resolve_source(str(pack_dir)), CPU, 16, 1, seed=0)
     assert pool.take(8).shape == (8, 3, 12, 12)  # refills 8 + 8 slots after it: fails there
     for _ in range(3):
         with pytest.raises(mixshard.ShardError, match="shard-000001.tar: damaged"):
@@ -289,7 +288,7 @@ def test_a_take_waiting_on_a_feed_that_is_closed_ends_with_an_error(pack_dir, mo
         return Silent()
 
     monkeypatch.setattr(loading, "loader", silent)
-    feed = RefillFeed(str(pack_dir), 0, False, M)
+    feed = RefillFeed(resolve_source(str(pack_dir)), 0, False)
     got: list[BaseException] = []
 
     def take() -> None:
@@ -367,7 +366,7 @@ def test_a_pool_nobody_closed_is_closed_at_exit(pack_dir):
 def test_a_full_pool_draws_every_slot_once_before_any_twice(pack_dir):
     """Once full, the pool's draws are consecutive pieces of a permutation of its slots: each
     call a set of distinct slots, and every slot once per size / n calls."""
-    pool = PoolCache(str(pack_dir), Manifest.load(pack_dir), CPU, 16, 4, seed=2)
+    pool = PoolCache(resolve_source(str(pack_dir)), CPU, 16, 4, seed=2)
     while pool.filled < 16:
         pool.take(4)
     for _ in range(3):
@@ -387,11 +386,11 @@ def test_refills_of_any_image_size_are_the_pack_images(tmp_path, side, word):
     make_tree(tmp_path / "src", classes=("a",), per_class=12)
     mixshard.pack(tmp_path / "src", tmp_path / "pack", size=side, shard_size=8, block_size=4)
     pack = set(ids_of(torch.from_numpy(read_pack(tmp_path / "pack")[0])))
-    pool = PoolCache(str(tmp_path / "pack"), Manifest.load(tmp_path / "pack"), CPU, 8, 1, seed=0)
-    assert pool._word == word
+    pool = PoolCache(resolve_source(str(tmp_path / "pack")), CPU, 8, 1, seed=0)
+    assert pool.word == word
     for _ in range(12):  # the first 8, then 8 refills a call: 8 passes over the 12 images
         assert set(ids_of(pool.take(8))) <= pack
-    pool._ready()
+    pool.wait()
     assert set(ids_of(pool.images)) <= pack and pool.stats()["entered"] == 8 + 12 * 8
     pool.close()
 
@@ -400,7 +399,7 @@ def test_images_a_call_owns_are_not_overwritten_by_later_calls(pack_dir):
     """On CPU a call's images are gathered ahead into one of two buffers: a caller that did
     not ask to own them gets the buffer (used again by the call after next), one that did
     gets a copy."""
-    pool = PoolCache(str(pack_dir), Manifest.load(pack_dir), CPU, 16, 4, seed=3)
+    pool = PoolCache(resolve_source(str(pack_dir)), CPU, 16, 4, seed=3)
     while pool.filled < 16:
         pool.take(8)
     owned = pool.take(8)

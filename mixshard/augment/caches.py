@@ -7,74 +7,61 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 
-from ..core.manifest import Manifest
+from ..core.device import host_empty, wants_pinned
 from ..reading.local import LocalPack
 from ..reading.remote import read_blocks
+from ..reading.source import Source
+from .draws import Carry, PermutationWalk
 
 
-def read_pack_to(
-    source: Any, manifest: Manifest, images: torch.Tensor, urls: list | None = None
-) -> None:
-    """Copy every image of a pack folder, or of the shards `urls` (`(url, shard)` pairs), into
-    `images` (a uint8 tensor of that many images on any device), block by block in stored
-    order: sequential reads, bounded host memory."""
+def read_pack_to(source: Source, images: torch.Tensor) -> None:
+    """Copy every image of `source` into `images` (a uint8 tensor of that many images on any
+    device), block by block in stored order: sequential reads into one host buffer (pinned for
+    CUDA), bounded host memory."""
+    m = source.manifest
+    pin = wants_pinned(images.device)
+    host = host_empty((m.block_size, 3, m.size, m.size), torch.uint8, pin)
     pos = 0
-    if urls is None:
-        pack = LocalPack(source, manifest)
-        host = np.empty((manifest.block_size, manifest.image_bytes), np.uint8)
+    if source.folder is not None:
+        pack = LocalPack(source.folder, m)
         try:
             for b, count in enumerate(pack.block_count.tolist()):
-                pack.read_block(b, host)
-                block = torch.from_numpy(host[:count])
-                images[pos : pos + count].copy_(block.view(count, 3, manifest.size, manifest.size))
+                pack.read_block(b, host.numpy().reshape(m.block_size, -1))
+                images[pos : pos + count].copy_(host[:count])
                 pos += count
         finally:
             pack.close()
         return
-    for url, shard in urls:
-        for pixels, _ in read_blocks(url, shard, manifest.size):
-            images[pos : pos + len(pixels)].copy_(torch.from_numpy(pixels.copy()))
-            pos += len(pixels)
+    for url, shard in source.urls or ():
+        for pixels, _ in read_blocks(url, shard, m.size):
+            count = len(pixels)
+            host[:count].numpy()[:] = pixels
+            images[pos : pos + count].copy_(host[:count])
+            pos += count
 
 
 class DeviceCache:
-    """The whole pack as one uint8 tensor on the device; draws walk a seeded permutation, so
-    every image is drawn once before any is drawn twice."""
+    """The whole pack as one uint8 tensor on the device; draws walk seeded permutations made on
+    the device, so every image is drawn once before any is drawn twice."""
 
-    def __init__(
-        self,
-        source: Any,
-        manifest: Manifest,
-        device: torch.device,
-        generator: torch.Generator,
-        urls: list | None = None,
-    ) -> None:
-        size = manifest.size
-        self.count = manifest.count if urls is None else sum(s.count for _, s in urls)
-        self.images = torch.empty((self.count, 3, size, size), dtype=torch.uint8, device=device)
-        read_pack_to(source, manifest, self.images, urls)
-        self.generator = generator
-        self._perm = torch.empty(0, dtype=torch.long, device=device)
-        self._cursor = 0
+    def __init__(self, source: Source, device: torch.device, generator: torch.Generator) -> None:
+        m = source.manifest
+        self.count = source.count
+        self.images = torch.empty((self.count, 3, m.size, m.size), dtype=torch.uint8, device=device)
+        read_pack_to(source, self.images)
+        self._walk = PermutationWalk(
+            self.count,
+            lambda: torch.randperm(self.count, device=device, generator=generator),
+            distinct=False,
+        )
         self.draws = 0
 
     def take(self, n: int, own: bool = True) -> torch.Tensor:
         """`n` images (a new tensor)."""
-        parts = []
         self.draws += n
-        while n > 0:
-            if self._cursor >= len(self._perm):
-                self._perm = torch.randperm(
-                    self.count, device=self.images.device, generator=self.generator
-                )
-                self._cursor = 0
-            m = min(n, len(self._perm) - self._cursor)
-            parts.append(self._perm[self._cursor : self._cursor + m])
-            self._cursor += m
-            n -= m
+        parts = self._walk.take(n)
         index = parts[0] if len(parts) == 1 else torch.cat(parts)
         return self.images.index_select(0, index)
 
@@ -90,13 +77,7 @@ class StreamCache:
     for the next call, so no prefetched image is lost or drawn twice."""
 
     def __init__(
-        self,
-        source: Any,
-        manifest: Manifest,
-        device: torch.device,
-        num_workers: int,
-        seed: int,
-        batch_size: int,
+        self, source: Source, device: torch.device, num_workers: int, seed: int, batch_size: int
     ) -> None:
         from ..reading.loading import loader
         from ..reading.prefetcher import prefetch
@@ -107,33 +88,18 @@ class StreamCache:
             num_workers=num_workers,
             infinite=True,
             seed=seed,
-            pin_memory=device.type == "cuda",
-            manifest=manifest,  # read once, by Overlay: a pack served over HTTP is fetched once
+            pin_memory=wants_pinned(device),
         )
-        self._batches = prefetch(self.loader, device, depth=3)
-        self._left: torch.Tensor | None = None
+        batches = prefetch(self.loader, device, depth=3)
+        # a prefetch buffer is used again a few batches later: the rest of one is copied
+        self._carry: Carry[torch.Tensor] = Carry(lambda: next(batches), torch.clone)
         self.draws = 0
 
     def take(self, n: int, own: bool = True) -> torch.Tensor:
         """`n` images; with `own=False` they may be a prefetch buffer valid until the next
         call."""
-        parts = []
-        have = 0
         self.draws += n
-        if self._left is not None:
-            parts.append(self._left)
-            have = len(self._left)
-            self._left = None
-        while have < n:
-            batch = next(self._batches)
-            parts.append(batch)
-            have += len(batch)
-        last = parts[-1]
-        extra = have - n
-        if extra:
-            # A prefetch buffer is reused a few batches later: keep a copy of the rest.
-            self._left = last[len(last) - extra :].clone()
-            parts[-1] = last[: len(last) - extra]
+        parts = self._carry.take(n)
         if len(parts) == 1:
             return parts[0].clone() if own else parts[0]
         return torch.cat(parts)

@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core.env import available_memory, rank_world
-from ..core.manifest import Manifest
-from ..reading.remote import is_folder, resolve_urls
+from ..core.device import canonical, free_memory
+from ..core.env import rank_world
+from ..reading.source import Source, resolve_source
 from .caches import DeviceCache, StreamCache
 from .ops import (
     blend,
@@ -32,13 +32,6 @@ from .pool import PoolCache, check_pool_args, pool_size
 
 _RATIO = (3.0 / 4.0, 4.0 / 3.0)
 CACHES = ("auto", "device", "pool", "stream")
-
-
-def free_memory(device: torch.device) -> int:
-    """Bytes free for a cache on `device`: free GPU memory, or the RAM this process may use."""
-    if device.type == "cuda":
-        return int(torch.cuda.mem_get_info(device)[0])
-    return available_memory()
 
 
 class Overlay:
@@ -72,7 +65,7 @@ class Overlay:
 
     def __init__(
         self,
-        source: str | os.PathLike | list[str],
+        source: str | os.PathLike | list[str] | Source,
         *,
         alpha: float | tuple[float, float] | torch.Tensor = 0.5,
         flip: bool = True,
@@ -88,14 +81,9 @@ class Overlay:
     ) -> None:
         _check_args(cache, crop, alpha, cache_fraction)
         check_pool_args(pool, uses)
-        self.source = os.fspath(source) if isinstance(source, os.PathLike) else source
-        self._urls: list | None = None  # (url, shard) pairs of a list of shard URLs
-        if isinstance(self.source, str) and is_folder(self.source):
-            self.manifest = Manifest.load(self.source)
-            self.count = self.manifest.count
-        else:
-            self.manifest, self._urls = resolve_urls(self.source)
-            self.count = sum(shard.count for _, shard in self._urls)  # maybe part of the pack
+        self.source = resolve_source(source)  # index.json read once, here
+        self.manifest = self.source.manifest
+        self.count = self.source.count  # shard URLs may hold part of the pack
         self.alpha, self.flip, self.crop = alpha, flip, crop
         self.device = torch.device(device) if device is not None else None
         self.cache, self.num_workers, self.seed = cache, num_workers, seed
@@ -106,21 +94,18 @@ class Overlay:
 
     def _make_source(self, mode: str, device: torch.device, gen: torch.Generator, seed: int) -> Any:
         if mode == "device":
-            return DeviceCache(self.source, self.manifest, device, gen, self._urls)
+            return DeviceCache(self.source, device, gen)
         if mode == "pool":
             size = self.pool or pool_size(
                 self.manifest, int(self.cache_fraction * free_memory(device))
             )
             # the refill stream takes the seed every rank shares, and splits itself by rank
-            return PoolCache(
-                self.source, self.manifest, device, size, self.uses, seed, self.seed, self.count
-            )
+            return PoolCache(self.source, device, size, self.uses, seed, self.seed)
         batch = max(1, min(self.batch_size, self.count // rank_world()[1]))
-        return StreamCache(self.source, self.manifest, device, self.num_workers, self.seed, batch)
+        return StreamCache(self.source, device, self.num_workers, self.seed, batch)
 
     def _state(self, device: torch.device) -> dict[str, Any]:
-        if device.type == "cuda" and device.index is None:
-            device = torch.device("cuda", torch.cuda.current_device())
+        device = canonical(device)
         state = self._states.get(device)
         if state is None:
             # Each DDP rank draws its own backgrounds (the stream splits by rank by itself).
@@ -131,7 +116,7 @@ class Overlay:
                 need = self.count * self.manifest.image_bytes
                 mode = "device" if need <= self.cache_fraction * free_memory(device) else "pool"
             source = self._make_source(mode, device, generator, seed)
-            state = {"mode": mode, "source": source, "generator": generator}
+            state = {"mode": mode, "source": source, "generator": generator, "alpha": None}
             self._states[device] = state
         return state
 
@@ -184,8 +169,11 @@ class Overlay:
             lo, hi = self.alpha
             gen = self._state(device)["generator"]
             return lo + (hi - lo) * torch.rand(n, device=device, generator=gen)
-        if isinstance(self.alpha, torch.Tensor):
-            return self.alpha.to(device)
+        if isinstance(self.alpha, torch.Tensor):  # copied to the device once, not per call
+            state = self._state(device)
+            if state["alpha"] is None:
+                state["alpha"] = self.alpha.to(device)
+            return state["alpha"]
         return self.alpha
 
     def sample(

@@ -13,8 +13,8 @@ import torch
 
 from ..core.env import rank_world
 from ..core.errors import MixshardError
-from ..core.manifest import Manifest
-from ..reading.remote import is_folder
+from ..reading.source import Source
+from .draws import Carry
 
 REFILL_BATCH = 256  # images per refill read
 REFILL_AHEAD = 8  # refill batches read ahead
@@ -24,29 +24,20 @@ REFILL_WINDOW = 8  # blocks shuffled together in the refill stream (the pool its
 class RefillFeed:
     """Images of a pack in block order, endlessly, read ahead on a background thread."""
 
-    def __init__(
-        self, source: Any, seed: int, pin: bool, count: int, manifest: Manifest | None = None
-    ) -> None:
-        """`count`: the images `source` holds (a list of shard URLs may hold part of a pack);
-        `manifest`: its manifest, when already read."""
+    def __init__(self, source: Source, seed: int, pin: bool) -> None:
+        """`pin`: batches in pinned memory (for copies to CUDA)."""
         from ..reading.loading import loader
 
-        batch = max(1, min(REFILL_BATCH, count // rank_world()[1]))  # each rank reads its share
+        # each rank reads its share
+        batch = max(1, min(REFILL_BATCH, source.count // rank_world()[1]))
         kwargs: dict[str, Any] = (
-            {"order": "block", "window": REFILL_WINDOW} if is_folder(source) else {}
+            {"order": "block", "window": REFILL_WINDOW} if source.is_folder else {}
         )
         self._loader = loader(
-            source,
-            batch,
-            num_workers=2,
-            infinite=True,
-            seed=seed,
-            pin_memory=pin,
-            manifest=manifest,
-            **kwargs,
+            source, batch, num_workers=2, infinite=True, seed=seed, pin_memory=pin, **kwargs
         )
         self._queue: queue.Queue = queue.Queue(REFILL_AHEAD)
-        self._left: torch.Tensor | None = None
+        self._carry: Carry[torch.Tensor] = Carry(self._next)
         self._failed: BaseException | None = None  # raised again by every later take
         self._stop = threading.Event()
         self.waits, self.wait_seconds = 0, 0.0
@@ -102,19 +93,7 @@ class RefillFeed:
         """The next `m` images, as consecutive pieces of the feed's batches (host memory,
         pinned when asked): not copied into one tensor, which would cost a fresh allocation
         and a copy per refill."""
-        parts, have = [], 0
-        if self._left is not None:
-            parts.append(self._left)
-            have = len(self._left)
-        while have < m:
-            batch = self._next()
-            parts.append(batch)
-            have += len(batch)
-        last = parts[-1]
-        keep = len(last) - (have - m)
-        self._left = last[keep:] if keep < len(last) else None
-        parts[-1] = last[:keep]
-        return parts
+        return self._carry.take(m)
 
     def close(self) -> None:
         """Stop reading and wait for the reader thread to end."""

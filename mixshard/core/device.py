@@ -7,7 +7,8 @@ every device and asks this module only *how* to do the few things devices do dif
   on. On CUDA the jobs are queued on a side stream (made once) after the work the caller has
   queued so far, and a fence is an event the caller's stream waits on: the host never blocks.
   On a CPU a job runs on the lane's thread while the caller goes on, and waiting for a fence
-  blocks until that job has ended. Elsewhere (e.g. MPS) a job runs at once, inline.
+  blocks until that job has ended (or, for a lane of jobs that only queue copies, inline).
+  Elsewhere (e.g. MPS) a job runs at once, inline.
 * `host_empty` allocates host memory to read into: pinned when the device wants it.
 * `move` and `move_index` put a host tensor or an index array on the device without a host
   sync (non-blocking, from pinned memory); on a CPU they hand back the data itself.
@@ -100,12 +101,16 @@ class Lane:
     every one after it.
     """
 
-    def __init__(self, device: torch.device, name: str = "mixshard-lane") -> None:
+    def __init__(
+        self, device: torch.device, name: str = "mixshard-lane", threaded: bool = True
+    ) -> None:
+        """`threaded`: on a CPU, jobs run on a thread of the lane's (else inline, for jobs
+        that only queue work: a CPU has none to overlap)."""
         self.device = device
         self._submitted = 0
         self._error: BaseException | None = None
         self._lock = threading.Lock()
-        self._thread = JobThread(name) if device.type == "cpu" else None
+        self._thread = JobThread(name) if device.type == "cpu" and threaded else None
         self._cuda = _CudaQueue(device) if device.type == "cuda" else None
 
     @property

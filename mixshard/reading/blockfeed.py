@@ -20,6 +20,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from ..core.device import host_empty
 from ..core.errors import MixshardError
 from . import order
 from .local import LocalPack
@@ -173,7 +174,7 @@ class BlockFeed:
     def _new(self, k: int) -> tuple[torch.Tensor, int, np.ndarray | None]:
         """Batch `k`'s buffer: `(images, their address, recycled buffer or None)`."""
         if self._pin:  # torch's pinned allocator keeps and reuses its buffers itself
-            images = torch.empty(self._shape, dtype=torch.uint8, pin_memory=True)
+            images = host_empty(self._shape, torch.uint8, pin=True)
             buffer = None
         else:
             buffer = self._recycler.get()

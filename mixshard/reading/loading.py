@@ -14,15 +14,17 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-import torch
 from torch.utils.data import DataLoader
 
+from ..core.device import accelerator
 from ..core.errors import MixshardError
-from .stream import BatchReader, ShardStream
+from .localbatches import BatchReader
+from .source import Source
+from .stream import ShardStream
 
 
 def loader(
-    source: str | os.PathLike | list[str],
+    source: str | os.PathLike | list[str] | Source,
     batch_size: int = 256,
     *,
     num_workers: int = 4,
@@ -88,7 +90,7 @@ class Loader:
         self.threads = workers == "thread" or (workers == "auto" and stream.is_local)
         if self.threads and not stream.is_local:
             raise ValueError("workers='thread' needs a local pack folder")
-        self._pin = pin_memory and torch.cuda.is_available()
+        self._pin = pin_memory and accelerator()
         self._prefetch_factor = prefetch_factor or 2
         self.position = 0  # next batch to hand out
         self._it: Iterator | None = None

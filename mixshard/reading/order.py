@@ -19,6 +19,8 @@ makes resumption exact.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 ORDERS = ("global", "block")
@@ -108,3 +110,70 @@ def role_batches(epoch: int, nb: int, role: int, workers: int) -> range:
     """Remote sources: the batch positions of `epoch` that worker role `role` makes."""
     first = epoch * nb
     return range(first + (role - first) % workers, first + nb, workers)
+
+
+def role_span(
+    epoch: int, nb: int, rank: int, role: int, workers: int, batch: int
+) -> tuple[int, int]:
+    """Remote sources: `(first, length)`: the positions of epoch `epoch`'s sequence that worker
+    role `role` of `rank` reads: a contiguous part of the rank's run, one role after another."""
+    counts = role_counts(epoch, nb, workers)
+    return (rank * nb + sum(counts[:role])) * batch, counts[role] * batch
+
+
+def shard_sequence(shards: int, seed: int, epoch: int, shuffle: bool = True) -> np.ndarray:
+    """Remote sources: the order shards are streamed in, in epoch `epoch`."""
+    if not shuffle:
+        return np.arange(shards, dtype=np.int64)
+    return np.random.default_rng([seed, epoch, 7]).permutation(shards)
+
+
+class EpochOrder:
+    """The epoch sequences of one local stream (`global_sequence` or `block_sequence`), each
+    computed once, with its inverse on demand. Two epochs are kept: around an epoch's end,
+    workers make batches of both. Thread-safe; pickled without its cache."""
+
+    def __init__(
+        self,
+        kind: str,
+        block_counts: np.ndarray,
+        seed: int,
+        window: int,
+        shuffle: bool,
+    ) -> None:
+        self.kind, self.block_counts = kind, np.asarray(block_counts, np.int64)
+        self.seed, self.window, self.shuffle = seed, window, shuffle
+        self.count = int(self.block_counts.sum())
+        self._kept: dict[int, list] = {}  # epoch -> [sequence, its inverse or None]
+        self._lock = threading.Lock()
+
+    def _make(self, epoch: int) -> np.ndarray:
+        if self.kind == "block":
+            return block_sequence(self.block_counts, self.seed, epoch, self.window, self.shuffle)
+        return global_sequence(self.count, self.seed, epoch, self.shuffle)
+
+    def _entry(self, epoch: int, with_inverse: bool) -> list:
+        with self._lock:
+            kept = self._kept.get(epoch)
+            if kept is None:
+                self._kept = {e: s for e, s in self._kept.items() if e > epoch - 2}
+                kept = self._kept[epoch] = [self._make(epoch), None]
+            if with_inverse and kept[1] is None:
+                kept[1] = inverse(kept[0])
+            return kept
+
+    def sequence(self, epoch: int) -> np.ndarray:
+        """Epoch `epoch`'s sequence."""
+        return self._entry(epoch, False)[0]
+
+    def with_inverse(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """Epoch `epoch`'s sequence and each image's position in it."""
+        kept = self._entry(epoch, True)
+        return kept[0], kept[1]
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_kept": {}, "_lock": None}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()

@@ -2,13 +2,16 @@
 
 (Named `prefetcher` so that importing it never shadows the exported `mixshard.prefetch`.)
 
-One side CUDA stream (made once) copies pinned host batches into a small ring of device
-buffers with `non_blocking=True`. The consumer's stream waits on the copy (an event) before it
-sees a buffer, and the side stream waits on an event recorded on the consumer's stream before
-it overwrites that buffer again. Buffers are reused, so device memory stays flat (timm's
-PrefetchLoader allocated per batch and grew: huggingface/pytorch-image-models#2781); only when
-a batch of another shape or dtype arrives is a buffer replaced, and then the old one is handed
-to the caching allocator with `record_stream`, so that queued work can still read it.
+One ring of `depth` device buffers on every device. Each batch is copied into its slot as a
+job of the device's lane (`core/device.py`): on CUDA queued on a side stream with
+`non_blocking=True` from pinned memory, after the work the consumer has queued so far (so a
+slot is overwritten only once the consumer's work on the batch it held is done), and the
+consumer's stream waits on the job's fence before it sees the slot; on a CPU the batch is
+already where it goes and the ring hands it on as it is. Buffers are reused, so device memory
+stays flat (timm's PrefetchLoader allocated per batch and grew:
+huggingface/pytorch-image-models#2781); a buffer is replaced only when a batch of another
+shape or dtype arrives, and buffers are allocated on the consumer's stream, so the caching
+allocator never hands one out again while queued work may still read it.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
+
+from ..core.device import Fence, Lane, move
 
 
 def _tensors(batch: Any) -> list[torch.Tensor]:
@@ -27,83 +32,76 @@ def _pack_like(batch: Any, tensors: list[torch.Tensor]) -> Any:
     return type(batch)(tensors) if isinstance(batch, (tuple, list)) else tensors[0]
 
 
+def landing(src: torch.Tensor, old: torch.Tensor | None, device: torch.device) -> Any:
+    """Where a copy of `src` onto `device` lands: `old` when it has the shape and dtype, a new
+    buffer when not, None when `src` is on `device` already (nothing to copy)."""
+    if src.device == device:
+        return None
+    if old is not None and old.shape == src.shape and old.dtype == src.dtype:
+        return old
+    return torch.empty(src.shape, dtype=src.dtype, device=device)
+
+
+def land(src: torch.Tensor, dst: torch.Tensor | None, device: torch.device) -> torch.Tensor:
+    """`src`'s data in `dst` (the copy queued, not waited for), or `src` when `dst` is None."""
+    if dst is None:
+        return move(src, device)
+    return dst.copy_(src, non_blocking=True)
+
+
 def prefetch(loader: Iterable[Any], device: str | torch.device, *, depth: int = 2) -> Iterator[Any]:
     """Yield the loader's batches on `device`, the next ones copying while you use this one.
 
     Args:
         loader: yields tensors or tuples/lists of tensors (pinned for the fastest copies).
-        device: where the batches go. On a CPU device batches pass through unchanged; other
-            non-CUDA devices get a plain `.to(device)`.
+        device: where the batches go (on a CPU they pass through as they are).
         depth: device buffers in the ring (>= 2).
 
     Yields:
-        Batches on `device`. On CUDA a yielded tensor is a ring buffer: it stays valid until
-        `depth` more batches have been taken; `.clone()` it to keep it longer.
+        Batches on `device`. A yielded tensor may be a ring buffer: it stays valid until
+        `depth - 1` more batches have been taken (the next one is copied while you use this
+        one); `.clone()` it to keep it longer.
     """
-    device = torch.device(device)
-    if device.type == "cpu":
-        yield from loader
-        return
-    if device.type != "cuda":
-        for batch in loader:
-            yield _pack_like(batch, [t.to(device) for t in _tensors(batch)])
-        return
-    yield from _CudaRing(device, max(2, depth)).run(loader)
+    ring = Ring(torch.device(device), max(2, depth))
+    try:
+        yield from ring.run(loader)
+    finally:
+        ring.close()
 
 
-class _CudaRing:
-    """The ring of device buffers, its side stream and the events that order the two streams."""
+class Ring:
+    """The ring of device buffers and the fences of the copies into them."""
 
     def __init__(self, device: torch.device, depth: int) -> None:
-        self.depth = depth
-        self.side = torch.cuda.Stream(device)
-        self.consumer = torch.cuda.current_stream(device)
-        self.device = device
-        self.slots: list[list[torch.Tensor] | None] = [None] * depth
+        self.device, self.depth = device, depth
+        self.lane = Lane(device, threaded=False)  # a copy is only queued: no thread needed
+        self.slots: list[list[torch.Tensor]] = [[] for _ in range(depth)]
         self.hosts: list[Any] = [None] * depth  # each host batch lives until its slot is reused
-        self.ready = [torch.cuda.Event() for _ in range(depth)]
-        self.free: list[torch.cuda.Event | None] = [None] * depth
-
-    def _buffers(self, s: int, host: list[torch.Tensor]) -> list[torch.Tensor]:
-        old = self.slots[s]
-        if old is not None and [(t.shape, t.dtype) for t in old] == [
-            (t.shape, t.dtype) for t in host
-        ]:
-            return old
-        if old is not None:
-            for t in old:  # the consumer's queued work may still read it
-                t.record_stream(self.consumer)
-        fresh = [torch.empty(t.shape, dtype=t.dtype, device=self.device) for t in host]
-        self.slots[s] = fresh
-        return fresh
+        self.fences: list[Fence | None] = [None] * depth
+        self.copies = 0  # batches that were copied (not already on the device)
 
     def load(self, i: int, batch: Any) -> None:
-        """Start copying `batch` into slot `i % depth` on the side stream."""
+        """Queue the copy of `batch` into slot `i % depth`."""
         s = i % self.depth
         host = _tensors(batch)
-        with torch.cuda.stream(self.side):
-            free = self.free[s]
-            if free is not None:
-                self.side.wait_event(free)  # the consumer is done with this buffer
-            for dst, src in zip(self._buffers(s, host), host):
-                dst.copy_(src, non_blocking=True)
-            self.ready[s].record(self.side)
+        old = self.slots[s] + [None] * (len(host) - len(self.slots[s]))
+        dsts = [landing(t, o, self.device) for t, o in zip(host, old)]  # on the consumer's stream
+        self.copies += any(d is not None for d in dsts)
+
+        def job() -> None:
+            self.slots[s] = [land(t, d, self.device) for t, d in zip(host, dsts)]
+
+        self.fences[s] = self.lane.submit(job)
         self.hosts[s] = batch
 
     def take(self, i: int) -> Any:
-        """Slot `i % depth`, for the consumer's stream once its copy is done."""
+        """Slot `i % depth`, for the consumer once its copy is done."""
         s = i % self.depth
-        self.consumer.wait_event(self.ready[s])
-        return _pack_like(self.hosts[s], self.slots[s] or [])
-
-    def release(self, i: int) -> None:
-        """Everything the consumer queued on slot `i % depth` precedes this event."""
-        s = i % self.depth
-        event = torch.cuda.Event()
-        event.record(self.consumer)
-        self.free[s] = event
+        self.lane.wait(self.fences[s])
+        return _pack_like(self.hosts[s], self.slots[s])
 
     def run(self, loader: Iterable[Any]) -> Iterator[Any]:
+        """The batches of `loader`, each copied while the one before is used."""
         it = iter(loader)
         upcoming = next(it, None)
         i = 0
@@ -114,5 +112,7 @@ class _CudaRing:
             if upcoming is not None:
                 self.load(i + 1, upcoming)
             yield self.take(i)
-            self.release(i)
             i += 1
+
+    def close(self) -> None:
+        self.lane.close()

@@ -10,25 +10,23 @@ of workers and `state_dict()` resumes exactly.
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from ..core.env import available_memory, rank_world
 from ..core.errors import MixshardError
 from ..core.manifest import Manifest
-from . import order
-from .blockfeed import BlockFeed
+from . import order as order_mod
 from .local import LocalPack
-from .remote import is_folder, resolve_urls
-from .urlstream import remote_batches
+from .localbatches import BatchReader, LocalBatches
+from .source import Source, resolve_source
+from .urlstream import UrlBatches
 
 _STATE_VERSION = 2
-ORDER_CHOICES = ("auto", *order.ORDERS)
+ORDER_CHOICES = ("auto", *order_mod.ORDERS)
 
 
 class ShardStream(IterableDataset):
@@ -68,7 +66,7 @@ class ShardStream(IterableDataset):
 
     def __init__(
         self,
-        source: str | os.PathLike | list[str],
+        source: str | os.PathLike | list[str] | Source,
         batch_size: int = 256,
         *,
         shuffle: bool = True,
@@ -89,27 +87,41 @@ class ShardStream(IterableDataset):
         self.window, self.shuffle_blocks = window, max(1, shuffle_blocks)
         self._rank, self._world = rank, world_size
         self.position = 0  # global number of the next batch to make
-        self._sequences: dict[int, list] = {}  # epoch -> [sequence, its inverse or None]
-        self._lock = threading.Lock()
+        self.source = resolve_source(source, manifest)
+        self.manifest = self.source.manifest
         self.pack: LocalPack | None = None
-        if is_folder(source) and not isinstance(source, list):
-            self.source: Any = os.fspath(source)
-            if isinstance(manifest, Manifest):
-                self.manifest = manifest
-            else:
-                self.manifest = Manifest.load(self.source)
-            self.pack = LocalPack(self.source, self.manifest, on_error)
+        self.urls = self.source.urls
+        if self.source.folder is not None:
+            self.pack = LocalPack(self.source.folder, self.manifest, on_error)
             self.count = self.pack.count
-            self.urls = None
         else:
-            self.source = source
-            self.manifest, self.urls = resolve_urls(_urls(source), manifest)
-            self.count = sum(s.count for _, s in self.urls)
+            self.count = self.source.count
         # blocks read from a pack this large are dropped from the page cache again
         self.larger_than_memory = self.pack is not None and (
             self.manifest.total_bytes > available_memory() // 2
         )
         self.order = self._resolve_order(order)
+        self._local: LocalBatches | None = None
+        self._made: LocalBatches | UrlBatches
+        if self.pack is not None:
+            epochs = order_mod.EpochOrder(self.order, self.pack.block_count, seed, window, shuffle)
+            self._local = LocalBatches(
+                self.pack, epochs, batch_size, labels, self.larger_than_memory
+            )
+            self._made = self._local
+        else:
+            m = self.manifest
+            self._made = UrlBatches(
+                self.urls or (),
+                m.size,
+                m.block_size,
+                batch_size,
+                shuffle,
+                seed,
+                labels,
+                on_error,
+                self.shuffle_blocks,
+            )
 
     def _resolve_order(self, wanted: str) -> str:
         if self.pack is None:  # URLs: shards in a per-epoch order through a shuffle buffer
@@ -121,15 +133,6 @@ class ShardStream(IterableDataset):
         if len(self.pack.block_count) <= self.window:
             return "block"  # one window is the whole pack: a full permutation, read in blocks
         return "block" if self.larger_than_memory else "global"
-
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state["_sequences"], state["_lock"] = {}, None
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ geometry and state
     @property
@@ -153,7 +156,7 @@ class ShardStream(IterableDataset):
     def batches_per_epoch(self) -> int:
         """Batches each rank gets per epoch: `N // (world_size * batch_size)`."""
         world = self.rank_world[1]
-        nb = order.batches_per_rank(self.count, world, self.batch_size)
+        nb = order_mod.batches_per_rank(self.count, world, self.batch_size)
         if nb == 0:
             raise MixshardError(
                 f"the pack has {self.count} images, fewer than world_size x batch_size = "
@@ -207,40 +210,19 @@ class ShardStream(IterableDataset):
                 )
         self.position = int(state["epoch"]) * self.batches_per_epoch + int(state["batch"])
 
-    # ------------------------------------------------------------------ local batches
-    def _epoch_sequence(self, epoch: int, inverse: bool = False) -> np.ndarray:
-        """Epoch `epoch`'s sequence, or with `inverse` each image's position in it."""
-        # Two epochs are kept: around an epoch's end, workers make batches of both.
-        with self._lock:
-            kept = self._sequences.get(epoch)
-            if kept is None:
-                if self.order == "block" and self.pack is not None:
-                    seq = order.block_sequence(
-                        self.pack.block_count, self.seed, epoch, self.window, self.shuffle
-                    )
-                else:
-                    seq = order.global_sequence(self.count, self.seed, epoch, self.shuffle)
-                self._sequences = {e: s for e, s in self._sequences.items() if e > epoch - 2}
-                kept = self._sequences[epoch] = [seq, None]
-            if inverse and kept[1] is None:
-                kept[1] = order.inverse(kept[0])
-            return kept[1] if inverse else kept[0]
-
+    # ------------------------------------------------------------------ batches
     def batch_index(self, k: int) -> np.ndarray:
         """The image numbers that make batch `k` (local packs), in batch order."""
-        if self.pack is None:
+        if self._local is None:
             raise TypeError("batch_index needs a local pack folder")
-        epoch, first = order.batch_span(
-            k, self.batches_per_epoch, self.rank_world[0], self.batch_size
-        )
-        return self._epoch_sequence(epoch)[first : first + self.batch_size]
+        return self._local.batch_index(k, self.batches_per_epoch, self.rank_world[0])
 
     def reader(self, batches: range, pin: bool = False) -> BatchReader:
         """A reader that makes the local batches `batches` (an increasing range) from any
         number of threads, in pinned memory if asked; close it when done."""
-        if self.pack is None:
+        if self._local is None:
             raise TypeError("reader needs a local pack folder")
-        return BatchReader(self, batches, pin)
+        return self._local.reader(batches, self.batches_per_epoch, self.rank_world[0], pin)
 
     def __iter__(self) -> Iterator[Any]:
         nb = self.batches_per_epoch
@@ -248,120 +230,13 @@ class ShardStream(IterableDataset):
         end = None if self.infinite else (start // nb + 1) * nb
         info = get_worker_info()
         wid, nw = (info.id, info.num_workers) if info is not None else (0, 1)
-        if self.pack is None:
-            made = remote_batches(self, start, end, wid, nw, nb)
-        else:
-            made = self._local_batches(order.worker_batches(start, end, wid, nw))
-        for k, batch in made:
+        rank, world = self.rank_world
+        for k, batch in self._made.batches(start, end, wid, nw, nb, rank, world):
             if info is None:
                 self.position = k + 1
             yield batch
         if info is None and end is not None:
             self.position = end
-
-    def _local_batches(self, ks: range) -> Iterator[tuple[int, Any]]:
-        reader = self.reader(ks)
-        try:
-            for k in ks:
-                yield k, reader.get(k)
-        finally:
-            reader.close()
-
-
-class BatchReader:
-    """Makes a stream's local batches (see `ShardStream.reader`)."""
-
-    def __init__(self, stream: ShardStream, batches: range, pin: bool = False) -> None:
-        self.stream = stream
-        self.pack: LocalPack = stream.pack  # type: ignore[assignment]
-        self._pin = pin
-        self._stop = threading.Event()
-        self._feed: BlockFeed | None = None
-        self._warm: threading.Thread | None = None
-        if stream.order == "block":
-            window_images = int(np.sort(self.pack.block_count)[-stream.window :].sum())
-            self._feed = BlockFeed(
-                self.pack,
-                lambda e: (stream._epoch_sequence(e), stream._epoch_sequence(e, inverse=True)),
-                stream.batches_per_epoch,
-                stream.rank_world[0],
-                stream.batch_size,
-                batches,
-                ahead=max(2, window_images // stream.batch_size // 2),
-                drop_cache=stream.larger_than_memory,
-                pin=pin,
-            )
-        else:
-            # Warm a cold pack with sequential reads, so the first epoch is not a seek storm;
-            # started once the first batch is read, which would otherwise queue behind it
-            self._warm = threading.Thread(
-                target=self.pack.warm, args=(self._stop,), daemon=True, name="mixshard-warm"
-            )
-            self._warm_lock = threading.Lock()
-
-    @property
-    def reads_ahead(self) -> bool:
-        """True when batches are read ahead on the reader's own threads (block order)."""
-        return self._feed is not None
-
-    def get(self, k: int, pin: bool | None = None) -> Any:
-        """Batch `k` as a tensor (or `(images, labels)`), pinned if asked (default: as the
-        reader was opened)."""
-        pin = self._pin if pin is None else pin
-        if self._feed is not None:
-            index, images, bad = self._feed.take(k)
-            if pin and not images.is_pinned():
-                images = images.pin_memory()
-        else:
-            size = self.pack.manifest.size
-            shape = (self.stream.batch_size, 3, size, size)
-            images = torch.empty(shape, dtype=torch.uint8, pin_memory=pin)
-            index = self.stream.batch_index(k)
-            bad = self.pack.read_images(index, images.numpy())
-            self._start_warming()
-        if bad is not None:
-            index = _substitute(k, index, images.numpy(), bad)
-        if not self.stream.labels:
-            return images
-        labels = torch.from_numpy(self.pack.labels(index))
-        return images, (labels.pin_memory() if pin else labels)
-
-    def _start_warming(self) -> None:
-        assert self._warm is not None
-        if self._warm.ident is None:
-            with self._warm_lock:
-                if self._warm.ident is None and not self._stop.is_set():
-                    self._warm.start()
-
-    def close(self) -> None:
-        self._stop.set()
-        if self._feed is not None:
-            self._feed.close()
-        if self._warm is not None:
-            with self._warm_lock:
-                if self._warm.ident is not None:
-                    self._warm.join(timeout=10)
-
-
-def _urls(source: str | os.PathLike | list[str]) -> str | list[str]:
-    return source if isinstance(source, list) else os.fspath(source)
-
-
-def _substitute(k: int, index: np.ndarray, out: np.ndarray, bad: np.ndarray) -> np.ndarray:
-    """Fill the images of bad blocks with the batch's good ones (cyclically), so the batch
-    keeps its size; returns the image numbers now in the batch."""
-    good = np.flatnonzero(~bad)
-    if len(good) == 0:
-        raise MixshardError(
-            f"no batch could be made: every image of batch {k} is in a bad block; "
-            "run `mixshard verify` on the pack and repack it"
-        )
-    holes = np.flatnonzero(bad)
-    donors = good[np.arange(len(holes)) % len(good)]
-    out[holes] = out[donors]
-    index = index.copy()
-    index[holes] = index[donors]
-    return index
 
 
 def _check_args(

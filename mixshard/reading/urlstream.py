@@ -9,98 +9,112 @@ most shards are fetched once per epoch, of shards at the seams between roles mor
 from __future__ import annotations
 
 from collections.abc import Generator, Iterator
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
 from ..core.errors import MixshardError, ShardError
+from ..core.manifest import ShardInfo
 from . import order
 from .local import warn_bad
 from .remote import read_blocks
 
-if TYPE_CHECKING:
-    from .stream import ShardStream
 
+@dataclass(frozen=True)
+class UrlBatches:
+    """The batches of a stream over shard URLs.
 
-def remote_batches(
-    stream: ShardStream, start: int, end: int | None, wid: int, nw: int, nb: int
-) -> Iterator[tuple[int, Any]]:
-    """`(k, batch)` for the batches worker `wid` of `nw` makes, from batch `start` on."""
-    rank, _ = stream.rank_world
-    k = start + wid
-    role = k % nw
-    epoch = k // nb
-    while end is None or k < end:
-        counts = order.role_counts(epoch, nb, nw)
-        first = (rank * nb + sum(counts[:role])) * stream.batch_size
-        mine = order.role_batches(epoch, nb, role, nw)
-        failures: list[str] = []
-        produced = _role_batches(
-            stream, epoch, role, nw, first, counts[role] * stream.batch_size, failures
-        )
-        made = 0
-        for kk, batch in zip(mine, produced):
-            made += 1
-            if kk >= k and (end is None or kk < end):
-                yield kk, batch
-        produced.close()
-        if failures and not made and len(mine):
-            # Without this, an endless stream over only bad shards would wait forever.
-            raise MixshardError(
-                f"no batch could be made: every shard read was bad "
-                f"({len(failures)}, first: {failures[0]})"
-            )
-        epoch += 1
-        k = max(k, order.role_batches(epoch, nb, role, nw).start)
+    Attributes:
+        urls: `(url, shard)` pairs, in the order given.
+        size: image side.
+        block_size: images per block (the shuffle buffer holds `shuffle_blocks` of them).
+        batch_size, shuffle, seed, labels, on_error, shuffle_blocks: as `ShardStream` has them.
+    """
 
+    urls: tuple[tuple[str, ShardInfo], ...]
+    size: int
+    block_size: int
+    batch_size: int
+    shuffle: bool
+    seed: int
+    labels: bool
+    on_error: str
+    shuffle_blocks: int
 
-def _role_batches(
-    stream: ShardStream, epoch: int, role: int, nw: int, first: int, length: int, failures: list
-) -> Generator[Any, None, None]:
-    """Batches from images [first, first + length) of the epoch's shard sequence."""
-    shards = list(stream.urls or [])
-    if stream.shuffle:
-        perm = np.random.default_rng([stream.seed, epoch, 7]).permutation(len(shards))
-        shards = [shards[i] for i in perm]
-    rank, world = stream.rank_world
-    rng = np.random.default_rng([stream.seed, epoch, rank, world, role, nw])
-    pool = _Pool(stream, rng)
-    pos = 0  # number of the shard's first image in the epoch sequence
-    for url, shard in shards:
-        if pos >= first + length:
-            break
-        shard_end = pos + shard.count
-        if shard_end <= first:
+    def batches(
+        self, start: int, end: int | None, wid: int, nw: int, nb: int, rank: int, world: int
+    ) -> Iterator[tuple[int, Any]]:
+        """`(k, batch)` for the batches worker `wid` of `nw` makes, from batch `start` on (to
+        `end`, or forever), for `rank` of `world` with `nb` batches per epoch."""
+        k = start + wid
+        role = k % nw
+        epoch = k // nb
+        while end is None or k < end:
+            first, length = order.role_span(epoch, nb, rank, role, nw, self.batch_size)
+            mine = order.role_batches(epoch, nb, role, nw)
+            failures: list[str] = []
+            rng = np.random.default_rng([self.seed, epoch, rank, world, role, nw])
+            produced = self._span(epoch, rng, first, length, failures)
+            made = 0
+            for kk, batch in zip(mine, produced):
+                made += 1
+                if kk >= k and (end is None or kk < end):
+                    yield kk, batch
+            produced.close()
+            if failures and not made and len(mine):
+                # Without this, an endless stream over only bad shards would wait forever.
+                raise MixshardError(
+                    f"no batch could be made: every shard read was bad "
+                    f"({len(failures)}, first: {failures[0]})"
+                )
+            epoch += 1
+            k = max(k, order.role_batches(epoch, nb, role, nw).start)
+
+    def _span(
+        self, epoch: int, rng: np.random.Generator, first: int, length: int, failures: list
+    ) -> Generator[Any, None, None]:
+        """Batches from images [first, first + length) of the epoch's shard sequence."""
+        shards = [
+            self.urls[i]
+            for i in order.shard_sequence(len(self.urls), self.seed, epoch, self.shuffle)
+        ]
+        pool = _Pool(self, rng)
+        pos = 0  # number of the shard's first image in the epoch sequence
+        for url, shard in shards:
+            if pos >= first + length:
+                break
+            shard_end = pos + shard.count
+            if shard_end <= first:
+                pos = shard_end
+                continue
+            try:
+                for images, labels in read_blocks(url, shard, self.size):
+                    lo, hi = max(first - pos, 0), min(first + length - pos, len(images))
+                    pos += len(images)
+                    if lo < hi:
+                        yield from pool.add(images[lo:hi], labels[lo:hi])
+                    if first + length <= pos < shard_end:
+                        break  # the rest of this shard belongs to the next worker
+            except ShardError as exc:
+                if self.on_error != "skip":
+                    raise
+                warn_bad("shard", str(exc))
+                failures.append(str(exc))
             pos = shard_end
-            continue
-        try:
-            for images, labels in read_blocks(url, shard, stream.manifest.size):
-                lo, hi = max(first - pos, 0), min(first + length - pos, len(images))
-                pos += len(images)
-                if lo < hi:
-                    yield from pool.add(images[lo:hi], labels[lo:hi])
-                if first + length <= pos < shard_end:
-                    break  # the rest of this shard belongs to the next worker
-        except ShardError as exc:
-            if stream.on_error != "skip":
-                raise
-            warn_bad("shard", str(exc))
-            failures.append(str(exc))
-        pos = shard_end
-    yield from pool.drain()
+        yield from pool.drain()
 
 
 class _Pool:
     """The shuffle buffer of a remote reader: batches are drawn from it at random (or first in,
     first out without shuffling); at most `shuffle_blocks` blocks are held."""
 
-    def __init__(self, stream: ShardStream, rng: np.random.Generator) -> None:
+    def __init__(self, stream: UrlBatches, rng: np.random.Generator) -> None:
         self.stream, self.rng = stream, rng
-        m = stream.manifest
-        batch = stream.batch_size
-        self.cap = max(batch, stream.shuffle_blocks * m.block_size) if stream.shuffle else batch
-        self.images = np.empty((self.cap + m.block_size, 3, m.size, m.size), np.uint8)
+        batch, block = stream.batch_size, stream.block_size
+        self.cap = max(batch, stream.shuffle_blocks * block) if stream.shuffle else batch
+        self.images = np.empty((self.cap + block, 3, stream.size, stream.size), np.uint8)
         self.labels = np.empty(len(self.images), np.int64)
         self.n = 0
 

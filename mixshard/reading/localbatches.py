@@ -1,0 +1,166 @@
+"""The batches of a stream over a local pack folder: single-image reads (global order) or
+whole blocks read ahead (block order, `blockfeed.py`).
+
+Batch `k` is the same whoever makes it (`order.py`), so `LocalBatches` makes any batch from
+any number of threads or processes; `BatchReader` makes a range of them, reading ahead.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..core.device import host_empty
+from ..core.errors import MixshardError
+from . import order
+from .blockfeed import BlockFeed
+from .local import LocalPack
+
+
+class LocalBatches:
+    """The batches of a local pack.
+
+    Args:
+        pack: the open pack.
+        epochs: the stream's epoch sequences (`order.EpochOrder`).
+        batch_size: images per batch.
+        labels: batches are `(images, labels)`.
+        drop_cache: block order: drop blocks from the page cache once read (a pack larger
+            than memory).
+    """
+
+    def __init__(
+        self,
+        pack: LocalPack,
+        epochs: order.EpochOrder,
+        batch_size: int,
+        labels: bool,
+        drop_cache: bool,
+    ) -> None:
+        self.pack, self.epochs = pack, epochs
+        self.batch_size, self.labels, self.drop_cache = batch_size, labels, drop_cache
+
+    def batch_index(self, k: int, nb: int, rank: int) -> np.ndarray:
+        """The image numbers that make batch `k` of `rank` (`nb` batches per epoch)."""
+        epoch, first = order.batch_span(k, nb, rank, self.batch_size)
+        return self.epochs.sequence(epoch)[first : first + self.batch_size]
+
+    def reader(self, batches: range, nb: int, rank: int, pin: bool = False) -> BatchReader:
+        """A `BatchReader` of the batches `batches` (an increasing range)."""
+        return BatchReader(self, batches, nb, rank, pin)
+
+    def batches(
+        self, start: int, end: int | None, wid: int, nw: int, nb: int, rank: int, world: int
+    ) -> Iterator[tuple[int, Any]]:
+        """`(k, batch)` for the batches worker `wid` of `nw` makes, from batch `start` on."""
+        ks = order.worker_batches(start, end, wid, nw)
+        reader = self.reader(ks, nb, rank)
+        try:
+            for k in ks:
+                yield k, reader.get(k)
+        finally:
+            reader.close()
+
+
+class BatchReader:
+    """Makes the batches `batches` of a `LocalBatches`, from any number of threads, in pinned
+    memory if asked; close it when done."""
+
+    def __init__(
+        self, batches_of: LocalBatches, batches: range, nb: int, rank: int, pin: bool = False
+    ) -> None:
+        self.source = batches_of
+        self.pack = batches_of.pack
+        self._nb, self._rank, self._pin = nb, rank, pin
+        self._stop = threading.Event()
+        self._feed: BlockFeed | None = None
+        self._warm: threading.Thread | None = None
+        epochs = batches_of.epochs
+        if epochs.kind == "block":
+            window_images = int(np.sort(self.pack.block_count)[-epochs.window :].sum())
+            self._feed = BlockFeed(
+                self.pack,
+                epochs.with_inverse,
+                nb,
+                rank,
+                batches_of.batch_size,
+                batches,
+                ahead=max(2, window_images // batches_of.batch_size // 2),
+                drop_cache=batches_of.drop_cache,
+                pin=pin,
+            )
+        else:
+            # Warm a cold pack with sequential reads, so the first epoch is not a seek storm;
+            # started once the first batch is read, which would otherwise queue behind it
+            self._warm = threading.Thread(
+                target=self.pack.warm, args=(self._stop,), daemon=True, name="mixshard-warm"
+            )
+            self._warm_lock = threading.Lock()
+
+    @property
+    def reads_ahead(self) -> bool:
+        """True when batches are read ahead on the reader's own threads (block order)."""
+        return self._feed is not None
+
+    @property
+    def feed(self) -> BlockFeed | None:
+        """The block order's feed (its counters), or None in the global order."""
+        return self._feed
+
+    def get(self, k: int, pin: bool | None = None) -> Any:
+        """Batch `k` as a tensor (or `(images, labels)`), pinned if asked (default: as the
+        reader was opened)."""
+        pin = self._pin if pin is None else pin
+        if self._feed is not None:
+            index, images, bad = self._feed.take(k)
+            if pin and not images.is_pinned():
+                images = images.pin_memory()
+        else:
+            size = self.pack.manifest.size
+            images = host_empty((self.source.batch_size, 3, size, size), torch.uint8, pin)
+            index = self.source.batch_index(k, self._nb, self._rank)
+            bad = self.pack.read_images(index, images.numpy())
+            self._start_warming()
+        if bad is not None:
+            index = _substitute(k, index, images.numpy(), bad)
+        if not self.source.labels:
+            return images
+        labels = torch.from_numpy(self.pack.labels(index))
+        return images, (labels.pin_memory() if pin else labels)
+
+    def _start_warming(self) -> None:
+        assert self._warm is not None
+        if self._warm.ident is None:
+            with self._warm_lock:
+                if self._warm.ident is None and not self._stop.is_set():
+                    self._warm.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._feed is not None:
+            self._feed.close()
+        if self._warm is not None:
+            with self._warm_lock:
+                if self._warm.ident is not None:
+                    self._warm.join(timeout=10)
+
+
+def _substitute(k: int, index: np.ndarray, out: np.ndarray, bad: np.ndarray) -> np.ndarray:
+    """Fill the images of bad blocks with the batch's good ones (cyclically), so the batch
+    keeps its size; returns the image numbers now in the batch."""
+    good = np.flatnonzero(~bad)
+    if len(good) == 0:
+        raise MixshardError(
+            f"no batch could be made: every image of batch {k} is in a bad block; "
+            "run `mixshard verify` on the pack and repack it"
+        )
+    holes = np.flatnonzero(bad)
+    donors = good[np.arange(len(holes)) % len(good)]
+    out[holes] = out[donors]
+    index = index.copy()
+    index[holes] = index[donors]
+    return index
