@@ -3,34 +3,35 @@
 The package is laid out by side of the data flow: `core` (manifest format, constants, errors,
 file and environment helpers: imported by both sides), `writing` (scan -> decode -> shards;
 never imports torch or the reading side), `reading` (pack folders and shard URLs -> batches),
-`augment` (the fused blend, `Overlay` and its caches). The public API is re-exported here.
-Writing names are imported eagerly; the reading and GPU names on first use, so that
-`mixshard pack` starts without importing torch.
+`augment` (the fused blend, `Overlay` and its caches). The public API is re-exported here,
+every name loaded on first use (PEP 562), so that each side imports only what it uses:
+`mixshard pack` starts without torch, and reading or blending loads no image decoder.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
-
-from .core.errors import (
-    ManifestError,
-    MixshardError,
-    OutputError,
-    ShardError,
-    SkippedImagesError,
-    SourceError,
-)
-from .core.manifest import Manifest
-from .reading.verifying import VerifyReport, verify
-from .writing.image import load_image
-from .writing.packing import PackProgress, PackResult, pack
-from .writing.scanning import ScanResult, scan
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.2.0"
 
-# name -> submodule; imported lazily because these need torch.
+# name -> the submodule that defines it
 _LAZY: dict[str, str] = {
+    "ManifestError": "core.errors",
+    "MixshardError": "core.errors",
+    "OutputError": "core.errors",
+    "ShardError": "core.errors",
+    "SkippedImagesError": "core.errors",
+    "SourceError": "core.errors",
+    "Manifest": "core.manifest",
+    "VerifyReport": "reading.verifying",
+    "verify": "reading.verifying",
+    "load_image": "writing.image",
+    "PackProgress": "writing.packing",
+    "PackResult": "writing.packing",
+    "pack": "writing.packing",
+    "ScanResult": "writing.scanning",
+    "scan": "writing.scanning",
     "Loader": "reading.loading",
     "loader": "reading.loading",
     "ShardStream": "reading.stream",
@@ -55,8 +56,33 @@ __all__ = [
     "pack",
     "scan",
     "verify",
-    *_LAZY,
+    "Loader",
+    "loader",
+    "ShardStream",
+    "prefetch",
+    "Overlay",
+    "blend",
 ]
+
+if TYPE_CHECKING:  # what type checkers and IDEs see
+    from .augment.ops import blend
+    from .augment.overlay import Overlay
+    from .core.errors import (
+        ManifestError,
+        MixshardError,
+        OutputError,
+        ShardError,
+        SkippedImagesError,
+        SourceError,
+    )
+    from .core.manifest import Manifest
+    from .reading.loading import Loader, loader
+    from .reading.prefetcher import prefetch
+    from .reading.stream import ShardStream
+    from .reading.verifying import VerifyReport, verify
+    from .writing.image import load_image
+    from .writing.packing import PackProgress, PackResult, pack
+    from .writing.scanning import ScanResult, scan
 
 
 def __getattr__(name: str) -> Any:
