@@ -242,6 +242,17 @@ class BlockFeed:
             self._recycler.lend(buffer)
         return index, images, bad
 
+    def stats(self) -> dict[str, int]:
+        """Counters: batch buffers made (the others were used again), and the blocks of the
+        epoch being planned by the state of their read."""
+        with self._cond:
+            state = np.bincount(self._reads.state, minlength=FAILED + 1).tolist()
+        names = ("not_read", "reading", "done", "bad", "failed")
+        return {
+            "buffers_made": self._recycler.made,
+            **{f"blocks_{n}": c for n, c in zip(names, state)},
+        }
+
     def close(self) -> None:
         """Stop planning and reading; returns once the planner and the reads in flight ended
         (reads still queued end as errors, for anyone waiting on them)."""

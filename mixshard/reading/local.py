@@ -328,20 +328,31 @@ class LocalPack:
 
     def read_images(self, index: np.ndarray, out: np.ndarray) -> np.ndarray | None:
         """Read images `index` into `out` (uint8, `(len(index), 3, size, size)`, contiguous),
-        one `pread` each, shard by shard. Returns a bool mask of images that come from bad,
-        skipped blocks, or None when every one was read."""
+        one `pread` each, shard by shard (the batch grouped by shard in one sort). Returns a
+        bool mask of images that come from bad, skipped blocks, or None when every one was
+        read."""
         index = np.asarray(index, dtype=np.int64)
+        if not out.flags.c_contiguous or out.nbytes < len(index) * self.manifest.image_bytes:
+            raise ValueError(f"out must be C-contiguous with room for {len(index)} images")
         block = self.block_of(index)
-        bad_blocks = [b for b in np.unique(block).tolist() if not self._check_block(b)]
-        bad = np.isin(block, bad_blocks) if bad_blocks else None
+        blocks = np.unique(block)
+        for b in blocks[~self._checked[blocks]].tolist():  # a block's first read only
+            self._check_block(b)
+        bad = self.bad[block] if self.bad[blocks].any() else None
         size = self.manifest.image_bytes
+        rows = np.argsort(self.block_shard[block], kind="stable")  # grouped by shard
+        if bad is not None:
+            rows = rows[~bad[rows]]
+        slots = self.block_shard[block[rows]]
+        offsets = (
+            self.block_offset[block[rows]] + (index[rows] - self.block_start[block[rows]]) * size
+        )
         flat = out.reshape(-1).data
-        offsets = self.block_offset[block] + (index - self.block_start[block]) * size
-        slots = self.block_shard[block]
-        for slot in np.unique(slots).tolist():
-            mine = np.flatnonzero((slots == slot) & (True if bad is None else ~bad))
+        cuts = [0, *(np.flatnonzero(np.diff(slots)) + 1).tolist(), len(rows)] if len(rows) else []
+        for lo, hi in zip(cuts[:-1], cuts[1:]):
+            slot = int(slots[lo])
             with self._open(slot) as fd:
-                for i, offset in zip(mine.tolist(), offsets[mine].tolist()):
+                for i, offset in zip(rows[lo:hi].tolist(), offsets[lo:hi].tolist()):
                     view = flat[i * size : (i + 1) * size]
                     try:
                         if os.preadv(fd, (view,), offset) == size:

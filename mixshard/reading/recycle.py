@@ -44,6 +44,11 @@ class Recycler:
             self.made += 1
         return np.empty(self._shape, np.uint8)
 
+    @property
+    def remembered(self) -> int:
+        """Buffers lent out and remembered, to be used again once free."""
+        return len(self._lent)
+
     def lend(self, buffer: np.ndarray) -> None:
         """`buffer` is handed out: it may be used again once nobody holds it."""
         with self._lock:
