@@ -17,6 +17,7 @@ import torch
 
 from ..core.env import available_memory, rank_world
 from ..core.manifest import Manifest
+from ..core.packpath import pack_dir
 from ..reading.remote import is_folder, resolve_urls
 from .caches import DeviceCache, StreamCache
 from .ops import (
@@ -91,6 +92,7 @@ class Overlay:
         self.source = os.fspath(source) if isinstance(source, os.PathLike) else source
         self._urls: list | None = None  # (url, shard) pairs of a list of shard URLs
         if isinstance(self.source, str) and is_folder(self.source):
+            self.source = os.fspath(pack_dir(self.source))
             self.manifest = Manifest.load(self.source)
             self.count = self.manifest.count
         else:

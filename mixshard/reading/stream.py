@@ -21,6 +21,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from ..core.env import available_memory, rank_world
 from ..core.errors import MixshardError
 from ..core.manifest import Manifest
+from ..core.packpath import pack_dir
 from . import order
 from .blockfeed import BlockFeed
 from .local import LocalPack
@@ -93,7 +94,7 @@ class ShardStream(IterableDataset):
         self._lock = threading.Lock()
         self.pack: LocalPack | None = None
         if is_folder(source) and not isinstance(source, list):
-            self.source: Any = os.fspath(source)
+            self.source: Any = os.fspath(pack_dir(source))
             if isinstance(manifest, Manifest):
                 self.manifest = manifest
             else:
