@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import click
 
@@ -96,13 +97,16 @@ def inspect(pack: str, as_json: bool) -> None:
     click.echo(f"skipped:  {len(m.skipped)}")
 
 
+_GRID_FORMATS = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG", ".webp": "WEBP"}
+
+
 @cli.command()
 @pack_argument
 @click.option(
     "-o",
     "--output",
     required=True,
-    help="PNG file to write.",
+    help="Image file to write: .png, .jpg/.jpeg or .webp (the suffix picks the format).",
     type=click.Path(dir_okay=False, path_type=str),
 )
 @click.option(
@@ -130,7 +134,7 @@ def inspect(pack: str, as_json: bool) -> None:
     help="Blend weight of the background (with --obs).",
 )
 def preview(pack: str, output: str, count: int, seed: int, obs: str | None, alpha: float) -> None:
-    """Write a PNG grid of images from PACK (with class names when labelled).
+    """Write a grid of images from PACK (with class names when labelled).
 
     With --obs, each image is blended over that observation at --alpha: what the
     random overlay will show your agent.
@@ -143,9 +147,15 @@ def preview(pack: str, output: str, count: int, seed: int, obs: str | None, alph
     """
     from ..reading.preview import preview_grid
 
+    suffix = os.path.splitext(output)[1].lower()
+    if suffix not in _GRID_FORMATS:
+        raise click.BadParameter(
+            f"{output}: name the file .png, .jpg, .jpeg or .webp (the suffix picks the format)",
+            param_hint="'-o' / '--output'",
+        )
     grid, n = preview_grid(pack, count, seed=seed, obs=obs, alpha=alpha)
     try:
-        grid.save(output, format="PNG")
+        grid.save(output, format=_GRID_FORMATS[suffix])
     except OSError as exc:
         raise MixshardError(f"cannot write {output}: {exc.strerror or exc}") from None
     blended = f" blended over {obs} at alpha {alpha}" if obs else ""

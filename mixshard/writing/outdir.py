@@ -197,7 +197,9 @@ def prepare_out(out: Path, resume: bool) -> None:
             not writable.
     """
     names = sorted(n for n in os.listdir(out) if not n.startswith(LOCK_NAME))
-    ours = any(n == MANIFEST_NAME or fnmatch.fnmatch(n, JOURNAL_GLOB) for n in names)
+    ours = all(_is_ours(n) for n in names) or any(
+        n == MANIFEST_NAME or fnmatch.fnmatch(n, JOURNAL_GLOB) for n in names
+    )
     if names and not ours:
         raise OutputError(
             f"output folder {out} is not empty and holds no mixshard pack ({_listing(names)}); "

@@ -190,7 +190,7 @@ class _Job:
         plan, part = self.plan, self.part
         created = not out.exists()
         lock = OutLock(out, part)
-        empty = fresh = False
+        empty, fresh = True, False  # until shards are written, a folder made here goes again
         try:
             prepare_out(out, resume)
             # a finished pack is never rewritten by a resumed run or a resubmitted part
@@ -204,7 +204,7 @@ class _Job:
                 todo = [i for i in todo if i % part[1] == part[0]]
             images = sum(len(plan.shard_items(i)) for i in todo) * plan.options["variants"]
             check_free_space(out, images, plan.size)
-            fresh = not done
+            fresh, empty = not done, False
             fds = lock.fds + held
             tracker = _run(plan, out, done, todo, part, self.progress, self.workers, self.ray, fds)
             seconds = time.perf_counter() - self.t0

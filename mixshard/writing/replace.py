@@ -95,12 +95,17 @@ def replace_pack(out: Path, fingerprint: str, write: Callable[[Path, tuple[int, 
             result = write(staging, lock.fds)
         except MixshardError as exc:
             kept = (
-                f"; the new pack's finished shards are kept in {staging} and rerunning the same "
-                "command (with overwrite=True) continues it"
+                f"; the new pack's finished shards are kept in {staging}, where a rerun goes on"
                 if staging.exists()
                 else ""
             )
-            message = str(exc).replace("with resume=True", "with overwrite=True")
+            message = (
+                str(exc)
+                .replace(" to continue (finished shards are kept)", "")
+                .replace(
+                    "pack again with resume=True", "rerun the same command with overwrite=True"
+                )
+            )
             exc.args = (f"{message}. {out} still holds the earlier pack, unchanged{kept}",)
             exc.resumable = False  # a resume of `out` would not continue this run
             raise
