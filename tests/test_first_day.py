@@ -324,3 +324,34 @@ def test_8_preview_refuses_other_suffixes(tree, tmp_path):
         ".jpeg or .webp"
     ) in res.output
     assert not (tmp_path / "g.gif").exists()
+
+
+def test_2_an_interrupted_overwrite_keeps_the_old_pack_and_a_rerun_goes_on(
+    tree, tmp_path, monkeypatch
+):
+    import mixshard.writing.tarwriter as fmt
+
+    out = tmp_path / "out"
+    assert run("pack", tree, out, *ARGS).exit_code == 0
+    before = files(out)
+    real = fmt.ShardWriter.add_block
+
+    def ctrl_c_in_the_second_shard(self, index, *args):
+        if index >= 3:
+            raise KeyboardInterrupt
+        return real(self, index, *args)
+
+    monkeypatch.setattr(fmt.ShardWriter, "add_block", ctrl_c_in_the_second_shard)
+    again = [*ARGS, "--shard-size", 6, "--block-size", 2, "--overwrite"]
+    res = run("pack", tree, out, *again)
+    assert res.exit_code == 130
+    assert res.output == (
+        f"Interrupted. {out} still holds the earlier pack, unchanged; rerun the same command to "
+        "continue the new one (its finished shards are kept).\n"
+    )
+    assert files(out) == before
+    assert "shard-000000.tar" in os.listdir(tmp_path / ".out.mixshard-new")
+    monkeypatch.setattr(fmt.ShardWriter, "add_block", real)
+    res = run("pack", tree, out, *again)
+    assert res.exit_code == 0 and "1 reused from earlier runs" in res.output
+    assert sorted(os.listdir(tmp_path)) == ["out", "src"] and Manifest.load(out).block_size == 2

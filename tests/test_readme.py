@@ -208,6 +208,8 @@ ERRORS = [
     "an interrupted pack; finish it with",
     "is a pack itself",
     "name the file .png, .jpg, .jpeg or .webp",
+    "would be SRC itself",
+    "starts with a literal ~ that was not expanded",
 ]
 
 

@@ -8,6 +8,7 @@ import os
 import click
 
 from ..core.errors import MixshardError
+from ..core.packpath import pack_dir
 from .base import cli, human_bytes, pack_argument, quiet_option, shown
 
 
@@ -42,9 +43,10 @@ def verify(pack: str, quiet: bool) -> None:
         return
     for name, problem in report.problems.items():
         click.echo(f"BAD {name}: {problem}")
+    folder = pack_dir(pack)
     raise MixshardError(
-        f"{len(report.problems)} bad shard file(s) in {pack}; repack with `mixshard pack SRC "
-        f"{pack} --overwrite` (or restore the files)"
+        f"{len(report.problems)} bad shard file(s) in {folder}; repack with `mixshard pack SRC "
+        f"{folder} --overwrite` (or restore the files)"
     )
 
 
