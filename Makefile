@@ -17,6 +17,7 @@ help:
 	@echo "make bench   run the benchmarks (scripts/bench_*.py)"
 	@echo "make places365 SRC=<.../places365_standard> DATA=<dir>   pack Places365-Standard"
 	@echo "make coco SRC=<.../val2017> DATA=<dir>                   pack COCO val2017"
+	@echo "  (PACK_ARGS='--size 64 ...': pack options; REPACK=1: replace an existing pack)"
 
 # The venv is (re)installed when pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -54,9 +55,16 @@ bench: $(STAMP)
 	$(PY) scripts/bench_overlay.py --plot
 
 # Dataset targets: pack a downloaded dataset where mixshard.compat.random_overlay finds it
-# (MIXSHARD_DATA=$(DATA)). Rerunning a target finishes an interrupted pack (--resume).
+# (MIXSHARD_DATA=$(DATA)). Rerunning a target finishes an interrupted pack (--resume); with
+# REPACK=1 (or --overwrite in PACK_ARGS) it replaces the pack, which stays whole until the new
+# one is complete. scripts/make_check.py refuses a literal ~ and a DATA inside SRC.
 PACK_ARGS ?=
+REPACK ?=
+PACK_MODE = $(if $(REPACK)$(findstring --overwrite,$(PACK_ARGS)),--overwrite,--resume)
+# how an error about a pack made with other options names the fix here
+REPACK_HINT = MIXSHARD_REPACK_HINT='make $@ SRC=$(SRC) DATA=$(DATA)$(if $(PACK_ARGS), PACK_ARGS="$(PACK_ARGS)") REPACK=1'
 places365: $(STAMP)
+	@$(PY) scripts/make_check.py $@ "$(SRC)" "$(DATA)" places365_standard places365_standard_val
 	@if [ -z "$(SRC)" ] || [ ! -d "$(SRC)/train" ]; then \
 	  echo "make places365 SRC=<dir> DATA=<dir>: SRC must be the places365_standard folder,"; \
 	  echo "holding train/<class>/*.jpg and val/<class>/*.jpg (got SRC='$(SRC)')."; \
@@ -64,19 +72,20 @@ places365: $(STAMP)
 	  echo "small images (256x256) in easy directory structure (places365standard_easyformat.tar),"; \
 	  echo "then: tar xf places365standard_easyformat.tar  # makes places365_standard/"; \
 	  exit 1; fi
-	$(PY) -m mixshard pack "$(SRC)/train" "$(DATA)/places365_standard" --resume $(PACK_ARGS)
+	$(REPACK_HINT) $(PY) -m mixshard pack "$(SRC)/train" "$(DATA)/places365_standard" $(PACK_MODE) $(PACK_ARGS)
 	@if [ -d "$(SRC)/val" ]; then \
-	  $(PY) -m mixshard pack "$(SRC)/val" "$(DATA)/places365_standard_val" --resume $(PACK_ARGS); \
+	  $(REPACK_HINT) $(PY) -m mixshard pack "$(SRC)/val" "$(DATA)/places365_standard_val" $(PACK_MODE) $(PACK_ARGS); \
 	fi
 	@echo "Use it: export MIXSHARD_DATA=$(DATA)"
 
 coco: $(STAMP)
+	@$(PY) scripts/make_check.py $@ "$(SRC)" "$(DATA)" coco
 	@if [ -z "$(SRC)" ] || [ ! -d "$(SRC)" ]; then \
 	  echo "make coco SRC=<dir> DATA=<dir>: SRC must be COCO's val2017 folder of 5,000 JPEGs"; \
 	  echo "(got SRC='$(SRC)'). Get it from https://cocodataset.org/#download:"; \
 	  echo "http://images.cocodataset.org/zips/val2017.zip, then: unzip val2017.zip"; \
 	  exit 1; fi
-	$(PY) -m mixshard pack "$(SRC)" "$(DATA)/coco" --labels none --resume $(PACK_ARGS)
+	$(REPACK_HINT) $(PY) -m mixshard pack "$(SRC)" "$(DATA)/coco" --labels none $(PACK_MODE) $(PACK_ARGS)
 	@echo "Use it: export MIXSHARD_DATA=$(DATA)"
 
 clean:

@@ -17,6 +17,7 @@ import torch
 
 from .augment.overlay import Overlay
 from .core.constants import MANIFEST_NAME
+from .core.env import data_is_a_pack
 from .core.errors import MixshardError
 
 ENV = "MIXSHARD_DATA"
@@ -38,6 +39,8 @@ def pack_folder(dataset: str) -> Path:
             f"SRC=<...>/val2017 DATA=data`)"
         )
     folder = Path(data) / dataset
+    if not (folder / MANIFEST_NAME).exists() and (problem := data_is_a_pack(data, ENV)):
+        raise MixshardError(problem)
     if not (folder / MANIFEST_NAME).exists():
         make = _MAKE.get(dataset, f"mixshard pack <image folder> {{data}}/{dataset}")
         raise MixshardError(

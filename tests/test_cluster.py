@@ -155,7 +155,7 @@ def test_a_node_that_cannot_see_out_is_named(source, local_ray, tmp_path):
     missing = tmp_path / "not-mounted-here"
     with pytest.raises(MixshardError) as err:
         raypack.run_on_ray(plan_of(source), missing, [0, 1], "default", lambda *a: None,
-                           lambda s: None, strict=False)  # fmt: skip
+                           lambda s: None)  # fmt: skip
     assert str(err.value).startswith(f"{missing} is not visible on Ray node ")
     assert str(err.value).endswith(
         "SRC and OUT must be on storage every node sees (NFS, Lustre, a shared disk); nothing "
@@ -200,7 +200,7 @@ def test_a_killed_worker_is_retried_and_the_bytes_do_not_change(source, local_ra
     killer = threading.Thread(target=kill_one, daemon=True)
     killer.start()
     raypack.run_on_ray(plan, out, list(range(plan.n_shards)), "default", lambda *a: None,
-                       lambda s: done.update({s.index: s}), False, decode=slow_decode)  # fmt: skip
+                       lambda s: done.update({s.index: s}), decode=slow_decode)  # fmt: skip
     killer.join(timeout=5)
     assert killed, "no worker was killed mid-shard"
     assert sorted(done) == [0, 1]

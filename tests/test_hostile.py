@@ -310,7 +310,7 @@ def test_readers_are_told_when_a_pack_is_being_written(good, tmp_path):
             ShardStream(pack, 4)
     finally:
         lock.release()
-    with pytest.raises(ManifestError, match="not a finished mixshard pack"):
+    with pytest.raises(ManifestError, match="not a mixshard pack"):
         ShardStream(pack, 4)
 
 

@@ -26,7 +26,7 @@ def test_pack_writes_the_documented_format(tree, tmp_path):
     res = run("pack", tree, out, "--size", 16, "--workers", 1)
     assert res.exit_code == 0, res.output
     assert res.output.startswith("Packed 18 images (0 skipped) into 1 shard, ")
-    assert res.output.rstrip().endswith(f"s: {out}")
+    assert res.output.rstrip().endswith(f"s: {out}; 3 classes (cat, dog, eel)")
     assert sorted(os.listdir(out)) == ["index.json", "shard-000000.tar"]
     doc = json.loads((out / "index.json").read_text())
     assert list(doc) == [
@@ -284,10 +284,14 @@ def test_output_errors(tree, tmp_path):
     (out / "notes.txt").write_text("mine")
     res = run("pack", tree, out)
     assert res.exit_code == 1
-    assert res.output == (
-        f"Error: output folder {out} is not empty; pass --resume to finish an "
-        "interrupted pack there or --overwrite to replace it\n"
+    refused = (
+        f"Error: output folder {out} is not empty and holds no mixshard pack (notes.txt); "
+        "nothing was written. Choose an empty or new output folder\n"
     )
+    assert res.output == refused
+    res = run("pack", tree, out, "--resume")  # the same refusal: OUT holds no journal or pack
+    assert (res.exit_code, res.output) == (1, refused)
+    assert os.listdir(out) == ["notes.txt"]
     res = run("pack", tree, out, "--overwrite")
     assert res.exit_code == 1 and "holds files mixshard did not write (notes.txt)" in res.output
     assert (out / "notes.txt").read_text() == "mine"

@@ -1,4 +1,5 @@
-"""Every command and code block of the README is run here, or names the test that mirrors it.
+"""Every command and code block of the README and of docs/*.md is run here, or names the test
+that mirrors it.
 
 Each fenced block is preceded by `<!-- check: KIND ... -->`:
   run            bash lines are run as written (in order, in a scratch folder holding small
@@ -26,18 +27,24 @@ from mixshard.testdata import make_image_folder
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
+DOCS = {p.name: p.read_text() for p in sorted((ROOT / "docs").glob("*.md"))}
+TEXTS = {"README.md": README, **{f"docs/{name}": text for name, text in DOCS.items()}}
 BLOCK = re.compile(
     r"<!-- check: (?P<check>[^>]*?) -->\n```(?P<lang>\w*)\n(?P<body>.*?)```", re.DOTALL
 )
 
 
-def blocks() -> list[tuple[str, str, str]]:
-    return [(m["check"].strip(), m["lang"], m["body"]) for m in BLOCK.finditer(README)]
+def blocks(text: str | None = None) -> list[tuple[str, str, str]]:
+    """The checked blocks of one text, or of the README and then every docs/*.md."""
+    texts = [text] if text is not None else list(TEXTS.values())
+    return [(m["check"].strip(), m["lang"], m["body"]) for t in texts for m in BLOCK.finditer(t)]
 
 
 def test_every_block_says_how_it_is_checked():
-    fences = README.count("```") // 2
-    assert len(blocks()) == fences, "a README code block lacks its <!-- check: ... --> line"
+    assert {"benchmarks.md", "design.md", "troubleshooting.md"} <= set(DOCS)
+    for name, text in TEXTS.items():
+        fences = text.count("```") // 2
+        assert len(blocks(text)) == fences, f"a code block of {name} lacks its check line"
     for check, _, _ in blocks():
         assert check.split()[0] in ("run", "make", "mirror", "extras", "output", "figure"), check
 
@@ -81,7 +88,7 @@ def test_run_blocks_in_order(scratch, monkeypatch):
             assert lang == "python"
             exec(compile(body, "README.md", "exec"), {"__name__": "readme"})  # noqa: S102
             ran += 1
-    assert ran == 14
+    assert ran == 15
     assert (scratch / "grid.png").exists() and (scratch / "blended.png").exists()
 
 
@@ -186,11 +193,29 @@ ERRORS = [
     "set MIXSHARD_DATA",
     "no packed dataset",
     "state_dict was saved with",
+    "is not empty and holds no mixshard pack",
+    "is inside the source folder",
+    "is inside the output folder",
+    "is a mixshard pack (it holds index.json)",
+    "is a folder of mixshard packs",
+    "are dataset splits",
+    "not enough free space for this pack",
+    "it starts with a literal ~",
+    "still holds the earlier pack, unchanged",
+    "an image folder, not a pack",
+    "a folder of N pack(s), not a pack",
+    "is a shard file of the pack",
+    "an interrupted pack; finish it with",
+    "is a pack itself",
+    "name the file .png, .jpg, .jpeg or .webp",
+    "would be SRC itself",
+    "starts with a literal ~ that was not expanded",
 ]
 
 
 def test_troubleshooting_covers_every_error():
-    section = README[README.index("## Troubleshooting") :]
+    text = DOCS["troubleshooting.md"]
+    section = text[text.index("## Troubleshooting") :]
     missing = [e for e in ERRORS if e not in section]
     assert not missing
 
@@ -222,3 +247,29 @@ def test_pack_option_table_matches_the_help():
             assert documented[flag] in ("off", "the CPUs this process may use"), flag
         else:
             assert documented[flag] == str(param.default), flag
+
+
+def test_the_readme_is_short_and_says_how_to_start():
+    assert len(README.splitlines()) <= 350
+    assert "source .venv/bin/activate" in README
+    assert "![what make demo writes](docs/overlay.png)" in README
+
+
+def test_links_to_docs_name_files_that_exist():
+    for name, text in TEXTS.items():
+        base = ROOT if name == "README.md" else ROOT / "docs"
+        for target in re.findall(r"\]\(((?:docs/)?[\w.-]+\.(?:md|png))(?:#[\w-]+)?\)", text):
+            assert (base / target).exists(), (name, target)
+
+
+def test_the_overlay_signature_lists_every_argument():
+    import inspect
+
+    import mixshard
+
+    shown = re.search(r"`Overlay\((source, \*,.*?)\)`", README, re.DOTALL)
+    assert shown
+    names = [a.split("=")[0].strip() for a in shown[1].replace("\n", " ").split(",")]
+    names = [n for n in names if n not in ("*", "")]
+    params = [p for p in inspect.signature(mixshard.Overlay).parameters if p != "self"]
+    assert names == params

@@ -330,7 +330,7 @@ def test_two_process_distributed_run(pack_dir, ids, tmp_path):
 
 def test_missing_and_invalid_manifest(tmp_path, pack_dir):
     (tmp_path / "half").mkdir()
-    with pytest.raises(ManifestError, match="no index.json in .*half: not a finished"):
+    with pytest.raises(ManifestError, match="no index.json in .*half: not a mixshard pack"):
         ShardStream(tmp_path / "half", 8)
     bad = copy_pack(pack_dir, tmp_path / "copy")
     doc = json.loads((bad / "index.json").read_text())

@@ -79,9 +79,8 @@ def test_verify_and_inspect_without_a_manifest(tmp_path):
     res = run("verify", tmp_path / "half")
     assert res.exit_code == 1
     assert res.output == (
-        f"Error: no index.json in {tmp_path}/half: not a finished mixshard "
-        f"pack. An interrupted pack finishes with `mixshard pack SRC "
-        f"{tmp_path}/half --resume`\n"
+        f"Error: no index.json in {tmp_path}/half: not a mixshard pack (no images, packs or "
+        f"journal there either); make one with `mixshard pack SRC {tmp_path}/half`\n"
     )
     res = run("inspect", tmp_path / "nothere")
     assert res.exit_code == 1

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -45,6 +46,16 @@ def as_flags(message: str) -> str:
     return message
 
 
+def _repack_hint(message: str) -> str:
+    """Where a wrapper runs the command (the Makefile's dataset targets set
+    `MIXSHARD_REPACK_HINT` to their own command with `REPACK=1`), its way to replace a pack
+    stands in for `--overwrite`, which the user cannot pass there as is."""
+    hint = os.environ.get("MIXSHARD_REPACK_HINT")
+    if not hint:
+        return message
+    return message.replace("pass --overwrite", f"rerun with `{hint}`")
+
+
 def shown(text: str) -> str:
     """Text for the terminal: the bytes of a file name that are not UTF-8 (surrogate escapes,
     as `os.listdir` gives them) appear as `\\xNN`."""
@@ -62,7 +73,7 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except MixshardError as exc:
-            message = as_flags(str(exc))
+            message = _repack_hint(as_flags(str(exc)))
             if exc.resumable and "--resume" not in message:
                 message = f"{message}; {RESUME_HINT}"
             raise click.ClickException(shown(message)) from None

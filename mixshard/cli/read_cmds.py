@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 
 import click
 
 from ..core.errors import MixshardError
+from ..core.packpath import pack_dir
 from .base import cli, human_bytes, pack_argument, quiet_option, shown
 
 
@@ -41,9 +43,10 @@ def verify(pack: str, quiet: bool) -> None:
         return
     for name, problem in report.problems.items():
         click.echo(f"BAD {name}: {problem}")
+    folder = pack_dir(pack)
     raise MixshardError(
-        f"{len(report.problems)} bad shard file(s) in {pack}; repack with `mixshard pack SRC "
-        f"{pack} --overwrite` (or restore the files)"
+        f"{len(report.problems)} bad shard file(s) in {folder}; repack with `mixshard pack SRC "
+        f"{folder} --overwrite` (or restore the files)"
     )
 
 
@@ -96,13 +99,16 @@ def inspect(pack: str, as_json: bool) -> None:
     click.echo(f"skipped:  {len(m.skipped)}")
 
 
+_GRID_FORMATS = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG", ".webp": "WEBP"}
+
+
 @cli.command()
 @pack_argument
 @click.option(
     "-o",
     "--output",
     required=True,
-    help="PNG file to write.",
+    help="Image file to write: .png, .jpg/.jpeg or .webp (the suffix picks the format).",
     type=click.Path(dir_okay=False, path_type=str),
 )
 @click.option(
@@ -130,7 +136,7 @@ def inspect(pack: str, as_json: bool) -> None:
     help="Blend weight of the background (with --obs).",
 )
 def preview(pack: str, output: str, count: int, seed: int, obs: str | None, alpha: float) -> None:
-    """Write a PNG grid of images from PACK (with class names when labelled).
+    """Write a grid of images from PACK (with class names when labelled).
 
     With --obs, each image is blended over that observation at --alpha: what the
     random overlay will show your agent.
@@ -143,9 +149,15 @@ def preview(pack: str, output: str, count: int, seed: int, obs: str | None, alph
     """
     from ..reading.preview import preview_grid
 
+    suffix = os.path.splitext(output)[1].lower()
+    if suffix not in _GRID_FORMATS:
+        raise click.BadParameter(
+            f"{output}: name the file .png, .jpg, .jpeg or .webp (the suffix picks the format)",
+            param_hint="'-o' / '--output'",
+        )
     grid, n = preview_grid(pack, count, seed=seed, obs=obs, alpha=alpha)
     try:
-        grid.save(output, format="PNG")
+        grid.save(output, format=_GRID_FORMATS[suffix])
     except OSError as exc:
         raise MixshardError(f"cannot write {output}: {exc.strerror or exc}") from None
     blended = f" blended over {obs} at alpha {alpha}" if obs else ""

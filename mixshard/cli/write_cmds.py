@@ -150,8 +150,16 @@ def _pack_summary(result: Any, out: str) -> None:
     click.echo(
         f"Packed {m.count} images ({len(m.skipped)} skipped) into {len(m.shards)} "
         f"shard{'s' if len(m.shards) != 1 else ''}{reused}, "
-        f"{human_bytes(m.total_bytes)}, in {result.seconds:.1f} s: {out}"
+        f"{human_bytes(m.total_bytes)}, in {result.seconds:.1f} s: {out}; {_classes(m.classes)}"
     )
+
+
+def _classes(classes: tuple[str, ...]) -> str:
+    """`3 classes (cat, dog, eel)` or `unlabeled (one set)`: a SRC one level too high shows."""
+    if not classes:
+        return "unlabeled (one set)"
+    names = ", ".join(classes[:5]) + (", ..." if len(classes) > 5 else "")
+    return f"{len(classes)} class{'es' if len(classes) != 1 else ''} ({shown(names)})"
 
 
 @cli.command()
@@ -212,7 +220,14 @@ def pack(src: str, out: str, quiet: bool, **opts: Any) -> None:
     try:
         result = run_pack(src, out, shuffle=shuffle, progress=update, **opts)
     except KeyboardInterrupt:
-        click.echo(f"Interrupted. Finished shards are kept: {RESUME_HINT}.", err=True)
+        if opts["overwrite"]:
+            click.echo(
+                f"Interrupted. {out} still holds the earlier pack, unchanged; rerun the same "
+                "command to continue the new one (its finished shards are kept).",
+                err=True,
+            )
+        else:
+            click.echo(f"Interrupted. Finished shards are kept: {RESUME_HINT}.", err=True)
         sys.exit(130)
     finally:
         close()

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import psutil
 
+from .constants import MANIFEST_NAME
+
 _CGROUP_ROOTS = (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified"))
 
 
@@ -120,3 +122,16 @@ def usable_cpus() -> int:
         if quota:
             cpus = min(cpus, max(1, math.ceil(quota)))
     return max(1, cpus)
+
+
+def data_is_a_pack(data: str | os.PathLike, env: str = "MIXSHARD_DATA") -> str | None:
+    """When the data folder (`MIXSHARD_DATA`) is itself a pack (`data/coco` instead of `data`),
+    the message that says to set it to the folder above; else None."""
+    folder = Path(data)
+    if not (folder / MANIFEST_NAME).is_file():
+        return None
+    above = folder.resolve().parent
+    return (
+        f"{env}={data} is a pack itself (it holds index.json), not the folder that holds the "
+        f"packs; set {env} to the folder above it: {env}={above}"
+    )

@@ -32,6 +32,7 @@ from .constants import (
 )
 from .errors import ManifestError
 from .files import atomic_write, read_regular, writer_of
+from .packpath import not_a_pack, pack_dir, tilde_hint
 
 SHARD_NAME = re.compile(r"shard-\d{6}\.tar")
 _KEY = re.compile(r"\d{8}")
@@ -233,11 +234,9 @@ class Manifest:
         Raises:
             ManifestError: missing, not a regular file, too large, unreadable or invalid.
         """
-        path = Path(folder)
-        if path.name != MANIFEST_NAME or path.is_dir():
-            path = path / MANIFEST_NAME
+        where = pack_dir(folder)
+        path = where / MANIFEST_NAME
         if not os.path.lexists(path):
-            where = path.parent
             writer = writer_of(where)
             if writer is not None:
                 raise ManifestError(
@@ -246,12 +245,10 @@ class Manifest:
                 )
             if not where.exists():
                 raise ManifestError(
-                    f"pack folder not found: {where}; make it with `mixshard pack SRC {where}`"
+                    f"pack folder not found: {where}{tilde_hint(where)}; make it with "
+                    f"`mixshard pack SRC {where}`"
                 )
-            raise ManifestError(
-                f"no {MANIFEST_NAME} in {where}: not a finished mixshard pack. An interrupted "
-                f"pack finishes with `mixshard pack SRC {where} --resume`"
-            )
+            raise ManifestError(not_a_pack(where))
         try:
             text = read_regular(path, MAX_MANIFEST_BYTES)
         except OSError as exc:

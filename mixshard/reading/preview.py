@@ -14,6 +14,7 @@ from PIL import Image, ImageDraw, ImageFont, ImageOps, UnidentifiedImageError
 
 from ..core.errors import MixshardError
 from ..core.manifest import Manifest
+from ..core.packpath import pack_dir
 from .local import LocalPack
 
 LABEL_HEIGHT = 14
@@ -50,7 +51,7 @@ def preview_grid(
     """A grid of `n` randomly chosen images of a pack (class names under them when labelled).
 
     Args:
-        folder: the pack folder.
+        folder: the pack folder (or its `index.json`).
         n: how many images (at most the pack's count).
         seed: which images.
         obs: an observation image; each tile is then that image blended with a pack image.
@@ -67,6 +68,7 @@ def preview_grid(
         raise ValueError(f"alpha must be in [0, 1], got {alpha}")
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
+    folder = pack_dir(folder)
     pack = LocalPack(folder, Manifest.load(folder))
     size = pack.manifest.size
     n = min(n, pack.count)

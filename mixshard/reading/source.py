@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Union
 
 from ..core.manifest import Manifest, ShardInfo
+from ..core.packpath import pack_dir
 from .remote import is_folder, resolve_urls
 
 UserSource = Union[str, "os.PathLike[str]", list]
@@ -51,8 +52,8 @@ class Source:
 
 
 def resolve_source(source: UserSource | Source, manifest: str | Manifest | None = None) -> Source:
-    """`source` (a pack folder, shard URLs, brace patterns, `pipe:` commands, a list of them)
-    as a `Source`; a `Source` is returned as it is.
+    """`source` (a pack folder or its `index.json`, shard URLs, brace patterns, `pipe:`
+    commands, a list of them) as a `Source`; a `Source` is returned as it is.
 
     Args:
         source: what the user passed.
@@ -66,7 +67,7 @@ def resolve_source(source: UserSource | Source, manifest: str | Manifest | None 
     if isinstance(source, Source):
         return source
     if not isinstance(source, list) and is_folder(source):
-        folder = os.fspath(source)
+        folder = os.fspath(pack_dir(source))  # the folder, or its index.json
         found = manifest if isinstance(manifest, Manifest) else Manifest.load(folder)
         return Source(folder, None, found, folder)
     given = source if isinstance(source, list) else os.fspath(source)

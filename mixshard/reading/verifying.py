@@ -15,6 +15,7 @@ import numpy as np
 from ..core.constants import IMAGES_SUFFIX, LABELS_SUFFIX, SHARD_PREFIX, SHARD_SUFFIX, TMP_SUFFIX
 from ..core.files import open_regular, sha256_of
 from ..core.manifest import Manifest, ShardInfo
+from ..core.packpath import pack_dir
 
 
 @dataclass
@@ -98,7 +99,7 @@ def verify(
     """Check every shard of a pack: present, right size, right sha256, right block layout.
 
     Args:
-        folder: the pack folder.
+        folder: the pack folder (or its `index.json`).
         progress: called with the number of bytes checked after each shard.
         manifest: the already loaded `index.json`, to save reading it again.
 
@@ -109,7 +110,7 @@ def verify(
     Raises:
         ManifestError: `index.json` is missing or invalid.
     """
-    folder = Path(folder)
+    folder = pack_dir(folder)
     manifest = manifest or Manifest.load(folder)
     report = VerifyReport(manifest)
     listed = {s.name for s in manifest.shards}

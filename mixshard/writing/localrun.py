@@ -29,7 +29,6 @@ class LocalRun:
         workers: decode processes; 1 decodes in this process.
         on_chunk: called with `(images, skipped)` after each chunk of decoded images.
         on_shard: called with each finished shard (to journal it) before the next is started.
-        check: called with each chunk's skip reasons before they are kept (strict packs raise).
         close_fds: descriptors the decode processes must not inherit (the output lock).
     """
 
@@ -41,7 +40,6 @@ class LocalRun:
         workers: int,
         on_chunk: Progress,
         on_shard: Callable[[DoneShard], None],
-        check: Callable[[ShardBuilder, list[Decoded]], None],
         close_fds: tuple[int, ...] = (),
     ) -> None:
         self.close_fds = close_fds
@@ -51,7 +49,7 @@ class LocalRun:
         )
         self.todo = deque(todo)
         self.workers = max(1, min(workers, len(self.tasks)))
-        self.on_chunk, self.on_shard, self.check = on_chunk, on_shard, check
+        self.on_chunk, self.on_shard = on_chunk, on_shard
         self.pending: deque[Future | list[Decoded]] = deque()
         self.pool: ProcessPoolExecutor | None = None
         self.builder: ShardBuilder | None = None
@@ -69,7 +67,6 @@ class LocalRun:
     def _take(self, results: list[Decoded]) -> None:
         if self.builder is None:
             self.builder = ShardBuilder(self.out, self.plan, self.todo.popleft())
-        self.check(self.builder, results)
         self.builder.add(results)
         self.on_chunk(len(results), sum(isinstance(r, str) for r in results))
         if self.builder.complete:

@@ -8,8 +8,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import fnmatch
 import json
 import os
+import shutil
 import socket
 import sys
 import threading
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import TextIO
 
 from ..core.constants import (
+    CHANNELS,
     JOURNAL_GLOB,
     JOURNAL_NAME,
     LOCK_NAME,
@@ -28,6 +31,7 @@ from ..core.constants import (
 )
 from ..core.errors import OutputError, WriteError
 from ..core.files import atomic_write, describe_holder
+from ..core.packpath import tilde_hint
 from .shardwrite import DoneShard
 
 
@@ -158,25 +162,50 @@ def _is_ours(name: str) -> bool:
     )
 
 
-def prepare_out(out: Path, resume: bool, overwrite: bool) -> None:
-    """Check (and with `overwrite` empty) the locked output folder.
+def _listing(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+
+
+def foreign_files(out: Path) -> list[str]:
+    """The names in `out` that mixshard did not write."""
+    return sorted(n for n in os.listdir(out) if not _is_ours(n))
+
+
+def holds_files(out: Path) -> bool:
+    """True when the folder `out` exists and holds anything but lock files."""
+    return out.is_dir() and any(not n.startswith(LOCK_NAME) for n in os.listdir(out))
+
+
+def check_replaceable(out: Path) -> None:
+    """Raises `OutputError` when `out` holds files mixshard did not write (`overwrite` never
+    deletes those)."""
+    foreign = foreign_files(out)
+    if foreign:
+        raise OutputError(
+            f"overwrite=True: {out} holds files mixshard did not write ({_listing(foreign)}); "
+            "nothing was deleted. Choose an empty or new output folder"
+        )
+
+
+def prepare_out(out: Path, resume: bool) -> None:
+    """Check the locked output folder: empty, or (with `resume`) holding an interrupted or
+    finished mixshard pack.
 
     Raises:
-        OutputError: OUT is a file, not empty without `resume`/`overwrite`, holds files
-            mixshard did not write (`overwrite`), or is not writable.
+        OutputError: OUT is not empty without `resume`, holds no mixshard journal or pack
+            (whatever `resume` says: a folder of other files is never written into), or is
+            not writable.
     """
     names = sorted(n for n in os.listdir(out) if not n.startswith(LOCK_NAME))
-    if names and overwrite:
-        foreign = [n for n in names if not _is_ours(n)]
-        if foreign:
-            raise OutputError(
-                f"overwrite=True: {out} holds files mixshard did not write "
-                f"({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}); "
-                "nothing was deleted. Choose an empty or new output folder"
-            )
-        for n in names:
-            (out / n).unlink()
-    elif names and not resume:
+    ours = all(_is_ours(n) for n in names) or any(
+        n == MANIFEST_NAME or fnmatch.fnmatch(n, JOURNAL_GLOB) for n in names
+    )
+    if names and not ours:
+        raise OutputError(
+            f"output folder {out} is not empty and holds no mixshard pack ({_listing(names)}); "
+            "nothing was written. Choose an empty or new output folder"
+        )
+    if names and not resume:
         raise OutputError(
             f"output folder {out} is not empty; pass resume=True to finish an interrupted pack "
             "there or overwrite=True to replace it"
@@ -193,11 +222,72 @@ def prepare_out(out: Path, resume: bool, overwrite: bool) -> None:
 def check_out_path(out: Path) -> None:
     if out.exists() and not out.is_dir():
         raise OutputError(f"output path {out} exists and is not a folder; choose a folder")
+    if not out.exists() and str(out).startswith("~"):
+        raise OutputError(f"output folder {out} would be made here{tilde_hint(out)}")
 
 
-def load_done(out: Path, fingerprint: str) -> dict[int, DoneShard]:
+def check_apart(src: Path, out: Path) -> None:
+    """SRC and OUT must not contain each other: a pack written into its source is scanned as
+    images by the next run, and a source inside OUT is deleted by `overwrite`.
+
+    Raises:
+        OutputError: OUT is SRC, inside it, or holds it.
+    """
+    s, o = src.resolve(), out.resolve()
+    if s == o or s in o.parents:
+        where = "is the source folder" if s == o else f"is inside the source folder {src}"
+        raise OutputError(
+            f"output folder {out} {where}; choose an output folder outside the source (e.g. "
+            f"{s.parent / (s.name + '-pack')}), nothing was written"
+        )
+    if o in s.parents:
+        raise OutputError(
+            f"the source folder {src} is inside the output folder {out}; choose an output "
+            "folder that does not hold the source, nothing was written"
+        )
+
+
+# Bytes a stored image costs beyond its pixels: its label, its key in keys.json, and its share
+# of the three tar headers and paddings of its block (generous: the check must not pass a pack
+# that cannot fit).
+PER_IMAGE_OVERHEAD = 256
+
+
+def free_bytes(folder: Path) -> int:
+    """Free bytes on the file system of `folder` for this user (tests replace it)."""
+    return shutil.disk_usage(folder).free
+
+
+def check_free_space(out: Path, images: int, size: int) -> None:
+    """Refuse a pack whose images cannot fit in the free space of OUT's file system.
+
+    Raises:
+        OutputError: naming the bytes needed and the bytes free.
+    """
+    need = images * (CHANNELS * size * size + PER_IMAGE_OVERHEAD)
+    free = free_bytes(out)
+    if need > free:
+        raise OutputError(
+            f"not enough free space for this pack in {out}: its {images} images of {size}x{size} "
+            f"px need about {need:,} bytes ({need / 1e9:.2f} GB), and {free:,} bytes "
+            f"({free / 1e9:.2f} GB) are free; free some space or choose an output folder on "
+            "another disk. Nothing was written"
+        )
+
+
+def remove_run(out: Path) -> None:
+    """Remove what a pack wrote into `out` (shards, temporary files, journals): a strict run
+    that failed from scratch leaves the folder as it found it."""
+    for name in os.listdir(out):
+        if _is_ours(name) and not name.startswith(LOCK_NAME) and name != MANIFEST_NAME:
+            with contextlib.suppress(FileNotFoundError):
+                (out / name).unlink()
+
+
+def load_done(out: Path, fingerprint: str, redo_skipped: bool = False) -> dict[int, DoneShard]:
     """Shards recorded by earlier runs of the same plan (any journal in OUT: an interrupted
-    pack, job-array parts) whose files are intact, by plan index.
+    pack, job-array parts) whose files are intact, by plan index; with `redo_skipped`, not
+    those that skipped a file (a strict run decodes them again: the file may be fixed).
 
     Raises:
         OutputError: a journal of another plan (other SRC or options) is in OUT.
@@ -220,6 +310,8 @@ def load_done(out: Path, fingerprint: str) -> dict[int, DoneShard]:
                 shard = DoneShard.from_json(line)
             except ValueError:
                 continue  # a line cut short by a kill: that shard is redone
+            if redo_skipped and shard.skipped:
+                continue
             if shard.info is None or _intact(out / shard.info.name, shard.info.bytes):
                 done[shard.index] = shard
     return done

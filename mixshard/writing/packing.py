@@ -9,6 +9,7 @@ the recorded shards and redoes the rest, so every way of running a plan gives th
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import time
 from collections.abc import Callable
@@ -17,26 +18,32 @@ from pathlib import Path
 
 from ..core.constants import MANIFEST_NAME
 from ..core.env import usable_cpus
-from ..core.errors import OutputError, SourceError
+from ..core.errors import OutputError, SkippedImagesError, SourceError
 from ..core.manifest import Manifest
 from .outdir import (
     Journal,
     OutLock,
+    check_apart,
+    check_free_space,
     check_out_path,
+    holds_files,
     load_done,
     prepare_out,
     remove_journals,
     remove_partials,
+    remove_run,
     write_error,
 )
 from .plan import PackPlan, check_options, make_plan
+from .replace import replace_pack
 from .scanning import path_key, scan
-from .shardwrite import Decoded, DoneShard, ShardBuilder, strict_error
+from .shardwrite import DoneShard, strict_error
 
 
 @dataclass(frozen=True)
 class PackProgress:
-    """Progress of a running pack, in source images."""
+    """Progress of a running pack: `done` of `total` images written (a source image counts
+    once per variant), and how many source files were skipped."""
 
     total: int
     done: int
@@ -61,8 +68,9 @@ class _Tracker:
     def __init__(self, plan: PackPlan, done: dict[int, DoneShard], progress, journal: Journal):
         self.plan, self.done, self.journal = plan, done, journal
         self.progress = progress
-        self.total = len(plan.items)
-        self.count = sum(len(plan.shard_items(i)) for i in done)
+        self.variants = plan.options["variants"]
+        self.total = len(plan.items) * self.variants
+        self.count = sum(len(plan.shard_items(i)) for i in done) * self.variants
         self.skipped = sum(len(d.skipped) for d in done.values())
         self.written = 0
 
@@ -71,7 +79,7 @@ class _Tracker:
             self.progress(PackProgress(self.total, self.count, self.skipped))
 
     def chunk(self, images: int, skipped: int) -> None:
-        self.count += images
+        self.count += images * self.variants
         self.skipped += skipped
         self.report()
 
@@ -81,20 +89,8 @@ class _Tracker:
         self.written += 1
 
 
-def _strict_check(builder: ShardBuilder, results: list[Decoded]) -> None:
-    bad = [
-        {"path": path, "reason": r}
-        for path, r in zip(builder.pending_paths(len(results)), results)
-        if isinstance(r, str)
-    ]
-    if bad:
-        raise strict_error(builder.skipped + bad)
-
-
-def _plan(src: Path, options: dict, labels: str, strict: bool) -> PackPlan:
+def _plan(src: Path, options: dict, labels: str) -> PackPlan:
     found = scan(src, labels)  # before touching OUT: a bad SRC must not change anything
-    if strict and found.skipped:
-        raise strict_error(list(found.skipped))
     return make_plan(str(src), found, **options)
 
 
@@ -162,43 +158,76 @@ def pack(
     t0 = time.perf_counter()
     src, out = Path(src), Path(out)
     check_out_path(out)
-    plan = _plan(src, options, labels, strict)
+    check_apart(src, out)
+    plan = _plan(src, options, labels)
     if finish:
         return _finish(out, plan, t0)
     if ray is not None:
         from .raypack import connect
 
         connect(ray)  # an unreachable cluster must fail before OUT is touched
-    created = not out.exists()
-    lock = OutLock(out, part)
-    empty = False
-    try:
-        prepare_out(out, resume or part is not None, overwrite)
-        # a finished pack is never rewritten by a resumed run or a resubmitted part
-        finished = _finished(out, plan) if resume or part is not None else None
-        if finished is not None:
-            return PackResult(finished, out, time.perf_counter() - t0, len(finished.shards), True)
-        done = load_done(out, plan.fingerprint)
-        todo = [i for i in range(plan.n_shards) if i not in done]
-        if part is not None:
-            todo = [i for i in todo if i % part[1] == part[0]]
-        tracker = _run(plan, out, done, todo, part, progress, workers, strict, ray, lock.fds)
-        if part is not None:
-            seconds = time.perf_counter() - t0
-            return PackResult(
-                None, out, seconds, len(done) - tracker.written, False, tracker.written
-            )
-        manifest = _finalize(plan, out, done)
-        reused = len(done) - tracker.written
-        return PackResult(manifest, out, time.perf_counter() - t0, reused, False, tracker.written)
-    except SourceError:
-        empty = True  # nothing was packed: leave no trace of this run
-        raise
-    finally:
-        lock.release()
-        if empty and created:
-            with contextlib.suppress(OSError):
-                out.rmdir()
+    job = _Job(plan, part, progress, workers, strict, ray, t0)
+    if overwrite and holds_files(out):
+        # the old pack stays whole until the new one is complete beside it
+        result = replace_pack(out, plan.fingerprint, lambda staging, fds: job.into(staging, fds))
+        return dataclasses.replace(result, out=out, already_complete=False)
+    return job.into(out, (), resume=resume or part is not None)
+
+
+@dataclass
+class _Job:
+    """One run of a plan into one folder: its options, then `into` (OUT or a staging folder)."""
+
+    plan: PackPlan
+    part: tuple[int, int] | None
+    progress: Callable[[PackProgress], None] | None
+    workers: int | None
+    strict: bool
+    ray: str | None
+    t0: float
+
+    def into(self, out: Path, held: tuple[int, ...], resume: bool = True) -> PackResult:
+        plan, part = self.plan, self.part
+        created = not out.exists()
+        lock = OutLock(out, part)
+        empty, fresh = True, False  # until shards are written, a folder made here goes again
+        try:
+            prepare_out(out, resume)
+            # a finished pack is never rewritten by a resumed run or a resubmitted part
+            finished = _finished(out, plan) if resume else None
+            if finished is not None:
+                seconds = time.perf_counter() - self.t0
+                return PackResult(finished, out, seconds, len(finished.shards), True)
+            done = load_done(out, plan.fingerprint, redo_skipped=self.strict)
+            todo = [i for i in range(plan.n_shards) if i not in done]
+            if part is not None:
+                todo = [i for i in todo if i % part[1] == part[0]]
+            images = sum(len(plan.shard_items(i)) for i in todo) * plan.options["variants"]
+            check_free_space(out, images, plan.size)
+            fresh, empty = not done, False
+            fds = lock.fds + held
+            tracker = _run(plan, out, done, todo, part, self.progress, self.workers, self.ray, fds)
+            seconds = time.perf_counter() - self.t0
+            if part is not None:
+                return PackResult(None, out, seconds, len(done) - tracker.written, False,
+                                  tracker.written)  # fmt: skip
+            manifest = _finalize(plan, out, done, self.strict)
+            reused = len(done) - tracker.written
+            seconds = time.perf_counter() - self.t0
+            return PackResult(manifest, out, seconds, reused, False, tracker.written)
+        except SourceError:
+            empty = True  # nothing was packed: leave no trace of this run
+            raise
+        except SkippedImagesError:
+            if fresh:  # a strict run from scratch leaves OUT as it found it
+                remove_run(out)
+                empty = True
+            raise
+        finally:
+            lock.release()
+            if empty and created:
+                with contextlib.suppress(OSError):
+                    out.rmdir()
 
 
 def _check_modes(resume: bool, overwrite: bool, part, finish: bool, ray) -> None:
@@ -219,19 +248,21 @@ def _finished(out: Path, plan: PackPlan) -> Manifest | None:
     if not (out / MANIFEST_NAME).exists():
         return None
     manifest = Manifest.load(out)
-    if (manifest.options, manifest.size, manifest.block_size) != (
-        plan.options,
-        plan.size,
-        plan.block_size,
-    ):
+    old = {**manifest.options, "size": manifest.size, "block_size": manifest.block_size}
+    new = {**plan.options, "size": plan.size, "block_size": plan.block_size}
+    if old != new:
+        changes = ", ".join(
+            f"{k} {old.get(k)} -> {new.get(k)}" for k in sorted(set(old) | set(new))
+            if old.get(k) != new.get(k)
+        )  # fmt: skip
         raise OutputError(
-            f"{out} holds a finished pack made with other options; pass overwrite=True to "
-            "replace it"
+            f"{out} holds a finished pack made with other options ({changes}); pass "
+            "overwrite=True to replace it (the old pack is kept until the new one is complete)"
         )
     return manifest
 
 
-def _run(plan, out, done, todo, part, progress, workers, strict, ray, lock_fds) -> _Tracker:
+def _run(plan, out, done, todo, part, progress, workers, ray, lock_fds) -> _Tracker:
     """Write the shards `todo`, journalling each; returns the run's counters."""
     remove_partials(out, {plan.shard_name(i) for i in todo})
     journal = Journal(out, plan.fingerprint, done, part)
@@ -240,13 +271,12 @@ def _run(plan, out, done, todo, part, progress, workers, strict, ray, lock_fds) 
         if ray is not None:
             from .raypack import run_on_ray
 
-            run_on_ray(plan, out, todo, ray, tracker.chunk, tracker.shard, strict)
+            run_on_ray(plan, out, todo, ray, tracker.chunk, tracker.shard)
         else:
             from .localrun import LocalRun
 
-            check = _strict_check if strict else (lambda builder, results: None)
             cpus = workers or usable_cpus()
-            run = LocalRun(plan, out, todo, cpus, tracker.chunk, tracker.shard, check, lock_fds)
+            run = LocalRun(plan, out, todo, cpus, tracker.chunk, tracker.shard, lock_fds)
             run.run()
     except OSError as exc:
         raise write_error(exc, Path(exc.filename) if exc.filename else out) from None
@@ -255,13 +285,18 @@ def _run(plan, out, done, todo, part, progress, workers, strict, ray, lock_fds) 
     return tracker
 
 
-def _finalize(plan: PackPlan, out: Path, done: dict[int, DoneShard]) -> Manifest:
-    """Write `index.json` from the shards of the whole plan, then drop the journals."""
+def _finalize(
+    plan: PackPlan, out: Path, done: dict[int, DoneShard], strict: bool = False
+) -> Manifest:
+    """Write `index.json` from the shards of the whole plan, then drop the journals. A strict
+    pack that skipped any file (found by the scan or by a decoder) names them all instead."""
     missing = [i for i in range(plan.n_shards) if i not in done]
     if missing:
         raise OutputError(_missing_message(plan, out, missing))
     skipped = list(plan.scan_skipped) + [s for i in sorted(done) for s in done[i].skipped]
     skipped.sort(key=lambda s: path_key(s["path"]))
+    if strict and skipped:
+        raise strict_error(skipped)
     infos = tuple(info for i in sorted(done) if (info := done[i].info) is not None)
     count = sum(info.count for info in infos)
     if count == 0:

@@ -18,7 +18,7 @@ from typing import Any
 from ..core.errors import MixshardError, PackInterrupted, SkippedImagesError
 from .decodepool import decode_chunk
 from .plan import PackPlan
-from .shardwrite import DoneShard, strict_error, write_shard
+from .shardwrite import DoneShard, write_shard
 
 RETRIES = 3  # Ray retries a task whose worker process died this many times
 
@@ -107,7 +107,6 @@ def run_on_ray(
     address: str,
     on_chunk: Callable[[int, int], None],
     on_shard: Callable[[DoneShard], None],
-    strict: bool,
     decode: Callable | None = None,
 ) -> None:
     """Write the planned shards `todo` with one Ray task each, journalling each as it ends.
@@ -127,8 +126,6 @@ def run_on_ray(
             for ref in ready:
                 index = pending.pop(ref)
                 shard = _result(ray, ref, index)
-                if strict and shard.skipped:
-                    raise strict_error(shard.skipped)
                 on_chunk(len(plan.shard_items(index)), len(shard.skipped))
                 on_shard(shard)
     finally:

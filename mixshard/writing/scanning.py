@@ -17,10 +17,13 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.constants import IMAGE_EXTENSIONS, LABEL_MODES, NO_LABEL
+from ..core.constants import IMAGE_EXTENSIONS, LABEL_MODES, MANIFEST_NAME, NO_LABEL
 from ..core.errors import SourceError
+from ..core.packpath import packs_in, tilde_hint
 
 _DIGITS = re.compile(r"(\d+)")
+# Top-level folder names that are a dataset's splits, not its classes (train, val2017, ...).
+_SPLIT = re.compile(r"(train|training|val|valid|validation|test|testing|dev)(\d{4})?", re.I)
 
 
 def natural_key(text: str) -> tuple:
@@ -157,8 +160,9 @@ def scan(src: str | os.PathLike, labels: str = "auto") -> ScanResult:
     if labels not in LABEL_MODES:
         raise ValueError(f"unknown labels mode {labels!r}; use one of {', '.join(LABEL_MODES)}")
     root = Path(src)
+    refuse_pack_source(root)
     if not root.exists():
-        raise SourceError(f"source folder not found: {src}")
+        raise SourceError(f"source folder not found: {src}{tilde_hint(src)}")
     if not root.is_dir():
         raise SourceError(f"source must be a folder of images, got a file: {src}")
     try:
@@ -174,6 +178,8 @@ def scan(src: str | os.PathLike, labels: str = "auto") -> ScanResult:
         )
     loose = [p for p in images if "/" not in p]
     with_images = sorted({p.split("/", 1)[0] for p in images if "/" in p})
+    if labels != "folders":
+        refuse_split_folders(src, with_images)
     mode = _resolve_mode(src, labels, loose, with_images)
     if mode == "none":
         skipped.sort(key=lambda s: path_key(s["path"]))
@@ -194,3 +200,42 @@ def scan(src: str | os.PathLike, labels: str = "auto") -> ScanResult:
     ]
     skipped.sort(key=lambda s: path_key(s["path"]))
     return ScanResult(items, classes, skipped, "folders")
+
+
+def refuse_pack_source(root: Path) -> None:
+    """A SRC that is a mixshard pack (or a folder of packs) is not an image folder: say so,
+    before its shards are searched for images.
+
+    Raises:
+        SourceError: `root` holds `index.json`, or sub-folders that are packs and no images.
+    """
+    if (root / MANIFEST_NAME).is_file():
+        raise SourceError(
+            f"{root} is a mixshard pack (it holds {MANIFEST_NAME}), not an image folder; pack "
+            "the folder of the original images instead (an existing pack is read as it is)"
+        )
+    packs = packs_in(root) if root.is_dir() else []
+    if packs and not any(is_image_name(n) for n in os.listdir(root)):
+        raise SourceError(
+            f"{root} is a folder of mixshard packs ({', '.join(packs[:5])}), not an image "
+            "folder; pack the folder of the original images instead"
+        )
+
+
+def refuse_split_folders(src: str | os.PathLike, with_images: list[str]) -> None:
+    """A SRC one level too high holds a dataset's splits (`train/`, `val/`) where classes
+    belong: packing it would mix validation images into the pool.
+
+    Raises:
+        SourceError: every top-level folder with images, or two or more of them, are split
+            names; the message names the folder to pass instead.
+    """
+    splits = [name for name in with_images if _SPLIT.fullmatch(name)]
+    if not splits or (len(splits) < 2 and len(splits) < len(with_images)):
+        return
+    pick = next((n for n in splits if n.lower().startswith("train")), splits[0])
+    raise SourceError(
+        f"the top-level folders of {src} are dataset splits ({', '.join(splits)}), not "
+        f"classes; pass one split as the source instead, e.g. {Path(src) / pick} (or pass "
+        "labels='folders' if they really are classes)"
+    )

@@ -1,0 +1,115 @@
+"""`overwrite`: a new pack is written beside the old one, in a staging folder, and swapped in
+by two renames only once it is complete; so a failed, strict or interrupted run leaves the old
+pack whole. Rerunning the same command continues the staged pack (its journal)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from ..core.errors import MixshardError, OutputError
+from .outdir import OutLock, check_replaceable, load_done
+
+R = TypeVar("R")
+
+
+def staging_path(out: Path) -> Path:
+    """Where the replacement of the pack `out` is written: a hidden sibling folder (the same
+    file system, so the swap is a rename)."""
+    return out.parent / f".{out.name}.mixshard-new"
+
+
+def _old_path(out: Path) -> Path:
+    return out.parent / f".{out.name}.mixshard-old"
+
+
+def _fsync_dir(folder: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _keep_or_clear(staging: Path, fingerprint: str) -> None:
+    """A staging folder left by an earlier run is continued when it holds the same plan,
+    and removed otherwise (it is ours: nothing else writes there)."""
+    if not staging.exists():
+        return
+    try:
+        if staging.is_dir() and not (staging / "index.json").exists():
+            load_done(staging, fingerprint)
+            return
+    except MixshardError:
+        pass
+    if staging.is_dir() and not staging.is_symlink():
+        shutil.rmtree(staging)
+    else:
+        staging.unlink()
+
+
+def swap_in(staging: Path, out: Path) -> None:
+    """Put the complete pack `staging` in the place of `out`, then delete the old one.
+
+    Raises:
+        OutputError: a rename failed; `out` then still holds the old pack.
+    """
+    old = _old_path(out)
+    if old.exists():
+        shutil.rmtree(old)
+    try:
+        os.rename(out, old)
+    except OSError as exc:
+        raise OutputError(f"cannot move the old pack {out} aside: {exc.strerror}") from None
+    try:
+        os.rename(staging, out)
+    except OSError as exc:
+        os.rename(old, out)
+        raise OutputError(
+            f"cannot move the new pack {staging} to {out}: {exc.strerror}; {out} still holds "
+            "the old pack"
+        ) from None
+    _fsync_dir(out.parent)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def replace_pack(out: Path, fingerprint: str, write: Callable[[Path, tuple[int, ...]], R]) -> R:
+    """Replace the pack (or interrupted pack) in `out` with the one `write(staging, fds)`
+    makes, holding `out`'s lock throughout (`fds`: its descriptors, which workers close).
+
+    Raises:
+        OutputError: `out` holds files mixshard did not write (nothing is deleted).
+        MixshardError: whatever `write` raised, with a note that `out` is unchanged.
+    """
+    lock = OutLock(out)
+    try:
+        check_replaceable(out)
+        staging = staging_path(out)
+        _keep_or_clear(staging, fingerprint)
+        try:
+            result = write(staging, lock.fds)
+        except MixshardError as exc:
+            kept = (
+                f"; the new pack's finished shards are kept in {staging}, where a rerun goes on"
+                if staging.exists()
+                else ""
+            )
+            message = (
+                str(exc)
+                .replace(" to continue (finished shards are kept)", "")
+                .replace(
+                    "pack again with resume=True", "rerun the same command with overwrite=True"
+                )
+            )
+            exc.args = (f"{message}. {out} still holds the earlier pack, unchanged{kept}",)
+            exc.resumable = False  # a resume of `out` would not continue this run
+            raise
+        swap_in(staging, out)
+    finally:
+        lock.release()
+    return result
