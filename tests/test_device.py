@@ -179,3 +179,20 @@ def test_pool_takes_make_no_host_sync_on_cuda(pack_dir):
 def test_prefetch_makes_no_host_sync_on_cuda(pack_dir):
     it = prefetch(mixshard.loader(pack_dir, 16, num_workers=2, infinite=True), "cuda")
     _no_sync(lambda: next(it).float().mul_(2), times=20)
+
+
+def test_a_ring_to_another_device_copies_into_buffers_it_reuses():
+    """The copying path of the ring, run on the CPU suite: `meta` tensors stand in for a
+    device (an inline lane; copies of shape only)."""
+    meta = torch.device("meta")
+    ring = Ring(meta, 2)
+    batches = [torch.full((2, 3), i, dtype=torch.uint8) for i in range(4)]
+    got = [(t.device, t.shape) for t in ring.run(iter(batches))]
+    assert got == [(meta, (2, 3))] * 4 and ring.copies == 4
+    slots = [list(s) for s in ring.slots]
+    ring.load(4, torch.zeros(2, 3, dtype=torch.uint8))  # same shape: the buffer is reused
+    ring.take(4)
+    assert ring.slots[0][0] is slots[0][0]
+    ring.load(5, torch.zeros(5, 3, dtype=torch.uint8))  # another shape: a new buffer
+    assert ring.take(5).shape == (5, 3) and ring.slots[1][0] is not slots[1][0]
+    assert dev.move_index(np.array([1, 2]), meta).device == meta

@@ -117,10 +117,11 @@ def test_block_order_reads_blocks_in_windows(pack_dir, ids):
     counts = [b.count for s in mixshard.Manifest.load(pack_dir).shards for b in s.blocks]
     blocks = [b for b, count in enumerate(counts) for _ in range(count)]
     block_of = dict(zip(keys, blocks))
-    stream = ShardStream(pack_dir, 8, order="block", window=2)
-    assert stream.order == "block"
-    for batch in keys_of(list(stream), ids):
-        assert len({block_of[k] for k in batch}) <= 4  # two windows of two blocks at most
+    for run, window, most in ((1, 2, 4), (2, 3, 8)):  # a window is rounded up to whole runs
+        stream = ShardStream(pack_dir, 8, order="block", window=window, run=run)
+        assert stream.order == "block"
+        for batch in keys_of(list(stream), ids):
+            assert len({block_of[k] for k in batch}) <= most  # two windows at most
 
 
 def test_block_order_over_tiny_shards(tmp_path):

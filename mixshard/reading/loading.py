@@ -205,6 +205,8 @@ def _clean(exc: BaseException) -> BaseException:
     whole traceback as the message; give the original one-line message instead."""
     if isinstance(exc, RuntimeError) and "DataLoader worker" in str(exc):
         return MixshardError(f"a loader worker process died: {exc}")
+    if isinstance(exc, (ConnectionError, EOFError)):  # a worker died while handing a batch over
+        return MixshardError(f"a loader worker process died: {type(exc).__name__}: {exc}")
     if isinstance(exc, MixshardError) and "Original Traceback" in str(exc):
         last = str(exc).rstrip().splitlines()[-1]
         return type(exc)(last.split(": ", 1)[-1])
