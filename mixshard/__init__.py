@@ -37,6 +37,7 @@ _LAZY: dict[str, str] = {
     "prefetch": "reading.prefetcher",
     "Overlay": "augment.overlay",
     "blend": "augment.ops",
+    "composite": "augment.ops",
 }
 
 __all__ = [

@@ -312,3 +312,77 @@ def resize(imgs: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     """Antialiased bilinear resize of a uint8 or float batch; returns float32 in 0..255."""
     src = imgs if imgs.is_floating_point() else imgs.float()
     return F.interpolate(src, size=size, mode="bilinear", align_corners=False, antialias=True)
+
+
+def composite(
+    obs: torch.Tensor,
+    imgs: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    alpha: float | torch.Tensor = 1.0,
+    *,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Paste backgrounds behind the masked part of frame-stacked observations, in one pass.
+
+    Each output pixel is `lerp(obs, img, alpha * (1 - mask))`: where `mask` is 1 the
+    observation stays exactly, where it is 0 the background shows (weight `alpha`), fractional
+    masks blend. `mask=None` is `blend(obs, imgs, alpha)`.
+
+    Args:
+        obs: `(N, 3k, H, W)` float in 0..255, or uint8.
+        imgs: `(N, 3, H, W)` backgrounds, uint8 or float 0..255; the same on every frame.
+        mask: bool or float, broadcast against the observations: `(N, 1, H, W)` per pixel,
+            `(N, 3k, H, W)` per channel, `(N, k, 1, H, W)` per frame and pixel (or any shape
+            that broadcasts to `(N, k, 3, H, W)`; a leading 1 shares a mask across samples).
+        alpha: the backgrounds' weight where the mask is 0: a float or an `(N,)` tensor.
+        out: where to write (`out=obs` works in place); not when anything requires grad.
+
+    Returns:
+        A tensor like `obs` (uint8 obs rounded half up). Differentiable in obs, imgs, mask and
+        alpha when they require grad (out of place then).
+    """
+    if mask is None:
+        return blend(obs, imgs, alpha, out=out)
+    k = _check(obs, imgs, alpha, out)
+    n, _, h, w = obs.shape
+    weight = _mask_weight(mask, alpha, n, k, h, w, obs)
+    five = (n, k, 3, h, w)
+    dtype = obs.dtype if obs.is_floating_point() else torch.float32
+    src = obs.view(five) if obs.dtype == dtype else obs.view(five).to(dtype)
+    background = imgs.to(dtype).unsqueeze(1)  # frames broadcast through the view
+    grad = torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in (obs, imgs, weight)
+    )
+    if grad:
+        if out is not None:
+            raise ValueError("out= cannot be used when obs, imgs, mask or alpha require grad")
+        return torch.lerp(src, background, weight).view(obs.shape)
+    result = torch.empty_like(obs) if out is None else out
+    if obs.dtype == dtype:
+        torch.lerp(src, background, weight, out=result.view(five))
+    else:
+        result.view(five).copy_(torch.lerp(src, background, weight).add_(0.5).floor_())
+    return result
+
+
+def _mask_weight(mask, alpha, n: int, k: int, h: int, w: int, obs: torch.Tensor) -> torch.Tensor:
+    """The background weight `alpha * (1 - mask)`, shaped to broadcast against `(N, k, 3, H, W)`
+    (a mask-sized tensor: per pixel it is 1/(3k) of obs)."""
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
+    if mask.device != obs.device:
+        raise ValueError(f"obs is on {obs.device} but mask on {mask.device}")
+    shape = tuple(mask.shape)
+    if mask.dim() == 4 and shape[1] in (1, 3 * k):
+        frames, chans = (1, 1) if shape[1] == 1 else (k, 3)
+        mask = mask.reshape(shape[0], frames, chans, shape[2], shape[3])
+    if mask.dim() != 5 or any(m not in (1, s) for m, s in zip(mask.shape, (n, k, 3, h, w))):
+        raise ValueError(
+            f"mask {shape} does not broadcast to obs {(n, 3 * k, h, w)}: give (N, 1, H, W) per "
+            f"pixel, (N, 3k, H, W) per channel or (N, k, 1, H, W) per frame"
+        )
+    dtype = obs.dtype if obs.is_floating_point() else torch.float32
+    keep = mask.to(dtype)
+    if isinstance(alpha, torch.Tensor):
+        return (1 - keep) * alpha.to(dtype).reshape(-1, 1, 1, 1, 1)
+    return (1 - keep) * float(alpha)

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import psutil
 
+from .constants import MANIFEST_NAME
+
 _CGROUP_ROOTS = (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified"))
 
 
@@ -120,3 +122,21 @@ def usable_cpus() -> int:
         if quota:
             cpus = min(cpus, max(1, math.ceil(quota)))
     return max(1, cpus)
+
+
+def sized_pack_name(dataset: str, size: tuple[int, int]) -> str | None:
+    """`<dataset>-<size>`, the folder name of a pack made for `size x size` observations
+    (`make places365 SIZE=96`), or None for non-square sizes."""
+    return f"{dataset}-{size[0]}" if size[0] == size[1] else None
+
+
+def find_pack(roots: list[Path], dataset: str, size: tuple[int, int]) -> Path | None:
+    """The pack folder of `dataset` for observations of `size` (height, width): in the first
+    root that has one, `<root>/<dataset>-<size>` when it holds a finished pack (an
+    `index.json`), else `<root>/<dataset>`; None when no root has either."""
+    sized = sized_pack_name(dataset, size)
+    for root in roots:
+        for name in (sized, dataset):
+            if name is not None and (root / name / MANIFEST_NAME).is_file():
+                return root / name
+    return None
