@@ -15,6 +15,7 @@ help:
 	@echo "make lint    ruff check + format check + mypy"
 	@echo "make bench   run the benchmarks (scripts/bench_*.py)"
 	@echo "make places365 SRC=<.../places365_standard> DATA=<dir>   pack Places365-Standard"
+	@echo "  ... SIZE=96   a pack for 96 px observations, in <dir>/places365_standard-96"
 	@echo "make coco SRC=<.../val2017> DATA=<dir>                   pack COCO val2017"
 
 # The venv is (re)installed when pyproject.toml changes.
@@ -52,6 +53,11 @@ bench: $(STAMP)
 # Dataset targets: pack a downloaded dataset where mixshard.compat.random_overlay finds it
 # (MIXSHARD_DATA=$(DATA)). Rerunning a target finishes an interrupted pack (--resume).
 PACK_ARGS ?=
+# SIZE=96: a pack for 96x96 observations in $(DATA)/<dataset>-96, beside the 84 px one
+# (mixshard.compat picks <dataset>-<size> for size x size observations when it exists).
+SIZE ?=
+SUFFIX := $(if $(SIZE),-$(SIZE))
+SIZE_ARG := $(if $(SIZE),--size $(SIZE))
 places365: $(STAMP)
 	@if [ -z "$(SRC)" ] || [ ! -d "$(SRC)/train" ]; then \
 	  echo "make places365 SRC=<dir> DATA=<dir>: SRC must be the places365_standard folder,"; \
@@ -60,9 +66,9 @@ places365: $(STAMP)
 	  echo "small images (256x256) in easy directory structure (places365standard_easyformat.tar),"; \
 	  echo "then: tar xf places365standard_easyformat.tar  # makes places365_standard/"; \
 	  exit 1; fi
-	$(PY) -m mixshard pack "$(SRC)/train" "$(DATA)/places365_standard" --resume $(PACK_ARGS)
+	$(PY) -m mixshard pack "$(SRC)/train" "$(DATA)/places365_standard$(SUFFIX)" --resume $(SIZE_ARG) $(PACK_ARGS)
 	@if [ -d "$(SRC)/val" ]; then \
-	  $(PY) -m mixshard pack "$(SRC)/val" "$(DATA)/places365_standard_val" --resume $(PACK_ARGS); \
+	  $(PY) -m mixshard pack "$(SRC)/val" "$(DATA)/places365_standard_val$(SUFFIX)" --resume $(SIZE_ARG) $(PACK_ARGS); \
 	fi
 	@echo "Use it: export MIXSHARD_DATA=$(DATA)"
 
@@ -72,7 +78,7 @@ coco: $(STAMP)
 	  echo "(got SRC='$(SRC)'). Get it from https://cocodataset.org/#download:"; \
 	  echo "http://images.cocodataset.org/zips/val2017.zip, then: unzip val2017.zip"; \
 	  exit 1; fi
-	$(PY) -m mixshard pack "$(SRC)" "$(DATA)/coco" --labels none --resume $(PACK_ARGS)
+	$(PY) -m mixshard pack "$(SRC)" "$(DATA)/coco$(SUFFIX)" --labels none --resume $(SIZE_ARG) $(PACK_ARGS)
 	@echo "Use it: export MIXSHARD_DATA=$(DATA)"
 
 clean:
