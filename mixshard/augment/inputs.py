@@ -44,7 +44,8 @@ def check_obs(obs: object) -> torch.Tensor:
 
 
 def warn_if_unit_range(obs: torch.Tensor, stacklevel: int = 3) -> None:
-    """Warn when float `obs` lie within 0..1 (and are not all 0): the overlay takes 0..255, as the reference does.
+    """Warn when float `obs` lie within 0..1 (and are not all 0): the overlay takes 0..255, as
+    the reference does.
 
     One reduction and one host sync: call it on a first batch, not on every call.
     """
