@@ -248,8 +248,9 @@ def test_bad_inputs_are_errors_and_warnings(data):
         random_overlay(torch.zeros(2, 84, 84, 9))
     with pytest.raises(TypeError, match="obs must be a torch.Tensor"):
         random_overlay(np.zeros((2, 9, 12, 12)))  # type: ignore[arg-type]
-    with pytest.warns(UserWarning, match="lie within 0..1 .* takes float 0..255"):
+    with pytest.warns(UserWarning, match="lie within 0..1 .* takes float 0..255") as said:
         random_overlay(obs() / 255)
+    assert said[0].filename == __file__  # the warning names the caller's line
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         random_overlay(obs() / 255)  # checked on the first call only
@@ -261,5 +262,8 @@ def test_a_size_mismatch_warns_once_per_size(data):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             overlay(obs(n=2, size=size))
-        said = [str(w.message) for w in caught if "were asked for" in str(w.message)]
+        said = [w for w in caught if "were asked for" in str(w.message)]
         assert len(said) == warns, (size, said)
+        assert all(w.filename == __file__ for w in said)
+    with pytest.warns(UserWarning, match="84x252 were asked for; .*packs are square"):
+        overlay(obs(n=1, size=84)[..., :1].expand(1, 9, 84, 252))

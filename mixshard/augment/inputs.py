@@ -3,9 +3,13 @@ wrong layout or range is an error or a warning, not a wrong result."""
 
 from __future__ import annotations
 
+import os
+import sys
 import warnings
 
 import torch
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 # The most channels a frame stack is taken to have (10 RGB frames): a last dimension this
 # small next to a second dimension that is not looks like channels-last.
@@ -43,7 +47,16 @@ def check_obs(obs: object) -> torch.Tensor:
     return obs
 
 
-def warn_if_unit_range(obs: torch.Tensor, stacklevel: int = 3) -> None:
+def user_stacklevel() -> int:
+    """The `stacklevel` that makes a warning name the first caller outside mixshard (the line
+    of the user's code, however many of mixshard's functions lie between)."""
+    frame, level = sys._getframe(1), 1
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def warn_if_unit_range(obs: torch.Tensor) -> None:
     """Warn when float `obs` lie within 0..1 (and are not all 0): the overlay takes 0..255, as
     the reference does.
 
@@ -57,5 +70,5 @@ def warn_if_unit_range(obs: torch.Tensor, stacklevel: int = 3) -> None:
             f"mixshard: the observations lie within 0..1 (min {float(lo):.3g}, max "
             f"{float(hi):.3g}) but the overlay takes float 0..255, as the reference "
             f"random_overlay does: multiply them by 255, or the backgrounds dominate",
-            stacklevel=stacklevel,
+            stacklevel=user_stacklevel(),
         )

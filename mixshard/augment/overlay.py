@@ -20,7 +20,7 @@ from ..core.env import available_memory, rank_world
 from ..core.manifest import Manifest
 from ..reading.remote import is_folder, resolve_urls
 from .caches import DeviceCache, StreamCache
-from .inputs import check_obs, warn_if_unit_range
+from .inputs import check_obs, user_stacklevel, warn_if_unit_range
 from .ops import (
     blend,
     composite,
@@ -169,8 +169,12 @@ class Overlay:
             warnings.warn(
                 f"mixshard: pack images are {pack_size[0]}x{pack_size[1]} but "
                 f"{size[0]}x{size[1]} were asked for; resizing on the device each "
-                f"call (pack with --size {size[0]} to avoid it)",
-                stacklevel=3,
+                + (
+                    f"call (pack with --size {size[0]} to avoid it)"
+                    if size[0] == size[1]
+                    else "call (packs are square: the whole image is resized to the frame)"
+                ),
+                stacklevel=user_stacklevel(),
             )
             self._warned_sizes.add(size)
         mask = random_flip_mask(n, 0.5, device, gen) if self.flip else None
