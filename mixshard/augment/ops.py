@@ -345,29 +345,31 @@ def composite(
         return blend(obs, imgs, alpha, out=out)
     k = _check(obs, imgs, alpha, out)
     n, _, h, w = obs.shape
-    weight = _mask_weight(mask, alpha, n, k, h, w, obs)
     five = (n, k, 3, h, w)
     dtype = obs.dtype if obs.is_floating_point() else torch.float32
+    keep = _mask_keep(mask, n, k, h, w, obs).to(dtype)
     src = obs.view(five) if obs.dtype == dtype else obs.view(five).to(dtype)
     background = imgs.to(dtype).unsqueeze(1)  # frames broadcast through the view
-    grad = torch.is_grad_enabled() and any(
-        isinstance(t, torch.Tensor) and t.requires_grad for t in (obs, imgs, weight)
-    )
+    if isinstance(alpha, torch.Tensor) or float(alpha) != 1.0:
+        a = alpha.to(dtype).reshape(-1, 1, 1, 1, 1) if isinstance(alpha, torch.Tensor) else alpha
+        start, end, weight = src, background, (1 - keep) * a
+    else:  # the plain paste: lerp(img, obs, mask), the mask itself the weight (no temporary)
+        start, end, weight = background, src, keep
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (obs, imgs, weight))
     if grad:
         if out is not None:
             raise ValueError("out= cannot be used when obs, imgs, mask or alpha require grad")
-        return torch.lerp(src, background, weight).view(obs.shape)
+        return torch.lerp(start, end, weight).view(obs.shape)
     result = torch.empty_like(obs) if out is None else out
     if obs.dtype == dtype:
-        torch.lerp(src, background, weight, out=result.view(five))
+        torch.lerp(start, end, weight, out=result.view(five))
     else:
-        result.view(five).copy_(torch.lerp(src, background, weight).add_(0.5).floor_())
+        result.view(five).copy_(torch.lerp(start, end, weight).add_(0.5).floor_())
     return result
 
 
-def _mask_weight(mask, alpha, n: int, k: int, h: int, w: int, obs: torch.Tensor) -> torch.Tensor:
-    """The background weight `alpha * (1 - mask)`, shaped to broadcast against `(N, k, 3, H, W)`
-    (a mask-sized tensor: per pixel it is 1/(3k) of obs)."""
+def _mask_keep(mask, n: int, k: int, h: int, w: int, obs: torch.Tensor) -> torch.Tensor:
+    """`mask` as a view that broadcasts against `(N, k, 3, H, W)`, checked."""
     if not isinstance(mask, torch.Tensor):
         raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
     if mask.device != obs.device:
@@ -381,8 +383,4 @@ def _mask_weight(mask, alpha, n: int, k: int, h: int, w: int, obs: torch.Tensor)
             f"mask {shape} does not broadcast to obs {(n, 3 * k, h, w)}: give (N, 1, H, W) per "
             f"pixel, (N, 3k, H, W) per channel or (N, k, 1, H, W) per frame"
         )
-    dtype = obs.dtype if obs.is_floating_point() else torch.float32
-    keep = mask.to(dtype)
-    if isinstance(alpha, torch.Tensor):
-        return (1 - keep) * alpha.to(dtype).reshape(-1, 1, 1, 1, 1)
-    return (1 - keep) * float(alpha)
+    return mask
