@@ -243,6 +243,13 @@ def test_a_larger_pack_is_cropped_afresh_per_draw_without_warning(data):
     assert width.min() < 10 and width.max() > 20  # RandomResizedCrop's range, not one resize
 
 
+def test_compat_on_a_larger_pack_is_the_readmes_reference_like_overlay(data):
+    x = obs(n=8)
+    mine = random_overlay(x, "coco")
+    recipe = mixshard.Overlay(data / "coco", crop=(0.08, 1.0))  # README: --size 168 + crop
+    assert torch.equal(mine, recipe(x))  # the same draws: seed 0, flips, crops
+
+
 def test_bad_inputs_are_errors_and_warnings(data):
     with pytest.raises(ValueError, match=r"look channels-last .* pass obs.permute\(0, 3, 1, 2\)"):
         random_overlay(torch.zeros(2, 84, 84, 9))

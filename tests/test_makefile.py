@@ -62,3 +62,9 @@ def test_size_writes_a_pack_for_that_obs_size_beside_the_default(tmp_path):
     res = make("coco", f"SRC={tmp_path / 'val2017'}", f"DATA={data}", "SIZE=20")
     assert res.returncode == 0, res.stderr
     assert Manifest.load(data / "coco-20").size == 20
+    # the reference-like recipe for 16 px obs: a 2x pack where compat looks for 16 px packs
+    res = make(
+        "coco", f"SRC={tmp_path / 'val2017'}", f"DATA={data}", "SIZE=16", "PACK_ARGS=--size 32"
+    )
+    assert res.returncode == 0, res.stderr
+    assert Manifest.load(data / "coco-16").size == 32
