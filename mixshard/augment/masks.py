@@ -13,6 +13,27 @@ import torch
 import torch.nn.functional as F
 
 
+def broadcast_mask(
+    mask: object, n: int, k: int, h: int, w: int, device: torch.device
+) -> torch.Tensor:
+    """`mask` (for `composite`) as a view that broadcasts against `(N, k, 3, H, W)`, checked:
+    `(N, 1, H, W)` per pixel, `(N, 3k, H, W)` per channel or any 5-D shape that broadcasts."""
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
+    if mask.device != device:
+        raise ValueError(f"obs is on {device} but mask on {mask.device}")
+    shape = tuple(mask.shape)
+    if mask.dim() == 4 and shape[1] in (1, 3 * k):
+        frames, chans = (1, 1) if shape[1] == 1 else (k, 3)
+        mask = mask.reshape(shape[0], frames, chans, shape[2], shape[3])
+    if mask.dim() != 5 or any(m not in (1, s) for m, s in zip(mask.shape, (n, k, 3, h, w))):
+        raise ValueError(
+            f"mask {shape} does not broadcast to obs {(n, 3 * k, h, w)}: give (N, 1, H, W) per "
+            f"pixel, (N, 3k, H, W) per channel or (N, k, 1, H, W) per frame"
+        )
+    return mask
+
+
 def hsv_above(obs: torch.Tensor, thresholds: torch.Tensor) -> torch.Tensor:
     """`(N, k, 1, H, W)` bool: where a frame's pixel has hue, saturation and value all above
     `thresholds` (a `(3,)` tensor: H in radians, S in 0..1, V in the obs's units).

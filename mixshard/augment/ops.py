@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from ..core.crops import fallback_window
+from .masks import broadcast_mask
 
 _UINT8_CHUNK_BYTES = 8 << 20  # float scratch per chunk of the uint8 blend path
 CPU_SCRATCH_BYTES = 3 << 19  # 1.5 MB: the float backgrounds of 16 samples at 84 px
@@ -347,7 +348,7 @@ def composite(
     n, _, h, w = obs.shape
     five = (n, k, 3, h, w)
     dtype = obs.dtype if obs.is_floating_point() else torch.float32
-    keep = _mask_keep(mask, n, k, h, w, obs).to(dtype)
+    keep = broadcast_mask(mask, n, k, h, w, obs.device).to(dtype)
     src = obs.view(five) if obs.dtype == dtype else obs.view(five).to(dtype)
     background = imgs.to(dtype).unsqueeze(1)  # frames broadcast through the view
     if isinstance(alpha, torch.Tensor) or float(alpha) != 1.0:
@@ -366,21 +367,3 @@ def composite(
     else:
         result.view(five).copy_(torch.lerp(start, end, weight).add_(0.5).floor_())
     return result
-
-
-def _mask_keep(mask, n: int, k: int, h: int, w: int, obs: torch.Tensor) -> torch.Tensor:
-    """`mask` as a view that broadcasts against `(N, k, 3, H, W)`, checked."""
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
-    if mask.device != obs.device:
-        raise ValueError(f"obs is on {obs.device} but mask on {mask.device}")
-    shape = tuple(mask.shape)
-    if mask.dim() == 4 and shape[1] in (1, 3 * k):
-        frames, chans = (1, 1) if shape[1] == 1 else (k, 3)
-        mask = mask.reshape(shape[0], frames, chans, shape[2], shape[3])
-    if mask.dim() != 5 or any(m not in (1, s) for m, s in zip(mask.shape, (n, k, 3, h, w))):
-        raise ValueError(
-            f"mask {shape} does not broadcast to obs {(n, 3 * k, h, w)}: give (N, 1, H, W) per "
-            f"pixel, (N, 3k, H, W) per channel or (N, k, 1, H, W) per frame"
-        )
-    return mask
