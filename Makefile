@@ -16,6 +16,7 @@ help:
 	@echo "make lint    ruff check + format check + mypy"
 	@echo "make bench   run the benchmarks (scripts/bench_*.py)"
 	@echo "make places365 SRC=<.../places365_standard> DATA=<dir>   pack Places365-Standard"
+	@echo "  ... SIZE=96   a pack for 96 px observations, in <dir>/places365_standard-96"
 	@echo "make coco SRC=<.../val2017> DATA=<dir>                   pack COCO val2017"
 	@echo "  (PACK_ARGS='--size 64 ...': pack options; REPACK=1: replace an existing pack)"
 
@@ -61,10 +62,15 @@ bench: $(STAMP)
 PACK_ARGS ?=
 REPACK ?=
 PACK_MODE = $(if $(REPACK)$(findstring --overwrite,$(PACK_ARGS)),--overwrite,--resume)
+# SIZE=96: a pack for 96x96 observations in $(DATA)/<dataset>-96, beside the 84 px one
+# (mixshard.compat picks <dataset>-<size> for size x size observations when it exists).
+SIZE ?=
+SUFFIX := $(if $(SIZE),-$(SIZE))
+SIZE_ARG := $(if $(SIZE),--size $(SIZE))
 # how an error about a pack made with other options names the fix here
-REPACK_HINT = MIXSHARD_REPACK_HINT='make $@ SRC=$(SRC) DATA=$(DATA)$(if $(PACK_ARGS), PACK_ARGS="$(PACK_ARGS)") REPACK=1'
+REPACK_HINT = MIXSHARD_REPACK_HINT='make $@ SRC=$(SRC) DATA=$(DATA)$(if $(SIZE), SIZE=$(SIZE))$(if $(PACK_ARGS), PACK_ARGS="$(PACK_ARGS)") REPACK=1'
 places365: $(STAMP)
-	@$(PY) scripts/make_check.py $@ "$(SRC)" "$(DATA)" places365_standard places365_standard_val
+	@$(PY) scripts/make_check.py $@ "$(SRC)" "$(DATA)" places365_standard$(SUFFIX) places365_standard_val$(SUFFIX)
 	@if [ -z "$(SRC)" ] || [ ! -d "$(SRC)/train" ]; then \
 	  echo "make places365 SRC=<dir> DATA=<dir>: SRC must be the places365_standard folder,"; \
 	  echo "holding train/<class>/*.jpg and val/<class>/*.jpg (got SRC='$(SRC)')."; \
@@ -72,20 +78,20 @@ places365: $(STAMP)
 	  echo "small images (256x256) in easy directory structure (places365standard_easyformat.tar),"; \
 	  echo "then: tar xf places365standard_easyformat.tar  # makes places365_standard/"; \
 	  exit 1; fi
-	$(REPACK_HINT) $(PY) -m mixshard pack "$(SRC)/train" "$(DATA)/places365_standard" $(PACK_MODE) $(PACK_ARGS)
+	$(REPACK_HINT) $(PY) -m mixshard pack "$(SRC)/train" "$(DATA)/places365_standard$(SUFFIX)" $(PACK_MODE) $(SIZE_ARG) $(PACK_ARGS)
 	@if [ -d "$(SRC)/val" ]; then \
-	  $(REPACK_HINT) $(PY) -m mixshard pack "$(SRC)/val" "$(DATA)/places365_standard_val" $(PACK_MODE) $(PACK_ARGS); \
+	  $(REPACK_HINT) $(PY) -m mixshard pack "$(SRC)/val" "$(DATA)/places365_standard_val$(SUFFIX)" $(PACK_MODE) $(SIZE_ARG) $(PACK_ARGS); \
 	fi
 	@echo "Use it: export MIXSHARD_DATA=$(DATA)"
 
 coco: $(STAMP)
-	@$(PY) scripts/make_check.py $@ "$(SRC)" "$(DATA)" coco
+	@$(PY) scripts/make_check.py $@ "$(SRC)" "$(DATA)" coco$(SUFFIX)
 	@if [ -z "$(SRC)" ] || [ ! -d "$(SRC)" ]; then \
 	  echo "make coco SRC=<dir> DATA=<dir>: SRC must be COCO's val2017 folder of 5,000 JPEGs"; \
 	  echo "(got SRC='$(SRC)'). Get it from https://cocodataset.org/#download:"; \
 	  echo "http://images.cocodataset.org/zips/val2017.zip, then: unzip val2017.zip"; \
 	  exit 1; fi
-	$(REPACK_HINT) $(PY) -m mixshard pack "$(SRC)" "$(DATA)/coco" --labels none $(PACK_MODE) $(PACK_ARGS)
+	$(REPACK_HINT) $(PY) -m mixshard pack "$(SRC)" "$(DATA)/coco$(SUFFIX)" --labels none $(PACK_MODE) $(SIZE_ARG) $(PACK_ARGS)
 	@echo "Use it: export MIXSHARD_DATA=$(DATA)"
 
 clean:

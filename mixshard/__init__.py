@@ -38,6 +38,7 @@ _LAZY: dict[str, str] = {
     "prefetch": "reading.prefetcher",
     "Overlay": "augment.overlay",
     "blend": "augment.ops",
+    "composite": "augment.ops",
 }
 
 __all__ = [
@@ -62,10 +63,11 @@ __all__ = [
     "prefetch",
     "Overlay",
     "blend",
+    "composite",
 ]
 
 if TYPE_CHECKING:  # what type checkers and IDEs see
-    from .augment.ops import blend
+    from .augment.ops import blend, composite
     from .augment.overlay import Overlay
     from .core.errors import (
         ManifestError,

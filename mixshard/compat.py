@@ -1,73 +1,233 @@
-"""`random_overlay(x, dataset=...)` with the reference signature: change one import line.
+"""Drop-ins for the overlays of the visual-RL code bases: change one import (README, "Migrating").
 
-    # before: from augmentations import random_overlay
-    from mixshard.compat import random_overlay
+    # DMC-GB, SODA, SVEA, RL-ViGen, PIE-G, SGQN, MaDi, TLDA, maniwhere:
+    from mixshard.compat import random_overlay            # was: def random_overlay(...)
+    # SGQN, MaDi:
+    from mixshard.compat import attribution_augmentation  # was: def attribution_augmentation
+    # DMC-GB2:
+    from mixshard.compat import RandomOverlay as random_overlay   # was: class random_overlay
 
-The pack for a dataset is the folder `$MIXSHARD_DATA/<dataset>` holding `index.json` (the
-train split; `<dataset>_val` holds a packed val split). `make places365` and `make coco` make
-them. One `Overlay` per dataset is shared by every call.
+The pack for a dataset and `size x size` observations is `$MIXSHARD_DATA/<dataset>-<size>`
+when it exists, else `$MIXSHARD_DATA/<dataset>` (`make places365 [SIZE=96]`, `make coco`).
+A pack larger than the observations gets a fresh RandomResizedCrop (area 0.08-1, as the
+reference) per draw; one at another size is resized (warned once per size). Every function,
+alpha and mask shares one `Overlay`, so one device cache, per pack.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
+from .augment.inputs import check_obs
+from .augment.masks import hsv_above, salient_patches
 from .augment.overlay import Overlay
-from .core.constants import MANIFEST_NAME
-from .core.env import data_is_a_pack
+from .core.constants import DEFAULT_SIZE, MANIFEST_NAME
+from .core.env import data_is_a_pack, find_pack, sized_pack_name
 from .core.errors import MixshardError
 
 ENV = "MIXSHARD_DATA"
+METHODS = ("default", "splice")
 _MAKE = {
     "places365_standard": "make places365 SRC=<...>/places365_standard DATA={data}",
     "places365_standard_val": "make places365 SRC=<...>/places365_standard DATA={data}",
     "coco": "make coco SRC=<...>/val2017 DATA={data}",
 }
 _overlays: dict[str, Overlay] = {}
+_found: dict[tuple, str] = {}  # (roots, dataset, size) -> pack folder, once it was found
 
 
-def pack_folder(dataset: str) -> Path:
-    """`$MIXSHARD_DATA/<dataset>`, checked to hold a finished pack."""
+def _make_hint(dataset: str, data: str, size: tuple[int, int]) -> str:
+    sized = sized_pack_name(dataset, size) if size[0] != DEFAULT_SIZE else None
+    if dataset in _MAKE:
+        return _MAKE[dataset].format(data=data) + (f" SIZE={size[0]}" if sized else "")
+    size_arg = f" --size {size[0]}" if sized else ""
+    return f"mixshard pack <image folder> {data}/{sized or dataset}{size_arg}"
+
+
+def pack_folder(
+    dataset: str,
+    size: tuple[int, int] = (DEFAULT_SIZE, DEFAULT_SIZE),
+    dirs: Sequence[str | os.PathLike] | None = None,
+) -> Path:
+    """The pack of `dataset` for `size` (height, width) observations, checked to be finished.
+
+    Looked up in `$MIXSHARD_DATA`, else in `dirs` (the folders a code base lists for its
+    datasets, e.g. DMC-GB2's `places_dirs`), as `<dataset>-<size>` then `<dataset>`.
+    """
     data = os.environ.get(ENV)
-    if not data:
+    if data:
+        roots = [Path(data)]
+    elif dirs:
+        roots = [Path(d) for d in ([dirs] if isinstance(dirs, (str, os.PathLike)) else dirs)]
+    else:
         raise MixshardError(
             f"set {ENV} to the folder that holds the packed datasets (e.g. {ENV}=data, after "
             f"`make places365 SRC=<...>/places365_standard DATA=data` or `make coco "
             f"SRC=<...>/val2017 DATA=data`)"
         )
-    folder = Path(data) / dataset
-    if not (folder / MANIFEST_NAME).exists() and (problem := data_is_a_pack(data, ENV)):
+    key = (tuple(roots), dataset, size)
+    if key in _found:
+        return Path(_found[key])
+    folder = find_pack(roots, dataset, size)
+    if folder is None and data and (problem := data_is_a_pack(data, ENV)):
         raise MixshardError(problem)
-    if not (folder / MANIFEST_NAME).exists():
-        make = _MAKE.get(dataset, f"mixshard pack <image folder> {{data}}/{dataset}")
-        raise MixshardError(
-            f"no packed dataset {dataset!r}: {folder / MANIFEST_NAME} does not exist. Make it "
-            f"with `{make.format(data=data)}`"
+    if folder is None:
+        raise MixshardError(_missing(roots, dataset, size, from_env=bool(data)))
+    _found[key] = str(folder.resolve())
+    return Path(_found[key])
+
+
+def _missing(roots: list[Path], dataset: str, size: tuple[int, int], from_env: bool) -> str:
+    sized = sized_pack_name(dataset, size) if size[0] != DEFAULT_SIZE else None
+    root = roots[0] if from_env else next((r for r in roots if r.is_dir()), roots[0])
+    where = f"{root / dataset / MANIFEST_NAME} does not exist"
+    if sized:
+        where = (
+            f"neither {root / sized / MANIFEST_NAME} (for {size[0]}x{size[1]} observations) "
+            f"nor {root / dataset / MANIFEST_NAME} exists"
         )
-    return folder
+    if not from_env:
+        where = f"{ENV} is unset and, of places_dirs {[str(r) for r in roots]}, {where}"
+    return (
+        f"no packed dataset {dataset!r}: {where}. Make it with "
+        f"`{_make_hint(dataset, str(root), size)}`"
+    )
 
 
-def overlay_for(dataset: str) -> Overlay:
-    """The shared `Overlay` of a dataset (alpha 0.5, random flips, as the reference)."""
-    folder = str(pack_folder(dataset).resolve())  # keyed by folder: MIXSHARD_DATA may change
+def overlay_for(
+    dataset: str,
+    size: tuple[int, int] = (DEFAULT_SIZE, DEFAULT_SIZE),
+    dirs: Sequence[str | os.PathLike] | None = None,
+) -> Overlay:
+    """The shared `Overlay` of a pack (random flips as the reference; alpha given per call;
+    a RandomResizedCrop per draw from a pack larger than the observations)."""
+    folder = str(pack_folder(dataset, size, dirs))  # keyed by folder: MIXSHARD_DATA may change
     if folder not in _overlays:
-        _overlays[folder] = Overlay(folder, alpha=0.5, flip=True)
+        _overlays[folder] = Overlay(folder, alpha=0.5, flip=True, crop="auto")
     return _overlays[folder]
 
 
-def random_overlay(x: torch.Tensor, dataset: str = "places365_standard") -> torch.Tensor:
+def _float_obs(x: object) -> torch.Tensor:
+    obs = check_obs(x)
+    return obs if obs.is_floating_point() else obs.float()
+
+
+def _size(x: torch.Tensor) -> tuple[int, int]:
+    return int(x.shape[-2]), int(x.shape[-1])
+
+
+def random_overlay(
+    x: torch.Tensor,
+    dataset: str = "places365_standard",
+    *,
+    alpha: float = 0.5,
+    method: str = "default",
+    hue: float = 0.0,
+    sat: float = 0.0,
+    val: float = 0.6,
+) -> torch.Tensor:
     """Randomly overlay an image from Places365 or COCO: the reference contract.
 
     Args:
         x: `(N, 3k, H, W)` observations, float in 0..255 (uint8 is converted to float).
         dataset: `"places365_standard"`, `"coco"` or any pack folder name in $MIXSHARD_DATA.
+        alpha: the image's weight (DMC-GB: 0.5; TLDA's `random_overlay_mani`: 0.3).
+        method: `"default"`, `(1 - alpha) * x + alpha * image`; or `"splice"` (MaDi): the
+            pixels of x whose HSV (kornia's `rgb_to_hsv` on the 0..255 values) is above
+            `(hue, sat, val) * 255` in all of H, S and V, per frame, pasted on the image, and
+            the result clamped to 0..255.
+        hue, sat, val: the splice thresholds, as fractions of 255.
 
     Returns:
-        float `(1 - 0.5) * x + 0.5 * image` in 0..255, one image per sample on all k frames.
+        float `(N, 3k, H, W)`, one image per sample on all k frames.
     """
-    if not x.is_floating_point():
-        x = x.float()
-    return overlay_for(dataset)(x)
+    if dataset in METHODS:
+        raise TypeError(
+            f"random_overlay's second argument is the dataset (as in DMC-GB), got {dataset!r}: "
+            f"pass method={dataset!r}"
+        )
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    x = _float_obs(x)
+    overlay = overlay_for(dataset, _size(x))
+    if method == "default":
+        return overlay(x, alpha=alpha)
+    thresholds = torch.tensor([hue, sat, val], dtype=torch.float32) * 255.0
+    return overlay(x, alpha=1.0, mask=hsv_above(x, thresholds)).clamp_(0, 255)
+
+
+def attribution_augmentation(
+    x: torch.Tensor, mask: torch.Tensor, dataset: str = "places365_standard"
+) -> torch.Tensor:
+    """SGQN's: `x * mask + image * (1 - mask)`, the image shown where the attribution mask
+    is 0.
+
+    Args:
+        x: `(N, 3k, H, W)` float observations in 0..255.
+        mask: bool or float 0..1, `(N, 3k, H, W)` per channel (SGQN's
+            `compute_attribution_mask`), or `(N, 1, H, W)` per pixel.
+        dataset: as `random_overlay`.
+    """
+    x = _float_obs(x)
+    return overlay_for(dataset, _size(x))(x, alpha=1.0, mask=mask)
+
+
+def attribution_random_patch_augmentation(
+    x: torch.Tensor,
+    cam: torch.Tensor,
+    image_size: int = 84,
+    output_size: int = 4,
+    quantile: float = 0.90,
+    patch_proba: float = 0.7,
+    dataset: str = "places365_standard",
+) -> torch.Tensor:
+    """SGQN's random patches: `x` kept on patches of its attribution map, the image elsewhere.
+
+    `cam` `(N, H, W)` is pooled to `output_size x output_size` patches; the patches at or
+    above the sample's `quantile` are kept each with probability `patch_proba`, one of them
+    always; upsampled (nearest) to `image_size`. (SGQN's `exploration_mask[~mask] = 0` on an
+    integer mask indexes rows -1 and -2, which keeps the last two samples whole and lets the
+    always-kept patch be any patch; mixshard keeps one salient patch, as the line means.)
+    """
+    x = _float_obs(x)
+    patches = salient_patches(cam.to(x.device), image_size, output_size, quantile, patch_proba)
+    return overlay_for(dataset, _size(x))(x, alpha=1.0, mask=patches)
+
+
+class RandomOverlay(torch.nn.Module):
+    """DMC-GB2's `random_overlay` module: `from mixshard.compat import RandomOverlay as
+    random_overlay`.
+
+    Args:
+        max_batch_size: accepted for DMC-GB2's signature; any batch size works.
+        alpha: the image's weight.
+        dataset: as `random_overlay`.
+
+    `RandomOverlay.places_dirs` (what DMC-GB2's `utils.add_aug_directory` sets) lists folders
+    to look for the pack in when `MIXSHARD_DATA` is unset. Any number of calls on subsets
+    (`x[sel] = aug(x[sel])`) draw from the one shared cache.
+    """
+
+    places_dirs: Sequence[str | os.PathLike] | None = None
+
+    def __init__(
+        self,
+        max_batch_size: int | None = None,
+        alpha: float = 0.5,
+        dataset: str = "places365_standard",
+    ) -> None:
+        super().__init__()
+        if not 0.0 <= alpha <= 1.0:
+            raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+        self.max_batch_size, self.alpha, self.dataset = max_batch_size, alpha, dataset
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = _float_obs(x)
+        return overlay_for(self.dataset, _size(x), self.places_dirs)(x, alpha=self.alpha)
+
+    def extra_repr(self) -> str:
+        return f"alpha={self.alpha}, dataset={self.dataset!r}"

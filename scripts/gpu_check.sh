@@ -3,11 +3,13 @@
 # tests/test_device.py runs the pool, the prefetch ring and Overlay with each cache under
 # torch.cuda.set_sync_debug_mode("error"): no hot call may make a host sync), the CUDA rows of
 # scripts/bench_overlay.py (blend vs the reference blend and obs.clone(); Overlay per call with
-# the device cache, the pool and the stream; peak extra device memory), and prefetch(loader,
-# "cuda") against a plain .to("cuda"). It makes its own data (generated JPEGs, packed) and
+# the device cache, the pool and the stream; peak extra device memory), scripts/bench_compat.py
+# (composite and each compat drop-in per call at N=128/256, against SGQN's and MaDi's own
+# pastes), and prefetch(loader, "cuda") against a plain .to("cuda"). It makes its own data
+# (generated JPEGs, packed) and
 # writes its outputs under $OUT (default ./gpu-out): machine.txt, pytest_cuda.txt,
 # sync_debug.txt, bench_overlay_cuda.txt (Overlay per call at N=128 and 256 with the device
-# cache, the pool and the stream), prefetch.txt.
+# cache, the pool and the stream), bench_compat_cuda.txt, prefetch.txt.
 #
 # webdataset and braceexpand may be missing where torch is: put their wheels in .whl/ and they
 # are installed into /tmp/site first, e.g.
@@ -30,6 +32,7 @@ export MIXSHARD_BENCH_OUT=${MIXSHARD_BENCH_OUT:-/tmp/mixshard-bench}
 python3 -m pytest -m cuda -q -p no:cacheprovider tests 2>&1 | tee "$OUT/pytest_cuda.txt"
 python3 -m pytest -m cuda -v -p no:cacheprovider tests/test_device.py 2>&1 | tee "$OUT/sync_debug.txt"
 python3 scripts/bench_overlay.py --device cuda --runs 50 2>&1 | tee "$OUT/bench_overlay_cuda.txt"
+python3 scripts/bench_compat.py --device cuda --runs 50 2>&1 | tee "$OUT/bench_compat_cuda.txt"
 python3 - <<'PY' 2>&1 | tee "$OUT/prefetch.txt"
 # host-to-device copy rate of prefetch(loader) against a plain synchronous .to(device)
 import os, time, torch, mixshard

@@ -77,3 +77,11 @@ def test_bench_cold_quick(tmp_path):
         "| first batch/call s | call µs | peak RSS MB |"
     )
     assert "| cold (quick) | (iii) loader, order=block |" in out
+
+
+def test_bench_compat_quick(tmp_path):
+    out = quick("bench_compat.py", tmp_path)
+    assert "| device | N | per call | ms | vs obs.clone() |" in out
+    assert "| cpu | 16 | obs.clone() |" in out and "| 1.00x |" in out
+    for name in ("composite, per-pixel bool mask", "compat.random_overlay, splice"):
+        assert f"| cpu | 16 | {name} |" in out

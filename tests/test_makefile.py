@@ -48,3 +48,23 @@ def test_missing_source_says_where_the_data_comes_from(tmp_path):
     assert res.returncode != 0
     assert "val2017.zip" in res.stdout and "SRC must be COCO's val2017 folder" in res.stdout
     assert not os.listdir(tmp_path)
+
+
+def test_size_writes_a_pack_for_that_obs_size_beside_the_default(tmp_path):
+    src = tmp_path / "places365_standard"
+    make_image_folder(src / "train", classes=2, per_class=3, max_side=64)
+    make_image_folder(tmp_path / "val2017", classes=1, per_class=2, flat=True, max_side=64)
+    data = tmp_path / "data"
+    res = make("places365", f"SRC={src}", f"DATA={data}", "SIZE=16")
+    assert res.returncode == 0, res.stderr
+    assert Manifest.load(data / "places365_standard-16").size == 16
+    assert not (data / "places365_standard").exists()
+    res = make("coco", f"SRC={tmp_path / 'val2017'}", f"DATA={data}", "SIZE=20")
+    assert res.returncode == 0, res.stderr
+    assert Manifest.load(data / "coco-20").size == 20
+    # the reference-like recipe for 16 px obs: a 2x pack where compat looks for 16 px packs
+    res = make(
+        "coco", f"SRC={tmp_path / 'val2017'}", f"DATA={data}", "SIZE=16", "PACK_ARGS=--size 32"
+    )
+    assert res.returncode == 0, res.stderr
+    assert Manifest.load(data / "coco-16").size == 32

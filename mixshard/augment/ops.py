@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from ..core.crops import fallback_window
+from .masks import broadcast_mask
 
 _UINT8_CHUNK_BYTES = 8 << 20  # float scratch per chunk of the uint8 blend path
 CPU_SCRATCH_BYTES = 3 << 19  # 1.5 MB: the float backgrounds of 16 samples at 84 px
@@ -327,3 +328,57 @@ def resize(imgs: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     """Antialiased bilinear resize of a uint8 or float batch; returns float32 in 0..255."""
     src = imgs if imgs.is_floating_point() else imgs.float()
     return F.interpolate(src, size=size, mode="bilinear", align_corners=False, antialias=True)
+
+
+def composite(
+    obs: torch.Tensor,
+    imgs: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    alpha: float | torch.Tensor = 1.0,
+    *,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Paste backgrounds behind the masked part of frame-stacked observations, in one pass.
+
+    Each output pixel is `lerp(obs, img, alpha * (1 - mask))`: where `mask` is 1 the
+    observation stays exactly, where it is 0 the background shows (weight `alpha`), fractional
+    masks blend. `mask=None` is `blend(obs, imgs, alpha)`.
+
+    Args:
+        obs: `(N, 3k, H, W)` float in 0..255, or uint8.
+        imgs: `(N, 3, H, W)` backgrounds, uint8 or float 0..255; the same on every frame.
+        mask: bool or float, broadcast against the observations: `(N, 1, H, W)` per pixel,
+            `(N, 3k, H, W)` per channel, `(N, k, 1, H, W)` per frame and pixel (or any shape
+            that broadcasts to `(N, k, 3, H, W)`; a leading 1 shares a mask across samples).
+        alpha: the backgrounds' weight where the mask is 0: a float or an `(N,)` tensor.
+        out: where to write (`out=obs` works in place); not when anything requires grad.
+
+    Returns:
+        A tensor like `obs` (uint8 obs rounded half up). Differentiable in obs, imgs, mask and
+        alpha when they require grad (out of place then).
+    """
+    if mask is None:
+        return blend(obs, imgs, alpha, out=out)
+    k = _check(obs, imgs, alpha, out)
+    n, _, h, w = obs.shape
+    five = (n, k, 3, h, w)
+    dtype = obs.dtype if obs.is_floating_point() else torch.float32
+    keep = broadcast_mask(mask, n, k, h, w, obs.device).to(dtype)
+    src = obs.view(five) if obs.dtype == dtype else obs.view(five).to(dtype)
+    background = imgs.to(dtype).unsqueeze(1)  # frames broadcast through the view
+    if isinstance(alpha, torch.Tensor) or float(alpha) != 1.0:
+        a = alpha.to(dtype).reshape(-1, 1, 1, 1, 1) if isinstance(alpha, torch.Tensor) else alpha
+        start, end, weight = src, background, (1 - keep) * a
+    else:  # the plain paste: lerp(img, obs, mask), the mask itself the weight (no temporary)
+        start, end, weight = background, src, keep
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (obs, imgs, weight))
+    if grad:
+        if out is not None:
+            raise ValueError("out= cannot be used when obs, imgs, mask or alpha require grad")
+        return torch.lerp(start, end, weight).view(obs.shape)
+    result = torch.empty_like(obs) if out is None else out
+    if obs.dtype == dtype:
+        torch.lerp(start, end, weight, out=result.view(five))
+    else:
+        result.view(five).copy_(torch.lerp(start, end, weight).add_(0.5).floor_())
+    return result

@@ -15,12 +15,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..core.crops import RANDOM_CROP_SCALE
 from ..core.device import canonical, free_memory
 from ..core.env import rank_world
 from ..reading.source import Source, resolve_source
 from .caches import DeviceCache, StreamCache
+from .inputs import check_obs, user_stacklevel, warn_if_unit_range
 from .ops import (
     blend,
+    composite,
     crop_resample,
     crop_resize,
     flip,
@@ -47,6 +50,8 @@ class Overlay:
             is resampled straight to the obs size with an antialiased bicubic filter: a fresh
             crop at every draw, close to the reference's (README, "How close to the
             reference"). On a pack at obs size a crop is upsampled (bilinear), so blurrier.
+            `"auto"`: `(0.08, 1)` (the reference's) where the pack is larger than the asked
+            size on both sides, else the packed image whole (what `mixshard.compat` uses).
         device: where backgrounds are made; default each call's `obs.device`.
         cache: `"device"` (whole pack in device memory), `"pool"` (a pool of `pool` images on
             the device, each drawn `uses` times, refilled from sequential block reads),
@@ -69,7 +74,7 @@ class Overlay:
         *,
         alpha: float | tuple[float, float] | torch.Tensor = 0.5,
         flip: bool = True,
-        crop: tuple[float, float] | None = None,
+        crop: tuple[float, float] | str | None = None,
         device: str | torch.device | None = None,
         cache: str = "auto",
         num_workers: int = 4,
@@ -90,7 +95,8 @@ class Overlay:
         self.cache_fraction, self.batch_size = cache_fraction, batch_size
         self.pool, self.uses = pool, uses
         self._states: dict[torch.device, dict[str, Any]] = {}
-        self._warned_resize = False
+        self._warned_sizes: set[tuple[int, int]] = set()  # each mismatch is said once
+        self._range_checked = False  # the 0..1 check runs on the first call only (a host sync)
 
     def _make_source(self, mode: str, device: torch.device, gen: torch.Generator, seed: int) -> Any:
         if mode == "device":
@@ -138,25 +144,27 @@ class Overlay:
         gen = state["generator"]
         imgs = state["source"].take(n, own)
         pack_size = (self.manifest.size, self.manifest.size)
+        larger = size != pack_size and all(s <= p for s, p in zip(size, pack_size))
+        crop = self.crop if self.crop != "auto" else (RANDOM_CROP_SCALE if larger else None)
         # A pack stored larger than the observations and cropped per draw is the intended
         # reference-like setup (e.g. --size 168 for 84 px obs); any other size mismatch
         # resamples every call for nothing, or upsamples, and is worth a warning.
-        from_larger = (
-            self.crop is not None
-            and size != pack_size
-            and all(s <= p for s, p in zip(size, pack_size))
-        )
-        if size != pack_size and not from_larger and not self._warned_resize:
+        from_larger = crop is not None and larger
+        if size != pack_size and not from_larger and size not in self._warned_sizes:
             warnings.warn(
                 f"mixshard: pack images are {pack_size[0]}x{pack_size[1]} but "
                 f"{size[0]}x{size[1]} were asked for; resizing on the device each "
-                f"call (pack with --size {size[0]} to avoid it)",
-                stacklevel=3,
+                + (
+                    f"call (pack with --size {size[0]} to avoid it)"
+                    if size[0] == size[1]
+                    else "call (packs are square: the whole image is resized to the frame)"
+                ),
+                stacklevel=user_stacklevel(),
             )
-            self._warned_resize = True
+            self._warned_sizes.add(size)
         mask = random_flip_mask(n, 0.5, device, gen) if self.flip else None
-        if self.crop is not None:
-            boxes = random_crop_boxes(n, pack_size[0], pack_size[1], self.crop, _RATIO, device, gen)
+        if crop is not None and not isinstance(crop, str):
+            boxes = random_crop_boxes(n, pack_size[0], pack_size[1], crop, _RATIO, device, gen)
             if from_larger:  # antialiased: most boxes shrink
                 return crop_resample(imgs, boxes, size, mask)
             return crop_resize(imgs, boxes, size, mask)
@@ -164,17 +172,20 @@ class Overlay:
             imgs = resize(imgs, size)
         return flip(imgs, mask) if mask is not None else imgs
 
-    def _alpha(self, n: int, device: torch.device) -> float | torch.Tensor:
-        if isinstance(self.alpha, tuple):
-            lo, hi = self.alpha
+    def _alpha(self, n: int, device: torch.device, alpha: Any = None) -> float | torch.Tensor:
+        alpha = self.alpha if alpha is None else alpha
+        if isinstance(alpha, tuple):
+            lo, hi = alpha
             gen = self._state(device)["generator"]
             return lo + (hi - lo) * torch.rand(n, device=device, generator=gen)
-        if isinstance(self.alpha, torch.Tensor):  # copied to the device once, not per call
-            state = self._state(device)
+        if isinstance(alpha, torch.Tensor):
+            if alpha is not self.alpha:  # a per-call tensor: where the caller keeps it
+                return alpha.to(device)
+            state = self._state(device)  # the Overlay's own: copied to the device once
             if state["alpha"] is None:
-                state["alpha"] = self.alpha.to(device)
+                state["alpha"] = alpha.to(device)
             return state["alpha"]
-        return self.alpha
+        return alpha
 
     def sample(
         self,
@@ -204,14 +215,29 @@ class Overlay:
             imgs = imgs.add_(0.5).floor_().clamp_(0, 255).to(torch.uint8)
         return imgs
 
-    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
+    def __call__(
+        self,
+        obs: torch.Tensor,
+        alpha: float | tuple[float, float] | torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Blend one background per sample into every frame of `obs` `(N, 3k, H, W)`.
 
         Float obs (0..255) give the obs dtype; uint8 obs give uint8. An empty batch gives an
-        empty result.
+        empty result. `alpha` (any form the constructor takes) replaces the Overlay's for this
+        call; with `mask`, the backgrounds show only where it is below 1 (`mixshard.composite`).
+        Every alpha and mask draws from the same cache.
+
+        Raises:
+            TypeError: obs not a torch.Tensor.
+            ValueError: obs not `(N, 3k, H, W)`, or channels-last.
         """
-        if obs.dim() != 4 or obs.shape[1] % 3 or obs.shape[1] == 0:
-            raise ValueError(f"obs must be (N, 3k, H, W) with 3k channels, got {tuple(obs.shape)}")
+        check_obs(obs)
+        if alpha is not None:
+            _check_args("auto", None, alpha, 1.0)
+        if not self._range_checked and obs.numel():
+            self._range_checked = True
+            warn_if_unit_range(obs)
         device = self.device or obs.device
         if device != obs.device:
             raise ValueError(f"Overlay device {device} but obs on {obs.device}")
@@ -219,7 +245,9 @@ class Overlay:
         if n == 0:
             return obs.clone()
         imgs = self._backgrounds(n, device, (h, w), own=False)
-        return blend(obs, imgs, self._alpha(n, device))
+        if mask is not None:
+            return composite(obs, imgs, mask, self._alpha(n, device, alpha))
+        return blend(obs, imgs, self._alpha(n, device, alpha))
 
     def close(self) -> None:
         """Stop stream and pool readers and free device caches."""
@@ -229,11 +257,14 @@ class Overlay:
 
 
 def _check_args(
-    cache: str, crop: tuple[float, float] | None, alpha: Any, cache_fraction: float
+    cache: str, crop: tuple[float, float] | str | None, alpha: Any, cache_fraction: float
 ) -> None:
     if cache not in CACHES:
         raise ValueError(f"cache must be one of {', '.join(CACHES)}, got {cache!r}")
-    if crop is not None and not (0 < crop[0] <= crop[1] <= 1):
+    if isinstance(crop, str):
+        if crop != "auto":
+            raise ValueError(f"crop must be (lo, hi), 'auto' or None, got {crop!r}")
+    elif crop is not None and not (0 < crop[0] <= crop[1] <= 1):
         raise ValueError(f"crop must be (lo, hi) with 0 < lo <= hi <= 1, got {crop}")
     if isinstance(alpha, tuple) and not 0 <= alpha[0] <= alpha[1] <= 1:
         raise ValueError(f"alpha range must satisfy 0 <= lo <= hi <= 1, got {alpha}")

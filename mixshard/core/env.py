@@ -135,3 +135,21 @@ def data_is_a_pack(data: str | os.PathLike, env: str = "MIXSHARD_DATA") -> str |
         f"{env}={data} is a pack itself (it holds index.json), not the folder that holds the "
         f"packs; set {env} to the folder above it: {env}={above}"
     )
+
+
+def sized_pack_name(dataset: str, size: tuple[int, int]) -> str | None:
+    """`<dataset>-<size>`, the folder name of a pack made for `size x size` observations
+    (`make places365 SIZE=96`), or None for non-square sizes."""
+    return f"{dataset}-{size[0]}" if size[0] == size[1] else None
+
+
+def find_pack(roots: list[Path], dataset: str, size: tuple[int, int]) -> Path | None:
+    """The pack folder of `dataset` for observations of `size` (height, width): in the first
+    root that has one, `<root>/<dataset>-<size>` when it holds a finished pack (an
+    `index.json`), else `<root>/<dataset>`; None when no root has either."""
+    sized = sized_pack_name(dataset, size)
+    for root in roots:
+        for name in (sized, dataset):
+            if name is not None and (root / name / MANIFEST_NAME).is_file():
+                return root / name
+    return None
