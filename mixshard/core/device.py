@@ -62,6 +62,13 @@ def host_empty(shape: tuple[int, ...], dtype: torch.dtype, pin: bool) -> torch.T
     return torch.empty(shape, dtype=dtype, pin_memory=pin and accelerator())
 
 
+def pinned(tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor` in pinned memory when a CUDA device exists (a copy unless it is already)."""
+    if not accelerator() or tensor.is_pinned():
+        return tensor
+    return tensor.pin_memory()
+
+
 def wants_pinned(device: torch.device) -> bool:
     """Whether host memory bound for `device` should be pinned."""
     return device.type == "cuda"

@@ -1,14 +1,12 @@
 """A local pack folder opened for reading by byte offset (torch-free).
 
-Images are read with `preadv` straight into the caller's memory: single images for the
-global order, whole blocks for the block order (each image of a block to its own address,
-`rawio.py`). Shards are never `mmap`ed: a shard truncated
-or copied over while a reader runs would kill the process with SIGBUS; with `pread` the reader
-sees a short read or a changed file and raises `ShardError` instead.
-
-Opening does O(shards) work (one `stat` each): a block's `.npy` header is checked, and its
-labels read, when the block is first read. Descriptors are opened on first use, kept in a small
-cache, and only for regular files inside the pack folder.
+Images are read with `preadv` straight into the caller's memory: single images for the global
+order, runs of whole blocks for the block order (each image to its own address, `blockrun.py`).
+Shards are never `mmap`ed: a shard truncated or copied over while a reader runs would kill the
+process with SIGBUS; with `pread` the reader sees a short read or a changed file and raises
+`ShardError` instead. Opening does O(shards) work (one `stat` each): a block's `.npy` header is
+checked, and its labels kept, when the block is first read. Descriptors are opened on first
+use, kept in a small cache, and only for regular files inside the pack folder.
 """
 
 from __future__ import annotations
@@ -186,6 +184,11 @@ class LocalPack:
         raise ShardError(
             f"shard {self.folder / self.shards[slot].name} ends early (truncated); {self._fix()}"
         )
+
+    @property
+    def open_shards(self) -> int:
+        """Shard descriptors held open now (at most `MAX_OPEN_SHARDS` once idle)."""
+        return len(self._fds)
 
     def close(self) -> None:
         """Close the cached descriptors (they are reopened on the next read)."""

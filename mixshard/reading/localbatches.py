@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core.device import host_empty
+from ..core.device import host_empty, pinned
 from ..core.errors import MixshardError
 from . import order
 from .blockfeed import BlockFeed
@@ -124,8 +124,7 @@ class BatchReader:
         pin = self._pin if pin is None else pin
         if self._feed is not None:
             index, images, bad = self._feed.take(k)
-            if pin and not images.is_pinned():
-                images = images.pin_memory()
+            images = pinned(images) if pin else images
         else:
             size = self.pack.manifest.size
             shape = (self.source.batch_size, 3, size, size)
@@ -145,7 +144,7 @@ class BatchReader:
         if not self.source.labels:
             return images
         labels = torch.from_numpy(self.pack.labels(index))
-        return images, (labels.pin_memory() if pin else labels)
+        return images, (pinned(labels) if pin else labels)
 
     def _start_warming(self) -> None:
         assert self._warm is not None

@@ -1,0 +1,129 @@
+"""The local reader off its happy path: descriptor eviction, pickling, unreadable shards, runs
+that cross a shard, bad buffers; and the block feed's own refusals."""
+
+from __future__ import annotations
+
+import errno
+import pickle
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from helpers import make_tree
+
+import mixshard
+from mixshard.core import layout
+from mixshard.reading import local, order
+from mixshard.reading.blockfeed import BlockFeed
+from mixshard.reading.local import LocalPack
+from mixshard.reading.source import resolve_source
+from mixshard.reading.stream import ShardStream
+
+
+@pytest.fixture(scope="module")
+def pack_dir(tmp_path_factory):
+    """96 distinct 8 px images in 4 shards of 24, blocks of 8."""
+    root = tmp_path_factory.mktemp("edges")
+    make_tree(root / "src", classes=("a", "b"), per_class=48)
+    mixshard.pack(root / "src", root / "pack", size=8, shard_size=24, block_size=8, workers=1)
+    return root / "pack"
+
+
+@pytest.fixture()
+def pack(pack_dir):
+    return LocalPack(pack_dir, mixshard.Manifest.load(pack_dir))
+
+
+def expected(pack_dir, index):
+    from helpers import read_pack
+
+    return read_pack(pack_dir)[0][index]
+
+
+def test_only_the_allowed_descriptors_stay_open(pack_dir, pack, monkeypatch):
+    monkeypatch.setattr(local, "MAX_OPEN_SHARDS", 1)
+    index = np.array([0, 30, 60, 90, 5])  # four shards
+    out = np.empty((5, 3, 8, 8), np.uint8)
+    assert pack.read_images(index, out) is None
+    assert np.array_equal(out, expected(pack_dir, index))
+    assert pack.open_shards == 1
+
+
+def test_a_pickled_pack_reads_in_the_new_process_state(pack_dir, pack):
+    pack.gather(np.arange(3))
+    copy = pickle.loads(pickle.dumps(pack))
+    assert np.array_equal(copy.gather(np.array([40, 41])), expected(pack_dir, [40, 41]))
+
+
+def test_a_read_error_names_the_shard(pack, monkeypatch):
+    def broken(fd, iov, offset):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(local, "read_iov", broken)
+    with pytest.raises(mixshard.ShardError, match=r"cannot read shard .*shard-000000.tar: Input/o"):
+        pack.read_block(0, np.empty((8, 192), np.uint8))
+
+
+def test_a_run_must_lie_in_one_shard_and_outs_must_fit(pack):
+    with pytest.raises(ValueError, match="a run of blocks must lie in one shard"):
+        pack.scatter_run([2, 3], [np.zeros(8, np.uint64)] * 2)
+    with pytest.raises(ValueError, match="out must be C-contiguous with room for 4 images"):
+        pack.read_images(np.arange(4), np.empty((3, 3, 8, 8), np.uint8))
+
+
+def test_dropping_read_blocks_from_the_page_cache_keeps_the_data(pack_dir, pack):
+    out = np.empty((8, 192), np.uint8)
+    assert pack.read_block(4, out, drop_cache=True)
+    assert np.array_equal(out.reshape(8, 3, 8, 8), expected(pack_dir, np.arange(32, 40)))
+
+
+def test_a_damaged_block_read_alone_or_gathered_is_an_error(pack_dir, tmp_path):
+    bad = tmp_path / "pack"
+    shutil.copytree(pack_dir, bad)
+    m = mixshard.Manifest.load(bad)
+    block = m.shards[0].blocks[0]
+    with open(bad / m.shards[0].name, "r+b") as f:
+        f.seek(block.offset - layout.images_header_len(block.count, m.size))
+        f.write(b"XXXX")
+    with pytest.raises(mixshard.ShardError, match="block 00000000"):
+        LocalPack(bad, m).read_block(0, np.empty((8, 192), np.uint8))
+    skipping = LocalPack(bad, m, on_error="skip")
+    with pytest.warns(RuntimeWarning, match="skipping a bad block"):
+        mask = skipping.read_images(np.array([1, 9]), np.empty((2, 3, 8, 8), np.uint8))
+    assert mask.tolist() == [True, False]
+    with pytest.raises(mixshard.ShardError, match="come from bad blocks"):
+        skipping.gather(np.array([1]))
+
+
+def test_the_block_feed_refuses_what_it_cannot_plan(pack):
+    epochs = order.EpochOrder("block", pack.block_count, 0, 4, True)
+    with pytest.raises(TypeError, match="increasing range"):
+        BlockFeed(pack, epochs.with_inverse, 12, 0, 8, [0, 1], ahead=2)
+
+    def broken(epoch):
+        raise RuntimeError("no sequence")
+
+    feed = BlockFeed(pack, broken, 12, 0, 8, range(0, 12), ahead=2)
+    with pytest.raises(RuntimeError, match="no sequence"):  # the planner's error, in the caller
+        feed.take(0)
+    feed.close()
+
+
+def test_a_pinned_feed_without_cuda_gives_plain_batches(pack_dir):
+    stream = ShardStream(pack_dir, 8, order="block", labels=True)
+    reader = stream.reader(range(0, 4), pin=True)
+    images, labels = reader.get(0)
+    assert images.is_pinned() == torch.cuda.is_available()
+    assert np.array_equal(images.numpy(), expected(pack_dir, stream.batch_index(0)))
+    reader.close()
+
+
+def test_sources_say_what_they_are(pack_dir):
+    source = resolve_source(pack_dir / "index.json")
+    assert (source.kind, source.folder, source.count) == ("folder", str(pack_dir), 96)
+    assert resolve_source(source) is source
+    with pytest.raises(TypeError, match="batch_index needs a local pack folder"):
+        ShardStream([str(pack_dir / "shard-000000.tar")], 8).batch_index(0)
+    with pytest.raises(ValueError, match="run must be >= 1, got 0"):
+        ShardStream(pack_dir, 8, run=0)
