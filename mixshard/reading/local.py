@@ -382,8 +382,7 @@ class LocalPack:
         Raises:
             ShardError: an image comes from a bad block (even with `on_error="skip"`).
         """
-        size = self.manifest.size
-        out = np.empty((len(index), 3, size, size), np.uint8)
+        out = np.empty((len(index), *layout.images_shape(1, self.manifest.size)[1:]), np.uint8)
         if self.read_images(index, out) is not None:
             raise ShardError(f"images of {self.folder} come from bad blocks")
         return out
