@@ -9,6 +9,7 @@ the recorded shards and redoes the rest, so every way of running a plan gives th
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import time
 from collections.abc import Callable
@@ -24,13 +25,15 @@ from .outdir import (
     OutLock,
     check_out_path,
     load_done,
+    part_suffix,
     prepare_out,
     remove_journals,
     remove_partials,
     write_error,
 )
 from .plan import PackPlan, check_options, make_plan
-from .scanning import path_key, scan
+from .archive import MEMBERS_FILE, materialize, open_source
+from .scanning import path_key
 from .shardwrite import Decoded, DoneShard, ShardBuilder, strict_error
 
 
@@ -91,11 +94,14 @@ def _strict_check(builder: ShardBuilder, results: list[Decoded]) -> None:
         raise strict_error(builder.skipped + bad)
 
 
-def _plan(src: Path, options: dict, labels: str, strict: bool) -> PackPlan:
-    found = scan(src, labels)  # before touching OUT: a bad SRC must not change anything
+def _plan(src: Path, within: str | None, options: dict, labels: str, strict: bool) -> PackPlan:
+    # before touching OUT: a bad SRC must not change anything
+    source, found = open_source(src, within, labels)
     if strict and found.skipped:
         raise strict_error(list(found.skipped))
-    return make_plan(str(src), found, **options)
+    if source.reader.kind == "folder":
+        return make_plan(str(src), found, **options)
+    return make_plan(source.label, found, **options, source=source)
 
 
 def pack(
@@ -118,11 +124,14 @@ def pack(
     part: tuple[int, int] | None = None,
     finish: bool = False,
     ray: str | None = None,
+    within: str | None = None,
 ) -> PackResult:
     """Pack an ImageFolder tree or a flat folder of images into pre-resized uint8 shards.
 
     Args:
-        src: source folder (ImageFolder tree or flat folder).
+        src: source folder (ImageFolder tree or flat folder), or a `.tar`, `.tar.gz` or `.zip`
+            archive of one, read in place (nothing is extracted): the pack is byte-identical
+            to packing the extracted folder.
         out: output folder; must be empty or missing unless `resume`/`overwrite`.
         size: side of the stored square images.
         crop: `"center"`, `"random"` (RandomResizedCrop from the full-size image) or `"full"`.
@@ -143,6 +152,8 @@ def pack(
             shard is there and write `index.json`; `OutputError` names the missing parts.
         ray: run one Ray task per shard on this cluster address (`"auto"`, `"ray://..."`) or,
             with `"default"`, on a running cluster else a local one.
+        within: the folder inside the archive `src` to pack (`"places365_standard/train"`),
+            as if the archive had been extracted and that folder given; `"."`: its root.
 
     Returns:
         A `PackResult` with the manifest that was written.
@@ -162,7 +173,7 @@ def pack(
     t0 = time.perf_counter()
     src, out = Path(src), Path(out)
     check_out_path(out)
-    plan = _plan(src, options, labels, strict)
+    plan = _plan(src, within, options, labels, strict)
     if finish:
         return _finish(out, plan, t0)
     if ray is not None:
@@ -182,6 +193,7 @@ def pack(
         todo = [i for i in range(plan.n_shards) if i not in done]
         if part is not None:
             todo = [i for i in todo if i % part[1] == part[0]]
+        plan = _materialized(plan, out, part, todo)
         tracker = _run(plan, out, done, todo, part, progress, workers, strict, ray, lock.fds)
         if part is not None:
             seconds = time.perf_counter() - t0
@@ -195,10 +207,23 @@ def pack(
         empty = True  # nothing was packed: leave no trace of this run
         raise
     finally:
+        with contextlib.suppress(OSError):
+            (out / MEMBERS_FILE.format(part_suffix(part))).unlink(missing_ok=True)
         lock.release()
         if empty and created:
             with contextlib.suppress(OSError):
                 out.rmdir()
+
+
+def _materialized(plan: PackPlan, out: Path, part, todo: list[int]) -> PackPlan:
+    """The plan reading a .tar.gz's members from one file in OUT (see `archive.materialize`)."""
+    if plan.source is None or plan.source.reader.kind != "gz" or not todo:
+        return plan
+    try:
+        source = materialize(plan.source, out, part_suffix(part))
+    except OSError as exc:
+        raise write_error(exc, out / MEMBERS_FILE.format(part_suffix(part))) from None
+    return dataclasses.replace(plan, source=source)
 
 
 def _check_modes(resume: bool, overwrite: bool, part, finish: bool, ray) -> None:
