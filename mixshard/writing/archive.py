@@ -16,6 +16,7 @@ import os
 import stat
 import tarfile
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -228,6 +229,13 @@ def _member_end(info: zipfile.ZipInfo) -> int:
     )
 
 
+def _members(tf: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
+    """A tar's members in order, one pass, without keeping them (1.8M would take a GB)."""
+    while (info := tf.next()) is not None:
+        tf.members = []  # type: ignore[attr-defined]  # TarFile's list of what it has read
+        yield info
+
+
 def _truncated(path: str, what: str) -> SourceError:
     return SourceError(
         f"{path} is truncated or damaged ({what}); download it again (or check it against its "
@@ -240,8 +248,7 @@ def _list_tar(path: str, listing: _Listing, compressed: bool) -> None:
     size = os.path.getsize(path)
     try:
         with tarfile.open(path, "r:*") as tf:
-            while (info := tf.next()) is not None:
-                tf.members = []  # 1.8M TarInfo objects would take a GB
+            for info in _members(tf):
                 end = info.offset_data + info.size
                 if not compressed and info.isreg() and end > size:
                     raise _truncated(path, f"member {info.name} ends past the end of the file")
@@ -314,8 +321,7 @@ def materialize(source: Source, out: Path, suffix: str) -> Source:
     archive = source.reader.path
     try:
         with tarfile.open(archive, "r:*") as tf, open(path, "wb") as dst:
-            while (info := tf.next()) is not None:
-                tf.members = []
+            for info in _members(tf):
                 rel = wanted.get(info.name)
                 if rel is None or not info.isreg():
                     continue

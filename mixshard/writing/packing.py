@@ -20,6 +20,7 @@ from ..core.constants import MANIFEST_NAME
 from ..core.env import usable_cpus
 from ..core.errors import OutputError, SourceError
 from ..core.manifest import Manifest
+from .archive import MEMBERS_FILE, materialize, open_source
 from .outdir import (
     Journal,
     OutLock,
@@ -32,7 +33,6 @@ from .outdir import (
     write_error,
 )
 from .plan import PackPlan, check_options, make_plan
-from .archive import MEMBERS_FILE, materialize, open_source
 from .scanning import path_key
 from .shardwrite import Decoded, DoneShard, ShardBuilder, strict_error
 
