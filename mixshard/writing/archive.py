@@ -208,14 +208,12 @@ def _tar_kind(info: tarfile.TarInfo) -> str:
 
 
 def _zip_kind(info: zipfile.ZipInfo) -> str:
-    mode = info.external_attr >> 16
+    kind = stat.S_IFMT(info.external_attr >> 16)  # 0 when the zip does not say (not Unix)
     if info.is_dir():
         return "dir"
-    if stat.S_ISLNK(mode):
+    if kind == stat.S_IFLNK:
         return "link"
-    if mode and not stat.S_ISREG(mode):
-        return "other"
-    return "file"
+    return "other" if kind not in (0, stat.S_IFREG) else "file"
 
 
 def _member_end(info: zipfile.ZipInfo) -> int:
