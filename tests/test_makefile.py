@@ -6,8 +6,8 @@ import hashlib
 import http.server
 import os
 import subprocess
-import tarfile
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
