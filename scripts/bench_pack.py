@@ -1,121 +1,194 @@
-"""Benchmark `mixshard pack` against a naive one-process webdataset packer, in one run.
+"""Benchmark `mixshard pack` against a naive PIL loop, in one run, whole processes.
 
-Sources (generated once into bench-out/src, seeded): 256x256 JPEGs like Places365-standard and
-640x480 JPEGs like COCO. The baseline opens each image with PIL, converts it to RGB, resizes it
-to 84x84 and writes one webdataset sample (`.npy`) per image with `webdataset.TarWriter`.
-mixshard packs the same folder with 1 and 2 worker processes. Reported: median img/s of
-`--runs` runs, img/s per core (workers = cores; the baseline is one core), ratio to the baseline.
+Sources: real photographs (`--real`, default ../shared/real-frames: 500 frames, four views
+each (whole, mirrored, two 85% crops) resized to 256 px JPEGs like Places365-Standard's small
+images), and generated 256x256 (Places365-like) and 640x480 (COCO-like) JPEGs, all made once
+into bench-out/src. The baseline is the loop `pack` replaces, one process: PIL open, convert to
+RGB, centre crop, resize to 84 bilinear, to numpy. Each run times, as whole processes
+(`python -m ...`, start-up included), the baseline, `mixshard pack --workers 1` of the folder,
+of its .tar and of its .zip (`--within`), and `--workers 2`; the cells are the medians of
+`--runs` runs, interleaved so that a busy neighbour slows every cell alike. Reported: img/s,
+img/s per core (workers = cores; the baseline is one core) and the ratio to the baseline.
 
 `--ray` instead compares, on 10,000 256 px JPEGs (`--count`), the local packer (2 workers)
 with `--ray` on a local 2-CPU Ray instance (started once, not timed: a cluster is already
 running) and with two job-array parts run side by side plus `--finish`, all with 250 images
 per shard (Ray and parts run one shard per task).
 
-    python scripts/bench_pack.py [--runs 3] [--quick] [--plot] [--ray]
+    python scripts/bench_pack.py [--runs 3] [--count 2000] [--real DIR] [--quick] [--plot]
+    python scripts/bench_pack.py --ray
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
+import statistics
 import subprocess
 import sys
+import tarfile
 import time
-from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
+import zipfile
 from pathlib import Path
 
-import numpy as np
-from benchlib import OUT, bar_chart, fmt_rate, machine, make_sources, median_rate, table
-from PIL import Image
+from benchlib import OUT, ROOT, bar_chart, fmt_rate, machine, make_sources, median_rate, table
+from PIL import Image, ImageOps
 
 from mixshard import pack
-from mixshard.writing.image import load_image
 from mixshard.writing.scanning import scan
 
+REAL = ROOT.parent / "shared" / "real-frames"
+PLACES365 = 1_803_460 + 36_500  # Places365-Standard train + val images
 
-def baseline(src: Path, out: Path) -> int:
-    """The naive packer: PIL open -> convert -> resize -> one webdataset sample per image."""
-    import webdataset as wds
-
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
-    items = scan(src).items
-    with wds.TarWriter(str(out / "baseline-000000.tar")) as sink:
-        for i, (rel, label) in enumerate(items):
-            with Image.open(src / rel) as img:
-                arr = np.asarray(img.convert("RGB").resize((84, 84), Image.Resampling.BILINEAR))
-            sink.write({"__key__": f"{i:08d}", "npy": arr, "cls": label})
-    return len(items)
-
-
-def _decode_all(src: str, keys: list[str]) -> int:
-    for key in keys:
-        load_image(Path(src) / key, 84)
-    return len(keys)
-
-
-def decode_only(src: Path, processes: int) -> int:
-    """The machine's own scaling ceiling: the same decode loop in independent processes, no
-    pipeline, no writing. What 2 processes reach here bounds what 2 workers can reach."""
-    keys = [p for p, _ in scan(src).items]
-    if processes == 1:
-        return _decode_all(str(src), keys)
-    with ProcessPoolExecutor(processes, mp_context=get_context("fork")) as ex:
-        parts = [keys[i::processes] for i in range(processes)]
-        return sum(ex.map(_decode_all, [str(src)] * processes, parts))
+# The loop `pack` replaces: one process, PIL all the way (what the reference code bases do).
+NAIVE = """
+import sys
+from pathlib import Path
+import numpy as np
+from PIL import Image
+n = 0
+for path in sorted(Path(sys.argv[1]).rglob("*.jpg")):
+    with Image.open(path) as img:
+        img = img.convert("RGB")
+        w, h = img.size
+        s = min(w, h)
+        box = ((w - s) // 2, (h - s) // 2, (w - s) // 2 + s, (h - s) // 2 + s)
+        arr = np.asarray(img.crop(box).resize((84, 84), Image.Resampling.BILINEAR))
+    n += 1
+print(n)
+"""
 
 
-def mixshard_pack(src: Path, out: Path, workers: int, **kwargs) -> int:
-    result = pack(src, out, workers=workers, overwrite=True, **kwargs)
-    return result.manifest.count
+def real_source(frames: Path, count: int) -> Path:
+    """`count` 256 px JPEGs made from the photographs in `frames` (four views of each)."""
+    folder = OUT / "src" / f"real256-{count}"
+    if (folder / ".complete").exists():
+        return folder
+    shutil.rmtree(folder, ignore_errors=True)
+    print(f"making {count} 256 px JPEGs from {frames} in {folder} ...", file=sys.stderr)
+    made = 0
+    for view in range(4):
+        for path in sorted(frames.rglob("*.jpg")):
+            if made == count:
+                break
+            with Image.open(path) as img:
+                img = img.convert("RGB")
+                w, h = img.size
+                cut = (int(w * 0.15), int(h * 0.15))
+                img = [
+                    img,
+                    ImageOps.mirror(img),
+                    img.crop((0, 0, w - cut[0], h - cut[1])),
+                    img.crop((*cut, w, h)),
+                ][view]
+                out = folder / path.parent.name / f"{path.stem}_{view}.jpg"
+                out.parent.mkdir(parents=True, exist_ok=True)
+                img.resize((256, 256), Image.Resampling.BICUBIC).save(out, quality=85)
+            made += 1
+    (folder / ".complete").touch()
+    return folder
 
 
-def source_rows(name: str, src: Path, runs: int) -> tuple[list, list, list]:
-    """Table rows, chart bars and the scaling row of one source."""
-    baseline(src, OUT / "pack-baseline")  # warm the page cache
-    base, _ = median_rate(lambda: baseline(src, OUT / "pack-baseline"), runs)
-    rows = [[name, "naive PIL + webdataset", 1, fmt_rate(base), fmt_rate(base), "1.00x"]]
-    bars = [(f"{name}: naive", base)]
-    packed = {}
-    for workers in (1, 2):
-        rate, _ = median_rate(lambda w=workers: mixshard_pack(src, OUT / "pack-ms", w), runs)
-        packed[workers] = rate
-        per_core = rate / workers
-        ratio = f"{per_core / base:.2f}x"
-        rows.append([name, "mixshard pack", workers, fmt_rate(rate), fmt_rate(per_core), ratio])
-        bars.append((f"{name}: mixshard, {workers} worker(s)", per_core))
-    one, _ = median_rate(lambda: decode_only(src, 1), runs)
-    two, _ = median_rate(lambda: decode_only(src, 2), runs)
-    gain = packed[2] / packed[1]
-    scaling = [name, f"{two / one:.2f}x", f"{gain:.2f}x", f"{gain / (two / one):.0%}"]
-    return rows, bars, scaling
+def archives(src: Path) -> tuple[Path, Path]:
+    """`src` as a .tar and a .zip holding `NAME/...` (made once, beside it)."""
+    tar, zip_ = src.with_suffix(".tar"), src.with_suffix(".zip")
+    if not tar.exists():
+        with tarfile.open(str(tar) + ".tmp", "w") as tf:
+            tf.add(
+                src, arcname=src.name, filter=lambda t: None if t.name.endswith(".complete") else t
+            )
+        os.replace(str(tar) + ".tmp", tar)
+    if not zip_.exists():
+        with zipfile.ZipFile(str(zip_) + ".tmp", "w", zipfile.ZIP_STORED) as zf:
+            for path in sorted(src.rglob("*.jpg")):
+                zf.write(path, f"{src.name}/{path.relative_to(src)}")
+        os.replace(str(zip_) + ".tmp", zip_)
+    return tar, zip_
 
 
-def local_benchmark(count: int, runs: int, plot: bool) -> None:
-    rows, bars, scaling = [], [], []
-    for name, src in make_sources(count).items():
-        r, b, s = source_rows(name, src, runs)
+def timed(cmd: list[str], count: int) -> float:
+    """img/s of one whole process."""
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, capture_output=True)
+    return count / (time.perf_counter() - t0)
+
+
+def source_rows(name: str, src: Path, runs: int) -> tuple[list, list, dict]:
+    """Table rows and chart bars of one source, and its per-core rates."""
+    count = len(scan(src).items)
+    tar, zip_ = archives(src)
+    out = str(OUT / "pack-ms")
+    packer = [sys.executable, "-m", "mixshard", "pack"]
+    common = [out, "--overwrite", "-q"]
+    cells = {
+        ("naive PIL loop", 1): [sys.executable, "-c", NAIVE, str(src)],
+        ("mixshard pack, folder", 1): [*packer, str(src), *common, "--workers", "1"],
+        ("mixshard pack, .tar", 1): [
+            *packer,
+            str(tar),
+            *common,
+            "--within",
+            src.name,
+            "--workers",
+            "1",
+        ],  # fmt: skip
+        ("mixshard pack, .zip", 1): [
+            *packer,
+            str(zip_),
+            *common,
+            "--within",
+            src.name,
+            "--workers",
+            "1",
+        ],  # fmt: skip
+        ("mixshard pack, folder", 2): [*packer, str(src), *common, "--workers", "2"],
+    }
+    timed(cells[("naive PIL loop", 1)], count)  # warm the page cache
+    rates: dict = {key: [] for key in cells}
+    for _ in range(runs):
+        for key, cmd in cells.items():
+            rates[key].append(timed(cmd, count))
+    base = statistics.median(rates[("naive PIL loop", 1)])
+    rows, bars, per_core = [], [], {}
+    for (packer_name, workers), values in rates.items():
+        rate = statistics.median(values)
+        per_core[(packer_name, workers)] = rate / workers
+        ratio = f"{rate / workers / base:.2f}x"
+        rows.append([name, packer_name, workers, fmt_rate(rate), fmt_rate(rate / workers), ratio])
+        bars.append((f"{name}: {packer_name}, {workers} worker(s)", rate / workers))
+    return rows, bars, per_core
+
+
+def places365_time(per_core: float, cores: int) -> str:
+    return f"{PLACES365 / (per_core * cores) / 60:.0f} min"
+
+
+def local_benchmark(count: int, runs: int, plot: bool, real: Path | None) -> None:
+    sources = {}
+    if real is not None and real.is_dir():
+        sources["real photos, 256 px"] = real_source(real, count)
+    sources.update(make_sources(count))
+    rows, bars, per_core = [], [], {}
+    for name, src in sources.items():
+        r, b, per_core[name] = source_rows(name, src, runs)
         rows += r
         bars += b
-        scaling.append(s)
     print(
-        f"mixshard pack vs naive packer; {count} images per source, median of {runs} runs; "
-        f"{machine()}\n"
+        f"mixshard pack vs a naive PIL loop; {count} images per source, whole processes, "
+        f"median of {runs} interleaved runs; {machine()}\n"
     )
     headers = ["source", "packer", "workers", "img/s", "img/s per core", "per-core ratio to naive"]
     print(table(headers, rows))
+    first = next(iter(per_core))
+    one = per_core[first][("mixshard pack, .tar", 1)]
     print(
-        "\nScaling from 1 to 2 workers, against this machine's ceiling (the decode loop alone "
-        "in 2 independent processes vs 1):\n"
+        f"\nPacking all of Places365-Standard ({PLACES365:,} images) from its .tar at the "
+        f"per-core rate of `{first}` ({fmt_rate(one)} img/s, --workers 1), if it scales with "
+        "the cores (the disk and the page cache keeping up):\n"
     )
-    headers = [
-        "source",
-        "ceiling: decode-only 2 procs / 1",
-        "mixshard 2 workers / 1",
-        "share of ceiling",
-    ]
-    print(table(headers, scaling))
+    cores = [1, 2, 8, 16, 32, 64]
+    print(table(["cores", *map(str, cores)], [["time", *(places365_time(one, c) for c in cores)]]))
     if plot:
         path = OUT / "bench_pack.png"
         labels, values = zip(*bars)
@@ -127,6 +200,11 @@ def local_benchmark(count: int, runs: int, plot: bool) -> None:
             "images/s per core",
         )
         print(f"\nchart: {path}")
+
+
+def mixshard_pack(src: Path, out: Path, workers: int, **kwargs) -> int:
+    result = pack(src, out, workers=workers, overwrite=True, **kwargs)
+    return result.manifest.count
 
 
 def parts_pack(src: Path, out: Path, parts: int, shard_size: int) -> int:
@@ -180,19 +258,20 @@ def ray_benchmark(count: int, runs: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3, help="runs per cell (median reported)")
-    parser.add_argument("--count", type=int, help="images per source (3,000; 10,000 with --ray)")
+    parser.add_argument("--count", type=int, help="images per source (2,000; 10,000 with --ray)")
+    parser.add_argument("--real", type=Path, default=REAL, help="folder of real photos")
     parser.add_argument("--quick", action="store_true", help="120 images, 1 run (the tests)")
     parser.add_argument("--plot", action="store_true", help="write bench-out/bench_pack.png")
     parser.add_argument("--ray", action="store_true", help="local vs Ray vs job-array parts")
     args = parser.parse_args()
     if args.count is None:
-        args.count = 10_000 if args.ray else 3000
+        args.count = 10_000 if args.ray else 2000
     if args.quick:
-        args.count, args.runs = 120, 1
+        args.count, args.runs, args.real = 120, 1, None
     if args.ray:
         ray_benchmark(args.count, args.runs)
     else:
-        local_benchmark(args.count, args.runs, args.plot)
+        local_benchmark(args.count, args.runs, args.plot, args.real)
 
 
 if __name__ == "__main__":
