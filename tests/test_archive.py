@@ -235,3 +235,19 @@ def test_a_damaged_zip_member_is_skipped(tmp_path):
     assert m.count == 1
     assert m.skipped[0]["path"] == "a.png"
     assert m.skipped[0]["reason"].startswith("corrupt archive member: Bad CRC-32")
+
+
+def test_a_compressed_tar_named_tar_and_a_plain_file(data, tmp_path):
+    root, ref = data
+    misnamed = tmp_path / "ds.tar"
+    misnamed.write_bytes(archive(root, "tar.gz").read_bytes())  # gzip inside, .tar outside
+    out = tmp_path / "out"
+    mixshard.pack(misnamed, out, size=12, shard_size=16, block_size=4, within="ds/train")
+    assert files(out) == files(ref)
+    image = noise(tmp_path / "one.jpg")
+    res = run("pack", image, tmp_path / "x")
+    assert res.exit_code == 1
+    assert res.output == (
+        f"Error: source must be a folder of images, got a file: {image} (an archive of one is "
+        "read when its name ends in .tar, .tar.gz, .tgz, .zip)\n"
+    )

@@ -149,7 +149,8 @@ class _Listing:
         self.images: dict[str, Any] = {}  # relative path -> reference (last member wins)
         self.skipped: dict[str, str] = {}
         self.tops: set[str] = set()  # top-level folders under `within`
-        self.names: set[str] = set()  # every path under `within`, folders included
+        self.found = False  # anything under `within`
+        self.loose = False  # a file right under `within`
         self.roots: set[str] = set()  # the archive's own top-level entries
 
     def add(self, name: str, kind: str, ref: Any, size: int) -> None:
@@ -164,10 +165,12 @@ class _Listing:
         rel = _under(rel, self.within) if rel else None
         if not rel:
             return
-        self.names.add(rel)
+        self.found = True
         parts = rel.split("/")
         if len(parts) > 1 or kind == "dir":
             self.tops.add(parts[0])
+        else:
+            self.loose = True
         if any(p.startswith(".") for p in parts) or kind == "dir" or not is_image_name(rel):
             return  # hidden entries are not read, as in a folder
         self.images.pop(rel, None)
@@ -182,14 +185,14 @@ class _Listing:
             self.images[rel] = ref
 
     def result(self, label: str, labels: str, explicit: bool) -> ScanResult:
-        if not self.names:
+        if not self.found:
             archive = label.rsplit(":", 1)[0] if self.within else label
             found = ", ".join(sorted(self.roots)[:10]) or "nothing"
             what = f"no folder {self.within!r}" if self.within else "no files"
             raise SourceError(f"{archive} holds {what}; its top level holds: {found}")
         images = list(self.images)
         top = min(self.tops) if len(self.tops) == 1 else ""
-        if not explicit and top and all(p.split("/", 1)[0] == top for p in self.names):
+        if not explicit and top and not self.loose:
             raise SourceError(
                 f"{label} holds one folder, {top}/: pass within={top!r} (or a folder inside it, "
                 "as if the archive had been extracted and that folder given), or within='.' to "
@@ -232,6 +235,14 @@ def _members(tf: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
     while (info := tf.next()) is not None:
         tf.members = []  # type: ignore[attr-defined]  # TarFile's list of what it has read
         yield info
+
+
+def _compressed(path: str) -> bool:
+    """Whether a tar file is compressed (gzip, bzip2, xz, zstd), whatever its name says."""
+    with open(path, "rb") as f:
+        head = f.read(6)
+    magics = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ", b"\x28\xb5\x2f\xfd")
+    return head.startswith(magics)
 
 
 def _truncated(path: str, what: str) -> SourceError:
@@ -288,7 +299,12 @@ def open_source(
     from .scanning import scan
 
     path = str(src)
-    if not (is_archive(path) and os.path.isfile(path)):
+    if os.path.isfile(path) and not is_archive(path):
+        raise SourceError(
+            f"source must be a folder of images, got a file: {src} (an archive of one is read "
+            f"when its name ends in {', '.join(ARCHIVE_SUFFIXES)})"
+        )
+    if not os.path.isfile(path):
         if within is not None:
             raise ValueError("within= picks a folder inside an archive; SRC is not one")
         found = scan(path, labels)
@@ -302,7 +318,7 @@ def open_source(
         _list_zip(path, listing)
         kind = "zip"
     else:
-        kind = "raw" if path.lower().endswith(".tar") else "gz"
+        kind = "gz" if _compressed(path) else "raw"
         _list_tar(path, listing, kind == "gz")
     found = listing.result(label, labels, within is not None)
     return Source(label, MemberReader(path, kind), dict(listing.images)), found
