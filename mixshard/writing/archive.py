@@ -321,7 +321,8 @@ def open_source(
         kind = "gz" if _compressed(path) else "raw"
         _list_tar(path, listing, kind == "gz")
     found = listing.result(label, labels, within is not None)
-    return Source(label, MemberReader(path, kind), dict(listing.images)), found
+    # absolute: a Ray task or a forked worker may run in another folder
+    return Source(label, MemberReader(os.path.abspath(path), kind), dict(listing.images)), found
 
 
 def materialize(source: Source, out: Path, suffix: str) -> Source:
@@ -329,7 +330,7 @@ def materialize(source: Source, out: Path, suffix: str) -> Source:
     (one sequential pass; gzip cannot seek), and read them from there. Other sources as is."""
     if source.reader.kind != "gz":
         return source
-    path = out / MEMBERS_FILE.format(suffix)
+    path = (out / MEMBERS_FILE.format(suffix)).absolute()
     wanted = {name: rel for rel, name in source.refs.items()}
     refs: dict[str, Any] = {}
     archive = source.reader.path
