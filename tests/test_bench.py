@@ -52,7 +52,10 @@ def quick(script: str, tmp_path: Path, *args: str) -> str:
 
 def test_bench_pack_quick(tmp_path):
     out = quick("bench_pack.py", tmp_path)
-    assert "| source | packer | workers | img/s | img/s per core | per-core ratio to naive |" in out
+    assert (
+        "| source | packer | workers | img/s | img/s per core | ratio to naive | "
+        "img/s per CPU second | ratio to naive (CPU) |"
+    ) in out
     for packer in ("naive PIL loop", "mixshard pack, folder", "mixshard pack, .tar",
                    "mixshard pack, .zip"):  # fmt: skip
         assert out.count(f"| {packer} | 1 |") == 2, packer
