@@ -67,16 +67,22 @@ def _dct_eighths(boxes: list[Box], size: int) -> int:
 
 
 def _scaled_jpeg(img: Image.Image, boxes: list[Box], size: int) -> Image.Image | None:
-    """A baseline RGB JPEG decoded at scale `_dct_eighths` by libjpeg-turbo (simplejpeg: 2x
-    faster than PIL's decoder at full scale, 3x at 3/8); None when PIL must decode it (no
-    simplejpeg, or data it refuses, which PIL then reports in its own words)."""
+    """A YCbCr JPEG that PIL has opened, decoded by `_scaled_pixels`."""
     fp = getattr(img, "fp", None)  # the open file of a PIL.ImageFile, before load()
     if simplejpeg is None or fp is None:
         return None
     fp.seek(0)
-    data = fp.read()
+    return _scaled_pixels(fp.read(), img.size, boxes, size)
+
+
+def _scaled_pixels(
+    data: bytes, dims: tuple[int, int], boxes: list[Box], size: int
+) -> Image.Image | None:
+    """A JPEG decoded at scale `_dct_eighths` by libjpeg-turbo (simplejpeg: 2x faster than
+    PIL's decoder at full scale, 3x at 3/8); None when PIL must decode it (data simplejpeg
+    refuses, which PIL then reports in its own words)."""
     n = _dct_eighths(boxes, size)
-    w, h = img.size
+    w, h = dims
     try:
         pixels = simplejpeg.decode_jpeg(
             data, "RGB", min_height=-(-h * n // 8), min_width=-(-w * n // 8)
@@ -84,6 +90,75 @@ def _scaled_jpeg(img: Image.Image, boxes: list[Box], size: int) -> Image.Image |
     except ValueError:
         return None
     return Image.fromarray(pixels, "RGB")
+
+
+_SOI = b"\xff\xd8\xff"  # how every JPEG file starts
+
+
+def _has_exif(data: bytes) -> bool:
+    """Whether the segments before a JPEG's first scan hold EXIF (which may rotate it)."""
+    i = 2
+    while i + 4 <= len(data) and data[i] == 0xFF:
+        marker = data[i + 1]
+        if marker == 0xFF:  # a fill byte
+            i += 1
+            continue
+        if marker == 0xDA:  # start of scan: no more header segments
+            return False
+        if marker == 0xE1 and data[i + 4 : i + 10] == b"Exif\0\0":
+            return True
+        i += 2 + int.from_bytes(data[i + 2 : i + 4], "big")
+    return False
+
+
+def _read_jpeg(path: str | os.PathLike) -> bytes | None:
+    """The bytes of a file that starts like a JPEG; None for any other file (left to PIL)."""
+    with open(path, "rb") as f:
+        if f.read(3) != _SOI:
+            return None
+        f.seek(0)
+        return f.read()
+
+
+def _fast_jpeg(
+    data: bytes, size: int, crop: str, variants: int, seed: int, key: str
+) -> np.ndarray | None:
+    """A YCbCr JPEG without EXIF, decoded without PIL's header parser (a third of the time of
+    a 256 px image); the same pixels PIL's path makes of it. None: PIL's path decodes it."""
+    if simplejpeg is None or not data.startswith(_SOI) or _has_exif(data):
+        return None
+    try:
+        height, width, colour, _ = simplejpeg.decode_jpeg_header(data)
+    except ValueError:
+        return None
+    if colour != "YCbCr":
+        return None
+    _check_bomb(width, height)
+    rng = crop_rng(seed, key) if crop == "random" else None
+    boxes = crop_boxes(width, height, crop, variants, rng)
+    img = _scaled_pixels(data, (width, height), boxes, size)
+    return None if img is None else _crops(img, boxes, width, height, size)
+
+
+def _check_bomb(width: int, height: int) -> None:
+    limit = Image.MAX_IMAGE_PIXELS
+    if limit is not None and width * height > limit:
+        raise ImageDecodeError(
+            f"decompression bomb: {width}x{height} = {width * height} pixels exceeds PIL's "
+            f"limit of {limit} (PIL.Image.MAX_IMAGE_PIXELS)"
+        )
+
+
+def _crops(img: Image.Image, boxes: list[Box], width: int, height: int, size: int) -> np.ndarray:
+    """The windows `boxes` (of the `width x height` image `img` shows, at any scale) resized
+    to `size`, bilinear: `(len(boxes), 3, size, size)`."""
+    fx, fy = img.size[0] / width, img.size[1] / height
+    out = np.empty((len(boxes), 3, size, size), dtype=np.uint8)
+    for k, (left, top, right, bottom) in enumerate(boxes):
+        box = (left * fx, top * fy, right * fx, bottom * fy)
+        resized = img.resize((size, size), Image.Resampling.BILINEAR, box=box)
+        out[k] = np.asarray(resized).transpose(2, 0, 1)
+    return out
 
 
 def _to_rgb(img: Image.Image) -> Image.Image:
@@ -144,12 +219,18 @@ def load_image(
     try:
         if (len(data) if data is not None else os.stat(path).st_size) == 0:
             raise ImageDecodeError("empty file (0 bytes)")
+        name = key or os.path.basename(path)
+        data = _read_jpeg(path) if data is None else data
+        if data is not None:
+            pixels = _fast_jpeg(data, size, crop, variants, seed, name)
+            if pixels is not None:
+                return pixels
         with warnings.catch_warnings():
             # PIL warns about odd EXIF and palettes; they are not errors and would garble the
             # progress bar. Decompression bombs are caught by the explicit size check below.
             warnings.simplefilter("ignore")
             with Image.open(path if data is None else io.BytesIO(data)) as img:
-                return _decode(img, size, crop, variants, seed, key or os.path.basename(path))
+                return _decode(img, size, crop, variants, seed, name)
     except ImageDecodeError:
         raise
     except Image.DecompressionBombError as exc:
@@ -168,12 +249,7 @@ def _decode(
     img: Image.Image, size: int, crop: str, variants: int, seed: int, key: str
 ) -> np.ndarray:
     raw_w, raw_h = img.size
-    limit = Image.MAX_IMAGE_PIXELS
-    if limit is not None and raw_w * raw_h > limit:
-        raise ImageDecodeError(
-            f"decompression bomb: {raw_w}x{raw_h} = {raw_w * raw_h} pixels exceeds PIL's limit "
-            f"of {limit} (PIL.Image.MAX_IMAGE_PIXELS)"
-        )
+    _check_bomb(raw_w, raw_h)
     orientation = img.getexif().get(_ORIENTATION_TAG, 1)
     width, height = (raw_h, raw_w) if orientation in _ROTATED else (raw_w, raw_h)
     rng = crop_rng(seed, key) if crop == "random" else None
@@ -194,10 +270,4 @@ def _decode(
             img = ImageOps.exif_transpose(img)
         img = _to_rgb(img)
 
-    fx, fy = img.size[0] / width, img.size[1] / height
-    out = np.empty((variants, 3, size, size), dtype=np.uint8)
-    for k, (left, top, right, bottom) in enumerate(boxes):
-        box = (left * fx, top * fy, right * fx, bottom * fy)
-        resized = img.resize((size, size), Image.Resampling.BILINEAR, box=box)
-        out[k] = np.asarray(resized).transpose(2, 0, 1)
-    return out
+    return _crops(img, boxes, width, height, size)
