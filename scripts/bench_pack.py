@@ -151,44 +151,50 @@ def timed(cmd: list[str], count: int) -> tuple[float, float]:
     return count / wall, count / (usage.ru_utime + usage.ru_stime)
 
 
+def commands(src: Path) -> dict:
+    """The whole-process command of each cell, on `src`."""
+    tar, zip_ = archives(src)
+    packer = [sys.executable, "-m", "mixshard", "pack"]
+    common = [str(OUT / "pack-ms"), "--overwrite", "-q"]
+    inside = ["--within", src.name, "--workers", "1"]
+    return {
+        ("naive PIL loop", 1): [sys.executable, "-c", NAIVE, str(src)],
+        ("mixshard pack, folder", 1): [*packer, str(src), *common, "--workers", "1"],
+        ("mixshard pack, .tar", 1): [*packer, str(tar), *common, *inside],
+        ("mixshard pack, .zip", 1): [*packer, str(zip_), *common, *inside],
+        ("mixshard pack, folder", 2): [*packer, str(src), *common, "--workers", "2"],
+    }
+
+
+def first_images(src: Path, n: int) -> Path:
+    """A copy of the first `n` images of `src` (for the fixed cost of each process)."""
+    folder = src.with_name(f"{src.name}-first{n}")
+    if not folder.exists():
+        for rel, _ in scan(src).items[:n]:
+            (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src / rel, folder / rel)
+    return folder
+
+
+SMALL = 20  # images of the run that measures each process's fixed cost
+
+
 def source_rows(name: str, src: Path, runs: int) -> tuple[list, list, dict]:
     """Table rows and chart bars of one source, and its per-core rates."""
     count = len(scan(src).items)
-    tar, zip_ = archives(src)
-    out = str(OUT / "pack-ms")
-    packer = [sys.executable, "-m", "mixshard", "pack"]
-    common = [out, "--overwrite", "-q"]
-    cells = {
-        ("naive PIL loop", 1): [sys.executable, "-c", NAIVE, str(src)],
-        ("mixshard pack, folder", 1): [*packer, str(src), *common, "--workers", "1"],
-        ("mixshard pack, .tar", 1): [
-            *packer,
-            str(tar),
-            *common,
-            "--within",
-            src.name,
-            "--workers",
-            "1",
-        ],  # fmt: skip
-        ("mixshard pack, .zip", 1): [
-            *packer,
-            str(zip_),
-            *common,
-            "--within",
-            src.name,
-            "--workers",
-            "1",
-        ],  # fmt: skip
-        ("mixshard pack, folder", 2): [*packer, str(src), *common, "--workers", "2"],
-    }
+    cells = commands(src)
+    small = {k: v for k, v in commands(first_images(src, SMALL)).items() if k[1] == 1}
     timed(cells[("naive PIL loop", 1)], count)  # warm the page cache
     walls: dict = {key: [] for key in cells}
     cpus: dict = {key: [] for key in cells}
+    fixed: dict = {key: [] for key in small}
     for _ in range(runs):
         for key, cmd in cells.items():
             wall, cpu = timed(cmd, count)
             walls[key].append(wall)
             cpus[key].append(cpu)
+            if key in small:
+                fixed[key].append(SMALL / timed(small[key], SMALL)[1])  # CPU seconds
     base_wall = statistics.median(walls[("naive PIL loop", 1)])
     base_cpu = statistics.median(cpus[("naive PIL loop", 1)])
     rows, bars, per_core = [], [], {}
@@ -201,6 +207,10 @@ def source_rows(name: str, src: Path, runs: int) -> tuple[list, list, dict]:
              f"{rate / workers / base_wall:.2f}x", fmt_rate(cpu), f"{cpu / base_cpu:.2f}x"]
         )  # fmt: skip
         bars.append((f"{name}: {packer_name}, {workers} worker(s)", cpu))
+    for key, seconds in fixed.items():  # the rate beyond each process's fixed cost
+        spent = count / per_core[key] - statistics.median(seconds)
+        per_core[("beyond", key[0])] = (count - SMALL) / spent
+        per_core[("fixed", key[0])] = statistics.median(seconds)
     return rows, bars, per_core
 
 
@@ -235,6 +245,20 @@ def local_benchmark(count: int, runs: int, plot: bool, real: Path | None) -> Non
     )
     headers = ["source", "naive loop img/s per CPU s", "pack's decode img/s per CPU s", "ratio"]
     print(table(headers, steady))
+    print(
+        f"\nPer image beyond each process's fixed cost: CPU seconds of the {count:,}-image run "
+        f"minus those of a {SMALL}-image run, per image (what a 1.8M-image pack pays):\n"
+    )
+    beyond = []
+    for name, rates in per_core.items():
+        base = rates[("beyond", "naive PIL loop")]
+        for packer_name in ("naive PIL loop", "mixshard pack, folder", "mixshard pack, .tar",
+                            "mixshard pack, .zip"):  # fmt: skip
+            rate = rates[("beyond", packer_name)]
+            fixed = f"{rates[('fixed', packer_name)]:.2f} s"
+            beyond.append([name, packer_name, fixed, fmt_rate(rate), f"{rate / base:.2f}x"])
+    headers = ["source", "packer", "fixed cost (CPU)", "img/s per CPU s beyond it", "ratio"]
+    print(table(headers, beyond))
     first = next(iter(per_core))
     one = per_core[first][("mixshard pack, .tar", 1)]
     print(
@@ -244,8 +268,10 @@ def local_benchmark(count: int, runs: int, plot: bool, real: Path | None) -> Non
     )
     cores = [1, 2, 8, 16, 32, 64]
     steady_one = per_core[first]["steady"]
+    beyond_one = per_core[first][("beyond", "mixshard pack, .tar")]
     times = [
         ["whole process, from the .tar", *(places365_time(one, c) for c in cores)],
+        ["beyond the fixed cost, from the .tar", *(places365_time(beyond_one, c) for c in cores)],
         ["pack's decode once running", *(places365_time(steady_one, c) for c in cores)],
     ]
     print(table(["rate used \\ cores", *map(str, cores)], times))

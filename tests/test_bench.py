@@ -63,6 +63,7 @@ def test_bench_pack_quick(tmp_path):
     assert "Packing all of Places365-Standard (1,839,960 images) from its .tar" in out
     assert "| rate used \\ cores | 1 | 2 | 8 | 16 | 32 | 64 |" in out
     assert "| source | naive loop img/s per CPU s | pack's decode img/s per CPU s | ratio |" in out
+    assert "| source | packer | fixed cost (CPU) | img/s per CPU s beyond it | ratio |" in out
 
 
 def test_bench_fidelity_decode_quick(tmp_path):
