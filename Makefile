@@ -15,9 +15,9 @@ help:
 	@echo "make coverage  the tests with line coverage of mixshard/ (worker processes included)"
 	@echo "make lint    ruff check + format check + mypy"
 	@echo "make bench   run the benchmarks (scripts/bench_*.py)"
-	@echo "make places365 SRC=<.../places365_standard> DATA=<dir>   pack Places365-Standard"
+	@echo "make places365 [SRC=<folder or .tar>] DATA=<dir>   pack Places365-Standard (no SRC: download)"
 	@echo "  ... SIZE=96   a pack for 96 px observations, in <dir>/places365_standard-96"
-	@echo "make coco SRC=<.../val2017> DATA=<dir>                   pack COCO val2017"
+	@echo "make coco [SRC=<folder or .zip>] DATA=<dir>         pack COCO val2017 (no SRC: download)"
 	@echo "  (PACK_ARGS='--size 64 ...': pack options; REPACK=1: replace an existing pack)"
 
 # The venv is (re)installed when pyproject.toml changes.
@@ -59,6 +59,9 @@ bench: $(STAMP)
 # (MIXSHARD_DATA=$(DATA)). Rerunning a target finishes an interrupted pack (--resume); with
 # REPACK=1 (or --overwrite in PACK_ARGS) it replaces the pack, which stays whole until the new
 # one is complete. scripts/make_check.py refuses a literal ~ and a DATA inside SRC.
+# Without SRC the archive is downloaded into $(DATA)/downloads (a cut transfer is resumed;
+# checked against PLACES365_MD5 / COCO_MD5 when set) and packed straight from it; SRC may be
+# the extracted folder or the archive.
 PACK_ARGS ?=
 REPACK ?=
 PACK_MODE = $(if $(REPACK)$(findstring --overwrite,$(PACK_ARGS)),--overwrite,--resume)
@@ -68,30 +71,45 @@ SIZE ?=
 SUFFIX := $(if $(SIZE),-$(SIZE))
 SIZE_ARG := $(if $(SIZE),--size $(SIZE))
 # how an error about a pack made with other options names the fix here
-REPACK_HINT = MIXSHARD_REPACK_HINT='make $@ SRC=$(SRC) DATA=$(DATA)$(if $(SIZE), SIZE=$(SIZE))$(if $(PACK_ARGS), PACK_ARGS="$(PACK_ARGS)") REPACK=1'
+REPACK_HINT = MIXSHARD_REPACK_HINT='make $@$(if $(SRC), SRC=$(SRC)) DATA=$(DATA)$(if $(SIZE), SIZE=$(SIZE))$(if $(PACK_ARGS), PACK_ARGS="$(PACK_ARGS)") REPACK=1'
+PLACES365_URL ?= http://data.csail.mit.edu/places/places365/places365standard_easyformat.tar
+PLACES365_MD5 ?=
+PLACES365_WITHIN ?= places365_standard
+COCO_URL ?= http://images.cocodataset.org/zips/val2017.zip
+COCO_MD5 ?=
+COCO_WITHIN ?= val2017
+P365 = $(or $(SRC),$(DATA)/downloads/$(notdir $(PLACES365_URL)))
+COCO_SRC = $(or $(SRC),$(DATA)/downloads/$(notdir $(COCO_URL)))
+is_archive = $(filter %.tar %.tar.gz %.tgz %.zip,$(1))
+# the folder $(2) of source $(1) as pack arguments: inside an archive, --within $(3)/$(2)
+pack_in = $(if $(call is_archive,$(1)),"$(1)" --within "$(3)$(if $(2),/$(2))","$(1)$(if $(2),/$(2))")
+download = $(if $(SRC),,$(PY) scripts/download.py "$(1)" "$(2)" --md5 "$(3)")
+
 places365: $(STAMP)
 	@$(PY) scripts/make_check.py $@ "$(SRC)" "$(DATA)" places365_standard$(SUFFIX) places365_standard_val$(SUFFIX)
-	@if [ -z "$(SRC)" ] || [ ! -d "$(SRC)/train" ]; then \
+	@if [ -n "$(SRC)" ] && [ -z "$(call is_archive,$(SRC))" ] && [ ! -d "$(SRC)/train" ]; then \
 	  echo "make places365 SRC=<dir> DATA=<dir>: SRC must be the places365_standard folder,"; \
-	  echo "holding train/<class>/*.jpg and val/<class>/*.jpg (got SRC='$(SRC)')."; \
-	  echo "Get it from http://places2.csail.mit.edu/download.html: 'Places365-Standard',"; \
-	  echo "small images (256x256) in easy directory structure (places365standard_easyformat.tar),"; \
-	  echo "then: tar xf places365standard_easyformat.tar  # makes places365_standard/"; \
+	  echo "holding train/<class>/*.jpg and val/<class>/*.jpg, or its archive (got SRC='$(SRC)')."; \
+	  echo "Leave SRC unset to download it, or get it from http://places2.csail.mit.edu/download.html:"; \
+	  echo "'Places365-Standard', small images (256x256) in easy directory structure"; \
+	  echo "(places365standard_easyformat.tar; no need to extract it)."; \
 	  exit 1; fi
-	$(REPACK_HINT) $(PY) -m mixshard pack "$(SRC)/train" "$(DATA)/places365_standard$(SUFFIX)" $(PACK_MODE) $(SIZE_ARG) $(PACK_ARGS)
-	@if [ -d "$(SRC)/val" ]; then \
-	  $(REPACK_HINT) $(PY) -m mixshard pack "$(SRC)/val" "$(DATA)/places365_standard_val$(SUFFIX)" $(PACK_MODE) $(SIZE_ARG) $(PACK_ARGS); \
+	$(call download,$(PLACES365_URL),$(P365),$(PLACES365_MD5))
+	$(REPACK_HINT) $(PY) -m mixshard pack $(call pack_in,$(P365),train,$(PLACES365_WITHIN)) "$(DATA)/places365_standard$(SUFFIX)" $(PACK_MODE) $(SIZE_ARG) $(PACK_ARGS)
+	@if [ -n "$(call is_archive,$(P365))" ] || [ -d "$(P365)/val" ]; then \
+	  $(REPACK_HINT) $(PY) -m mixshard pack $(call pack_in,$(P365),val,$(PLACES365_WITHIN)) "$(DATA)/places365_standard_val$(SUFFIX)" $(PACK_MODE) $(SIZE_ARG) $(PACK_ARGS); \
 	fi
 	@echo "Use it: export MIXSHARD_DATA=$(DATA)"
 
 coco: $(STAMP)
 	@$(PY) scripts/make_check.py $@ "$(SRC)" "$(DATA)" coco$(SUFFIX)
-	@if [ -z "$(SRC)" ] || [ ! -d "$(SRC)" ]; then \
+	@if [ -n "$(SRC)" ] && [ -z "$(call is_archive,$(SRC))" ] && [ ! -d "$(SRC)" ]; then \
 	  echo "make coco SRC=<dir> DATA=<dir>: SRC must be COCO's val2017 folder of 5,000 JPEGs"; \
-	  echo "(got SRC='$(SRC)'). Get it from https://cocodataset.org/#download:"; \
-	  echo "http://images.cocodataset.org/zips/val2017.zip, then: unzip val2017.zip"; \
+	  echo "or val2017.zip (got SRC='$(SRC)'). Leave SRC unset to download"; \
+	  echo "http://images.cocodataset.org/zips/val2017.zip (no need to unzip it)."; \
 	  exit 1; fi
-	$(REPACK_HINT) $(PY) -m mixshard pack "$(SRC)" "$(DATA)/coco$(SUFFIX)" --labels none $(PACK_MODE) $(SIZE_ARG) $(PACK_ARGS)
+	$(call download,$(COCO_URL),$(COCO_SRC),$(COCO_MD5))
+	$(REPACK_HINT) $(PY) -m mixshard pack $(call pack_in,$(COCO_SRC),,$(COCO_WITHIN)) "$(DATA)/coco$(SUFFIX)" --labels none $(PACK_MODE) $(SIZE_ARG) $(PACK_ARGS)
 	@echo "Use it: export MIXSHARD_DATA=$(DATA)"
 
 clean:

@@ -9,7 +9,13 @@ detail survives), their ratios to the reference, the colour-histogram distance t
 and the disk the pack takes. Definitions: scripts/imagestats.py. Everything is seeded.
 
     python scripts/bench_fidelity.py SRC [--draws 4000] [--plot]
+    python scripts/bench_fidelity.py SRC --decode   # pack's JPEG decode vs a full decode
     python scripts/bench_fidelity.py --quick    # tiny procedural folder, few draws (the tests)
+
+`--decode` compares the images `pack` stores (every image of SRC, 84 px, `--crop center` and
+`--crop random`) as decoded by pack (a JPEG is decoded at the smallest DCT scale that keeps
+the crop at least 84 px) with the same images decoded in full: their mean, std and detail
+percentiles, as ratios, and whether the median and p10 of the detail are within 3%.
 
 Without SRC it makes a procedural folder; its detail statistics are nothing like photographs',
 so only a folder of real photos says anything about fidelity.
@@ -228,6 +234,48 @@ def sample_rows(results: dict, path: Path, per_row: int = 10) -> None:
     plt.close(fig)
 
 
+DECODE_GOAL = 0.03  # detail median and p10 of pack's decode within 3% of a full decode
+
+
+def stored_images(src: Path, crop: str, full: bool) -> np.ndarray:
+    """Every image of `src` as `pack --size 84 --crop CROP` stores it, `(n, 3, 84, 84)`; with
+    `full`, decoded without DCT scaling."""
+    from mixshard.writing import image
+
+    keys = [p for p, _ in mixshard.scan(src).items]
+    scales = image._draft_scale, image._dct_eighths
+    if full:
+        image._draft_scale, image._dct_eighths = (lambda boxes, size: 1), (lambda b, s: 8)
+    try:
+        return np.concatenate([image.load_image(src / k, SIZE, crop, key=k) for k in keys])
+    finally:
+        image._draft_scale, image._dct_eighths = scales
+
+
+def decode_report(src: Path) -> str:
+    """The decode comparison table and its verdict lines."""
+    rows, lines = [], []
+    for crop in ("center", "random"):
+        full = imagestats.summary(stored_images(src, crop, True))
+        scaled = imagestats.summary(stored_images(src, crop, False))
+        for label, s in (("full decode", full), ("pack's decode (DCT-scaled)", scaled)):
+            r = ratios(s, full)
+            rows.append(
+                [f"`--crop {crop}`", label, f"{s['mean']:.1f}", f"{s['std']:.1f}",
+                 *(f"{q:.2f}" for q in s["detail_q"]),
+                 f"{r['p10']:.3f} / {r['median']:.3f} / {r['p90']:.3f}"]
+            )  # fmt: skip
+        r = ratios(scaled, full)
+        held = all(abs(r[k] - 1) <= DECODE_GOAL for k in ("p10", "median"))
+        lines.append(
+            f"* `--crop {crop}`: detail p10 {r['p10']:.3f}, median {r['median']:.3f} of a full "
+            f"decode: {'within' if held else 'NOT within'} {DECODE_GOAL:.0%}"
+        )
+    headers = ["pack", "decode", "mean", "std", "detail p10", "detail median", "detail p90",
+               "p10 / median / p90 vs full decode"]  # fmt: skip
+    return table(headers, rows) + "\n\n" + "\n".join(lines)
+
+
 def source_folder(args, scratch: Path) -> Path:
     if args.src is not None:
         return args.src
@@ -244,7 +292,17 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="few draws, procedural, no plot")
     parser.add_argument("--plot", action="store_true", help="also write fidelity*.png")
     parser.add_argument("--out", type=Path, default=OUT, help="for fidelity.md (bench-out/)")
+    parser.add_argument("--decode", action="store_true", help="pack's decode vs a full decode")
     args = parser.parse_args()
+    if args.decode:
+        scratch = Path(tempfile.mkdtemp(prefix="bench-fidelity-"))
+        try:
+            src = source_folder(args, scratch)
+            print(f"Command: python scripts/bench_fidelity.py {' '.join(sys.argv[1:])}")
+            print(f"Source: {src}\n\n" + decode_report(src))
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        return
     draws = args.draws or (64 if args.quick else 4000)
     scratch = Path(tempfile.mkdtemp(prefix="bench-fidelity-"))
     try:

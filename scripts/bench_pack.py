@@ -1,132 +1,296 @@
-"""Benchmark `mixshard pack` against a naive one-process webdataset packer, in one run.
+"""Benchmark `mixshard pack` against a naive PIL loop, in one run, whole processes.
 
-Sources (generated once into bench-out/src, seeded): 256x256 JPEGs like Places365-standard and
-640x480 JPEGs like COCO. The baseline opens each image with PIL, converts it to RGB, resizes it
-to 84x84 and writes one webdataset sample (`.npy`) per image with `webdataset.TarWriter`.
-mixshard packs the same folder with 1 and 2 worker processes. Reported: median img/s of
-`--runs` runs, img/s per core (workers = cores; the baseline is one core), ratio to the baseline.
+Sources: real photographs (`--real`, default ../shared/real-frames: 500 frames, four views
+each (whole, mirrored, two 85% crops) resized to 256 px JPEGs like Places365-Standard's small
+images), and generated 256x256 (Places365-like) and 640x480 (COCO-like) JPEGs, all made once
+into bench-out/src. The baseline is the loop `pack` replaces, one process: PIL open, convert to
+RGB, centre crop, resize to 84 bilinear, to numpy. Each run times, as whole processes
+(`python -m ...`, start-up included), the baseline, `mixshard pack --workers 1` of the folder,
+of its .tar and of its .zip (`--within`), and `--workers 2`; the cells are the medians of
+`--runs` runs, interleaved so that a busy neighbour slows every cell alike. Reported: img/s,
+img/s per core (workers = cores; the baseline is one core) and the ratio to the baseline.
 
 `--ray` instead compares, on 10,000 256 px JPEGs (`--count`), the local packer (2 workers)
 with `--ray` on a local 2-CPU Ray instance (started once, not timed: a cluster is already
 running) and with two job-array parts run side by side plus `--finish`, all with 250 images
 per shard (Ray and parts run one shard per task).
 
-    python scripts/bench_pack.py [--runs 3] [--quick] [--plot] [--ray]
+    python scripts/bench_pack.py [--runs 3] [--count 2000] [--real DIR] [--quick] [--plot]
+    python scripts/bench_pack.py --ray
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
+import statistics
 import subprocess
 import sys
+import tarfile
 import time
-from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
+import zipfile
 from pathlib import Path
 
 import numpy as np
-from benchlib import OUT, bar_chart, fmt_rate, machine, make_sources, median_rate, table
-from PIL import Image
+from benchlib import OUT, ROOT, bar_chart, fmt_rate, machine, make_sources, median_rate, table
+from PIL import Image, ImageOps
 
 from mixshard import pack
 from mixshard.writing.image import load_image
 from mixshard.writing.scanning import scan
 
+REAL = ROOT.parent / "shared" / "real-frames"
+PLACES365 = 1_803_460 + 36_500  # Places365-Standard train + val images
 
-def baseline(src: Path, out: Path) -> int:
-    """The naive packer: PIL open -> convert -> resize -> one webdataset sample per image."""
-    import webdataset as wds
-
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
-    items = scan(src).items
-    with wds.TarWriter(str(out / "baseline-000000.tar")) as sink:
-        for i, (rel, label) in enumerate(items):
-            with Image.open(src / rel) as img:
-                arr = np.asarray(img.convert("RGB").resize((84, 84), Image.Resampling.BILINEAR))
-            sink.write({"__key__": f"{i:08d}", "npy": arr, "cls": label})
-    return len(items)
-
-
-def _decode_all(src: str, keys: list[str]) -> int:
-    for key in keys:
-        load_image(Path(src) / key, 84)
-    return len(keys)
-
-
-def decode_only(src: Path, processes: int) -> int:
-    """The machine's own scaling ceiling: the same decode loop in independent processes, no
-    pipeline, no writing. What 2 processes reach here bounds what 2 workers can reach."""
-    keys = [p for p, _ in scan(src).items]
-    if processes == 1:
-        return _decode_all(str(src), keys)
-    with ProcessPoolExecutor(processes, mp_context=get_context("fork")) as ex:
-        parts = [keys[i::processes] for i in range(processes)]
-        return sum(ex.map(_decode_all, [str(src)] * processes, parts))
+# The loop `pack` replaces: one process, PIL all the way (what the reference code bases do).
+NAIVE = """
+import sys
+from pathlib import Path
+import numpy as np
+from PIL import Image
+n = 0
+for path in sorted(Path(sys.argv[1]).rglob("*.jpg")):
+    with Image.open(path) as img:
+        img = img.convert("RGB")
+        w, h = img.size
+        s = min(w, h)
+        box = ((w - s) // 2, (h - s) // 2, (w - s) // 2 + s, (h - s) // 2 + s)
+        arr = np.asarray(img.crop(box).resize((84, 84), Image.Resampling.BILINEAR))
+    n += 1
+print(n)
+"""
 
 
-def mixshard_pack(src: Path, out: Path, workers: int, **kwargs) -> int:
-    result = pack(src, out, workers=workers, overwrite=True, **kwargs)
-    return result.manifest.count
+def naive_image(path: Path) -> object:
+    """The baseline's work on one image (the loop in NAIVE)."""
+    with Image.open(path) as img:
+        img = img.convert("RGB")
+        w, h = img.size
+        s = min(w, h)
+        box = ((w - s) // 2, (h - s) // 2, (w - s) // 2 + s, (h - s) // 2 + s)
+        return np.asarray(img.crop(box).resize((84, 84), Image.Resampling.BILINEAR))
 
 
-def source_rows(name: str, src: Path, runs: int) -> tuple[list, list, list]:
-    """Table rows, chart bars and the scaling row of one source."""
-    baseline(src, OUT / "pack-baseline")  # warm the page cache
-    base, _ = median_rate(lambda: baseline(src, OUT / "pack-baseline"), runs)
-    rows = [[name, "naive PIL + webdataset", 1, fmt_rate(base), fmt_rate(base), "1.00x"]]
-    bars = [(f"{name}: naive", base)]
-    packed = {}
-    for workers in (1, 2):
-        rate, _ = median_rate(lambda w=workers: mixshard_pack(src, OUT / "pack-ms", w), runs)
-        packed[workers] = rate
-        per_core = rate / workers
-        ratio = f"{per_core / base:.2f}x"
-        rows.append([name, "mixshard pack", workers, fmt_rate(rate), fmt_rate(per_core), ratio])
-        bars.append((f"{name}: mixshard, {workers} worker(s)", per_core))
-    one, _ = median_rate(lambda: decode_only(src, 1), runs)
-    two, _ = median_rate(lambda: decode_only(src, 2), runs)
-    gain = packed[2] / packed[1]
-    scaling = [name, f"{two / one:.2f}x", f"{gain:.2f}x", f"{gain / (two / one):.0%}"]
-    return rows, bars, scaling
+def steady_rates(src: Path, runs: int) -> tuple[float, float]:
+    """img/s per CPU second of the naive loop and of pack's decode (`load_image`), in this
+    process (no start-up, no writing), alternating blocks of 100 images; median of `runs`."""
+    paths = [src / p for p, _ in scan(src).items]
+    naive, ours = [], []
+    for _ in range(runs):
+        spent = [0.0, 0.0]
+        for start in range(0, len(paths), 100):
+            for i, fn in enumerate((naive_image, lambda p: load_image(p, 84))):
+                t0 = time.process_time()
+                for path in paths[start : start + 100]:
+                    fn(path)
+                spent[i] += time.process_time() - t0
+        naive.append(len(paths) / spent[0])
+        ours.append(len(paths) / spent[1])
+    return statistics.median(naive), statistics.median(ours)
 
 
-def local_benchmark(count: int, runs: int, plot: bool) -> None:
-    rows, bars, scaling = [], [], []
-    for name, src in make_sources(count).items():
-        r, b, s = source_rows(name, src, runs)
+def real_source(frames: Path, count: int) -> Path:
+    """`count` 256 px JPEGs made from the photographs in `frames` (four views of each)."""
+    folder = OUT / "src" / f"real256-{count}"
+    if (folder / ".complete").exists():
+        return folder
+    shutil.rmtree(folder, ignore_errors=True)
+    print(f"making {count} 256 px JPEGs from {frames} in {folder} ...", file=sys.stderr)
+    made = 0
+    for view in range(4):
+        for path in sorted(frames.rglob("*.jpg")):
+            if made == count:
+                break
+            with Image.open(path) as img:
+                img = img.convert("RGB")
+                w, h = img.size
+                cut = (int(w * 0.15), int(h * 0.15))
+                img = [
+                    img,
+                    ImageOps.mirror(img),
+                    img.crop((0, 0, w - cut[0], h - cut[1])),
+                    img.crop((*cut, w, h)),
+                ][view]
+                out = folder / path.parent.name / f"{path.stem}_{view}.jpg"
+                out.parent.mkdir(parents=True, exist_ok=True)
+                img.resize((256, 256), Image.Resampling.BICUBIC).save(out, quality=85)
+            made += 1
+    (folder / ".complete").touch()
+    return folder
+
+
+def archives(src: Path) -> tuple[Path, Path]:
+    """`src` as a .tar and a .zip holding `NAME/...` (made once, beside it)."""
+    tar, zip_ = src.with_suffix(".tar"), src.with_suffix(".zip")
+    if not tar.exists():
+        with tarfile.open(str(tar) + ".tmp", "w") as tf:
+            tf.add(
+                src, arcname=src.name, filter=lambda t: None if t.name.endswith(".complete") else t
+            )
+        os.replace(str(tar) + ".tmp", tar)
+    if not zip_.exists():
+        with zipfile.ZipFile(str(zip_) + ".tmp", "w", zipfile.ZIP_STORED) as zf:
+            for path in sorted(src.rglob("*.jpg")):
+                zf.write(path, f"{src.name}/{path.relative_to(src)}")
+        os.replace(str(zip_) + ".tmp", zip_)
+    return tar, zip_
+
+
+def timed(cmd: list[str], count: int) -> tuple[float, float]:
+    """img/s of one whole process: per second of wall time, and per CPU second (user + system
+    of the process and its workers, start-up included): on a machine shared with others the
+    CPU seconds are what the work took, the wall time also counts waiting for a core."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    if status != 0:
+        raise RuntimeError(f"{cmd[:4]} failed: {proc.stderr.read().decode()[-2000:]}")
+    proc.stderr.close()
+    return count / wall, count / (usage.ru_utime + usage.ru_stime)
+
+
+def commands(src: Path) -> dict:
+    """The whole-process command of each cell, on `src`."""
+    tar, zip_ = archives(src)
+    packer = [sys.executable, "-m", "mixshard", "pack"]
+    common = [str(OUT / "pack-ms"), "--overwrite", "-q"]
+    inside = ["--within", src.name, "--workers", "1"]
+    return {
+        ("naive PIL loop", 1): [sys.executable, "-c", NAIVE, str(src)],
+        ("mixshard pack, folder", 1): [*packer, str(src), *common, "--workers", "1"],
+        ("mixshard pack, .tar", 1): [*packer, str(tar), *common, *inside],
+        ("mixshard pack, .zip", 1): [*packer, str(zip_), *common, *inside],
+        ("mixshard pack, folder", 2): [*packer, str(src), *common, "--workers", "2"],
+    }
+
+
+def first_images(src: Path, n: int) -> Path:
+    """A copy of the first `n` images of `src` (for the fixed cost of each process)."""
+    folder = src.with_name(f"{src.name}-first{n}")
+    if not folder.exists():
+        for rel, _ in scan(src).items[:n]:
+            (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src / rel, folder / rel)
+    return folder
+
+
+SMALL = 20  # images of the run that measures each process's fixed cost
+
+
+def source_rows(name: str, src: Path, runs: int) -> tuple[list, list, dict]:
+    """Table rows and chart bars of one source, and its per-core rates."""
+    count = len(scan(src).items)
+    cells = commands(src)
+    small = {k: v for k, v in commands(first_images(src, SMALL)).items() if k[1] == 1}
+    timed(cells[("naive PIL loop", 1)], count)  # warm the page cache
+    walls: dict = {key: [] for key in cells}
+    cpus: dict = {key: [] for key in cells}
+    fixed: dict = {key: [] for key in small}
+    for _ in range(runs):
+        for key, cmd in cells.items():
+            wall, cpu = timed(cmd, count)
+            walls[key].append(wall)
+            cpus[key].append(cpu)
+            if key in small:
+                fixed[key].append(SMALL / timed(small[key], SMALL)[1])  # CPU seconds
+    base_wall = statistics.median(walls[("naive PIL loop", 1)])
+    base_cpu = statistics.median(cpus[("naive PIL loop", 1)])
+    rows, bars, per_core = [], [], {}
+    for (packer_name, workers), values in walls.items():
+        rate = statistics.median(values)
+        cpu = statistics.median(cpus[(packer_name, workers)])
+        per_core[(packer_name, workers)] = cpu
+        rows.append(
+            [name, packer_name, workers, fmt_rate(rate), fmt_rate(rate / workers),
+             f"{rate / workers / base_wall:.2f}x", fmt_rate(cpu), f"{cpu / base_cpu:.2f}x"]
+        )  # fmt: skip
+        bars.append((f"{name}: {packer_name}, {workers} worker(s)", cpu))
+    for key, seconds in fixed.items():  # the rate beyond each process's fixed cost
+        spent = count / per_core[key] - statistics.median(seconds)
+        per_core[("beyond", key[0])] = (count - SMALL) / spent
+        per_core[("fixed", key[0])] = statistics.median(seconds)
+    return rows, bars, per_core
+
+
+def places365_time(per_core: float, cores: int) -> str:
+    minutes = PLACES365 / (per_core * cores) / 60
+    return f"{minutes:.0f} min" if minutes >= 10 else f"{minutes:.1f} min"
+
+
+def local_benchmark(count: int, runs: int, plot: bool, real: Path | None) -> None:
+    sources = {}
+    if real is not None and real.is_dir():
+        sources["real photos, 256 px"] = real_source(real, count)
+    sources.update(make_sources(count))
+    rows, bars, per_core, steady = [], [], {}, []
+    for name, src in sources.items():
+        r, b, per_core[name] = source_rows(name, src, runs)
         rows += r
         bars += b
-        scaling.append(s)
+        naive, ours = steady_rates(src, runs)
+        per_core[name]["steady"] = ours
+        steady.append([name, fmt_rate(naive), fmt_rate(ours), f"{ours / naive:.2f}x"])
     print(
-        f"mixshard pack vs naive packer; {count} images per source, median of {runs} runs; "
-        f"{machine()}\n"
+        f"mixshard pack vs a naive PIL loop; {count} images per source, whole processes, "
+        f"median of {runs} interleaved runs; {machine()}\n"
     )
-    headers = ["source", "packer", "workers", "img/s", "img/s per core", "per-core ratio to naive"]
+    headers = ["source", "packer", "workers", "img/s", "img/s per core", "ratio to naive",
+               "img/s per CPU second", "ratio to naive (CPU)"]  # fmt: skip
     print(table(headers, rows))
     print(
-        "\nScaling from 1 to 2 workers, against this machine's ceiling (the decode loop alone "
-        "in 2 independent processes vs 1):\n"
+        "\nThe same per image once running (in one process, no start-up, no writing; CPU "
+        "seconds, blocks of 100 images alternating):\n"
     )
-    headers = [
-        "source",
-        "ceiling: decode-only 2 procs / 1",
-        "mixshard 2 workers / 1",
-        "share of ceiling",
+    headers = ["source", "naive loop img/s per CPU s", "pack's decode img/s per CPU s", "ratio"]
+    print(table(headers, steady))
+    print(
+        f"\nPer image beyond each process's fixed cost: CPU seconds of the {count:,}-image run "
+        f"minus those of a {SMALL}-image run, per image (what a 1.8M-image pack pays):\n"
+    )
+    beyond = []
+    for name, rates in per_core.items():
+        base = rates[("beyond", "naive PIL loop")]
+        for packer_name in ("naive PIL loop", "mixshard pack, folder", "mixshard pack, .tar",
+                            "mixshard pack, .zip"):  # fmt: skip
+            rate = rates[("beyond", packer_name)]
+            fixed = f"{rates[('fixed', packer_name)]:.2f} s"
+            beyond.append([name, packer_name, fixed, fmt_rate(rate), f"{rate / base:.2f}x"])
+    headers = ["source", "packer", "fixed cost (CPU)", "img/s per CPU s beyond it", "ratio"]
+    print(table(headers, beyond))
+    first = next(iter(per_core))
+    one = per_core[first][("mixshard pack, .tar", 1)]
+    print(
+        f"\nPacking all of Places365-Standard ({PLACES365:,} images) from its .tar at the "
+        f"rate per CPU second of `{first}` ({fmt_rate(one)} img/s, --workers 1), if it scales "
+        "with the cores (the disk and the page cache keeping up):\n"
+    )
+    cores = [1, 2, 8, 16, 32, 64]
+    steady_one = per_core[first]["steady"]
+    beyond_one = per_core[first][("beyond", "mixshard pack, .tar")]
+    times = [
+        ["whole process, from the .tar", *(places365_time(one, c) for c in cores)],
+        ["beyond the fixed cost, from the .tar", *(places365_time(beyond_one, c) for c in cores)],
+        ["pack's decode once running", *(places365_time(steady_one, c) for c in cores)],
     ]
-    print(table(headers, scaling))
+    print(table(["rate used \\ cores", *map(str, cores)], times))
     if plot:
         path = OUT / "bench_pack.png"
         labels, values = zip(*bars)
         bar_chart(
             path,
-            "pack throughput per core (higher is better)",
+            "pack throughput per CPU second (higher is better)",
             list(labels),
             list(values),
-            "images/s per core",
+            "images per CPU second",
         )
         print(f"\nchart: {path}")
+
+
+def mixshard_pack(src: Path, out: Path, workers: int, **kwargs) -> int:
+    result = pack(src, out, workers=workers, overwrite=True, **kwargs)
+    return result.manifest.count
 
 
 def parts_pack(src: Path, out: Path, parts: int, shard_size: int) -> int:
@@ -180,19 +344,20 @@ def ray_benchmark(count: int, runs: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3, help="runs per cell (median reported)")
-    parser.add_argument("--count", type=int, help="images per source (3,000; 10,000 with --ray)")
+    parser.add_argument("--count", type=int, help="images per source (2,000; 10,000 with --ray)")
+    parser.add_argument("--real", type=Path, default=REAL, help="folder of real photos")
     parser.add_argument("--quick", action="store_true", help="120 images, 1 run (the tests)")
     parser.add_argument("--plot", action="store_true", help="write bench-out/bench_pack.png")
     parser.add_argument("--ray", action="store_true", help="local vs Ray vs job-array parts")
     args = parser.parse_args()
     if args.count is None:
-        args.count = 10_000 if args.ray else 3000
+        args.count = 10_000 if args.ray else 2000
     if args.quick:
-        args.count, args.runs = 120, 1
+        args.count, args.runs, args.real = 120, 1, None
     if args.ray:
         ray_benchmark(args.count, args.runs)
     else:
-        local_benchmark(args.count, args.runs, args.plot)
+        local_benchmark(args.count, args.runs, args.plot, args.real)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tarfile
 import threading
 import time
 from pathlib import Path
@@ -64,6 +65,17 @@ def test_ray_gives_the_local_bytes(source, reference, local_ray, tmp_path):
     assert res.exit_code == 0, res.output
     assert res.stdout.startswith("Packed 46 images (2 skipped) into 5 shards, ")
     assert files(out) == files(reference)
+
+
+@pytest.mark.parametrize("kind", ["tar", "tar.gz"])
+def test_ray_from_an_archive_gives_the_folder_bytes(source, reference, local_ray, tmp_path, kind):
+    archive = tmp_path / f"src.{kind}"
+    with tarfile.open(archive, "w:gz" if kind == "tar.gz" else "w") as tf:
+        tf.add(source, arcname="src")
+    out = tmp_path / "pack"
+    res = run("pack", archive, out, *ARGS, "--within", "src", "--ray")
+    assert res.exit_code == 0, res.output
+    assert files(out) == files(reference)  # no members file left behind either
 
 
 def test_job_array_parts_give_the_local_bytes(source, reference, tmp_path):

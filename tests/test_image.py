@@ -159,3 +159,54 @@ def test_bad_files_raise_decode_errors_with_reasons(tmp_path):
 def test_unknown_crop_mode():
     with pytest.raises(ValueError, match="unknown crop mode 'middle'"):
         load_image("x.png", 8, "middle")
+
+
+def test_jpeg_scale_keeps_the_crop_at_the_output_size():
+    from mixshard.writing.image import _dct_eighths
+
+    assert _dct_eighths([(0, 0, 256, 256)], 84) == 3  # decoded at 96 px, never at 1/2 or 1/4
+    assert _dct_eighths([(0, 0, 200, 150)], 84) == 5  # 150 * 3/8 = 56 < 84
+    assert _dct_eighths([(0, 0, 640, 480), (10, 10, 110, 110)], 84) == 7  # the smallest window
+    assert _dct_eighths([(0, 0, 90, 90)], 84) == 8
+
+
+def test_scaled_jpeg_decode_is_close_to_a_full_decode_and_pil_still_decodes(tmp_path, monkeypatch):
+    from mixshard.writing import image
+
+    path = noise(tmp_path / "big.jpg", size=(256, 256), seed=3, quality=95)
+    Image.open(path).resize((64, 64)).resize((256, 256), Image.Resampling.BICUBIC).save(
+        path, quality=95
+    )
+    scaled = load_image(path, 84)[0].astype(int)
+    assert np.abs(scaled - reference_resize(path, 84).astype(int)).mean() < 2.0
+    monkeypatch.setattr(image, "simplejpeg", None)  # a platform without simplejpeg's wheel
+    assert np.array_equal(load_image(path, 84)[0], reference_resize(path, 84))  # full decode
+    monkeypatch.undo()
+    monkeypatch.setattr(image, "_dct_eighths", lambda boxes, size: 8)
+    assert np.array_equal(load_image(path, 84)[0], reference_resize(path, 84))  # same decoder
+
+
+def test_a_jpeg_without_exif_skips_pil_and_gets_the_same_pixels(tmp_path, monkeypatch):
+    from mixshard.writing import image
+
+    path = noise(tmp_path / "plain.jpg", size=(300, 200), seed=5, quality=90)
+    exif = Image.Exif()
+    exif[0x0112] = 1  # upright: EXIF present, so PIL's parser reads it
+    payload = exif.tobytes()
+    if not payload.startswith(b"Exif"):
+        payload = b"Exif\0\0" + payload
+    plain = path.read_bytes()
+    app1 = b"\xff\xe1" + (len(payload) + 2).to_bytes(2, "big") + payload
+    tagged = plain[:2] + app1 + plain[2:]  # the same coded image, with EXIF
+    (tmp_path / "exif.jpg").write_bytes(tagged)
+    assert not image._has_exif(plain) and image._has_exif(tagged)
+    opened = []
+    real_open = Image.open
+    monkeypatch.setattr(Image, "open", lambda *a, **k: opened.append(1) or real_open(*a, **k))
+    for crop in ("center", "random"):
+        fast = load_image(path, 32, crop, variants=2 if crop == "random" else 1, key="k")
+        assert not opened  # decoded without PIL's header parser
+        slow = load_image(tmp_path / "exif.jpg", 32, crop, variants=len(fast), key="k")
+        assert opened
+        assert np.array_equal(fast, slow)
+        opened.clear()

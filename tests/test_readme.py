@@ -210,6 +210,11 @@ ERRORS = [
     "name the file .png, .jpg, .jpeg or .webp",
     "would be SRC itself",
     "starts with a literal ~ that was not expanded",
+    "holds one folder",
+    "holds no folder",
+    "is truncated or damaged",
+    "the archive was cut short or replaced while packing",
+    "MD5 of the download is",
 ]
 
 

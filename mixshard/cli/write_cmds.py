@@ -195,18 +195,29 @@ def _classes(classes: tuple[str, ...]) -> str:
     help="One Ray task per shard: on ADDRESS (auto, ray://host:port), or without "
     "ADDRESS on a running cluster, else a local one.",
 )
+@click.option(
+    "--within",
+    metavar="PATH",
+    default=None,
+    help="With an archive SRC: the folder inside it to pack, as if extracted "
+    "(places365_standard/train, val2017); '.' packs its root.",
+)
 @quiet_option
 def pack(src: str, out: str, quiet: bool, **opts: Any) -> None:
     """Convert an image folder SRC into pre-resized uint8 shards in OUT.
 
     SRC is an ImageFolder tree (top-level subfolders are classes, images found
-    recursively) or a flat folder of images such as COCO val2017/. Unreadable images
-    are skipped and listed in OUT/index.json.
+    recursively) or a flat folder of images such as COCO val2017/, or a .tar,
+    .tar.gz or .zip archive of one, read in place (--within picks the folder).
+    Unreadable images are skipped and listed in OUT/index.json.
 
     \b
     Examples:
       mixshard pack places365_standard/train data/places365_standard
       mixshard pack val2017 data/coco --size 84 --workers 8
+      mixshard pack val2017.zip data/coco --within val2017
+      mixshard pack places365standard_easyformat.tar data/p365 \
+          --within places365_standard/train
       mixshard pack train data/p365_rrc --crop random --variants 4
       mixshard pack train data/places365_standard --resume
       mixshard pack train data/p365 --ray auto

@@ -11,24 +11,33 @@ import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
+from typing import Any
 
 import numpy as np
 
 from ..core.errors import ImageDecodeError
+from .archive import MemberReader
 from .image import load_image
 
 
 def decode_chunk(
-    root: str, keys: list[str], size: int, crop: str, variants: int, seed: int
+    source: str | MemberReader,
+    keys: list[str],
+    size: int,
+    crop: str,
+    variants: int,
+    seed: int,
+    refs: list[Any] | None = None,
 ) -> list[np.ndarray | str]:
-    """Worker task: pixels (variants, 3, size, size) or a skip reason, per key."""
+    """Worker task: pixels (variants, 3, size, size) or a skip reason, per key. `source` is a
+    folder, or the reader of an archive with each key's member reference in `refs`."""
+    reader = MemberReader(source, "folder") if isinstance(source, str) else source
     out: list[np.ndarray | str] = []
-    for key in keys:
+    for key, ref in zip(keys, refs or [None] * len(keys)):
         try:
+            path, data = reader.fetch(key, ref)
             out.append(
-                load_image(
-                    os.path.join(root, key), size, crop, variants=variants, seed=seed, key=key
-                )
+                load_image(path, size, crop, variants=variants, seed=seed, key=key, data=data)
             )
         except ImageDecodeError as exc:
             out.append(exc.reason)

@@ -58,7 +58,8 @@ class LocalRun:
         s, start = self.tasks.popleft()
         keys = [p for p, _ in self.plan.shard_items(s)[start : start + CHUNK]]
         args = (self.plan.size, self.plan.options["crop"], self.plan.options["variants"])
-        job = (self.plan.src, keys, *args, self.plan.options["seed"])
+        source, refs = self.plan.task(keys)
+        job = (source, keys, *args, self.plan.options["seed"], refs)
         if self.pool is None:
             self.pending.append(decode_chunk(*job))
         else:

@@ -20,6 +20,7 @@ from ..core.constants import MANIFEST_NAME
 from ..core.env import usable_cpus
 from ..core.errors import OutputError, SkippedImagesError, SourceError
 from ..core.manifest import Manifest
+from .archive import MEMBERS_FILE, materialize, open_source
 from .outdir import (
     Journal,
     OutLock,
@@ -28,6 +29,7 @@ from .outdir import (
     check_out_path,
     holds_files,
     load_done,
+    part_suffix,
     prepare_out,
     remove_journals,
     remove_partials,
@@ -36,7 +38,7 @@ from .outdir import (
 )
 from .plan import PackPlan, check_options, make_plan
 from .replace import replace_pack
-from .scanning import path_key, scan
+from .scanning import path_key
 from .shardwrite import DoneShard, strict_error
 
 
@@ -89,9 +91,12 @@ class _Tracker:
         self.written += 1
 
 
-def _plan(src: Path, options: dict, labels: str) -> PackPlan:
-    found = scan(src, labels)  # before touching OUT: a bad SRC must not change anything
-    return make_plan(str(src), found, **options)
+def _plan(src: Path, within: str | None, options: dict, labels: str) -> PackPlan:
+    # before touching OUT: a bad SRC must not change anything
+    source, found = open_source(src, within, labels)
+    if source.reader.kind == "folder":
+        return make_plan(str(src), found, **options)
+    return make_plan(source.label, found, **options, source=source)
 
 
 def pack(
@@ -114,11 +119,14 @@ def pack(
     part: tuple[int, int] | None = None,
     finish: bool = False,
     ray: str | None = None,
+    within: str | None = None,
 ) -> PackResult:
     """Pack an ImageFolder tree or a flat folder of images into pre-resized uint8 shards.
 
     Args:
-        src: source folder (ImageFolder tree or flat folder).
+        src: source folder (ImageFolder tree or flat folder), or a `.tar`, `.tar.gz` or `.zip`
+            archive of one, read in place (nothing is extracted): the pack is byte-identical
+            to packing the extracted folder.
         out: output folder; must be empty or missing unless `resume`/`overwrite`.
         size: side of the stored square images.
         crop: `"center"`, `"random"` (RandomResizedCrop from the full-size image) or `"full"`.
@@ -139,6 +147,8 @@ def pack(
             shard is there and write `index.json`; `OutputError` names the missing parts.
         ray: run one Ray task per shard on this cluster address (`"auto"`, `"ray://..."`) or,
             with `"default"`, on a running cluster else a local one.
+        within: the folder inside the archive `src` to pack (`"places365_standard/train"`),
+            as if the archive had been extracted and that folder given; `"."`: its root.
 
     Returns:
         A `PackResult` with the manifest that was written.
@@ -159,7 +169,7 @@ def pack(
     src, out = Path(src), Path(out)
     check_out_path(out)
     check_apart(src, out)
-    plan = _plan(src, options, labels)
+    plan = _plan(src, within, options, labels)
     if finish:
         return _finish(out, plan, t0)
     if ray is not None:
@@ -204,6 +214,7 @@ class _Job:
                 todo = [i for i in todo if i % part[1] == part[0]]
             images = sum(len(plan.shard_items(i)) for i in todo) * plan.options["variants"]
             check_free_space(out, images, plan.size)
+            plan = _materialized(plan, out, part, todo)
             fresh, empty = not done, False
             fds = lock.fds + held
             tracker = _run(plan, out, done, todo, part, self.progress, self.workers, self.ray, fds)
@@ -224,10 +235,23 @@ class _Job:
                 empty = True
             raise
         finally:
+            with contextlib.suppress(OSError):
+                (out / MEMBERS_FILE.format(part_suffix(part))).unlink(missing_ok=True)
             lock.release()
             if empty and created:
                 with contextlib.suppress(OSError):
                     out.rmdir()
+
+
+def _materialized(plan: PackPlan, out: Path, part, todo: list[int]) -> PackPlan:
+    """The plan reading a .tar.gz's members from one file in OUT (see `archive.materialize`)."""
+    if plan.source is None or plan.source.reader.kind != "gz" or not todo:
+        return plan
+    try:
+        source = materialize(plan.source, out, part_suffix(part))
+    except OSError as exc:
+        raise write_error(exc, out / MEMBERS_FILE.format(part_suffix(part))) from None
+    return dataclasses.replace(plan, source=source)
 
 
 def _check_modes(resume: bool, overwrite: bool, part, finish: bool, ray) -> None:

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..core.constants import CROP_MODES, LABEL_MODES, MAX_BLOCK_SIZE, MAX_SIZE, RESAMPLE, shard_name
 from ..core.manifest import dump_json
+from .archive import MemberReader, Source
 from .scanning import ScanResult
 
 
@@ -60,6 +61,12 @@ class PackPlan:
     items: tuple[tuple[str, int], ...]  # (path relative to src, label), in pack order
     per_shard: int  # source images per shard
     fingerprint: str
+    source: Source | None = None  # an archive's members (None: `src` is the folder)
+
+    def task(self, keys: list[str]) -> tuple[str | MemberReader, list[Any] | None]:
+        """What a decode task of `keys` reads from: the folder, or an archive's reader and
+        the keys' member references."""
+        return (self.src, None) if self.source is None else self.source.task(keys)
 
     @property
     def n_shards(self) -> int:
@@ -90,6 +97,7 @@ def make_plan(
     block_size: int,
     seed: int,
     shuffle: bool,
+    source: Source | None = None,
 ) -> PackPlan:
     """The plan of packing what `scan` found with these options."""
     options = {
@@ -117,4 +125,5 @@ def make_plan(
         items=tuple((p, int(label)) for p, label in items),
         per_shard=per_shard,
         fingerprint=hashlib.sha256(payload).hexdigest(),
+        source=source,
     )

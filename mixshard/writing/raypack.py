@@ -90,14 +90,19 @@ def ray_task(plan: PackPlan, out: str, index: int, decode: Callable | None = Non
             f"{out} is not visible on Ray node {_node()}: SRC and OUT must be on storage every "
             "node sees (NFS, Lustre, a shared disk); nothing of this shard was written"
         )
-    if not Path(plan.src).is_dir():
+    if not (plan.source.visible() if plan.source else Path(plan.src).is_dir()):
         raise MixshardError(
             f"{plan.src} is not visible on Ray node {_node()}: SRC and OUT must be on storage "
             "every node sees (NFS, Lustre, a shared disk)"
         )
     args = (plan.size, plan.options["crop"], plan.options["variants"], plan.options["seed"])
     fn = decode or decode_chunk
-    return write_shard(folder, plan, index, lambda keys: fn(plan.src, keys, *args))
+    return write_shard(folder, plan, index, lambda keys: fn(*_task(plan, keys, args)))
+
+
+def _task(plan: PackPlan, keys: list[str], args: tuple) -> tuple:
+    source, refs = plan.task(keys)
+    return (source, keys, *args) if refs is None else (source, keys, *args, refs)
 
 
 def run_on_ray(

@@ -170,7 +170,20 @@ def scan(src: str | os.PathLike, labels: str = "auto") -> ScanResult:
         classes = class_folders(root)
     except OSError as exc:
         raise SourceError(f"cannot read source folder {src}: {exc.strerror}") from exc
-    images.sort(key=path_key)
+    return classify(src, images, skipped, classes, labels)
+
+
+def classify(
+    src: str | os.PathLike,
+    images: list[str],
+    skipped: list[dict[str, str]],
+    classes: list[str],
+    labels: str,
+) -> ScanResult:
+    """What `scan` makes of a listing: the image paths found (relative, `/`-separated), the
+    entries already reported, the top-level folder names (sorted) and the labels mode. Shared
+    by the folder walk and archive listings, so both give the same result for the same tree."""
+    images = sorted(images, key=path_key)
     if not images:
         raise SourceError(
             f"no images found in {src} (searched recursively). "

@@ -1,0 +1,349 @@
+"""The sources `pack` reads images from: a folder, or a tar / zip archive read in place.
+
+An archive is listed once (one sequential pass over a tar's headers; a zip's central
+directory) into the same `ScanResult` `scan` makes of the extracted folder: member names are
+mapped to the relative paths extraction would create under `within`, and the folder rules
+(hidden entries, extensions, class folders, natural order) are the scanner's own
+(`scanning.classify`). Decode workers then read each member's bytes by its offset (a tar), by
+its index (a zip), so nothing is extracted and the pack is byte-identical to packing the
+extracted folder. A gzip stream has no random access: the members a `.tar.gz` pack needs are
+copied, still encoded, into one temporary file in OUT (`materialize`) and read from there.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tarfile
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import ImageDecodeError, PackInterrupted, SourceError
+from .scanning import ScanResult, classify, is_image_name
+
+TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz")
+ARCHIVE_SUFFIXES = (*TAR_SUFFIXES, ".zip")
+MAX_MEMBER_BYTES = 512 << 20  # no image is larger; a bigger member is not read into memory
+MEMBERS_FILE = ".mixshard-pack-members{}.tmp"  # a .tar.gz's needed members, while packing
+
+
+class ArchiveTruncated(PackInterrupted):
+    """An archive ended inside a member while packing (cut short, or replaced since the scan)."""
+
+
+def is_archive(path: str | os.PathLike) -> bool:
+    """True when `path` names a tar, tar.gz or zip file (by its name)."""
+    return str(path).lower().endswith(ARCHIVE_SUFFIXES)
+
+
+@dataclass(frozen=True)
+class MemberReader:
+    """What a decode worker needs to read members: small, so it travels with every task.
+
+    `kind` is `"folder"` (a reference is unused: the key names the file under `path`),
+    `"raw"` (a reference is `(offset, size)` in the file `path`: a tar, or the members file of
+    a .tar.gz) or `"zip"` (a reference is the member's index in the zip's directory)."""
+
+    path: str
+    kind: str
+
+    def fetch(self, key: str, ref: Any) -> tuple[str, bytes | None]:
+        """The file to decode for `key`: `(path, None)` for a folder, `(name, bytes)` else.
+
+        Raises:
+            ArchiveTruncated: the archive ends inside the member.
+            ImageDecodeError: a zip member is damaged (the file is then skipped).
+        """
+        if self.kind == "folder":
+            return os.path.join(self.path, key), None
+        if self.kind == "raw":
+            offset, size = ref
+            data = os.pread(_handle(self.path, "raw"), size, offset)
+            if len(data) != size:
+                raise ArchiveTruncated(
+                    f"{self.path} ends inside member {key} ({len(data)} of {size} bytes): the "
+                    "archive was cut short or replaced while packing; finished shards are kept"
+                )
+            return key, data
+        archive = _handle(self.path, "zip")
+        try:
+            return key, archive.read(archive.infolist()[ref])
+        except (zipfile.BadZipFile, EOFError, OSError) as exc:
+            if os.path.getsize(self.path) < _member_end(archive.infolist()[ref]):
+                raise ArchiveTruncated(
+                    f"{self.path} ends inside member {key}: the archive was cut short or "
+                    "replaced while packing; finished shards are kept"
+                ) from None
+            raise ImageDecodeError(f"corrupt archive member: {exc}") from None
+
+
+_OPEN: dict[tuple[str, str], tuple[int, Any]] = {}  # per process: (path, kind) -> (pid, handle)
+
+
+def _handle(path: str, kind: str) -> Any:
+    """This process's open descriptor (raw) or ZipFile (zip) of `path`; one per process, reopened
+    after a fork (a ZipFile shares its file position with the parent's)."""
+    pid, handle = _OPEN.get((path, kind), (None, None))
+    if pid != os.getpid():
+        handle = os.open(path, os.O_RDONLY) if kind == "raw" else zipfile.ZipFile(path)
+        _OPEN[(path, kind)] = (os.getpid(), handle)
+    return handle
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a pack's images come from, resolved once by `open_source`.
+
+    Attributes:
+        label: how messages name it (the folder, or `archive.tar:within`).
+        reader: what the decode workers read with.
+        refs: key -> member reference (archives only); for a .tar.gz not yet materialized
+            (reader kind `"gz"`), the member's name.
+    """
+
+    label: str
+    reader: MemberReader
+    refs: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def task(self, keys: list[str]) -> tuple[MemberReader, list[Any]]:
+        """The reader and the references of one decode task."""
+        return self.reader, [self.refs.get(k) for k in keys]
+
+    def visible(self) -> bool:
+        """Whether this machine sees the source (a Ray node checks before decoding)."""
+        return (
+            Path(self.reader.path).is_dir()
+            if self.reader.kind == "folder"
+            else (Path(self.reader.path).is_file())
+        )
+
+
+def _norm(name: str) -> str | None:
+    """The relative path extraction makes of a member name, or None when it would escape
+    the extraction folder (absolute, or a `..` component)."""
+    name = name.replace("\\", "/") if "/" not in name else name
+    if name.startswith("/") or (len(name) > 1 and name[1] == ":"):
+        return None
+    parts = [p for p in name.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        return None
+    return "/".join(parts)
+
+
+def _under(rel: str, within: str) -> str | None:
+    if not within:
+        return rel
+    if rel == within or not rel.startswith(within + "/"):
+        return None
+    return rel[len(within) + 1 :]
+
+
+class _Listing:
+    """Collects members as the folder walk would see them after extraction."""
+
+    def __init__(self, within: str) -> None:
+        self.within = within
+        self.images: dict[str, Any] = {}  # relative path -> reference (last member wins)
+        self.skipped: dict[str, str] = {}
+        self.tops: set[str] = set()  # top-level folders under `within`
+        self.found = False  # anything under `within`
+        self.loose = False  # a file right under `within`
+        self.roots: set[str] = set()  # the archive's own top-level entries
+
+    def add(self, name: str, kind: str, ref: Any, size: int) -> None:
+        """One member: `kind` is "file", "dir", "link" or "other"."""
+        rel = _norm(name)
+        if rel is None:
+            if is_image_name(name):
+                self.skipped[name] = "unsafe member name (absolute or with '..'): not read"
+            return
+        if rel:
+            self.roots.add(rel.split("/", 1)[0])
+        rel = _under(rel, self.within) if rel else None
+        if not rel:
+            return
+        self.found = True
+        parts = rel.split("/")
+        if len(parts) > 1 or kind == "dir":
+            self.tops.add(parts[0])
+        else:
+            self.loose = True
+        if any(p.startswith(".") for p in parts) or kind == "dir" or not is_image_name(rel):
+            return  # hidden entries are not read, as in a folder
+        self.images.pop(rel, None)
+        self.skipped.pop(rel, None)
+        if kind == "link":
+            self.skipped[rel] = "a link inside the archive: not followed"
+        elif kind != "file":
+            self.skipped[rel] = "not a regular file"
+        elif size > MAX_MEMBER_BYTES:
+            self.skipped[rel] = f"member too large for an image ({size} bytes): not read"
+        else:
+            self.images[rel] = ref
+
+    def result(self, label: str, labels: str, explicit: bool) -> ScanResult:
+        if not self.found:
+            archive = label.rsplit(":", 1)[0] if self.within else label
+            found = ", ".join(sorted(self.roots)[:10]) or "nothing"
+            what = f"no folder {self.within!r}" if self.within else "no files"
+            raise SourceError(f"{archive} holds {what}; its top level holds: {found}")
+        images = list(self.images)
+        top = min(self.tops) if len(self.tops) == 1 else ""
+        if not explicit and top and not self.loose:
+            raise SourceError(
+                f"{label} holds one folder, {top}/: pass within={top!r} (or a folder inside it, "
+                "as if the archive had been extracted and that folder given), or within='.' to "
+                "pack the archive's root"
+            )
+        skipped = [{"path": p, "reason": r} for p, r in self.skipped.items()]
+        return classify(label, images, skipped, sorted(self.tops), labels)
+
+
+def _tar_kind(info: tarfile.TarInfo) -> str:
+    if info.isreg():
+        return "file"
+    if info.isdir():
+        return "dir"
+    return "link" if info.issym() or info.islnk() else "other"
+
+
+def _zip_kind(info: zipfile.ZipInfo) -> str:
+    kind = stat.S_IFMT(info.external_attr >> 16)  # 0 when the zip does not say (not Unix)
+    if info.is_dir():
+        return "dir"
+    if kind == stat.S_IFLNK:
+        return "link"
+    return "other" if kind not in (0, stat.S_IFREG) else "file"
+
+
+def _member_end(info: zipfile.ZipInfo) -> int:
+    # the local header (30 bytes + name + extra, the extra taken at its central size) and data
+    return (
+        info.header_offset
+        + 30
+        + len(info.orig_filename.encode())
+        + len(info.extra)
+        + (info.compress_size)
+    )
+
+
+def _members(tf: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
+    """A tar's members in order, one pass, without keeping them (1.8M would take a GB)."""
+    while (info := tf.next()) is not None:
+        tf.members = []  # type: ignore[attr-defined]  # TarFile's list of what it has read
+        yield info
+
+
+def _compressed(path: str) -> bool:
+    """Whether a tar file is compressed (gzip, bzip2, xz, zstd), whatever its name says."""
+    with open(path, "rb") as f:
+        head = f.read(6)
+    magics = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ", b"\x28\xb5\x2f\xfd")
+    return head.startswith(magics)
+
+
+def _truncated(path: str, what: str) -> SourceError:
+    return SourceError(
+        f"{path} is truncated or damaged ({what}); download it again (or check it against its "
+        "published checksum)"
+    )
+
+
+def _list_tar(path: str, listing: _Listing, compressed: bool) -> None:
+    """Add a tar's members: referenced by offset, or in a compressed one by name."""
+    size = os.path.getsize(path)
+    try:
+        with tarfile.open(path, "r:*") as tf:
+            for info in _members(tf):
+                end = info.offset_data + info.size
+                if not compressed and info.isreg() and end > size:
+                    raise _truncated(path, f"member {info.name} ends past the end of the file")
+                ref = info.name if compressed else (info.offset_data, info.size)
+                listing.add(info.name, _tar_kind(info), ref, info.size)
+    except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
+        raise _truncated(path, str(exc) or type(exc).__name__) from None
+
+
+def _list_zip(path: str, listing: _Listing) -> None:
+    size = os.path.getsize(path)
+    try:
+        with zipfile.ZipFile(path) as zf:
+            for i, info in enumerate(zf.infolist()):
+                kind = "other" if info.flag_bits & 1 else _zip_kind(info)  # encrypted
+                if _member_end(info) > size:
+                    raise _truncated(path, f"member {info.filename} ends past the end of the file")
+                listing.add(info.filename, kind, i, info.file_size)
+    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+        raise _truncated(path, str(exc)) from None
+
+
+def open_source(
+    src: str | os.PathLike, within: str | None = None, labels: str = "auto"
+) -> tuple[Source, ScanResult]:
+    """Resolve SRC (a folder, or a .tar / .tar.gz / .zip archive) and list its images.
+
+    Args:
+        src: the folder or archive.
+        within: the folder inside an archive to pack, as if the archive had been extracted and
+            that folder given (`"places365_standard/train"`); `"."` is the archive's root.
+        labels: as for `scan`.
+
+    Raises:
+        ValueError: `within` with a folder.
+        SourceError: as `scan`, and an archive that is truncated, damaged, lacks `within`, or
+            holds a single folder while `within` is not given.
+    """
+    from .scanning import scan
+
+    path = str(src)
+    if os.path.isfile(path) and not is_archive(path):
+        raise SourceError(
+            f"source must be a folder of images, got a file: {src} (an archive of one is read "
+            f"when its name ends in {', '.join(ARCHIVE_SUFFIXES)})"
+        )
+    if not os.path.isfile(path):
+        if within is not None:
+            raise ValueError("within= picks a folder inside an archive; SRC is not one")
+        found = scan(path, labels)
+        return Source(path, MemberReader(path, "folder")), found
+    rel = _norm(within or "")
+    if rel is None:
+        raise ValueError(f"within must be a relative path inside the archive, got {within!r}")
+    label = f"{path}:{rel}" if rel else path
+    listing = _Listing(rel)
+    if path.lower().endswith(".zip"):
+        _list_zip(path, listing)
+        kind = "zip"
+    else:
+        kind = "gz" if _compressed(path) else "raw"
+        _list_tar(path, listing, kind == "gz")
+    found = listing.result(label, labels, within is not None)
+    # absolute: a Ray task or a forked worker may run in another folder
+    return Source(label, MemberReader(os.path.abspath(path), kind), dict(listing.images)), found
+
+
+def materialize(source: Source, out: Path, suffix: str) -> Source:
+    """For a .tar.gz: copy the members the pack reads, still encoded, into one file in `out`
+    (one sequential pass; gzip cannot seek), and read them from there. Other sources as is."""
+    if source.reader.kind != "gz":
+        return source
+    path = (out / MEMBERS_FILE.format(suffix)).absolute()
+    wanted = {name: rel for rel, name in source.refs.items()}
+    refs: dict[str, Any] = {}
+    archive = source.reader.path
+    try:
+        with tarfile.open(archive, "r:*") as tf, open(path, "wb") as dst:
+            for info in _members(tf):
+                rel = wanted.get(info.name)
+                if rel is None or not info.isreg():
+                    continue
+                member = tf.extractfile(info)
+                data = member.read() if member is not None else b""
+                refs[rel] = (dst.tell(), len(data))
+                dst.write(data)
+    except (tarfile.TarError, EOFError, ValueError) as exc:
+        raise _truncated(archive, str(exc) or type(exc).__name__) from None
+    return replace(source, reader=MemberReader(str(path), "raw"), refs=refs)
