@@ -61,5 +61,5 @@ def check_overlay_args(
     check_int("num_workers", num_workers, 0)
     check_int("seed", seed, 0)
     check_int("batch_size", batch_size, 1)
-    check_optional_int("pool", pool, 1)
-    check_int("uses", uses, 1)
+    check_optional_int("pool", pool)  # their ranges: `pool.check_pool_args`
+    check_int("uses", uses)
