@@ -173,3 +173,37 @@ def test_objects_dropped_without_close_free_their_threads_and_files(pack_dir, wh
     del held
     gc.collect()
     assert (threading.active_count(), _fds()) == (threads, fds)
+
+
+class _Frames(torch.utils.data.Dataset):
+    """Blank frames with one background each, from the Overlay its worker made."""
+
+    overlay: Overlay | None = None
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        assert self.overlay is not None
+        return self.overlay.sample(1)[0]
+
+
+def test_an_overlay_made_in_worker_init_fn(pack_dir):
+    """The README's recipe: each worker makes its own Overlay, with its own seed."""
+
+    def worker_init_fn(worker_id: int) -> None:
+        info = torch.utils.data.get_worker_info()
+        info.dataset.overlay = Overlay(pack_dir, cache="pool", pool=16, seed=worker_id)
+
+    dl = torch.utils.data.DataLoader(
+        _Frames(),
+        batch_size=2,
+        num_workers=2,
+        worker_init_fn=worker_init_fn,
+        multiprocessing_context="fork",
+        timeout=FORK_BOUND,
+    )
+    first, second = list(dl)  # worker 0's batch, then worker 1's
+    overlays = [Overlay(pack_dir, cache="pool", pool=16, seed=s) for s in (0, 1)]
+    expected = [torch.cat([o.sample(1), o.sample(1)]) for o in overlays]
+    assert torch.equal(first, expected[0]) and torch.equal(second, expected[1])

@@ -37,7 +37,7 @@ from .outdir import (
 from .plan import PackPlan, check_options, make_plan
 from .replace import replace_pack
 from .scanning import path_key, scan
-from .shardwrite import DoneShard, strict_error
+from .shardwrite import DoneShard, source_stamps, strict_error
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,7 @@ class PackResult:
     reused_shards: int
     already_complete: bool = False
     written_shards: int = 0
+    rewritten_shards: int = 0  # finished before, rewritten: a source file of theirs changed
 
 
 class _Tracker:
@@ -67,6 +68,7 @@ class _Tracker:
 
     def __init__(self, plan: PackPlan, done: dict[int, DoneShard], progress, journal: Journal):
         self.plan, self.done, self.journal = plan, done, journal
+        self.stamps: dict[int, list] = {}  # of the shards to write, taken before decoding
         self.progress = progress
         self.variants = plan.options["variants"]
         self.total = len(plan.items) * self.variants
@@ -84,6 +86,7 @@ class _Tracker:
         self.report()
 
     def shard(self, shard: DoneShard) -> None:
+        shard = dataclasses.replace(shard, sources=self.stamps.get(shard.index))
         self.journal.record(shard)
         self.done[shard.index] = shard
         self.written += 1
@@ -199,9 +202,11 @@ class _Job:
                 seconds = time.perf_counter() - self.t0
                 return PackResult(finished, out, seconds, len(finished.shards), True)
             done = load_done(out, plan.fingerprint, redo_skipped=self.strict)
-            todo = [i for i in range(plan.n_shards) if i not in done]
-            if part is not None:
-                todo = [i for i in todo if i % part[1] == part[0]]
+            ours = [i for i in range(plan.n_shards) if part is None or i % part[1] == part[0]]
+            changed = [i for i in ours if i in done and not _unchanged(plan, done[i])]
+            for i in changed:  # a source file changed since it was packed: write it again
+                del done[i]
+            todo = [i for i in ours if i not in done]
             images = sum(len(plan.shard_items(i)) for i in todo) * plan.options["variants"]
             check_free_space(out, images, plan.size)
             fresh, empty = not done, False
@@ -210,11 +215,11 @@ class _Job:
             seconds = time.perf_counter() - self.t0
             if part is not None:
                 return PackResult(None, out, seconds, len(done) - tracker.written, False,
-                                  tracker.written)  # fmt: skip
+                                  tracker.written, len(changed))  # fmt: skip
             manifest = _finalize(plan, out, done, self.strict)
             reused = len(done) - tracker.written
             seconds = time.perf_counter() - self.t0
-            return PackResult(manifest, out, seconds, reused, False, tracker.written)
+            return PackResult(manifest, out, seconds, reused, False, tracker.written, len(changed))
         except SourceError:
             empty = True  # nothing was packed: leave no trace of this run
             raise
@@ -228,6 +233,11 @@ class _Job:
             if empty and created:
                 with contextlib.suppress(OSError):
                     out.rmdir()
+
+
+def _unchanged(plan: PackPlan, shard: DoneShard) -> bool:
+    """Whether every source file of a finished shard has the size and mtime recorded."""
+    return shard.sources == source_stamps(plan.src, plan.shard_items(shard.index))
 
 
 def _check_modes(resume: bool, overwrite: bool, part, finish: bool, ray) -> None:
@@ -267,6 +277,7 @@ def _run(plan, out, done, todo, part, progress, workers, ray, lock_fds) -> _Trac
     remove_partials(out, {plan.shard_name(i) for i in todo})
     journal = Journal(out, plan.fingerprint, done, part)
     tracker = _Tracker(plan, done, progress, journal)
+    tracker.stamps = {i: source_stamps(plan.src, plan.shard_items(i)) for i in todo}
     try:
         if ray is not None:
             from .raypack import run_on_ray
