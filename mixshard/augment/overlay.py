@@ -15,11 +15,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core.checks import check_int, check_overlay_args
+from ..core.checks import check_int
 from ..core.device import canonical, free_memory
 from ..core.env import rank_world
 from ..core.jobs import own, this_process
 from ..reading.source import Source, resolve_source
+from .args import check_overlay_args
 from .caches import DeviceCache, StreamCache
 from .ops import (
     blend,

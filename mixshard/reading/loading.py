@@ -171,7 +171,7 @@ class Loader:
                 if generation != self._generation:
                     return  # closed meanwhile: the workers' errors are the closing's
                 self.close()
-                raise _clean(exc) from None
+                raise _clean(exc, processes=not self.threads) from None
             self.position += 1
             self._it_next += 1
             yield batch
@@ -217,10 +217,12 @@ def _shutdown(things: list[Any]) -> None:
             thing._shutdown_workers()  # DataLoader has no public stop
 
 
-def _clean(exc: BaseException) -> BaseException:
+def _clean(exc: BaseException, processes: bool) -> BaseException:
     """A worker's failure as the error to raise: DataLoader wraps worker errors with the
-    whole traceback as the message; give the original one-line message instead."""
-    if isinstance(exc, RuntimeError) and "DataLoader worker" in str(exc):
+    whole traceback as the message; give the original one-line message instead. A worker
+    killed while a batch was on its way breaks the connection instead."""
+    died = isinstance(exc, RuntimeError) and "DataLoader worker" in str(exc)
+    if died or (processes and isinstance(exc, (ConnectionError, EOFError))):
         return MixshardError(f"a loader worker process died: {exc}")
     if isinstance(exc, MixshardError) and "Original Traceback" in str(exc):
         last = str(exc).rstrip().splitlines()[-1]

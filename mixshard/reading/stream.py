@@ -273,7 +273,7 @@ def _check_args(
 ) -> None:
     check_int("batch_size", batch_size, 1)
     check_int("window", window, 1)
-    check_optional_int("rank", rank, 0)
+    check_optional_int("rank", rank)
     check_optional_int("world_size", world_size, 1)
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
