@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -45,6 +46,7 @@ from benchlib import (
 BATCH = 256
 N = 128  # observations per Overlay call
 HERE = Path(__file__).resolve()
+RUN = int(os.environ.get("MIXSHARD_BENCH_RUN", "0"))  # block order: blocks per read (0: default)
 
 
 def shard_files(pack: Path) -> list[Path]:
@@ -77,7 +79,8 @@ def measure_loader(pack: Path, order: str, budget: float, limit: int) -> dict:
 
     mixshard.loader  # noqa: B018 - import torch before the clock starts
     t0 = time.perf_counter()
-    loader = mixshard.loader(pack, BATCH, num_workers=2, infinite=True, order=order)
+    runs = {"run": RUN} if RUN and order == "block" else {}
+    loader = mixshard.loader(pack, BATCH, num_workers=2, infinite=True, order=order, **runs)
     it = iter(loader)
     next(it)
     first = time.perf_counter() - t0

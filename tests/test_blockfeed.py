@@ -169,14 +169,14 @@ def test_batches_held_are_never_overwritten_and_dropped_ones_are_reused(pack_dir
 def test_closing_with_reads_queued_ends_the_waiters(pack_dir, monkeypatch):
     """Every batch someone waits for when the reader closes is either made (right) or an
     error: planned ones whose reads were still queued, and ones not planned yet."""
-    scatter = LocalPack.scatter_block
+    scatter = LocalPack.scatter_run
 
     def slow(self, b, addresses, drop_cache=False):
         time.sleep(0.2)
         return scatter(self, b, addresses, drop_cache)
 
-    monkeypatch.setattr(LocalPack, "scatter_block", slow)
-    stream = ShardStream(pack_dir, 8, order="block", window=20)
+    monkeypatch.setattr(LocalPack, "scatter_run", slow)
+    stream = ShardStream(pack_dir, 8, order="block", window=20, run=1)
     nb = stream.batches_per_epoch
     reader = stream.reader(range(0, nb))
     made: dict[int, object] = {}
@@ -234,3 +234,78 @@ def test_read_block_refuses_an_out_too_small_or_not_contiguous(pack_dir):
     assert pack.read_block(0, out)
     assert np.array_equal(out[:8].reshape(8, 3, 8, 8), pack.gather(np.arange(8)))
     assert not out[8].any()
+
+
+# ---------------------------------------------------------------- runs of blocks
+
+
+def test_a_run_plan_covers_its_span_once_in_file_order():
+    from mixshard.core import layout
+    from mixshard.reading.blockrun import RunPlan
+
+    size, counts = 8, [8, 8, 5]
+    offsets = [640, 640 + 8000, 640 + 16000]
+    plan = RunPlan.of(offsets, counts, size)
+    assert plan.start == 640 - layout.images_header_len(8, size)
+    last_labels = layout.labels_offset_for(offsets[-1], 5, size) + 4 * 5
+    assert plan.length == last_labels - plan.start
+    assert sum(n for _, _, n in plan.segments) == plan.length
+    images = [(j, n) for kind, j, n in plan.segments if kind == "images"]
+    assert images == [(0, 8 * 192), (1, 8 * 192), (2, 5 * 192)]
+    addresses = [
+        np.arange(c, dtype=np.uint64) * 1000 + 10**6 * (j + 1) for j, c in enumerate(counts)
+    ]
+    iov = plan.iov(addresses, scratch=7, image_bytes=192)
+    assert int(iov[:, 1].sum()) == plan.length
+    assert iov[iov[:, 1] == 192, 0].tolist() == np.concatenate(addresses).tolist()
+    with pytest.raises(ValueError, match="overlap or decrease"):
+        RunPlan.of([8640, 640], [8, 8], size)
+
+
+def test_runs_are_read_whole_in_one_request_each_and_give_exact_batches(pack_dir, monkeypatch):
+    calls = []
+    scatter = LocalPack.scatter_run
+
+    def counted(self, blocks, addresses, drop_cache=False):
+        calls.append(list(blocks))
+        return scatter(self, blocks, addresses, drop_cache)
+
+    monkeypatch.setattr(LocalPack, "scatter_run", counted)
+    stream = ShardStream(pack_dir, 8, order="block", window=8, run=4, labels=True)
+    pack = LocalPack(pack_dir, stream.manifest)
+    got = list(stream)
+    assert len(got) == 20
+    for k, (images, labels) in enumerate(got):
+        index = stream.batch_index(k)
+        assert np.array_equal(images.numpy(), pack.gather(index))
+        assert labels.tolist() == pack.labels(index).tolist()
+    # 20 blocks in shards of 5: runs 0-3, 4, 5-7 | 8, 9 ... split where a shard ends
+    assert sorted(calls) == sorted(
+        [[0, 1, 2, 3], [4], [5, 6, 7], [8, 9], [10, 11], [12, 13, 14], [15], [16, 17, 18, 19]]
+    )
+    assert sorted(b for c in calls for b in c) == list(range(20))
+
+
+def test_a_bad_block_inside_a_run_is_skipped_alone(pack_dir, tmp_path):
+    import shutil
+
+    from mixshard.core import layout
+
+    bad = tmp_path / "pack"
+    shutil.copytree(pack_dir, bad)
+    m = mixshard.Manifest.load(bad)
+    block = m.shards[0].blocks[1]
+    with open(bad / m.shards[0].name, "r+b") as f:  # damage block 1's images header
+        f.seek(block.offset - layout.images_header_len(block.count, m.size))
+        f.write(b"XXXXXX")
+    with pytest.warns(RuntimeWarning, match="skipping a bad block"):
+        stream = ShardStream(bad, 8, order="block", window=8, run=4, on_error="skip")
+        got = list(stream)
+    good = LocalPack(pack_dir, m)
+    bad_ids = set(range(8, 16))
+    for k, images in enumerate(got):
+        index = stream.batch_index(k)
+        keep = ~np.isin(index, list(bad_ids))
+        assert np.array_equal(images.numpy()[keep], good.gather(index[keep]))
+    with pytest.raises(mixshard.ShardError, match="block 00000001"):
+        list(ShardStream(bad, 8, order="block", window=8, run=4))

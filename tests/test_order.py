@@ -125,11 +125,30 @@ def test_block_order_on_a_shuffled_pack_mixes_classes_like_a_uniform_draw():
     uniform = distinct_per_batch(labels, order.global_sequence(len(labels), 3, 0), block)
     blocked = distinct_per_batch(labels, order.block_sequence(counts, 3, 0, 64), block)
     single = distinct_per_batch(labels, order.block_sequence(counts, 3, 0, 1), block)
+    runs = distinct_per_batch(labels, order.block_sequence(counts, 3, 0, 64, run=4), block)
     assert abs(blocked - uniform) / uniform < 0.03
     assert abs(single - uniform) / uniform < 0.03
+    assert abs(runs - uniform) / uniform < 0.03  # runs of 4 consecutive blocks read together
     # an unshuffled pack is where windows are needed: whole blocks alone hold few classes
     sorted_blocks = distinct_per_batch(items, order.block_sequence(counts, 3, 0, 1), block)
     assert sorted_blocks < 0.1 * uniform
+
+
+def test_runs_of_blocks_stay_together_in_one_window():
+    counts = np.full(22, 4)
+    starts = np.arange(22) * 4
+    seq = order.block_sequence(counts, 7, 2, window=5, run=3)  # window: 2 runs = 6 blocks
+    assert sorted(seq.tolist()) == list(range(88))
+    blocks = np.searchsorted(starts, seq, side="right") - 1
+    windows = [set(blocks[lo : lo + 24].tolist()) for lo in range(0, 88, 24)]
+    for r in range(8):  # every run (the last: blocks 21 alone) lies in one window
+        members = set(order.run_of(r, 3, 22))
+        assert sum(bool(members & w) for w in windows) == 1, r
+    assert order.run_of(7, 3, 22) == range(21, 22)
+    assert (
+        order.block_sequence(counts, 7, 2, 5, run=1).tolist()
+        == order.block_sequence(counts, 7, 2, 5).tolist()
+    )
 
 
 def test_inverse_gives_each_image_its_position():

@@ -138,13 +138,13 @@ def test_calls_larger_than_the_pool(pack_dir):
 
 
 def test_a_slow_disk_makes_calls_wait_and_is_counted(pack_dir, monkeypatch):
-    scatter_block = LocalPack.scatter_block
+    scatter_run = LocalPack.scatter_run
 
-    def slow(self, b, addresses, drop_cache=False):
-        time.sleep(0.05)
-        return scatter_block(self, b, addresses, drop_cache)
+    def slow(self, blocks, addresses, drop_cache=False):
+        time.sleep(0.05 * len(blocks))
+        return scatter_run(self, blocks, addresses, drop_cache)
 
-    monkeypatch.setattr(LocalPack, "scatter_block", slow)
+    monkeypatch.setattr(LocalPack, "scatter_run", slow)
     pool = PoolCache(resolve_source(str(pack_dir)), CPU, 40, 1, seed=0)
     for _ in range(6):
         pool.take(8)

@@ -216,9 +216,24 @@ def random_crop_boxes(
     x0 = (u[..., 2].gather(1, pick).squeeze(1) * (width - w + 1)).floor()
     y0 = (u[..., 3].gather(1, pick).squeeze(1) * (height - h + 1)).floor()
     # where no try fitted: torchvision's fallback window
-    fallback = torch.tensor(fallback_window(width, height, ratio), device=device, dtype=w.dtype)
+    fallback = _fallback(width, height, ratio, w.device, w.dtype)
     boxes = torch.stack([x0, y0, w, h], dim=1)
     return torch.where(ok.any(dim=1, keepdim=True), boxes, fallback)
+
+
+_FALLBACKS: dict[tuple, torch.Tensor] = {}
+
+
+def _fallback(width: int, height: int, ratio: tuple[float, float], device, dtype) -> torch.Tensor:
+    """torchvision's fallback window as a tensor on `device`, made once per (size, ratio,
+    device): a fresh `torch.tensor(..., device=...)` per call would be a blocking copy from
+    pageable host memory, waiting for everything queued before it."""
+    key = (width, height, tuple(ratio), str(device), dtype)
+    window = _FALLBACKS.get(key)
+    if window is None:
+        values = torch.tensor(fallback_window(width, height, ratio), dtype=dtype)
+        window = _FALLBACKS[key] = values.to(device)
+    return window
 
 
 def crop_resize(

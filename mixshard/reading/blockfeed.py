@@ -58,6 +58,8 @@ class BlockFeed:
         threads: reader threads (several reads in flight keep a disk busy).
         drop_cache: drop each block from the page cache once read (packs larger than memory).
         pin: batches are allocated in pinned memory.
+        run: the sequence keeps runs of this many consecutive blocks together
+            (`order.block_sequence`): a run is read with one request.
     """
 
     def __init__(
@@ -72,6 +74,7 @@ class BlockFeed:
         threads: int = 8,
         drop_cache: bool = False,
         pin: bool = False,
+        run: int = 1,
     ) -> None:
         if not isinstance(batches, range) or batches.step < 1:
             raise TypeError("the block order needs its batches as an increasing range")
@@ -82,7 +85,7 @@ class BlockFeed:
         self._sequence_of = sequence_of
         self._per_epoch, self._rank, self._batch_size = per_epoch, rank, batch_size
         self._batches = batches
-        self._drop_cache, self._pin = drop_cache, pin
+        self._drop_cache, self._pin, self._run = drop_cache, pin, run
         self._sink = np.empty(self._image_bytes, np.uint8)  # images no batch of ours takes
         # the epoch being planned: its number, sequence, inverse and reads
         self._epoch, self._reads = -1, _EpochReads(0)
@@ -126,7 +129,8 @@ class BlockFeed:
                 seen[blocks] = False
                 reads = self._reads
                 for b in blocks[reads.state[blocks] == NOT_READ].tolist():
-                    self._start(k, b, reads)
+                    if reads.state[b] == NOT_READ:  # not read with an earlier one of its run
+                        self._start(k, b, reads)
                 with self._cond:
                     self._plans[k] = (index, blocks, reads)
                     self._cond.notify_all()
@@ -136,8 +140,25 @@ class BlockFeed:
                 self._cond.notify_all()
 
     def _start(self, k: int, b: int, reads: _EpochReads) -> None:
-        """Queue the read of block `b`, first needed by batch `k`, into every batch it feeds:
-        the job holds those batches' images, so they outlive the read whatever happens."""
+        """Queue the read of block `b`, first needed by batch `k`, and of the rest of its run
+        (one read per shard it spans), into every batch they feed: the job holds those
+        batches' images, so they outlive the read whatever happens. (No batch before `k`
+        needs a block of the run: it would have been read with that batch.)"""
+        run = order.run_of(b // self._run, self._run, len(self.pack.block_count))
+        members = np.array([x for x in run if reads.state[x] == NOT_READ], np.int64)
+        shard = self.pack.block_shard[members]
+        for group in np.split(members, np.flatnonzero(np.diff(shard)) + 1):
+            addresses, images = [], []
+            for x in group.tolist():
+                at, held = self._addresses(k, x, must_feed_k=x == b)
+                addresses.append(at)
+                images += held
+            reads.state[group] = READING
+            self._jobs.put((reads, group.tolist(), addresses, images))
+
+    def _addresses(self, k: int, b: int, must_feed_k: bool) -> tuple[np.ndarray, list]:
+        """Where each image of block `b` goes (its row in the batch of ours that takes it,
+        else the sink), and the images of those batches."""
         start, count = int(self.pack.block_start[b]), int(self.pack.block_count[b])
         where, rows = order.batch_places(
             self._inverse[start : start + count],
@@ -152,7 +173,7 @@ class BlockFeed:
             mine &= (where - todo.start) % todo.step == 0
         ours, rows = where[mine], rows[mine]
         feeds = np.unique(ours)
-        if k not in feeds:
+        if must_feed_k and k not in feeds:
             raise MixshardError(f"batch {k} takes images of block {b} that are placed elsewhere")
         slots = feeds % ADDRESS_SLOTS
         for batch in feeds[self._address_of[slots] != feeds].tolist():  # not cached
@@ -166,8 +187,7 @@ class BlockFeed:
             base = at[np.searchsorted(feeds, ours)]
         addresses = np.full(count, self._sink.ctypes.data, np.uint64)
         addresses[mine] = base + (rows * self._image_bytes).astype(np.uint64)
-        reads.state[b] = READING
-        self._jobs.put((reads, b, addresses, [self._buffers[f][0] for f in feeds.tolist()]))
+        return addresses, [self._buffers[f][0] for f in feeds.tolist()]
 
     def _new(self, k: int) -> tuple[torch.Tensor, int, np.ndarray | None]:
         """Batch `k`'s buffer: `(images, their address, recycled buffer or None)`."""
@@ -187,23 +207,24 @@ class BlockFeed:
             job = self._jobs.get()
             if job is None:
                 return
-            reads, b, addresses, _images = job  # `_images`: alive until the read ends
+            reads, blocks, addresses, _images = job  # `_images`: alive until the read ends
+            results: list[bool | BaseException]
             if self._stop:
-                error: BaseException | None = MixshardError("the block reader was closed")
+                results = [MixshardError("the block reader was closed")] * len(blocks)
             else:
                 try:
-                    good = self.pack.scatter_block(b, addresses, self._drop_cache)
-                    error = None
+                    results = list(self.pack.scatter_run(blocks, addresses, self._drop_cache))
                 except BaseException as exc:  # noqa: BLE001 - raised by the batches needing it
-                    error = exc
+                    results = [exc] * len(blocks)
             with self._cond:
-                if error is not None:
-                    reads.errors[b] = error
-                    reads.state[b] = FAILED
-                else:
-                    reads.state[b] = DONE if good else BAD
-                if reads.state[b] != DONE:
-                    self._any_bad = True
+                for b, result in zip(blocks, results):
+                    if isinstance(result, BaseException):
+                        reads.errors[b] = result
+                        reads.state[b] = FAILED
+                    else:
+                        reads.state[b] = DONE if result else BAD
+                    if reads.state[b] != DONE:
+                        self._any_bad = True
                 self._cond.notify_all()
             del job, _images
 

@@ -47,7 +47,7 @@ def loader(
         workers: `"auto"` (threads for a local pack, DataLoader processes for URLs),
             `"thread"` or `"process"`.
         **stream_kw: `ShardStream` options (shuffle, infinite, seed, rank, world_size, labels,
-            on_error, manifest, order, window).
+            on_error, manifest, order, window, run).
 
     Returns:
         A `Loader`: iterate it (one epoch per `for`, or forever with `infinite=True`);

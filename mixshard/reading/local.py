@@ -16,10 +16,8 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-import warnings
 from collections import OrderedDict
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -27,53 +25,13 @@ import numpy as np
 from ..core import layout
 from ..core.errors import MixshardError, ShardError
 from ..core.files import open_regular
-from ..core.manifest import SHARD_NAME, Manifest, ShardInfo
-from .rawio import scatter_read
+from ..core.manifest import Manifest, ShardInfo
+from .blockrun import RunPlan
+from .rawio import read_iov
+from .shardfiles import MAX_OPEN_SHARDS, FileId, shard_path, warn_bad
 from .warming import warm_files
 
 CHECK_LOCKS = 64  # locks striped over the blocks: a block's first read is checked once
-
-
-def _max_open_shards() -> int:
-    """Descriptors kept open per pack: a quarter of this process's limit, so that a batch of
-    the global order (one image from each of up to hundreds of shards) does not reopen files,
-    while packs of thousands of shards still fit."""
-    try:
-        import resource
-
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    except (ImportError, OSError, ValueError):
-        return 64
-    return 4096 if soft == resource.RLIM_INFINITY else max(16, min(4096, soft // 4))
-
-
-MAX_OPEN_SHARDS = _max_open_shards()
-
-
-def warn_bad(what: str, message: str) -> None:
-    """The one warning `on_error="skip"` gives per bad shard or block (and never a sleep)."""
-    warnings.warn(f"mixshard: skipping a bad {what}: {message}", RuntimeWarning, stacklevel=3)
-
-
-@dataclass(frozen=True)
-class FileId:
-    """What identifies one version of a file: replaced or rewritten files differ in it."""
-
-    dev: int
-    ino: int
-    size: int
-    mtime_ns: int
-
-    @classmethod
-    def of(cls, st: os.stat_result) -> FileId:
-        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-def shard_path(folder: Path, name: str) -> Path:
-    """`folder/name` for a plain shard file name; anything else (a path, `..`) is refused."""
-    if not SHARD_NAME.fullmatch(name):
-        raise ShardError(f"{folder}: shard name {name!r} is not a plain shard-NNNNNN.tar name")
-    return folder / name
 
 
 class LocalPack:
@@ -270,18 +228,72 @@ class LocalPack:
         with self._open(slot) as fd:
             self._pread(slot, fd, memoryview(head), offset - hlen)
             self._pread(slot, fd, memoryview(raw), loff - llen)
-        problem = layout.header_problem(bytes(head), layout.images_shape(count, size), np.uint8)
-        problem = problem or layout.header_problem(bytes(raw[:llen]), (count,), np.int32)
+        self._judge(b, bytes(head), bytes(raw))
+
+    def _judge(self, b: int, head: bytes, raw: bytes) -> None:
+        """Check block `b`'s images header `head` and labels `raw` (header and data), keep its
+        labels; a bad block raises, or with `on_error="skip"` is marked bad with a warning."""
+        count, size = int(self.block_count[b]), self.manifest.size
+        llen = layout.labels_header_len(count)
+        problem = layout.header_problem(head, layout.images_shape(count, size), np.uint8)
+        problem = problem or layout.header_problem(raw[:llen], (count,), np.int32)
         if problem is None:
             start = int(self.block_start[b])
             self._labels[start : start + count] = np.frombuffer(raw, "<i4", offset=llen)
         if problem is not None:
+            slot = int(self.block_shard[b])
             where = f"shard {self.folder / self.shards[slot].name} block {self._keys[b]}"
             if self.on_error != "skip":
                 raise ShardError(f"{where}: {problem} (altered); {self._fix()}")
             warn_bad("block", f"{where}: {problem}")
             self.bad[b] = True
         self._checked[b] = True
+
+    def scatter_run(
+        self, blocks: list[int], addresses: list[np.ndarray], drop_cache: bool = False
+    ) -> list[bool | ShardError]:
+        """Blocks `blocks` (consecutive ones of one shard, in stored order) in one scattered
+        read of their whole span (`blockrun.py`): image `i` of `blocks[j]` to address
+        `addresses[j][i]`, as `scatter_block` does for one block; a block's headers and labels
+        come from the same read and are checked there on its first read. Returns per block
+        True, False (bad and skipped) or the `ShardError` that names it.
+
+        Raises:
+            ShardError: the span could not be read (unreadable, truncated, changed).
+        """
+        slot = int(self.block_shard[blocks[0]])
+        if any(int(self.block_shard[b]) != slot for b in blocks):
+            raise ValueError("a run of blocks must lie in one shard")
+        plan = RunPlan.of(
+            self.block_offset[blocks].tolist(),
+            self.block_count[blocks].tolist(),
+            self.manifest.size,
+        )
+        scratch = np.empty(plan.scratch_bytes, np.uint8)
+        iov = plan.iov(addresses, scratch.ctypes.data, self.manifest.image_bytes)
+        with self._open(slot) as fd:
+            try:
+                got = read_iov(fd, iov, plan.start)
+            except OSError as exc:
+                raise self._unreadable(slot, exc) from None
+            if got != plan.length:
+                self._short(slot, fd)
+            self._check_same(slot, fd)
+            self._dropped(fd, plan.start, got, drop_cache)
+        results: list[bool | ShardError] = []
+        for j, b in enumerate(blocks):
+            (h, hn), (lo, ln) = plan.heads[j], plan.labels[j]
+            try:
+                with self._check_locks[b % CHECK_LOCKS]:
+                    if not self._checked[b]:
+                        self._judge(
+                            b, scratch[h : h + hn].tobytes(), scratch[lo : lo + ln].tobytes()
+                        )
+            except ShardError as exc:
+                results.append(exc)
+                continue
+            results.append(not self.bad[b])
+        return results
 
     def block_of(self, index: np.ndarray) -> np.ndarray:
         """The block of each image number."""
@@ -304,22 +316,13 @@ class LocalPack:
 
     def scatter_block(self, b: int, addresses: np.ndarray, drop_cache: bool = False) -> bool:
         """As `read_block`, but image `i` of the block goes to memory address `addresses[i]`
-        (uint64; each with room for one image), all in one `preadv`. The caller keeps that
-        memory alive and unused by others until this returns."""
-        if not self._check_block(b):
-            return False
-        slot, offset = int(self.block_shard[b]), int(self.block_offset[b])
-        size = self.manifest.image_bytes
-        with self._open(slot) as fd:
-            try:
-                got = scatter_read(fd, addresses, size, offset)
-            except OSError as exc:
-                raise self._unreadable(slot, exc) from None
-            if got != len(addresses) * size:
-                self._short(slot, fd)
-            self._check_same(slot, fd)
-            self._dropped(fd, offset, got, drop_cache)
-        return True
+        (uint64; each with room for one image), all in one `preadv` (a run of one block,
+        `scatter_run`). The caller keeps that memory alive and unused by others until this
+        returns."""
+        result = self.scatter_run([b], [addresses], drop_cache)[0]
+        if isinstance(result, ShardError):
+            raise result
+        return result
 
     @staticmethod
     def _dropped(fd: int, offset: int, length: int, drop_cache: bool) -> None:

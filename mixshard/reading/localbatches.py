@@ -98,6 +98,7 @@ class BatchReader:
                 ahead=max(2, window_images // batches_of.batch_size // 2),
                 drop_cache=batches_of.drop_cache,
                 pin=pin,
+                run=epochs.run,
             )
         else:
             # Warm a cold pack with sequential reads, so the first epoch is not a seek storm;

@@ -39,31 +39,48 @@ def global_sequence(count: int, seed: int, epoch: int, shuffle: bool = True) -> 
 
 
 def block_sequence(
-    block_counts: np.ndarray, seed: int, epoch: int, window: int, shuffle: bool = True
+    block_counts: np.ndarray,
+    seed: int,
+    epoch: int,
+    window: int,
+    shuffle: bool = True,
+    run: int = 1,
 ) -> np.ndarray:
     """Epoch sequence of the block order.
 
     Args:
         block_counts: images per block, in stored order.
         seed, epoch: what the permutations are seeded by.
-        window: blocks whose images are shuffled together (1: each block on its own).
+        window: blocks whose images are shuffled together (1: each block on its own); rounded
+            up to whole runs.
         shuffle: False keeps the stored order.
+        run: consecutive blocks that stay together (`run_of`): they fall in one window, so a
+            reader reads them with one request. A default pack is shuffled when written, so
+            neighbouring blocks are independent samples and little shuffle quality is lost.
 
     Returns:
-        int64 image numbers: blocks in a per-epoch permutation, each run of `window` blocks
-        shuffled within itself.
+        int64 image numbers: runs of blocks in a per-epoch permutation, each window of
+        `window` blocks shuffled within itself.
     """
     counts = np.asarray(block_counts, dtype=np.int64)
     if not shuffle:
         return np.arange(int(counts.sum()), dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    blocks = np.random.default_rng([seed, epoch, 1]).permutation(len(counts))
+    runs = np.random.default_rng([seed, epoch, 1]).permutation(-(-len(counts) // run))
+    per_window = -(-window // run)  # runs in a window
     parts = []
-    for w, lo in enumerate(range(0, len(blocks), window)):
-        chosen = blocks[lo : lo + window]
+    for w, lo in enumerate(range(0, len(runs), per_window)):
+        chosen = [
+            b for r in runs[lo : lo + per_window].tolist() for b in run_of(r, run, len(counts))
+        ]
         images = np.concatenate([np.arange(starts[b], starts[b] + counts[b]) for b in chosen])
         parts.append(np.random.default_rng([seed, epoch, 2, w]).permutation(images))
     return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+def run_of(r: int, run: int, blocks: int) -> range:
+    """The blocks of run `r`: `run` consecutive ones (the last run may be shorter)."""
+    return range(r * run, min((r + 1) * run, blocks))
 
 
 def batch_span(k: int, nb: int, rank: int, batch_size: int) -> tuple[int, int]:
@@ -140,16 +157,19 @@ class EpochOrder:
         seed: int,
         window: int,
         shuffle: bool,
+        run: int = 1,
     ) -> None:
         self.kind, self.block_counts = kind, np.asarray(block_counts, np.int64)
-        self.seed, self.window, self.shuffle = seed, window, shuffle
+        self.seed, self.window, self.shuffle, self.run = seed, window, shuffle, run
         self.count = int(self.block_counts.sum())
         self._kept: dict[int, list] = {}  # epoch -> [sequence, its inverse or None]
         self._lock = threading.Lock()
 
     def _make(self, epoch: int) -> np.ndarray:
         if self.kind == "block":
-            return block_sequence(self.block_counts, self.seed, epoch, self.window, self.shuffle)
+            return block_sequence(
+                self.block_counts, self.seed, epoch, self.window, self.shuffle, self.run
+            )
         return global_sequence(self.count, self.seed, epoch, self.shuffle)
 
     def _entry(self, epoch: int, with_inverse: bool) -> list:

@@ -44,17 +44,27 @@ def scatter_read(fd: int, addresses: np.ndarray, length: int, offset: int) -> in
     Raises:
         OSError: the read failed.
     """
-    count = len(addresses)
-    if _PREADV is None:  # no libc preadv to call: Python buffers over the same addresses
-        views = [(ctypes.c_char * length).from_address(a) for a in addresses.tolist()]
-        return _python_preadv(fd, views, offset)
-    iov = np.empty((count, 2), np.uint64)  # struct iovec {void *base; size_t len;}
+    iov = np.empty((len(addresses), 2), np.uint64)  # struct iovec {void *base; size_t len;}
     iov[:, 0] = addresses
     iov[:, 1] = length
+    return read_iov(fd, iov, offset)
+
+
+def read_iov(fd: int, iov: np.ndarray, offset: int) -> int:
+    """Read the bytes of `fd` from `offset` on into the buffers of `iov` (uint64 rows of
+    `(address, length)`), one after the other. Returns the bytes read: fewer only at the end
+    of the file.
+
+    Raises:
+        OSError: the read failed.
+    """
+    if _PREADV is None:  # no libc preadv to call: Python buffers over the same addresses
+        views = [(ctypes.c_char * int(n)).from_address(int(a)) for a, n in iov.tolist()]
+        return _python_preadv(fd, views, offset)
     done = 0
-    for lo in range(0, count, IOV_MAX):
+    for lo in range(0, len(iov), IOV_MAX):
         part = iov[lo : lo + IOV_MAX]
-        want = len(part) * length
+        want = int(part[:, 1].sum())
         got = _call(fd, part, offset + done)
         if 0 < got < want:  # cut short (a signal): the rest record by record
             got += _rest(fd, part, got, offset + done + got)
@@ -76,11 +86,12 @@ def _call(fd: int, iov: np.ndarray, offset: int) -> int:
 
 def _rest(fd: int, iov: np.ndarray, skip: int, offset: int) -> int:
     """What a `preadv` into `iov` left unread after its first `skip` bytes."""
-    length = int(iov[0, 1])
-    first, into = divmod(skip, length)
-    addresses = iov[first:, 0].tolist()
-    views = [(ctypes.c_char * (length - into)).from_address(addresses[0] + into)]
-    views += [(ctypes.c_char * length).from_address(a) for a in addresses[1:]]
+    ends = np.cumsum(iov[:, 1].astype(np.int64))
+    first = int(np.searchsorted(ends, skip, side="right"))
+    into = skip - (int(ends[first - 1]) if first else 0)
+    rows = iov[first:].tolist()
+    views = [(ctypes.c_char * (int(rows[0][1]) - into)).from_address(int(rows[0][0]) + into)]
+    views += [(ctypes.c_char * int(n)).from_address(int(a)) for a, n in rows[1:]]
     return _python_preadv(fd, views, offset)
 
 

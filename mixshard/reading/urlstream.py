@@ -18,8 +18,8 @@ import torch
 from ..core.errors import MixshardError, ShardError
 from ..core.manifest import ShardInfo
 from . import order
-from .local import warn_bad
 from .remote import read_blocks
+from .shardfiles import warn_bad
 
 
 @dataclass(frozen=True)
