@@ -41,7 +41,9 @@ def loader(
         batch_size: images per batch.
         num_workers: workers preparing batches ahead (0: made on demand in this process).
             They start on the first iteration and live until `close()`; epochs do not
-            respawn them. The batches are the same whatever the number (local packs).
+            respawn them. The batches are the same whatever the number (local packs),
+            except with `nw > 1` process workers in the shuffled block order, where each
+            worker reads its own blocks (`roles.py`): the batches then depend on `nw`.
         pin_memory: pin batches for fast copies to CUDA (ignored without CUDA).
         prefetch_factor: batches each worker prepares ahead (default 2).
         workers: `"auto"` (threads for a local pack, DataLoader processes for URLs),

@@ -22,6 +22,7 @@ from . import order
 from .blockfeed import BlockFeed
 from .local import LocalPack
 from .recycle import Recycler
+from .roles import role_batches
 
 RECYCLED = 32  # global order: batch buffers remembered, to be used again once dropped
 
@@ -61,7 +62,12 @@ class LocalBatches:
     def batches(
         self, start: int, end: int | None, wid: int, nw: int, nb: int, rank: int, world: int
     ) -> Iterator[tuple[int, Any]]:
-        """`(k, batch)` for the batches worker `wid` of `nw` makes, from batch `start` on."""
+        """`(k, batch)` for the batches worker `wid` of `nw` makes, from batch `start` on; in
+        the shuffled block order with several workers, each reads its own blocks (`roles.py`).
+        """
+        if self.epochs.kind == "block" and self.epochs.shuffle and nw > 1:
+            yield from role_batches(self, start, end, wid, nw, nb, rank, world)
+            return
         ks = order.worker_batches(start, end, wid, nw)
         reader = self.reader(ks, nb, rank)
         try:

@@ -4,7 +4,8 @@ The stream composes an order (`order.py`: which images make batch `k`) with a re
 local pack, single-image reads (global order) or whole blocks read ahead (block order,
 `blockfeed.py`); for URLs, shards streamed in a per-epoch order through a shuffle buffer.
 Batch `k` of a local pack is the same whoever makes it, so batches do not depend on the number
-of workers and `state_dict()` resumes exactly.
+of workers (except DataLoader workers in the shuffled block order, which split the reading,
+`roles.py`) and `state_dict()` resumes exactly.
 """
 
 from __future__ import annotations
