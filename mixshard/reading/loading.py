@@ -6,6 +6,7 @@ it once imported.)
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 from collections import deque
@@ -216,7 +217,8 @@ def _shutdown(things: list[Any]) -> None:
         elif isinstance(thing, ThreadPoolExecutor):
             thing.shutdown(wait=True, cancel_futures=True)
         elif hasattr(thing, "_shutdown_workers"):
-            thing._shutdown_workers()  # DataLoader has no public stop
+            with contextlib.suppress(RuntimeError):  # a worker already dead says so again
+                thing._shutdown_workers()  # DataLoader has no public stop
 
 
 def _clean(exc: BaseException, processes: bool) -> BaseException:

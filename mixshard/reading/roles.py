@@ -16,13 +16,13 @@ So with `nw > 1` process workers the batches of an epoch are other batches than 
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from . import order
-from .local import LocalPack
 
 
 class RoleOrder(order.EpochOrder):
@@ -59,13 +59,8 @@ def role_batches(
 ) -> Iterator[tuple[int, Any]]:
     """`(position, batch)` for worker `wid` of `nw` (a `LocalBatches` in the block order):
     the positions `start + wid`, `+ nw`, ..., each made from its role's part of the epoch."""
-    from .localbatches import LocalBatches
-
-    roles = RoleOrder(batches_of.epochs, nb, world, nw, batches_of.batch_size)
-    pack: LocalPack = batches_of.pack
-    mine = LocalBatches(
-        pack, roles, batches_of.batch_size, batches_of.labels, batches_of.drop_cache
-    )
+    mine = copy.copy(batches_of)  # the same batches, from the roles' epoch sequences
+    mine.epochs = RoleOrder(batches_of.epochs, nb, world, nw, batches_of.batch_size)
     p = start + wid
     role = p % nw
     while end is None or p < end:
