@@ -194,13 +194,20 @@ def test_workers_give_the_same_batches_locally(local, ids, kind):
     assert ref == keys_of(list(ShardStream(batch_size=8, **local)), ids)
     for workers in (2, 7):  # 7 workers > 5 shards
         got = mixshard.loader(batch_size=8, num_workers=workers, workers=kind, **local)
-        assert keys_of(list(got), ids) == ref
+        if kind == "process" and got.stream.order == "block":  # each reads its blocks
+            assert sorted(flat(keys_of(list(got), ids))) == sorted(flat(ref))
+        else:
+            assert keys_of(list(got), ids) == ref
 
 
 def test_plain_dataloader_over_a_stream(local, ids):
     stream = ShardStream(batch_size=8, **local)
     dl = torch.utils.data.DataLoader(stream, batch_size=None, num_workers=2)
-    assert keys_of(list(dl), ids) == keys_of(list(ShardStream(batch_size=8, **local)), ids)
+    alone = keys_of(list(ShardStream(batch_size=8, **local)), ids)
+    if stream.order == "block":  # the workers split the reading (`roles.py`): other batches
+        assert sorted(flat(keys_of(list(dl), ids))) == sorted(flat(alone))
+    else:
+        assert keys_of(list(dl), ids) == alone
 
 
 @pytest.mark.parametrize("remote", ["file", "http"])
@@ -240,7 +247,11 @@ def test_loader_epochs_continue_without_respawning(pack_dir, ids, kind):
     assert now == workers
     assert first != second and sorted(flat(first)) == sorted(flat(second))
     stream = ShardStream(pack_dir, 8)
-    assert [first, second] == [keys_of(list(stream), ids), keys_of(list(stream), ids)]
+    alone = [keys_of(list(stream), ids), keys_of(list(stream), ids)]
+    if kind == "process" and stream.order == "block":  # the workers split the reading
+        assert [sorted(flat(e)) for e in (first, second)] == [sorted(flat(e)) for e in alone]
+    else:
+        assert [first, second] == alone
     loader.close()
 
 

@@ -15,10 +15,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..core.checks import check_int
 from ..core.crops import RANDOM_CROP_SCALE
 from ..core.device import canonical, free_memory
 from ..core.env import rank_world
+from ..core.jobs import own, this_process
 from ..reading.source import Source, resolve_source
+from .args import check_overlay_args
 from .caches import DeviceCache, StreamCache
 from .inputs import check_obs, user_stacklevel, warn_if_unit_range
 from .ops import (
@@ -64,6 +67,9 @@ class Overlay:
         pool: images in the pool; default as many as fit in `cache_fraction`.
         uses: pool: draws of each image before its slot is refilled.
 
+    Arguments are checked here; obs are not checked for NaN or inf at each call (that would
+    cost a host sync per call): they blend into NaN/inf.
+
     `index.json` is read here; images are loaded on the first call. `overlay(obs)` returns the
     blended observations; `overlay.sample(n, device)` returns `n` backgrounds (uint8 NCHW).
     """
@@ -84,6 +90,7 @@ class Overlay:
         pool: int | None = None,
         uses: int = 4,
     ) -> None:
+        check_overlay_args(alpha, num_workers, seed, batch_size, pool, uses)
         _check_args(cache, crop, alpha, cache_fraction)
         check_pool_args(pool, uses)
         self.source = resolve_source(source)  # index.json read once, here
@@ -97,6 +104,9 @@ class Overlay:
         self._states: dict[torch.device, dict[str, Any]] = {}
         self._warned_sizes: set[tuple[int, int]] = set()  # each mismatch is said once
         self._range_checked = False  # the 0..1 check runs on the first call only (a host sync)
+        self._pid = this_process()  # the caches' threads run in this process only
+        # the caches are closed by close(), when the Overlay is collected, or at exit
+        self._closer = own(self, _close_caches, self._states)
 
     def _make_source(self, mode: str, device: torch.device, gen: torch.Generator, seed: int) -> Any:
         if mode == "device":
@@ -112,6 +122,10 @@ class Overlay:
 
     def _state(self, device: torch.device) -> dict[str, Any]:
         device = canonical(device)
+        if self._pid != this_process():  # forked: the parent's caches' threads are not here
+            self._states.clear()
+            self._pid = this_process()
+            self._closer = own(self, _close_caches, self._states)
         state = self._states.get(device)
         if state is None:
             # Each DDP rank draws its own backgrounds (the stream splits by rank by itself).
@@ -201,8 +215,7 @@ class Overlay:
             device: where; default the Overlay's device, else the CPU.
             size: output side (default the pack's image size).
         """
-        if n < 0:
-            raise ValueError(f"n must be >= 0, got {n}")
+        check_int("n", n, 0)
         device = (
             torch.device(device) if device is not None else (self.device or torch.device("cpu"))
         )
@@ -251,9 +264,15 @@ class Overlay:
 
     def close(self) -> None:
         """Stop stream and pool readers and free device caches."""
-        for state in self._states.values():
-            state["source"].close()
+        if self._pid == this_process():
+            _close_caches(self._states)
         self._states.clear()
+
+
+def _close_caches(states: dict[torch.device, dict[str, Any]]) -> None:
+    for state in states.values():
+        state["source"].close()
+    states.clear()
 
 
 def _check_args(

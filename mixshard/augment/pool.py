@@ -25,7 +25,6 @@ reach the device through pinned staging memory, asynchronously.
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,6 +33,7 @@ import torch
 
 from ..core.device import Fence, Lane, move, move_index, wants_pinned
 from ..core.errors import MixshardError
+from ..core.jobs import own
 from ..core.manifest import Manifest
 from ..reading.source import Source
 from .draws import PermutationWalk
@@ -89,7 +89,7 @@ class PoolCache:
         feed_seed = seed if feed_seed is None else feed_seed
         self.feed = RefillFeed(source, feed_seed, wants_pinned(device))
         # at exit too, before the feed's own finalizer (finalizers run newest first)
-        self._closer = weakref.finalize(self, _stop_pool, self.feed, self.lane)
+        self._closer = own(self, _stop_pool, self.feed, self.lane)
 
     def _put(self, slots: np.ndarray) -> None:
         """Mark `slots` for the feed's next images; they are written by the next job queued

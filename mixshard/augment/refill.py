@@ -3,16 +3,18 @@ background thread, handed out in pieces of any size (`pool.py` puts them in the 
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import queue
 import threading
 import time
-import weakref
 from typing import Any
 
 import torch
 
 from ..core.env import rank_world
 from ..core.errors import MixshardError
+from ..core.jobs import Job, check_process, own
 from ..reading.source import Source
 from .draws import Carry
 
@@ -38,56 +40,38 @@ class RefillFeed:
         )
         self._queue: queue.Queue = queue.Queue(REFILL_AHEAD)
         self._carry: Carry[torch.Tensor] = Carry(self._next)
-        self._failed: BaseException | None = None  # raised again by every later take
         self._stop = threading.Event()
         self.waits, self.wait_seconds = 0, 0.0
-        self._thread = threading.Thread(target=self._run, daemon=True, name="mixshard-refill")
-        self._thread.start()
-        # closed at interpreter exit too: a reader thread left inside torch then aborts the
-        # process (a feed nobody closed, e.g. the Overlays `compat.random_overlay` keeps)
-        self._closer = weakref.finalize(self, _stop_reading, self._stop, self._loader, self._thread)
-
-    def _run(self) -> None:
-        try:
-            for batch in self._loader:
-                if not self._put(batch):
-                    return
-            self._put(MixshardError("the refill stream of the pool ended"))
-        except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread
-            self._put(exc)
-
-    def _put(self, item: Any) -> bool:
-        """Queue `item`, unless the feed is closed first."""
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
+        # the thread holds the loader, the queue and the event, not the feed: a feed nobody
+        # closed is stopped when collected, or at interpreter exit (`core/jobs.py`)
+        feed = functools.partial(_feed, self._loader, self._queue, self._stop)
+        self._job = Job(feed, "mixshard-refill")
+        self._closer = own(self, _stop_reading, self._stop, self._loader, self._job)
 
     def _next(self) -> torch.Tensor:
-        if self._failed is not None:  # the reader thread has ended: never wait for it
-            raise self._failed
+        check_process(self._job.pid, "the pool's refill feed")
         try:
-            item = self._queue.get_nowait()
+            return self._queue.get_nowait()
         except queue.Empty:
             self.waits += 1
             t0 = time.perf_counter()
-            item = self._wait()
-            self.wait_seconds += time.perf_counter() - t0
-        if isinstance(item, BaseException):
-            self._failed = item
-            raise item
-        return item
+            try:
+                return self._wait()
+            finally:
+                self.wait_seconds += time.perf_counter() - t0
 
-    def _wait(self) -> Any:
-        while not self._stop.is_set():
+    def _wait(self) -> torch.Tensor:
+        while True:
             try:
                 return self._queue.get(timeout=0.1)
             except queue.Empty:
-                continue
-        return MixshardError("the refill stream of the pool was closed")
+                if self._stop.is_set():
+                    raise MixshardError("the refill stream of the pool was closed") from None
+                if not self._job.alive:  # it put all it read before it ended
+                    with contextlib.suppress(queue.Empty):
+                        return self._queue.get_nowait()
+                    self._job.raise_error()
+                    raise MixshardError("the refill stream of the pool ended") from None
 
     def take(self, m: int) -> list[torch.Tensor]:
         """The next `m` images, as consecutive pieces of the feed's batches (host memory,
@@ -100,7 +84,20 @@ class RefillFeed:
         self._closer()
 
 
-def _stop_reading(stop: threading.Event, reader: Any, thread: threading.Thread) -> None:
+def _feed(reader: Any, into: queue.Queue, stop: threading.Event) -> None:
+    """(The feed's job.) Queue the reader's batches until it ends or `stop` is set."""
+    for batch in reader:
+        while not stop.is_set():
+            try:
+                into.put(batch, timeout=0.1)
+                break
+            except queue.Full:
+                continue
+        else:
+            return
+
+
+def _stop_reading(stop: threading.Event, reader: Any, job: Job) -> None:
     stop.set()
     reader.close()
-    thread.join(timeout=10)
+    job.join()

@@ -147,6 +147,8 @@ def _pack_summary(result: Any, out: str) -> None:
     if len(m.skipped) > 10:
         click.echo(f"skipped: ... and {len(m.skipped) - 10} more (see {out}/index.json)", err=True)
     reused = f", {result.reused_shards} reused from earlier runs" if result.reused_shards else ""
+    if result.rewritten_shards:
+        reused += f", {result.rewritten_shards} rewritten (their source files changed)"
     click.echo(
         f"Packed {m.count} images ({len(m.skipped)} skipped) into {len(m.shards)} "
         f"shard{'s' if len(m.shards) != 1 else ''}{reused}, "

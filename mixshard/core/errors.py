@@ -68,3 +68,8 @@ class ImageDecodeError(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class ForkedError(MixshardError):
+    """An object whose threads run in another process (it was made before a `fork`) was
+    used in the child; make it in the child (e.g. in a DataLoader's `worker_init_fn`)."""

@@ -1,14 +1,112 @@
-"""`JobThread`: a background thread that runs jobs in order and carries their errors to the
-caller (the CPU lane of `device.py`)."""
+"""Background threads and who owns them.
+
+Every thread mixshard starts (block readers and planner, cache warming, the refill feed, the
+pool's writer, the stream's threads) is a `Job` or a `JobThread`, and the object that starts it
+stops it with `own`:
+
+* `Job` runs one function on a daemon thread and keeps its error, raised by `raise_error()`
+  in the caller's thread (the one helper for "a background job that fails in the caller").
+* `JobThread` runs submitted jobs in order on such a thread (the CPU lane of `device.py`).
+* `own(owner, stop, *args)` calls `stop(*args)` once: on `close()`, when the owner is
+  garbage-collected, or at interpreter exit, newest owner first (`weakref.finalize`), so no
+  thread is left inside torch when the interpreter ends (that aborts the process). `stop`
+  must not hold the owner, and a thread's target must not either, or it is never collected.
+* After `os.fork` the threads of the parent's objects do not exist in the child: their
+  finalizers do nothing there, and `check_process` raises `ForkedError` instead of waiting
+  for a thread that will never answer (`os.register_at_fork` keeps the process id).
+"""
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from .errors import ForkedError
+
 CLOSE_TIMEOUT = 10.0  # seconds `close` waits for the job running
+
+_PID = os.getpid()
+
+
+def _after_fork() -> None:
+    global _PID
+    _PID = os.getpid()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+def this_process() -> int:
+    """The current process id (kept by an at-fork hook: no system call)."""
+    return _PID
+
+
+def check_process(pid: int, what: str) -> None:
+    """Raise `ForkedError` when `what`, made in process `pid`, is used in another one."""
+    if pid != _PID:
+        raise ForkedError(
+            f"{what} was made in process {pid}, before a fork, and its threads are not in this "
+            f"process ({_PID}); create it in the child (e.g. in the DataLoader's "
+            "worker_init_fn, or on first use there)"
+        )
+
+
+def own(owner: object, stop: Callable[..., Any], *args: Any) -> weakref.finalize:
+    """Call `stop(*args)` once: when the returned finalizer is called (`close()`), when
+    `owner` is collected, or at interpreter exit (newest first); never in a forked child."""
+    return weakref.finalize(owner, _stop_here, _PID, stop, args)
+
+
+def _stop_here(pid: int, stop: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    if pid == _PID:
+        stop(*args)
+
+
+class Job:
+    """`target()` on a daemon thread, started at once; its error is kept for the caller.
+
+    `raise_error()` raises it (in the caller's thread), again on every call; `join` waits for
+    the end. The target must not hold the object that owns the job (see the module docs).
+    """
+
+    def __init__(self, target: Callable[[], Any], name: str, start: bool = True) -> None:
+        self.name = name
+        self.pid = _PID
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(target,), daemon=True, name=name)
+        if start:
+            self._thread.start()
+
+    def _run(self, target: Callable[[], Any]) -> None:
+        try:
+            target()
+        except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread
+            self.error = self.error or exc
+
+    def start(self) -> None:
+        self._thread.start()
+
+    @property
+    def started(self) -> bool:
+        return self._thread.ident is not None
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def raise_error(self) -> None:
+        """Raise the job's error, if it failed."""
+        if self.error is not None:
+            raise self.error
+
+    def join(self, timeout: float = CLOSE_TIMEOUT) -> None:
+        """Wait for the job to end (not from its own thread, not for one never started)."""
+        if self.started and self._thread is not threading.current_thread():
+            self._thread.join(timeout=timeout)
 
 
 class JobThread:
@@ -16,26 +114,27 @@ class JobThread:
 
     `wait(n)` returns once the first `n` jobs have run; a job's error is kept and raised by
     `raise_error` (and so by every later `wait`) in the caller's thread. The thread starts
-    with the first job and ends with `close()`.
+    with the first job and ends with `close()`; used after a fork it raises `ForkedError`.
     """
 
     def __init__(self, name: str) -> None:
         self.name = name
+        self.pid = _PID
         self._jobs: deque[Callable[[], Any]] = deque()
         self._cond = threading.Condition()
         self._submitted = self._done = 0
         self._closed = False
         self._error: BaseException | None = None
-        self._thread: threading.Thread | None = None
+        self._thread: Job | None = None
 
     def submit(self, job: Callable[[], Any]) -> int:
         """Queue `job`; returns its number (1, 2, ...), to `wait` for."""
+        check_process(self.pid, self.name)
         with self._cond:
             if self._closed:
                 raise RuntimeError(f"{self.name}: submit after close")
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, daemon=True, name=self.name)
-                self._thread.start()
+                self._thread = Job(self._run, self.name)
             self._jobs.append(job)
             self._submitted += 1
             self._cond.notify_all()
@@ -62,6 +161,7 @@ class JobThread:
 
     def wait(self, n: int | None = None) -> None:
         """Until the first `n` jobs (default: all submitted) have run; then `raise_error`."""
+        check_process(self.pid, self.name)
         with self._cond:
             target = self._submitted if n is None else n
             while self._done < target:
@@ -75,10 +175,12 @@ class JobThread:
 
     def close(self) -> None:
         """Run what is queued, then end the thread (joined: a thread left inside torch at
-        interpreter exit aborts the process)."""
+        interpreter exit aborts the process). Does nothing in a forked child."""
+        if self.pid != _PID:
+            return
         with self._cond:
             self._closed = True
             self._cond.notify_all()
             thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=CLOSE_TIMEOUT)
+        if thread is not None:
+            thread.join()

@@ -22,6 +22,7 @@ import torch
 
 from ..core.device import host_empty
 from ..core.errors import MixshardError
+from ..core.jobs import Job, check_process, own
 from . import order
 from .local import LocalPack
 from .recycle import Recycler
@@ -103,13 +104,10 @@ class BlockFeed:
         self._stop = False
         self._error: BaseException | None = None
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
-        self._readers = [
-            threading.Thread(target=self._read_all, daemon=True, name=f"mixshard-read-{i}")
-            for i in range(threads)
-        ]
-        self._planner = threading.Thread(target=self._plan_all, daemon=True, name="mixshard-plan")
-        for thread in (*self._readers, self._planner):
-            thread.start()
+        self._readers = [Job(self._read_all, f"mixshard-read-{i}") for i in range(threads)]
+        self._planner = Job(self._plan_all, "mixshard-plan")
+        # the threads hold the feed until closed: by its reader, or at interpreter exit
+        self._closer = own(self, self._shut)
 
     # ------------------------------------------------------------------ planner side
     def _plan_all(self) -> None:
@@ -237,7 +235,9 @@ class BlockFeed:
 
         Raises:
             ShardError: a block it needs could not be read (with `on_error="raise"`).
+            ForkedError: the feed was made in another process (before a fork).
         """
+        check_process(self._planner.pid, "a block feed")
         with self._cond:
             while k not in self._plans:
                 if self._error is not None:
@@ -276,14 +276,18 @@ class BlockFeed:
 
     def close(self) -> None:
         """Stop planning and reading; returns once the planner and the reads in flight ended
-        (reads still queued end as errors, for anyone waiting on them)."""
+        (reads still queued end as errors, for anyone waiting on them). Does nothing in a
+        forked child (the threads are not there)."""
+        self._closer()
+
+    def _shut(self) -> None:
         with self._cond:
             self._stop = True
             self._cond.notify_all()
-        self._planner.join(timeout=10)  # it queues no read after this
+        self._planner.join()  # it queues no read after this
         for _ in self._readers:
             self._jobs.put(None)  # after every queued read
         for thread in self._readers:
-            thread.join(timeout=10)
+            thread.join()
         with self._cond:
             self._buffers.clear()

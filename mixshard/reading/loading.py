@@ -16,8 +16,10 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
+from ..core.checks import check_int, check_optional_int
 from ..core.device import accelerator
 from ..core.errors import MixshardError
+from ..core.jobs import own, this_process
 from .localbatches import BatchReader
 from .source import Source
 from .stream import ShardStream
@@ -40,7 +42,9 @@ def loader(
         batch_size: images per batch.
         num_workers: workers preparing batches ahead (0: made on demand in this process).
             They start on the first iteration and live until `close()`; epochs do not
-            respawn them. The batches are the same whatever the number (local packs).
+            respawn them. The batches are the same whatever the number (local packs),
+            except with `nw > 1` process workers in the shuffled block order, where each
+            worker reads its own blocks (`roles.py`): the batches then depend on `nw`.
         pin_memory: pin batches for fast copies to CUDA (ignored without CUDA).
         prefetch_factor: batches each worker prepares ahead (default 2).
         workers: `"auto"` (threads for a local pack, DataLoader processes for URLs),
@@ -82,8 +86,8 @@ class Loader:
     ) -> None:
         if workers not in ("auto", "thread", "process"):
             raise ValueError(f"workers must be 'auto', 'thread' or 'process', got {workers!r}")
-        if num_workers < 0:
-            raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+        check_int("num_workers", num_workers, 0)
+        check_optional_int("prefetch_factor", prefetch_factor, 1)
         self.stream = stream
         self.infinite = stream.infinite
         self.num_workers = num_workers
@@ -95,8 +99,8 @@ class Loader:
         self.position = 0  # next batch to hand out
         self._it: Iterator | None = None
         self._it_next = -1  # batch the live iterator makes next
-        self._stop: list[Any] = []  # what close() must stop: a reader, a thread pool
         self._generation = 0  # close() ends the iterations started before it
+        self._owned()
 
     def __len__(self) -> int:
         return len(self.stream)
@@ -111,7 +115,7 @@ class Loader:
         # the block order reads ahead on its own threads: a pool would only pass batches on
         workers = 0 if reader.reads_ahead else self.num_workers
         pool = ThreadPoolExecutor(workers) if workers else None
-        self._stop = [reader, pool]
+        self._stop[:] = [reader, pool]
         ahead = workers * self._prefetch_factor if pool else 0
         pending: deque[Future | Any] = deque()
         k = start
@@ -133,10 +137,24 @@ class Loader:
             inner, batch_size=None, num_workers=self.num_workers, pin_memory=self._pin, **kwargs
         )
         it = iter(dl)
-        self._stop = [it]
+        self._stop[:] = [it]
         return it
 
+    def _owned(self) -> None:
+        """A fresh list of what close() must stop (a reader, a thread pool, a DataLoader
+        iterator), stopped also when the loader is collected or at interpreter exit."""
+        self._pid = this_process()
+        self._stop: list[Any] = []
+        self._closer = own(self, _shutdown, self._stop)
+
+    def _forget_parent(self) -> None:
+        """In a forked child: drop the parent's workers (not there) to start new ones."""
+        if self._pid != this_process():
+            self._it = None
+            self._owned()
+
     def _iterator(self) -> Iterator:
+        self._forget_parent()
         if self._it is None or self._it_next != self.position:
             self._shutdown()
             make = self._thread_batches if self.threads else self._process_batches
@@ -156,7 +174,7 @@ class Loader:
                 if generation != self._generation:
                     return  # closed meanwhile: the workers' errors are the closing's
                 self.close()
-                raise _clean(exc) from None
+                raise _clean(exc, processes=not self.threads) from None
             self.position += 1
             self._it_next += 1
             yield batch
@@ -185,25 +203,30 @@ class Loader:
         self._shutdown()
 
     def _shutdown(self) -> None:
+        self._forget_parent()
         self._it = None
-        stop, self._stop = self._stop, []
-        for thing in stop:
-            if isinstance(thing, BatchReader):
-                thing.close()
-            elif isinstance(thing, ThreadPoolExecutor):
-                thing.shutdown(wait=True, cancel_futures=True)
-            elif hasattr(thing, "_shutdown_workers"):
+        _shutdown(self._stop)
+
+
+def _shutdown(things: list[Any]) -> None:
+    """Stop the workers in `things` (and forget them)."""
+    stop, things[:] = things[:], []
+    for thing in stop:
+        if isinstance(thing, BatchReader):
+            thing.close()
+        elif isinstance(thing, ThreadPoolExecutor):
+            thing.shutdown(wait=True, cancel_futures=True)
+        elif hasattr(thing, "_shutdown_workers"):
+            with contextlib.suppress(RuntimeError):  # a worker already dead says so again
                 thing._shutdown_workers()  # DataLoader has no public stop
 
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):  # interpreter shutdown
-            self.close()
 
-
-def _clean(exc: BaseException) -> BaseException:
+def _clean(exc: BaseException, processes: bool) -> BaseException:
     """A worker's failure as the error to raise: DataLoader wraps worker errors with the
-    whole traceback as the message; give the original one-line message instead."""
-    if isinstance(exc, RuntimeError) and "DataLoader worker" in str(exc):
+    whole traceback as the message; give the original one-line message instead. A worker
+    killed while a batch was on its way breaks the connection instead."""
+    died = isinstance(exc, RuntimeError) and "DataLoader worker" in str(exc)
+    if died or (processes and isinstance(exc, (ConnectionError, EOFError))):
         return MixshardError(f"a loader worker process died: {exc}")
     if isinstance(exc, (ConnectionError, EOFError)):  # a worker died while handing a batch over
         return MixshardError(f"a loader worker process died: {type(exc).__name__}: {exc}")

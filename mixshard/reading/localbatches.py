@@ -7,6 +7,7 @@ any number of threads or processes; `BatchReader` makes a range of them, reading
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -16,10 +17,12 @@ import torch
 
 from ..core.device import host_empty, pinned
 from ..core.errors import MixshardError
+from ..core.jobs import Job, check_process, own, this_process
 from . import order
 from .blockfeed import BlockFeed
 from .local import LocalPack
 from .recycle import Recycler
+from .roles import role_batches
 
 RECYCLED = 32  # global order: batch buffers remembered, to be used again once dropped
 
@@ -59,7 +62,12 @@ class LocalBatches:
     def batches(
         self, start: int, end: int | None, wid: int, nw: int, nb: int, rank: int, world: int
     ) -> Iterator[tuple[int, Any]]:
-        """`(k, batch)` for the batches worker `wid` of `nw` makes, from batch `start` on."""
+        """`(k, batch)` for the batches worker `wid` of `nw` makes, from batch `start` on; in
+        the shuffled block order with several workers, each reads its own blocks (`roles.py`).
+        """
+        if self.epochs.kind == "block" and self.epochs.shuffle and nw > 1:
+            yield from role_batches(self, start, end, wid, nw, nb, rank, world)
+            return
         ks = order.worker_batches(start, end, wid, nw)
         reader = self.reader(ks, nb, rank)
         try:
@@ -80,8 +88,9 @@ class BatchReader:
         self.pack = batches_of.pack
         self._nb, self._rank, self._pin = nb, rank, pin
         self._stop = threading.Event()
+        self._pid = this_process()
         self._feed: BlockFeed | None = None
-        self._warm: threading.Thread | None = None
+        self._warm: Job | None = None
         epochs = batches_of.epochs
         if epochs.kind == "block":
             window_images = int(np.sort(self.pack.block_count)[-epochs.window :].sum())
@@ -100,13 +109,14 @@ class BatchReader:
         else:
             # Warm a cold pack with sequential reads, so the first epoch is not a seek storm;
             # started once the first batch is read, which would otherwise queue behind it
-            self._warm = threading.Thread(
-                target=self.pack.warm, args=(self._stop,), daemon=True, name="mixshard-warm"
-            )
+            warm = functools.partial(self.pack.warm, self._stop)
+            self._warm = Job(warm, "mixshard-warm", start=False)
             self._warm_lock = threading.Lock()
             # a fresh 5 MB buffer per batch costs ~1,300 page faults: use dropped ones again
             m = self.pack.manifest
             self._recycler = Recycler(batches_of.batch_size, m.image_bytes, keep=RECYCLED)
+        # stopped by close(), when collected, or at interpreter exit (`core/jobs.py`)
+        self._closer = own(self, _close_reader, self._stop, self._feed, self._warm)
 
     @property
     def reads_ahead(self) -> bool:
@@ -123,6 +133,7 @@ class BatchReader:
         reader was opened)."""
         pin = self._pin if pin is None else pin
         if self._feed is not None:
+            check_process(self._pid, "a block-order batch reader")
             index, images, bad = self._feed.take(k)
             images = pinned(images) if pin else images
         else:
@@ -148,19 +159,26 @@ class BatchReader:
 
     def _start_warming(self) -> None:
         assert self._warm is not None
-        if self._warm.ident is None:
+        if not self._warm.started:
             with self._warm_lock:
-                if self._warm.ident is None and not self._stop.is_set():
+                if not self._warm.started and not self._stop.is_set():
                     self._warm.start()
 
     def close(self) -> None:
-        self._stop.set()
-        if self._feed is not None:
-            self._feed.close()
+        """Stop the reads ahead and wait for their threads."""
         if self._warm is not None:
             with self._warm_lock:
-                if self._warm.ident is not None:
-                    self._warm.join(timeout=10)
+                self._closer()
+        else:
+            self._closer()
+
+
+def _close_reader(stop: threading.Event, feed: BlockFeed | None, warm: Job | None) -> None:
+    stop.set()
+    if feed is not None:
+        feed.close()
+    if warm is not None:
+        warm.join()
 
 
 def _substitute(k: int, index: np.ndarray, out: np.ndarray, bad: np.ndarray) -> np.ndarray:

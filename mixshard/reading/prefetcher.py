@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from ..core.checks import check_int
 from ..core.device import Fence, Lane, move
 
 
@@ -62,7 +63,11 @@ def prefetch(loader: Iterable[Any], device: str | torch.device, *, depth: int = 
         `depth - 1` more batches have been taken (the next one is copied while you use this
         one); `.clone()` it to keep it longer.
     """
-    ring = Ring(torch.device(device), max(2, depth))
+    check_int("depth", depth, 1)
+    return _prefetch(Ring(torch.device(device), max(2, depth)), loader)
+
+
+def _prefetch(ring: Ring, loader: Iterable[Any]) -> Iterator[Any]:
     try:
         yield from ring.run(loader)
     finally:

@@ -4,7 +4,8 @@ The stream composes an order (`order.py`: which images make batch `k`) with a re
 local pack, single-image reads (global order) or whole blocks read ahead (block order,
 `blockfeed.py`); for URLs, shards streamed in a per-epoch order through a shuffle buffer.
 Batch `k` of a local pack is the same whoever makes it, so batches do not depend on the number
-of workers and `state_dict()` resumes exactly.
+of workers (except DataLoader workers in the shuffled block order, which split the reading,
+`roles.py`) and `state_dict()` resumes exactly.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
+from ..core.checks import check_int, check_optional_int
 from ..core.env import available_memory, rank_world
 from ..core.errors import MixshardError
 from ..core.manifest import Manifest
@@ -25,7 +27,12 @@ from .localbatches import BatchReader, LocalBatches
 from .source import Source, resolve_source
 from .urlstream import UrlBatches
 
-_STATE_VERSION = 3  # 3: block order runs
+_STATE_VERSION = 4  # 3: block order runs; 4: records shuffle
+# what must match for a state to give the same batches
+_CONFIG_KEYS = (
+    *("version", "seed", "shuffle", "batch_size", "world_size", "count", "order", "window"),
+    "run",
+)
 ORDER_CHOICES = ("auto", *order_mod.ORDERS)
 
 
@@ -87,8 +94,9 @@ class ShardStream(IterableDataset):
         shuffle_blocks: int = 8,
     ) -> None:
         _check_args(batch_size, on_error, order, window, rank, world_size)
-        if run < 1:
-            raise ValueError(f"run must be >= 1, got {run}")
+        check_int("seed", seed, 0)
+        check_int("shuffle_blocks", shuffle_blocks, 1)
+        check_int("run", run, 1)
         self.batch_size, self.shuffle, self.infinite = batch_size, shuffle, infinite
         self.seed, self.labels, self.on_error = seed, labels, on_error
         self.window, self.run, self.shuffle_blocks = window, run, max(1, shuffle_blocks)
@@ -197,6 +205,7 @@ class ShardStream(IterableDataset):
             "epoch": self.position // nb,
             "batch": self.position % nb,
             "seed": self.seed,
+            "shuffle": self.shuffle,
             "batch_size": self.batch_size,
             "world_size": self.rank_world[1],
             "count": self.count,
@@ -209,17 +218,32 @@ class ShardStream(IterableDataset):
         """Continue from a `state_dict()`.
 
         Raises:
-            ValueError: the state comes from a stream that makes other batches.
+            TypeError: `state` is not a dict.
+            ValueError: naming the field: the state comes from a stream that makes other
+                batches (shuffle, order, window, seed, batch size, world size, pack count),
+                a key is missing, or a counter is negative or out of range.
         """
+        if not isinstance(state, dict):
+            raise TypeError(f"state_dict must be a dict, got {type(state).__name__}")
         mine = self.state_dict()
-        keys = ("version", "seed", "batch_size", "world_size", "count", "order", "window", "run")
-        for key in keys:
-            if state.get(key) != mine[key]:
+        missing = [key for key in mine if key not in state]
+        if missing:
+            raise ValueError(
+                f"state_dict is missing {', '.join(missing)}: not a state of this stream"
+            )
+        for key in _CONFIG_KEYS:
+            if state[key] != mine[key]:
                 raise ValueError(
-                    f"state_dict was saved with {key}={state.get(key)!r}, this "
+                    f"state_dict was saved with {key}={state[key]!r}, this "
                     f"stream has {key}={mine[key]!r}: the batches would differ"
                 )
-        self.position = int(state["epoch"]) * self.batches_per_epoch + int(state["batch"])
+        nb = self.batches_per_epoch
+        for key, top in (("epoch", None), ("batch", nb)):
+            value = state[key]
+            if type(value) is not int or value < 0 or (top is not None and value >= top):
+                bound = f"an int in [0, {top})" if top is not None else "an int >= 0"
+                raise ValueError(f"state_dict {key} must be {bound}, got {value!r}")
+        self.position = state["epoch"] * nb + state["batch"]
 
     # ------------------------------------------------------------------ batches
     def batch_index(self, k: int) -> np.ndarray:
@@ -258,8 +282,10 @@ def _check_args(
     rank: int | None,
     world_size: int | None,
 ) -> None:
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    check_int("batch_size", batch_size, 1)
+    check_int("window", window, 1)
+    check_optional_int("rank", rank)
+    check_optional_int("world_size", world_size, 1)
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
     if wanted not in ORDER_CHOICES:

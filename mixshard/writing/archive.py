@@ -102,11 +102,13 @@ class Source:
         reader: what the decode workers read with.
         refs: key -> member reference (archives only); for a .tar.gz not yet materialized
             (reader kind `"gz"`), the member's name.
+        archive: the archive file (absolute; empty for a folder), also once materialized.
     """
 
     label: str
     reader: MemberReader
     refs: dict[str, Any] = field(default_factory=dict, repr=False)
+    archive: str = ""
 
     def task(self, keys: list[str]) -> tuple[MemberReader, list[Any]]:
         """The reader and the references of one decode task."""
@@ -322,7 +324,8 @@ def open_source(
         _list_tar(path, listing, kind == "gz")
     found = listing.result(label, labels, within is not None)
     # absolute: a Ray task or a forked worker may run in another folder
-    return Source(label, MemberReader(os.path.abspath(path), kind), dict(listing.images)), found
+    full = os.path.abspath(path)
+    return Source(label, MemberReader(full, kind), dict(listing.images), full), found
 
 
 def materialize(source: Source, out: Path, suffix: str) -> Source:

@@ -39,7 +39,7 @@ from .outdir import (
 from .plan import PackPlan, check_options, make_plan
 from .replace import replace_pack
 from .scanning import path_key
-from .shardwrite import DoneShard, strict_error
+from .shardwrite import DoneShard, source_stamps, strict_error
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,7 @@ class PackResult:
     reused_shards: int
     already_complete: bool = False
     written_shards: int = 0
+    rewritten_shards: int = 0  # finished before, rewritten: a source file of theirs changed
 
 
 class _Tracker:
@@ -69,6 +70,7 @@ class _Tracker:
 
     def __init__(self, plan: PackPlan, done: dict[int, DoneShard], progress, journal: Journal):
         self.plan, self.done, self.journal = plan, done, journal
+        self.stamps: dict[int, list] = {}  # of the shards to write, taken before decoding
         self.progress = progress
         self.variants = plan.options["variants"]
         self.total = len(plan.items) * self.variants
@@ -86,6 +88,7 @@ class _Tracker:
         self.report()
 
     def shard(self, shard: DoneShard) -> None:
+        shard = dataclasses.replace(shard, sources=self.stamps.get(shard.index))
         self.journal.record(shard)
         self.done[shard.index] = shard
         self.written += 1
@@ -209,9 +212,11 @@ class _Job:
                 seconds = time.perf_counter() - self.t0
                 return PackResult(finished, out, seconds, len(finished.shards), True)
             done = load_done(out, plan.fingerprint, redo_skipped=self.strict)
-            todo = [i for i in range(plan.n_shards) if i not in done]
-            if part is not None:
-                todo = [i for i in todo if i % part[1] == part[0]]
+            ours = [i for i in range(plan.n_shards) if part is None or i % part[1] == part[0]]
+            changed = [i for i in ours if i in done and not _unchanged(plan, done[i])]
+            for i in changed:  # a source file changed since it was packed: write it again
+                del done[i]
+            todo = [i for i in ours if i not in done]
             images = sum(len(plan.shard_items(i)) for i in todo) * plan.options["variants"]
             check_free_space(out, images, plan.size)
             plan = _materialized(plan, out, part, todo)
@@ -221,11 +226,11 @@ class _Job:
             seconds = time.perf_counter() - self.t0
             if part is not None:
                 return PackResult(None, out, seconds, len(done) - tracker.written, False,
-                                  tracker.written)  # fmt: skip
+                                  tracker.written, len(changed))  # fmt: skip
             manifest = _finalize(plan, out, done, self.strict)
             reused = len(done) - tracker.written
             seconds = time.perf_counter() - self.t0
-            return PackResult(manifest, out, seconds, reused, False, tracker.written)
+            return PackResult(manifest, out, seconds, reused, False, tracker.written, len(changed))
         except SourceError:
             empty = True  # nothing was packed: leave no trace of this run
             raise
@@ -252,6 +257,20 @@ def _materialized(plan: PackPlan, out: Path, part, todo: list[int]) -> PackPlan:
     except OSError as exc:
         raise write_error(exc, out / MEMBERS_FILE.format(part_suffix(part))) from None
     return dataclasses.replace(plan, source=source)
+
+
+def _unchanged(plan: PackPlan, shard: DoneShard) -> bool:
+    """Whether every source file of a finished shard has the size and mtime recorded."""
+    return shard.sources == _stamps(plan, shard.index)
+
+
+def _stamps(plan: PackPlan, i: int) -> list[list[int] | None]:
+    """`source_stamps` of shard `i`'s files; from an archive, of the archive file itself (its
+    members change only with it)."""
+    if plan.source is not None and plan.source.archive:
+        folder, name = os.path.split(plan.source.archive)
+        return source_stamps(folder, ((name, 0),))
+    return source_stamps(plan.src, plan.shard_items(i))
 
 
 def _check_modes(resume: bool, overwrite: bool, part, finish: bool, ray) -> None:
@@ -291,6 +310,7 @@ def _run(plan, out, done, todo, part, progress, workers, ray, lock_fds) -> _Trac
     remove_partials(out, {plan.shard_name(i) for i in todo})
     journal = Journal(out, plan.fingerprint, done, part)
     tracker = _Tracker(plan, done, progress, journal)
+    tracker.stamps = {i: _stamps(plan, i) for i in todo}
     try:
         if ray is not None:
             from .raypack import run_on_ray

@@ -30,10 +30,13 @@ class DoneShard:
     index: int  # in the plan
     info: ShardInfo | None  # None: every image of the planned shard was skipped
     skipped: list[dict[str, str]] = field(default_factory=list)
+    # `source_stamps` of its files when it was packed (None: not recorded, never reused)
+    sources: list[list[int] | None] | None = None
 
     def to_json(self) -> str:
         info = None if self.info is None else shard_to_dict(self.info)
-        return dump_json({"plan": self.index, "info": info, "skipped": self.skipped}).decode()
+        doc = {"plan": self.index, "info": info, "skipped": self.skipped, "sources": self.sources}
+        return dump_json(doc).decode()
 
     @classmethod
     def from_json(cls, line: str) -> DoneShard:
@@ -51,7 +54,23 @@ class DoneShard:
             raise ValueError(f"a damaged journal line ({exc})") from None
         if type(index) is not int or index < 0 or not isinstance(skipped, list):
             raise ValueError("a damaged journal line")
-        return cls(index, None if info is None else shard_from_dict(info), skipped)
+        sources = data.get("sources")
+        sources = sources if isinstance(sources, list) else None
+        return cls(index, None if info is None else shard_from_dict(info), skipped, sources)
+
+
+def source_stamps(src: str, items: tuple[tuple[str, int], ...]) -> list[list[int] | None]:
+    """`[size, mtime in ns]` of each source file of a shard (None where it cannot be read):
+    recorded when the shard is packed, a resumed run reuses the shard only while they hold."""
+    stamps: list[list[int] | None] = []
+    for rel, _ in items:
+        try:
+            st = os.stat(os.path.join(src, rel))
+        except OSError:
+            stamps.append(None)
+            continue
+        stamps.append([st.st_size, st.st_mtime_ns])
+    return stamps
 
 
 def strict_error(skipped: list[dict[str, str]]) -> SkippedImagesError:

@@ -1,0 +1,209 @@
+"""Background threads that behave (issue 22): clean exit with readers left running, objects
+used across a fork, and objects dropped without `close()` freeing their threads and files."""
+
+from __future__ import annotations
+
+import gc
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import make_tree
+
+import mixshard
+from mixshard import Overlay
+from mixshard.core.errors import ForkedError
+
+FORK_BOUND = 60  # seconds a forked child may take before it counts as hung
+
+
+@pytest.fixture(scope="module")
+def pack_dir(tmp_path_factory) -> Path:
+    """80 images of 8 px, blocks of 4 (20 blocks)."""
+    root = tmp_path_factory.mktemp("life")
+    make_tree(root / "src", classes=("a", "b"), per_class=40)
+    mixshard.pack(root / "src", root / "pack", size=8, shard_size=20, block_size=4, workers=1)
+    return root / "pack"
+
+
+EXIT_SCRIPT = """
+import sys, torch, mixshard
+pack = sys.argv[1]
+L = mixshard.loader(pack, 2, num_workers=4, order="block", infinite=True)
+next(iter(L))
+G = mixshard.loader(pack, 2, num_workers=4, order="global", infinite=True)
+next(iter(G))
+obs = torch.zeros(3, 3, 8, 8)
+S = mixshard.Overlay(pack, cache="stream", batch_size=1)
+S(obs)
+P = mixshard.Overlay(pack, cache="pool", pool=16)
+P(obs)
+"""
+
+
+def test_readers_left_running_at_exit_never_abort_the_interpreter(pack_dir, tmp_path):
+    script = tmp_path / "exit.py"
+    script.write_text(EXIT_SCRIPT)
+    codes = []
+    for _ in range(10):
+        res = subprocess.run(
+            [sys.executable, str(script), str(pack_dir)], capture_output=True, text=True
+        )
+        codes.append(res.returncode)
+        assert "terminate called" not in res.stderr
+    assert codes == [0] * 10
+
+
+def _in_child(call) -> tuple[int, str]:
+    """Run `call()` in a forked child; (exit code, what it wrote) within FORK_BOUND seconds."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never back into pytest
+        os.close(read)
+        code = 0
+        try:
+            msg = call()
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+            msg, code = f"{type(exc).__name__}: {exc}", 3
+        os.write(write, str(msg).encode())
+        os._exit(code)
+    os.close(write)
+    import selectors
+
+    sel = selectors.DefaultSelector()
+    sel.register(read, selectors.EVENT_READ)
+    ready = sel.select(FORK_BOUND)
+    if not ready:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        os.close(read)
+        pytest.fail("the forked child hung")
+    out = b""
+    while chunk := os.read(read, 1 << 16):
+        out += chunk
+    os.close(read)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), out.decode()
+
+
+@pytest.mark.parametrize("cache", ["pool", "stream"])
+def test_an_overlay_used_before_a_fork_works_in_the_child(pack_dir, cache):
+    overlay = Overlay(pack_dir, cache=cache, pool=16, batch_size=4, seed=3)
+    obs = torch.zeros(4, 3, 8, 8)
+    first = overlay.sample(4)
+    overlay(obs)
+    # the child starts the caches afresh: the same seed gives the same first draws
+    code, out = _in_child(lambda: overlay.sample(4).sum().item())
+    assert code == 0, out
+    assert float(out) == first.sum().item()
+    assert overlay.sample(4).shape == (4, 3, 8, 8)  # the parent goes on
+    overlay.close()
+
+
+def test_a_loader_used_before_a_fork_starts_its_workers_again_in_the_child(pack_dir):
+    loader = mixshard.loader(pack_dir, 4, num_workers=2, order="block", infinite=True)
+    it = iter(loader)
+    [next(it) for _ in range(3)]
+    code, out = _in_child(lambda: [next(it).sum().item() for _ in range(2)])
+    assert code == 0, out
+    fresh = mixshard.loader(pack_dir, 4, num_workers=2, order="block", infinite=True)
+    fresh.position = 3  # the child goes on from the parent's position: batches 3 and 4
+    again = iter(fresh)
+    assert out == str([next(again).sum().item() for _ in range(2)])
+    fresh.close()
+    assert next(it).shape == (4, 3, 8, 8)  # the parent goes on
+    loader.close()
+
+
+def test_a_reader_used_after_a_fork_raises_instead_of_hanging(pack_dir):
+    stream = mixshard.ShardStream(pack_dir, 4, order="block")
+    reader = stream.reader(range(0, 10))
+    reader.get(0)
+    code, out = _in_child(lambda: reader.get(1))
+    assert code == 3
+    assert out.startswith("ForkedError: a block-order batch reader was made in process")
+    assert "worker_init_fn" in out
+    reader.close()
+    assert issubclass(ForkedError, mixshard.MixshardError)
+
+
+def test_an_overlay_in_fork_dataloader_workers(pack_dir):
+    overlay = Overlay(pack_dir, cache="pool", pool=16, seed=1)
+    overlay(torch.zeros(2, 3, 8, 8))  # used in the parent first
+
+    class Frames(torch.utils.data.Dataset):
+        def __len__(self) -> int:
+            return 4
+
+        def __getitem__(self, i: int) -> torch.Tensor:
+            return overlay(torch.zeros(1, 3, 8, 8))[0]
+
+    dl = torch.utils.data.DataLoader(
+        Frames(), batch_size=2, num_workers=2, multiprocessing_context="fork", timeout=FORK_BOUND
+    )
+    assert [tuple(b.shape) for b in dl] == [(2, 3, 8, 8), (2, 3, 8, 8)]
+    overlay.close()
+
+
+def _fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.parametrize("what", ["pool", "stream", "block-loader"])
+def test_objects_dropped_without_close_free_their_threads_and_files(pack_dir, what):
+    def make() -> object:
+        if what == "block-loader":
+            loader = mixshard.loader(pack_dir, 4, order="block", infinite=True)
+            next(iter(loader))
+            return loader
+        overlay = Overlay(pack_dir, cache=what, pool=16, batch_size=4)
+        overlay(torch.zeros(2, 3, 8, 8))
+        return overlay
+
+    gc.collect()
+    threads, fds = threading.active_count(), _fds()
+    held = make()
+    assert threading.active_count() > threads
+    for _ in range(99):
+        held = make()  # the one before is dropped, not closed
+    del held
+    gc.collect()
+    assert (threading.active_count(), _fds()) == (threads, fds)
+
+
+class _Frames(torch.utils.data.Dataset):
+    """Blank frames with one background each, from the Overlay its worker made."""
+
+    overlay: Overlay | None = None
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        assert self.overlay is not None
+        return self.overlay.sample(1)[0]
+
+
+def test_an_overlay_made_in_worker_init_fn(pack_dir):
+    """The README's recipe: each worker makes its own Overlay, with its own seed."""
+
+    def worker_init_fn(worker_id: int) -> None:
+        info = torch.utils.data.get_worker_info()
+        info.dataset.overlay = Overlay(pack_dir, cache="pool", pool=16, seed=worker_id)
+
+    dl = torch.utils.data.DataLoader(
+        _Frames(),
+        batch_size=2,
+        num_workers=2,
+        worker_init_fn=worker_init_fn,
+        multiprocessing_context="fork",
+        timeout=FORK_BOUND,
+    )
+    first, second = list(dl)  # worker 0's batch, then worker 1's
+    overlays = [Overlay(pack_dir, cache="pool", pool=16, seed=s) for s in (0, 1)]
+    expected = [torch.cat([o.sample(1), o.sample(1)]) for o in overlays]
+    assert torch.equal(first, expected[0]) and torch.equal(second, expected[1])

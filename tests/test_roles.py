@@ -1,0 +1,95 @@
+"""Process workers in the block order split the reading: each block is read by one worker
+(issue 22, point 4)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import make_tree
+from torch.utils.data import DataLoader, IterableDataset
+
+import mixshard
+from mixshard import ShardStream
+
+
+@pytest.fixture(scope="module")
+def pack_dir(tmp_path_factory) -> Path:
+    """640 images of 8 px in blocks of 4 (160 blocks, 40 runs of 4)."""
+    root = tmp_path_factory.mktemp("roles")
+    make_tree(root / "src", classes=("a", "b"), per_class=320)
+    mixshard.pack(root / "src", root / "pack", size=8, shard_size=160, block_size=4, workers=1)
+    return root / "pack"
+
+
+def _rchar() -> int:
+    with open("/proc/self/io") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("rchar"))
+
+
+class _Measured(IterableDataset):
+    """The stream's batches, between the bytes its process had read before and after."""
+
+    def __init__(self, stream: ShardStream) -> None:
+        self.stream = stream
+
+    def __iter__(self):
+        yield ("start", _rchar())
+        yield from self.stream
+        yield ("end", _rchar())
+
+
+def _epoch(pack_dir: Path, workers: int) -> tuple[list[bytes], int]:
+    stream = ShardStream(pack_dir, 8, order="block", seed=2)
+    images, read = [], 0
+    for item in DataLoader(_Measured(stream), batch_size=None, num_workers=workers):
+        if isinstance(item, (tuple, list)):
+            read += item[1] if item[0] == "end" else -item[1]
+        else:
+            assert item.shape == (8, 3, 8, 8)
+            images += [bytes(image.numpy()) for image in item]
+    return images, read
+
+
+def test_each_block_is_read_by_one_worker(pack_dir):
+    _epoch(pack_dir, 0)  # once first: this process's lazy imports read files too
+    alone, read_alone = _epoch(pack_dir, 0)
+    assert len(alone) == len(set(alone)) == 640
+    for workers in (2, 4):
+        images, read = _epoch(pack_dir, workers)
+        assert len(images) == 640 and set(images) == set(alone)  # every image once
+        assert abs(read - read_alone) <= 0.1 * read_alone, (workers, read, read_alone)
+
+
+def test_the_batches_are_fixed_for_a_worker_count(pack_dir):
+    first, _ = _epoch(pack_dir, 2)
+    again, _ = _epoch(pack_dir, 2)
+    assert first == again
+
+
+def test_process_loader_resumes_exactly_and_keeps_epochs(pack_dir):
+    def loader():
+        return mixshard.loader(pack_dir, 8, num_workers=2, workers="process", order="block")
+
+    full = [bytes(b.numpy()) for b in loader()]
+    assert len(full) == 80 and len(set(full)) == 80
+    interrupted = loader()
+    it = iter(interrupted)
+    head = [bytes(next(it).numpy()) for _ in range(33)]
+    state = interrupted.state_dict()
+    interrupted.close()
+    resumed = loader()
+    resumed.load_state_dict(state)
+    assert head + [bytes(b.numpy()) for b in resumed] == full
+
+
+def test_one_worker_and_the_global_order_are_unchanged(pack_dir):
+    for kw in ({"order": "block"}, {"order": "global"}):
+        alone = [bytes(b.numpy()) for b in ShardStream(pack_dir, 8, seed=2, **kw)]
+        dl = DataLoader(ShardStream(pack_dir, 8, seed=2, **kw), batch_size=None, num_workers=1)
+        assert [bytes(b.numpy()) for b in dl] == alone
+        if kw["order"] == "global":
+            dl = DataLoader(ShardStream(pack_dir, 8, seed=2, **kw), batch_size=None, num_workers=2)
+            assert [bytes(b.numpy()) for b in dl] == alone
+    assert torch.cuda.is_available() in (True, False)
