@@ -245,6 +245,23 @@ def local_benchmark(count: int, runs: int, plot: bool, real: Path | None) -> Non
     )
     headers = ["source", "naive loop img/s per CPU s", "pack's decode img/s per CPU s", "ratio"]
     print(table(headers, steady))
+    print_beyond(per_core, count)
+    print_places365_times(per_core)
+    if plot:
+        path = OUT / "bench_pack.png"
+        labels, values = zip(*bars)
+        bar_chart(
+            path,
+            "pack throughput per CPU second (higher is better)",
+            list(labels),
+            list(values),
+            "images per CPU second",
+        )
+        print(f"\nchart: {path}")
+
+
+def print_beyond(per_core: dict, count: int) -> None:
+    """Rates per image beyond each process's fixed start-up cost."""
     print(
         f"\nPer image beyond each process's fixed cost: CPU seconds of the {count:,}-image run "
         f"minus those of a {SMALL}-image run, per image (what a 1.8M-image pack pays):\n"
@@ -259,6 +276,10 @@ def local_benchmark(count: int, runs: int, plot: bool, real: Path | None) -> Non
             beyond.append([name, packer_name, fixed, fmt_rate(rate), f"{rate / base:.2f}x"])
     headers = ["source", "packer", "fixed cost (CPU)", "img/s per CPU s beyond it", "ratio"]
     print(table(headers, beyond))
+
+
+def print_places365_times(per_core: dict) -> None:
+    """The time to pack all of Places365-Standard from the first source's per-core rates."""
     first = next(iter(per_core))
     one = per_core[first][("mixshard pack, .tar", 1)]
     print(
@@ -275,17 +296,6 @@ def local_benchmark(count: int, runs: int, plot: bool, real: Path | None) -> Non
         ["pack's decode once running", *(places365_time(steady_one, c) for c in cores)],
     ]
     print(table(["rate used \\ cores", *map(str, cores)], times))
-    if plot:
-        path = OUT / "bench_pack.png"
-        labels, values = zip(*bars)
-        bar_chart(
-            path,
-            "pack throughput per CPU second (higher is better)",
-            list(labels),
-            list(values),
-            "images per CPU second",
-        )
-        print(f"\nchart: {path}")
 
 
 def mixshard_pack(src: Path, out: Path, workers: int, **kwargs) -> int:
