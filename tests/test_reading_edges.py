@@ -127,3 +127,47 @@ def test_sources_say_what_they_are(pack_dir):
         ShardStream([str(pack_dir / "shard-000000.tar")], 8).batch_index(0)
     with pytest.raises(ValueError, match="run must be >= 1, got 0"):
         ShardStream(pack_dir, 8, run=0)
+
+
+def test_an_epoch_order_pickles_without_its_cache(pack):
+    epochs = order.EpochOrder("block", pack.block_count, 3, 4, True, run=2)
+    first = epochs.sequence(1).copy()
+    copy = pickle.loads(pickle.dumps(epochs))
+    assert np.array_equal(copy.sequence(1), first)
+    seq, where = copy.with_inverse(1)
+    assert np.array_equal(where[seq], np.arange(len(seq)))
+
+
+def test_draws_refuse_more_distinct_items_than_there_are():
+    from mixshard.augment.draws import PermutationWalk
+
+    walk = PermutationWalk(3, lambda: np.arange(3), distinct=True)
+    with pytest.raises(ValueError, match="cannot draw 4 distinct items of 3"):
+        walk.take(4)
+    assert [p.tolist() for p in PermutationWalk(3, lambda: np.arange(3), False).take(4)] == [
+        [0, 1, 2],
+        [0],
+    ]
+
+
+def test_a_pool_without_room_for_one_image_says_so(pack):
+    from mixshard.augment.pool import pool_size
+
+    with pytest.raises(mixshard.MixshardError, match="no room for a pool: 100 bytes free"):
+        pool_size(pack.manifest, 100)
+    assert pool_size(pack.manifest, 10 * pack.manifest.image_bytes) == 10
+
+
+def test_stream_arguments_are_checked(pack_dir):
+    with pytest.raises(ValueError, match="window must be >= 1, got 0"):
+        ShardStream(pack_dir, 8, window=0)
+    with pytest.raises(TypeError, match="reader needs a local pack folder"):
+        ShardStream([str(pack_dir / "shard-000000.tar")], 8).reader(range(0, 2))
+
+
+def test_a_stream_cache_counts_its_draws(pack_dir):
+    ov = mixshard.Overlay(pack_dir, cache="stream", num_workers=0, batch_size=8, flip=False)
+    for n in (5, 6):
+        ov(torch.full((n, 3, 8, 8), 100.0))
+    assert ov.stats() == {"cpu": {"mode": "stream", "draws": 11}}
+    ov.close()
