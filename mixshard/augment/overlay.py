@@ -51,8 +51,8 @@ class Overlay:
             (ratio 3/4-4/3), batched on the device; None keeps the packed image whole. On a
             pack stored larger than the observations (`--size 168` for 84 px obs) each crop
             is resampled straight to the obs size with an antialiased bicubic filter: a fresh
-            crop at every draw, close to the reference's (README, "How close to the
-            reference"). On a pack at obs size a crop is upsampled (bilinear), so blurrier.
+            crop at every draw, close to the reference's (docs/benchmarks.md, "How close
+            to the reference"). On a pack at obs size a crop is upsampled (bilinear), so blurrier.
             `"auto"`: `(0.08, 1)` (the reference's) where the pack is larger than the asked
             size on both sides, else the packed image whole (what `mixshard.compat` uses).
         device: where backgrounds are made; default each call's `obs.device`.
