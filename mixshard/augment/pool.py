@@ -137,8 +137,6 @@ class PoolCache:
         buffer the last call did not hand out."""
         slots = self._slots(filled, m)
         self._buffers.reverse()
-        if not self._buffers or len(self._buffers[0]) != m:
-            self._buffers = [torch.empty_like(self.images[:m]) for _ in range(2)]
         index = move_index(slots, self.device)
         images = torch.index_select(self.images, 0, index, out=self._buffers[0])
         self._predrawn = (filled, slots, images)
@@ -177,6 +175,11 @@ class PoolCache:
         # the refills, then the next call's draws and their images, while the caller works
         writes, self._writes = self._writes, []
         filled, m = self.filled, min(self.filled, n)
+
+        if not self._buffers or len(self._buffers[0]) != m:
+            # made here, not in the job: on CUDA a buffer the caller's stream reads must come
+            # from its own pool, not the side stream's (which could hand it out again early)
+            self._buffers = [torch.empty_like(self.images[:m]) for _ in range(2)]
 
         def job() -> None:
             self._write(writes)
