@@ -148,3 +148,14 @@ def serve_folder(folder: Path) -> contextlib.AbstractContextManager[str]:
 def crash_chunk(*args, **kwargs):
     """Stands in for a decode task in a worker process and kills that process."""
     os._exit(3)
+
+
+def bad_images(root: Path) -> None:
+    """Bad images a pack skips, in class folders `a` and `b`: empty, text, cut short, a bomb."""
+    (root / "a").mkdir(parents=True, exist_ok=True)
+    (root / "a" / "empty.jpg").write_bytes(b"")
+    (root / "a" / "notes.png").write_text("I am text")
+    good = noise(root / "b" / "tmp.jpg", size=(64, 64)).read_bytes()
+    (root / "b" / "tmp.jpg").unlink()
+    (root / "b" / "cut.jpg").write_bytes(good[: len(good) // 3])
+    png_header_only(root / "b" / "bomb.png", 30000, 30000)

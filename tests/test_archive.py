@@ -13,7 +13,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from helpers import files, make_tree, noise, png_header_only, run
+from helpers import bad_images, files, make_tree, noise, run
 from test_resume import stop_after
 
 import mixshard
@@ -21,16 +21,6 @@ from mixshard import Manifest, SourceError
 from mixshard.core.errors import PackInterrupted
 
 ARGS = ["--size", "12", "--shard-size", "16", "--block-size", "4"]
-
-
-def bad_images(root: Path) -> None:
-    """Bad images a folder pack skips: empty, text, cut short, a bomb."""
-    (root / "a" / "empty.jpg").write_bytes(b"")
-    (root / "a" / "notes.png").write_text("I am text")
-    good = noise(root / "b" / "tmp.jpg", size=(64, 64)).read_bytes()
-    (root / "b" / "tmp.jpg").unlink()
-    (root / "b" / "cut.jpg").write_bytes(good[: len(good) // 3])
-    png_header_only(root / "b" / "bomb.png", 30000, 30000)
 
 
 def tree(root: Path) -> Path:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import make_flat, make_tree, noise, png_header_only, read_pack, run, solid
+from helpers import bad_images, make_flat, make_tree, noise, read_pack, run, solid
 
 from mixshard import Manifest, pack, scan
 from mixshard.writing.image import load_image
@@ -211,12 +211,7 @@ def test_flat_folder_like_coco(tmp_path):
 
 def bad_tree(root: Path) -> None:
     make_tree(root, classes=("a", "b"), per_class=3)
-    (root / "a" / "empty.jpg").write_bytes(b"")
-    (root / "a" / "notes.png").write_text("I am text")
-    good = noise(root / "b" / "tmp.jpg", size=(64, 64)).read_bytes()
-    (root / "b" / "tmp.jpg").unlink()
-    (root / "b" / "cut.jpg").write_bytes(good[: len(good) // 3])
-    png_header_only(root / "b" / "bomb.png", 30000, 30000)
+    bad_images(root)
     os.symlink(root / "nowhere.png", root / "b" / "dangling.png")
     os.symlink(root / "a", root / "a" / "loop")
     (root / "a" / "README.txt").write_text("ignored")
