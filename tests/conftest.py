@@ -36,3 +36,6 @@ def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="needs a CUDA device")
     for item in marked:
         item.add_marker(skip)
+
+
+from stores import s3_bucket, s3_endpoint  # noqa: E402,F401 - fixtures for every test file

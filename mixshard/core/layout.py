@@ -68,6 +68,14 @@ def block_end_min(labels_offset: int, count: int) -> int:
     return start + padded(labels_header_len(count) + 4 * count) + 2 * TAR_BLOCK
 
 
+def block_span(offset: int, labels_offset: int, count: int, size: int) -> tuple[int, int]:
+    """`(start, end)` in the tar of a block's images and labels members, headers and padding
+    included: what a ranged read of one block fetches and what its `sha256` covers."""
+    start = offset - images_header_len(count, size) - TAR_BLOCK
+    labels_start = labels_offset - labels_header_len(count)
+    return start, labels_start + padded(labels_header_len(count) + 4 * count)
+
+
 @functools.lru_cache(maxsize=1024)
 def _expected_header(shape: tuple[int, ...], dtype: str) -> bytes:
     return npy_header(shape, np.dtype(dtype))

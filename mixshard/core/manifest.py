@@ -49,12 +49,18 @@ def dump_json(obj: Any, indent: int | None = None) -> bytes:
 
 @dataclass(frozen=True)
 class BlockInfo:
-    """One block of a shard: its key, image count, and where its arrays' data start in the tar."""
+    """One block of a shard: its key, image count, and where its arrays' data start in the tar.
+
+    `sha256` is the digest of the block's span (`layout.block_span`: its images and labels
+    members, headers included), which lets a ranged read of one block be checked; packs made
+    before mixshard 0.3 have none (None).
+    """
 
     key: str
     count: int
     offset: int
     labels_offset: int
+    sha256: str | None = None
 
 
 @dataclass(frozen=True)
@@ -75,10 +81,7 @@ def shard_to_dict(shard: ShardInfo) -> dict[str, Any]:
         "count": shard.count,
         "bytes": shard.bytes,
         "sha256": shard.sha256,
-        "blocks": [
-            {"key": b.key, "count": b.count, "offset": b.offset, "labels_offset": b.labels_offset}
-            for b in shard.blocks
-        ],
+        "blocks": [_block_to_dict(b) for b in shard.blocks],
     }
 
 
@@ -92,6 +95,18 @@ def _str(value: Any, what: str, pattern: re.Pattern | None = None) -> str:
     if not isinstance(value, str) or (pattern is not None and not pattern.fullmatch(value)):
         raise ValueError(f"{what} is not valid: {value!r}")
     return value
+
+
+def _block_to_dict(b: BlockInfo) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "key": b.key,
+        "count": b.count,
+        "offset": b.offset,
+        "labels_offset": b.labels_offset,
+    }
+    if b.sha256 is not None:
+        out["sha256"] = b.sha256
+    return out
 
 
 def shard_from_dict(data: Any) -> ShardInfo:
@@ -113,6 +128,7 @@ def shard_from_dict(data: Any) -> ShardInfo:
                 _int(b.get("count"), f"{name}: block count", 1),
                 _int(b.get("offset"), f"{name}: block offset", 0),
                 _int(b.get("labels_offset"), f"{name}: block labels_offset", 0),
+                None if b.get("sha256") is None else _str(b["sha256"], f"{name}: sha256", _HEX64),
             )
         )
     return ShardInfo(

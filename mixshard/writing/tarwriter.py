@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import tarfile
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -51,22 +51,23 @@ class ShardWriter:
         self.blocks: list[BlockInfo] = []
         self.count = 0
 
+    def _member(self, name: str, parts: list[bytes | memoryview], block: Any = None) -> int:
+        """Add one member made of `parts`, hashed into `block` too when given; returns the tar
+        offset of its first data byte."""
+        size = sum(len(p) for p in parts)
+        pad = -size % TAR_BLOCK
+        pieces = [_tar_header(name, size), *parts] + ([bytes(pad)] if pad else [])
+        start = self._pos + TAR_BLOCK
+        for data in pieces:
+            self._write(data)
+            if block is not None:
+                block.update(data)
+        return start
+
     def _write(self, data: bytes | memoryview) -> None:
         self._f.write(data)
         self._sha.update(data)
         self._pos += len(data)
-
-    def _member(self, name: str, parts: list[bytes | memoryview]) -> int:
-        """Add one member made of `parts`; returns the tar offset of its first data byte."""
-        size = sum(len(p) for p in parts)
-        self._write(_tar_header(name, size))
-        start = self._pos
-        for part in parts:
-            self._write(part)
-        pad = -size % TAR_BLOCK
-        if pad:
-            self._write(bytes(pad))
-        return start
 
     def add_block(
         self, index: int, images: np.ndarray, labels: np.ndarray, keys: list[str]
@@ -79,12 +80,13 @@ class ShardWriter:
         if len(keys) != len(images):
             raise ValueError(f"bad block: {len(images)} images but {len(keys)} keys")
         key = BLOCK_KEY_FORMAT.format(index)
+        span = hashlib.sha256()  # the block's span, for ranged reads (layout.block_span)
         head = npy_header(images.shape, images.dtype)
-        offset = self._member(f"{key}.{IMAGES_SUFFIX}", [head, images.reshape(-1).data])
+        offset = self._member(f"{key}.{IMAGES_SUFFIX}", [head, images.reshape(-1).data], span)
         lhead = npy_header(labels.shape, labels.dtype)
-        loff = self._member(f"{key}.{LABELS_SUFFIX}", [lhead, labels.tobytes()])
+        loff = self._member(f"{key}.{LABELS_SUFFIX}", [lhead, labels.tobytes()], span)
         self._member(f"{key}.{KEYS_SUFFIX}", [dump_json(keys)])
-        block = BlockInfo(key, len(images), offset + len(head), loff + len(lhead))
+        block = BlockInfo(key, len(images), offset + len(head), loff + len(lhead), span.hexdigest())
         self.blocks.append(block)
         self.count += len(images)
         return block
