@@ -121,7 +121,10 @@ def _progress_bar(quiet: bool) -> tuple[Callable[[Any], None], Callable[[], None
                 smoothing=0.1,
             )
         bar.update(p.done - bar.n)
-        bar.set_postfix(skipped=p.skipped, refresh=False)
+        if p.uploaded is None:
+            bar.set_postfix(skipped=p.skipped, refresh=False)
+        else:  # into an object store: the images whose shard is uploaded
+            bar.set_postfix(skipped=p.skipped, uploaded=p.uploaded, refresh=True)
 
     def close() -> None:
         if bar is not None:
