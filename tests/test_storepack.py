@@ -118,32 +118,28 @@ def test_resume_after_a_failed_upload_uploads_no_shard_twice(
     assert again.already_complete
 
 
-def test_resume_redoes_a_shard_whose_object_is_not_the_journals(tree, reference, s3_bucket):
+def test_resume_redoes_a_shard_whose_object_is_not_the_journals(
+    tree, reference, s3_bucket, monkeypatch
+):
     url = s3_bucket + "/p"
-    pack(tree, url, **ARGS)
+    real = Store.upload
+
+    def no_index(self, local, name):
+        if name == "index.json":
+            raise ShardError("injected")
+        real(self, local, name)
+
+    monkeypatch.setattr(Store, "upload", no_index)
+    with pytest.raises(ShardError):
+        pack(tree, url, **ARGS)  # every shard and the journal are up, index.json is not
+    monkeypatch.setattr(Store, "upload", real)
     store = Store(url)
-    # an interrupted state: a journal, shard 1 cut short, no index.json
-    journal = store.read("index.json")
-    store.remove("index.json")
-    manifest = Manifest.loads(journal, "x")
-    lines = [json.dumps({"fingerprint": _fingerprint(tree)})]
-    for i, s in enumerate(manifest.shards):
-        from mixshard.core.manifest import shard_to_dict
-
-        lines.append(json.dumps({"plan": i, "info": shard_to_dict(s), "skipped": []}))
-    store.write(".mixshard-pack.jsonl", ("\n".join(lines) + "\n").encode())
-    store.write("shard-000001.tar", store.read("shard-000001.tar")[:100])
+    shards = {f"shard-00000{i}.tar" for i in range(4)}
+    assert set(store.listing()) == {".mixshard-pack.jsonl", *shards}
+    store.write("shard-000001.tar", store.read("shard-000001.tar")[:100])  # changed: cut short
     result = pack(tree, url, **ARGS, resume=True)
-    assert result.written_shards >= 1 and objects(url) == files(reference)
-
-
-def _fingerprint(tree) -> str:
-    from mixshard.writing.archive import open_source
-    from mixshard.writing.plan import make_plan
-
-    _, found = open_source(tree, None, "auto")
-    options = dict(size=8, crop="center", variants=1, shard_size=5, block_size=2, seed=0)
-    return make_plan(str(tree), found, **options, shuffle=True).fingerprint
+    assert result.written_shards == 1 and result.reused_shards == 3  # only the changed one
+    assert objects(url) == files(reference)
 
 
 def test_overwrite_replaces_a_pack_and_index_json_goes_first(tree, s3_bucket, tmp_path):

@@ -134,7 +134,9 @@ def pack(
         src: source folder (ImageFolder tree or flat folder), or a `.tar`, `.tar.gz` or `.zip`
             archive of one, read in place (nothing is extracted): the pack is byte-identical
             to packing the extracted folder.
-        out: output folder; must be empty or missing unless `resume`/`overwrite`.
+        out: output folder; must be empty or missing unless `resume`/`overwrite`. Or an object
+            store prefix (`s3://bucket/prefix`): shards are staged in `$MIXSHARD_STAGING` (default
+            the user cache) and uploaded as each is finished, `index.json` last.
         size: side of the stored square images.
         crop: `"center"`, `"random"` (RandomResizedCrop from the full-size image) or `"full"`.
         variants: independent random crops per source image (needs `crop="random"`).
