@@ -327,3 +327,15 @@ def test_resume_after_the_cli_is_killed_mid_upload(tree, reference, s3_bucket, m
     assert shards == ["shard-000002.tar", "shard-000003.tar"]
     assert "2 reused from earlier runs" in res.output
     assert objects(url) == files(reference)
+
+
+def test_resume_onto_a_pack_of_other_options_names_the_url(tree, s3_bucket, staging):
+    url = s3_bucket + "/p"
+    pack(tree, url, **ARGS)
+    res = run("pack", tree, url, "--size", "6", *CLI_ARGS[2:], "--resume")
+    assert res.exit_code == 1
+    assert res.output.startswith(f"Error: {url} holds a finished pack made with other options ")
+    assert "size 8 -> 6" in res.output and str(staging) not in res.output
+    assert res.output.endswith(
+        "pass --overwrite to replace it (in an object store the old pack is deleted first)\n"
+    )

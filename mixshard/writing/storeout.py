@@ -42,6 +42,8 @@ STAGING_ENV = "MIXSHARD_STAGING"  # where shards wait for their upload (default:
 HEARTBEAT = 30.0  # seconds between rewrites of the lock marker
 STALE_AFTER = 180.0  # a marker not rewritten for this long belongs to a run that died
 IN_FLIGHT = 1  # finished shards that may wait for the upload before the packer waits
+KEPT = "(the old pack is kept until the new one is complete)"  # true of a folder only
+DELETED = "(in an object store the old pack is deleted first)"
 
 
 def staging_root() -> Path:
@@ -233,7 +235,8 @@ class StoreOut:
             except OutputError as exc:
                 if type(exc) is not OutputError:
                     raise  # a failed write names the staging file, where it failed
-                raise OutputError(str(exc).replace(str(self.staging), self.url)) from None
+                text = str(exc).replace(str(self.staging), self.url)
+                raise OutputError(text.replace(KEPT, DELETED)) from None
             if result.manifest is not None and not result.already_complete:
                 self._publish()
             return dataclasses.replace(result, out=self.url)
