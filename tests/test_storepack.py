@@ -339,3 +339,21 @@ def test_resume_onto_a_pack_of_other_options_names_the_url(tree, s3_bucket, stag
     assert res.output.endswith(
         "pass --overwrite to replace it (in an object store the old pack is deleted first)\n"
     )
+
+
+def test_the_marker_is_made_by_an_exclusive_write(tree, s3_bucket, monkeypatch):
+    """Two runs that list an empty prefix at the same moment: the second one's create fails."""
+    url = s3_bucket + "/p"
+    real = Store.listing
+
+    def listing_then_rival(self):
+        found = real(self)
+        if not any(n.startswith(".mixshard-lock") for n in found):
+            rival = _marker(os.getpid(), socket.gethostname(), time.time())
+            real_create(self, ".mixshard-lock", rival)
+        return found
+
+    real_create = Store.create
+    monkeypatch.setattr(Store, "listing", listing_then_rival)
+    with pytest.raises(OutputError, match="is in use by another mixshard pack"):
+        pack(tree, url, **ARGS)

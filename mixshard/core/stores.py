@@ -199,6 +199,19 @@ class Store:
             raise self._fail(exc, name) from None
         self.fs.invalidate_cache(self.root)
 
+    def create(self, name: str, data: bytes) -> bool:
+        """Make object `name` hold `data` unless it exists (atomically where the store can:
+        S3's conditional write); False when it existed."""
+        try:
+            self.fs.pipe_file(self._path(name), data, mode="create")
+        except FileExistsError:
+            return False
+        except Exception as exc:
+            raise self._fail(exc, name) from None
+        finally:
+            self.fs.invalidate_cache(self.root)
+        return True
+
     def remove(self, name: str) -> None:
         """Delete object `name`; nothing happens when there is none."""
         try:

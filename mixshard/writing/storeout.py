@@ -9,8 +9,9 @@ journal's size. `index.json` is uploaded last, once every shard is in the store,
 never sees a half pack.
 
 The lock is a marker object (`.mixshard-lock`, or `.mixshard-lock.part-K-of-N` for a job-array
-part) naming its holder and rewritten every `HEARTBEAT` seconds; a marker whose process is gone
-(same host) or whose heartbeat is older than `STALE_AFTER` is taken over.
+part) naming its holder and rewritten every `HEARTBEAT` seconds, made by an exclusive write
+(S3's `If-None-Match`); a marker whose process is gone (same host) or whose heartbeat is older
+than `STALE_AFTER` is taken over.
 """
 
 from __future__ import annotations
@@ -101,8 +102,11 @@ class Marker:
             return None
         return found if isinstance(found, dict) else None
 
+    def _data(self) -> bytes:
+        return json.dumps({**self.holder, "beat": time.time()}).encode()
+
     def _write(self) -> None:
-        self.store.write(self.name, json.dumps({**self.holder, "beat": time.time()}).encode())
+        self.store.write(self.name, self._data())
 
     def _busy(self, holder: dict) -> OutputError:
         return OutputError(
@@ -119,10 +123,13 @@ class Marker:
             holder = self._read(name)
             if holder is not None and _alive(holder):
                 raise self._busy(holder)
-        self._write()
+        if self.name in names:
+            self._write()  # a marker of a run that died: taken over
+        else:  # False when another run made its marker since the listing: read back below
+            self.store.create(self.name, self._data())
         back = self._read(self.name)
         if back is None or back.get("token") != self.holder["token"]:
-            raise self._busy(back or {})  # another run wrote its marker at the same moment
+            raise self._busy(back or {})
         self._thread = threading.Thread(target=self._beat, name="mixshard-marker", daemon=True)
         self._thread.start()
 
