@@ -2,9 +2,9 @@
 
 The shards are written by the local packer into a staging folder on this machine, each one
 uploaded as soon as it is finished and then deleted there, so staging never holds more than
-the shard being written and `IN_FLIGHT + 1` finished ones. After each upload the run's journal
-(the local packer's, one JSON line per finished shard with its size and sha256) is uploaded as
-an object too; a resumed run reads the journals back and reuses a shard whose object has the
+the shard being written and `IN_FLIGHT + 1` finished ones. After each upload the shard's
+journal line (the local packer's: its size, sha256, blocks and source stamps) is written as an
+object of its own; a resumed run reads them back and reuses a shard whose object has the
 journal's size. `index.json` is uploaded last, once every shard is in the store, so a reader
 never sees a half pack.
 
@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..core.constants import JOURNAL_GLOB, LOCK_NAME, MANIFEST_NAME
+from ..core.constants import JOURNAL_GLOB, JOURNAL_NAME, LOCK_NAME, MANIFEST_NAME
 from ..core.errors import OutputError
 from ..core.stores import Store, is_store_url
 from .outdir import is_ours, part_suffix
@@ -301,13 +301,19 @@ class StoreOut:
         return min(images, (IN_FLIGHT + 2) * shard)
 
     def start(self, tracker: Any, uploaded: bool) -> Callable[[DoneShard], None]:
-        """The `on_shard` of a run: journal the shard and upload the journal, after uploading
-        the shard itself unless `uploaded` (Ray tasks upload their own)."""
-        journal = tracker.journal.path
+        """The `on_shard` of a run: journal the shard, locally and as a journal object of its
+        own (`.mixshard-pack[.part-K-of-N].NNNNNN.jsonl`: a header and its line, so the bytes
+        uploaded per shard do not grow with the pack), after uploading the shard itself unless
+        `uploaded` (Ray tasks upload their own)."""
+        header = json.dumps({"fingerprint": tracker.plan.fingerprint})
 
         def record(shard: DoneShard) -> None:
             tracker.shard(shard)
-            self.store.upload(journal, journal.name)
+            line = tracker.done[shard.index].to_json()  # with its source stamps
+            name = JOURNAL_NAME.replace(
+                ".jsonl", f"{part_suffix(self.part)}.{shard.index:06d}.jsonl"
+            )
+            self.store.write(name, f"{header}\n{line}\n".encode())
             self.uploaded += shard.info.count if shard.info else 0
             if self._last is not None:
                 self._report(self._last)
