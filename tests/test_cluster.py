@@ -170,8 +170,8 @@ def test_a_node_that_cannot_see_out_is_named(source, local_ray, tmp_path):
                            lambda s: None)  # fmt: skip
     assert str(err.value).startswith(f"{missing} is not visible on Ray node ")
     assert str(err.value).endswith(
-        "SRC and OUT must be on storage every node sees (NFS, Lustre, a shared disk); nothing "
-        "of this shard was written"
+        "SRC and OUT must be on storage every node sees (NFS, Lustre, a shared disk) or an "
+        "object store (s3://...); nothing of this shard was written"
     )
     assert not missing.exists()
 

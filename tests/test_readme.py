@@ -215,6 +215,12 @@ ERRORS = [
     "is truncated or damaged",
     "the archive was cut short or replaced while packing",
     "MD5 of the download is",
+    "mixshard cannot read or write",
+    "reading object stores needs fsspec",
+    "does not exist; create it first",
+    "holds objects mixshard did not write",
+    "was denied",
+    "changed after it was packed",
 ]
 
 

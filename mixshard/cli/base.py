@@ -86,8 +86,15 @@ def quiet_option(f: Callable) -> Callable:
     return click.option("--quiet", "-q", is_flag=True, help="No progress bar.")(f)
 
 
+def _known_location(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    from ..core.stores import check_location
+
+    check_location(value)  # an unknown xyz:// is an error, never a folder name
+    return value
+
+
 def pack_argument(f: Callable) -> Callable:
-    return click.argument("pack", type=click.Path(path_type=str))(f)
+    return click.argument("pack", type=click.Path(path_type=str), callback=_known_location)(f)
 
 
 class PartType(click.ParamType):

@@ -4,12 +4,25 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 import click
 
 from ..core.errors import MixshardError
 from ..core.packpath import pack_dir
+from ..core.stores import is_store_url
 from .base import cli, human_bytes, pack_argument, quiet_option, shown
+
+
+def _manifest(pack: str) -> Any:
+    """The manifest of PACK: a folder, its index.json, or an object store URL."""
+    from ..core.manifest import Manifest
+
+    if is_store_url(pack):
+        from ..core.stores import Store, load_manifest
+
+        return load_manifest(Store(pack))
+    return Manifest.load(pack)
 
 
 @cli.command()
@@ -27,10 +40,9 @@ def verify(pack: str, quiet: bool) -> None:
     """
     from tqdm import tqdm
 
-    from ..core.manifest import Manifest
     from ..reading.verifying import verify as run_verify
 
-    manifest = Manifest.load(pack)
+    manifest = _manifest(pack)
     disable = True if quiet else None
     with tqdm(total=manifest.total_bytes, unit="B", unit_scale=True, disable=disable) as bar:
         report = run_verify(pack, progress=bar.update, manifest=manifest)
@@ -43,7 +55,7 @@ def verify(pack: str, quiet: bool) -> None:
         return
     for name, problem in report.problems.items():
         click.echo(f"BAD {name}: {problem}")
-    folder = pack_dir(pack)
+    folder = pack if is_store_url(pack) else pack_dir(pack)
     raise MixshardError(
         f"{len(report.problems)} bad shard file(s) in {folder}; repack with `mixshard pack SRC "
         f"{folder} --overwrite` (or restore the files)"
@@ -60,9 +72,7 @@ def inspect(pack: str, as_json: bool) -> None:
     Example:
       mixshard inspect data/coco --json
     """
-    from ..core.manifest import Manifest
-
-    m = Manifest.load(pack)
+    m = _manifest(pack)
     o = m.options
     summary = {
         "path": pack,

@@ -18,6 +18,7 @@ from ..core.constants import (
     MAX_BLOCK_SIZE,
     MAX_SIZE,
 )
+from ..core.stores import is_store_url
 from .base import RESUME_HINT, PartType, as_flags, cli, human_bytes, quiet_option, shown
 
 PACK_OPTIONS = [
@@ -121,7 +122,10 @@ def _progress_bar(quiet: bool) -> tuple[Callable[[Any], None], Callable[[], None
                 smoothing=0.1,
             )
         bar.update(p.done - bar.n)
-        bar.set_postfix(skipped=p.skipped, refresh=False)
+        if p.uploaded is None:
+            bar.set_postfix(skipped=p.skipped, refresh=False)
+        else:  # into an object store: the images whose shard is uploaded
+            bar.set_postfix(skipped=p.skipped, uploaded=p.uploaded, refresh=True)
 
     def close() -> None:
         if bar is not None:
@@ -233,7 +237,7 @@ def pack(src: str, out: str, quiet: bool, **opts: Any) -> None:
     try:
         result = run_pack(src, out, shuffle=shuffle, progress=update, **opts)
     except KeyboardInterrupt:
-        if opts["overwrite"]:
+        if opts["overwrite"] and not is_store_url(out):  # a store's old pack is gone first
             click.echo(
                 f"Interrupted. {out} still holds the earlier pack, unchanged; rerun the same "
                 "command to continue the new one (its finished shards are kept).",

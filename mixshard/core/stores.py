@@ -169,6 +169,20 @@ class Store:
                 out[entry["name"].rstrip("/").rsplit("/", 1)[-1]] = int(entry["size"])
         return out
 
+    def download(self, name: str, local: str | Path) -> None:
+        """Copy object `name` to the local file `local`."""
+        try:
+            self.fs.get_file(self._path(name), str(local))
+        except Exception as exc:
+            raise self._fail(exc, name) from None
+
+    def bucket_exists(self) -> bool:
+        """Whether the bucket (the first part of the path) exists."""
+        try:
+            return bool(self.fs.exists(self.root.split("/", 1)[0]))
+        except Exception as exc:
+            raise self._fail(exc, "") from None
+
     def upload(self, local: str | Path, name: str) -> None:
         """Copy local file `local` to object `name` (replacing it)."""
         try:
@@ -184,6 +198,19 @@ class Store:
         except Exception as exc:
             raise self._fail(exc, name) from None
         self.fs.invalidate_cache(self.root)
+
+    def create(self, name: str, data: bytes) -> bool:
+        """Make object `name` hold `data` unless it exists (atomically where the store can:
+        S3's conditional write); False when it existed."""
+        try:
+            self.fs.pipe_file(self._path(name), data, mode="create")
+        except FileExistsError:
+            return False
+        except Exception as exc:
+            raise self._fail(exc, name) from None
+        finally:
+            self.fs.invalidate_cache(self.root)
+        return True
 
     def remove(self, name: str) -> None:
         """Delete object `name`; nothing happens when there is none."""

@@ -1,20 +1,24 @@
 """`mixshard preview`: a PNG grid of pack images, optionally blended over an observation.
 
-Read-only and torch-free: images are read from the shards with `pread`, the blend is the same
+Read-only and torch-free: images are read from the shards with `pread` (from an object store:
+a ranged read of each block shown, checked against the block's sha256), the blend is the same
 `(1 - alpha) * obs + alpha * image`, rounded half up, that `mixshard.blend` gives uint8 obs.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont, ImageOps, UnidentifiedImageError
 
-from ..core.errors import MixshardError
+from ..core.errors import MixshardError, ShardError
+from ..core.layout import block_span
 from ..core.manifest import Manifest
 from ..core.packpath import pack_dir
+from ..core.stores import Store, is_store_url, load_manifest
 from .local import LocalPack
 
 LABEL_HEIGHT = 14
@@ -51,7 +55,7 @@ def preview_grid(
     """A grid of `n` randomly chosen images of a pack (class names under them when labelled).
 
     Args:
-        folder: the pack folder (or its `index.json`).
+        folder: the pack folder (or its `index.json`), or an object store URL.
         n: how many images (at most the pack's count).
         seed: which images.
         obs: an observation image; each tile is then that image blended with a pack image.
@@ -68,22 +72,63 @@ def preview_grid(
         raise ValueError(f"alpha must be in [0, 1], got {alpha}")
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
-    folder = pack_dir(folder)
-    pack = LocalPack(folder, Manifest.load(folder))
-    size = pack.manifest.size
-    n = min(n, pack.count)
-    index = np.sort(np.random.default_rng(seed).choice(pack.count, n, replace=False))
-    try:
-        base = _load_obs(obs, size) if obs is not None else None
-        images = pack.gather(index).transpose(0, 2, 3, 1)  # NHWC
-        labels = pack.labels(index)
-    finally:
-        pack.close()
+    store = Store(str(folder)) if is_store_url(folder) else None
+    manifest = load_manifest(store) if store else Manifest.load(pack_dir(folder))
+    size = manifest.size
+    n = min(n, manifest.count)
+    index = np.sort(np.random.default_rng(seed).choice(manifest.count, n, replace=False))
+    base = _load_obs(obs, size) if obs is not None else None
+    nchw, labels = _store_rows(store, manifest, index) if store else _local_rows(folder, index)
+    images = nchw.transpose(0, 2, 3, 1)  # NHWC
     if base is not None:
         images = np.floor((1 - alpha) * base + alpha * images + 0.5).astype(np.uint8)
-    classes = pack.manifest.classes
+    classes = manifest.classes
     names = [classes[i] if 0 <= i < len(classes) else "" for i in labels] if classes else None
+    return _grid(images, names, size), n
 
+
+def _local_rows(folder: str | os.PathLike, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    folder = pack_dir(folder)
+    pack = LocalPack(folder, Manifest.load(folder))
+    try:
+        return pack.gather(index), pack.labels(index)
+    finally:
+        pack.close()
+
+
+def _store_rows(
+    store: Store, manifest: Manifest, index: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Images (NCHW) and labels of the pack images `index` (sorted), one checked ranged read
+    per block that holds any of them."""
+    blocks = [(s.name, b) for s in manifest.shards for b in s.blocks]
+    starts = np.cumsum([0] + [b.count for _, b in blocks])[:-1]
+    which = np.searchsorted(starts, index, side="right") - 1
+    size = manifest.size
+    images = np.empty((len(index), manifest.channels, size, size), np.uint8)
+    labels = np.empty(len(index), np.int32)
+    for k in np.unique(which):
+        name, b = blocks[k]
+        start, end = block_span(b.offset, b.labels_offset, b.count, size)
+        data = store.read(name, start, end)
+        if len(data) != end - start or (b.sha256 and hashlib.sha256(data).hexdigest() != b.sha256):
+            raise ShardError(
+                f"{store.object_url(name)} changed after it was packed: block {b.key} is not "
+                f"what index.json says (size or sha256); repack with `mixshard pack SRC "
+                f"{store.url} --overwrite` (or restore the object)"
+            )
+        pixels = manifest.channels * size * size * b.count
+        block = np.frombuffer(data, np.uint8, pixels, b.offset - start)
+        rows = np.nonzero(which == k)[0]
+        picked = index[rows] - starts[k]
+        images[rows] = block.reshape(b.count, manifest.channels, size, size)[picked]
+        labels[rows] = np.frombuffer(data, "<i4", b.count, b.labels_offset - start)[picked]
+    return images, labels
+
+
+def _grid(images: np.ndarray, names: list[str] | None, size: int) -> Image.Image:
+    """The tiles of `images` (NHWC), `names` under them."""
+    n = len(images)
     scale = math.ceil(96 / size)  # tiles at least 96 px wide
     tile = size * scale
     cols = math.ceil(math.sqrt(n))
@@ -101,4 +146,4 @@ def preview_grid(
             while label and draw.textlength(label, font=font) > tile:
                 label = label[:-1]
             draw.text((x + 1, y + tile + 1), label, fill="black", font=font)
-    return grid, n
+    return grid

@@ -3,8 +3,10 @@ with every block's members where `index.json` says (torch-free)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tarfile
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,8 +16,10 @@ import numpy as np
 
 from ..core.constants import IMAGES_SUFFIX, LABELS_SUFFIX, SHARD_PREFIX, SHARD_SUFFIX, TMP_SUFFIX
 from ..core.files import open_regular, sha256_of
+from ..core.layout import block_span
 from ..core.manifest import Manifest, ShardInfo
 from ..core.packpath import pack_dir
+from ..core.stores import Store, is_store_url, load_manifest
 
 
 @dataclass
@@ -81,14 +85,32 @@ def _shard_problem(path: Path, shard: ShardInfo, manifest: Manifest) -> str | No
     except OSError as exc:
         return f"cannot be read: {exc.strerror}"
     with os.fdopen(fd, "rb") as f:
-        size = os.fstat(fd).st_size
-        if size != shard.bytes:
-            kind = "truncated" if size < shard.bytes else "longer than expected"
-            return f"{kind}: {size} bytes, index.json says {shard.bytes}"
+        wrong = _size_problem(os.fstat(fd).st_size, shard)
+        if wrong:
+            return wrong
         if sha256_of(f) != shard.sha256:
             return "altered: sha256 differs from index.json"
         f.seek(0)
-        return _structure_problem(f, shard, manifest)
+        return _structure_problem(f, shard, manifest) or _block_problem(f, shard, manifest)
+
+
+def _block_problem(f: BinaryIO, shard: ShardInfo, manifest: Manifest) -> str | None:
+    """Each block's span has the sha256 the manifest says (what a ranged read checks)."""
+    for b in shard.blocks:
+        if b.sha256 is None:
+            continue  # a pack made before blocks had digests
+        start, end = block_span(b.offset, b.labels_offset, b.count, manifest.size)
+        f.seek(start)
+        if hashlib.sha256(f.read(end - start)).hexdigest() != b.sha256:
+            return f"block {b.key}: sha256 differs from index.json"
+    return None
+
+
+def _size_problem(size: int, shard: ShardInfo) -> str | None:
+    if size == shard.bytes:
+        return None
+    kind = "truncated" if size < shard.bytes else "longer than expected"
+    return f"{kind}: {size} bytes, index.json says {shard.bytes}"
 
 
 def verify(
@@ -99,7 +121,9 @@ def verify(
     """Check every shard of a pack: present, right size, right sha256, right block layout.
 
     Args:
-        folder: the pack folder (or its `index.json`).
+        folder: the pack folder (or its `index.json`), or an object store URL
+            (`s3://bucket/prefix`): each shard is then downloaded to a temporary file, checked
+            and deleted.
         progress: called with the number of bytes checked after each shard.
         manifest: the already loaded `index.json`, to save reading it again.
 
@@ -109,20 +133,51 @@ def verify(
 
     Raises:
         ManifestError: `index.json` is missing or invalid.
+        ShardError: the store denies access or cannot be reached.
     """
+    if is_store_url(folder):
+        return _verify_store(Store(str(folder)), progress, manifest)
     folder = pack_dir(folder)
     manifest = manifest or Manifest.load(folder)
     report = VerifyReport(manifest)
-    listed = {s.name for s in manifest.shards}
-    for name in sorted(os.listdir(folder)):
-        if name.startswith(SHARD_PREFIX) and name.endswith(SHARD_SUFFIX) and name not in listed:
-            report.problems[name] = "extra: a shard file that index.json does not list"
-        elif name.endswith(TMP_SUFFIX):
-            report.problems[name] = "leftover temporary file of an interrupted pack"
+    _extras(report, os.listdir(folder))
     for shard in manifest.shards:
         problem = _shard_problem(folder / shard.name, shard, manifest)
         if problem:
             report.problems[shard.name] = problem
         if progress:
             progress(shard.bytes)
+    return report
+
+
+def _extras(report: VerifyReport, names: list[str]) -> None:
+    listed = {s.name for s in report.manifest.shards}
+    for name in sorted(names):
+        if name.startswith(SHARD_PREFIX) and name.endswith(SHARD_SUFFIX) and name not in listed:
+            report.problems[name] = "extra: a shard file that index.json does not list"
+        elif name.endswith(TMP_SUFFIX):
+            report.problems[name] = "leftover temporary file of an interrupted pack"
+
+
+def _verify_store(
+    store: Store, progress: Callable[[int], None] | None, manifest: Manifest | None
+) -> VerifyReport:
+    """`verify` of a pack in an object store: one shard at a time in a temporary file."""
+    manifest = manifest or load_manifest(store)
+    report = VerifyReport(manifest)
+    listing = store.listing()
+    _extras(report, list(listing))
+    with tempfile.TemporaryDirectory(prefix="mixshard-verify-") as tmp:
+        for shard in manifest.shards:
+            size = listing.get(shard.name)
+            problem = "missing" if size is None else _size_problem(size, shard)
+            if problem is None:
+                local = Path(tmp) / shard.name
+                store.download(shard.name, local)
+                problem = _shard_problem(local, shard, manifest)
+                local.unlink()
+            if problem:
+                report.problems[shard.name] = problem
+            if progress:
+                progress(shard.bytes)
     return report

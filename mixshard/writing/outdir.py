@@ -32,6 +32,7 @@ from ..core.constants import (
 from ..core.errors import OutputError, WriteError
 from ..core.files import atomic_write, describe_holder
 from ..core.packpath import tilde_hint
+from .plan import PackPlan
 from .shardwrite import DoneShard
 
 
@@ -153,7 +154,7 @@ def _holders(out: Path) -> str:
     return "; ".join(h for h in found if h) or "holder unknown"
 
 
-def _is_ours(name: str) -> bool:
+def is_ours(name: str) -> bool:
     return (
         name in (MANIFEST_NAME, MANIFEST_NAME + ".tmp")
         or name.startswith((LOCK_NAME, ".mixshard-pack"))
@@ -168,7 +169,7 @@ def _listing(names: list[str]) -> str:
 
 def foreign_files(out: Path) -> list[str]:
     """The names in `out` that mixshard did not write."""
-    return sorted(n for n in os.listdir(out) if not _is_ours(n))
+    return sorted(n for n in os.listdir(out) if not is_ours(n))
 
 
 def holds_files(out: Path) -> bool:
@@ -197,7 +198,7 @@ def prepare_out(out: Path, resume: bool) -> None:
             not writable.
     """
     names = sorted(n for n in os.listdir(out) if not n.startswith(LOCK_NAME))
-    ours = all(_is_ours(n) for n in names) or any(
+    ours = all(is_ours(n) for n in names) or any(
         n == MANIFEST_NAME or fnmatch.fnmatch(n, JOURNAL_GLOB) for n in names
     )
     if names and not ours:
@@ -279,15 +280,18 @@ def remove_run(out: Path) -> None:
     """Remove what a pack wrote into `out` (shards, temporary files, journals): a strict run
     that failed from scratch leaves the folder as it found it."""
     for name in os.listdir(out):
-        if _is_ours(name) and not name.startswith(LOCK_NAME) and name != MANIFEST_NAME:
+        if is_ours(name) and not name.startswith(LOCK_NAME) and name != MANIFEST_NAME:
             with contextlib.suppress(FileNotFoundError):
                 (out / name).unlink()
 
 
-def load_done(out: Path, fingerprint: str, redo_skipped: bool = False) -> dict[int, DoneShard]:
+def load_done(
+    out: Path, fingerprint: str, redo_skipped: bool = False, sizes: dict[str, int] | None = None
+) -> dict[int, DoneShard]:
     """Shards recorded by earlier runs of the same plan (any journal in OUT: an interrupted
     pack, job-array parts) whose files are intact, by plan index; with `redo_skipped`, not
     those that skipped a file (a strict run decodes them again: the file may be fixed).
+    `sizes` (`{name: bytes}` of a store's objects) stands in for the files in OUT.
 
     Raises:
         OutputError: a journal of another plan (other SRC or options) is in OUT.
@@ -312,7 +316,12 @@ def load_done(out: Path, fingerprint: str, redo_skipped: bool = False) -> dict[i
                 continue  # a line cut short by a kill: that shard is redone
             if redo_skipped and shard.skipped:
                 continue
-            if shard.info is None or _intact(out / shard.info.name, shard.info.bytes):
+            info = shard.info
+            if info is None or (
+                sizes.get(info.name) == info.bytes
+                if sizes is not None
+                else _intact(out / info.name, info.bytes)
+            ):
                 done[shard.index] = shard
     return done
 
@@ -369,3 +378,19 @@ def remove_partials(out: Path, names: set[str]) -> None:
     for name in names:
         with contextlib.suppress(FileNotFoundError):
             (out / (name + TMP_SUFFIX)).unlink()
+
+
+def missing_message(plan: PackPlan, out: Path, missing: list[int]) -> str:
+    """Which shards (and, from the parts' journals, which parts) have not been written."""
+    names = ", ".join(plan.shard_name(i) for i in missing[:5]) + (
+        ", ..." if len(missing) > 5 else ""
+    )
+    counts = {int(p.name.split("-of-")[1].split(".")[0]) for p in out.glob(".mixshard-pack.part-*")}
+    parts = ""
+    if len(counts) == 1:
+        n = counts.pop()
+        parts = " from part(s) " + ", ".join(f"{k}/{n}" for k in sorted({i % n for i in missing}))
+    return (
+        f"{out}: {len(missing)} of {plan.n_shards} planned shards are not written yet{parts} "
+        f"({names}); run the missing job-array parts, then finish again"
+    )

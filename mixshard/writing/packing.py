@@ -20,6 +20,7 @@ from ..core.constants import MANIFEST_NAME
 from ..core.env import usable_cpus
 from ..core.errors import OutputError, SkippedImagesError, SourceError
 from ..core.manifest import Manifest
+from ..core.stores import check_location
 from .archive import MEMBERS_FILE, materialize, open_source
 from .outdir import (
     Journal,
@@ -29,6 +30,7 @@ from .outdir import (
     check_out_path,
     holds_files,
     load_done,
+    missing_message,
     part_suffix,
     prepare_out,
     remove_journals,
@@ -36,10 +38,11 @@ from .outdir import (
     remove_run,
     write_error,
 )
-from .plan import PackPlan, check_options, make_plan
+from .plan import PackPlan, check_modes, check_options, make_plan
 from .replace import replace_pack
 from .scanning import path_key
 from .shardwrite import DoneShard, source_stamps, strict_error
+from .storeout import StoreOut, store_out
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,7 @@ class PackProgress:
     total: int
     done: int
     skipped: int
+    uploaded: int | None = None  # into an object store: images in shards uploaded so far
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,7 @@ class PackResult:
     """What `pack` made. For a job-array part, `manifest` is None until the finish run."""
 
     manifest: Manifest | None
-    out: Path
+    out: Path | str  # a str: the URL of an object store prefix
     seconds: float
     reused_shards: int
     already_complete: bool = False
@@ -130,7 +134,9 @@ def pack(
         src: source folder (ImageFolder tree or flat folder), or a `.tar`, `.tar.gz` or `.zip`
             archive of one, read in place (nothing is extracted): the pack is byte-identical
             to packing the extracted folder.
-        out: output folder; must be empty or missing unless `resume`/`overwrite`.
+        out: output folder; must be empty or missing unless `resume`/`overwrite`. Or an object
+            store prefix (`s3://bucket/prefix`): shards are staged in `$MIXSHARD_STAGING` (default
+            the user cache) and uploaded as each is finished, `index.json` last.
         size: side of the stored square images.
         crop: `"center"`, `"random"` (RandomResizedCrop from the full-size image) or `"full"`.
         variants: independent random crops per source image (needs `crop="random"`).
@@ -167,19 +173,27 @@ def pack(
     options = dict(size=size, crop=crop, variants=variants, shard_size=shard_size)
     options.update(block_size=block_size, seed=seed, shuffle=shuffle)
     check_options(size, crop, variants, shard_size, block_size, seed, labels)
-    _check_modes(resume, overwrite, part, finish, ray)
+    check_modes(resume, overwrite, part, finish, ray)
     t0 = time.perf_counter()
-    src, out = Path(src), Path(out)
+    check_location(out)
+    sink = store_out(out, part)
+    src, out = Path(src), sink.staging if sink else Path(out)
     check_out_path(out)
     check_apart(src, out)
     plan = _plan(src, within, options, labels)
-    if finish:
+    if finish and sink is None:
         return _finish(out, plan, t0)
     if ray is not None:
         from .raypack import connect
 
         connect(ray)  # an unreachable cluster must fail before OUT is touched
     job = _Job(plan, part, progress, workers, strict, ray, t0)
+    if sink is not None:  # shards staged in `out`, each uploaded when finished
+        job.progress, job.sink = sink.progress(progress), sink
+        work = (
+            (lambda: _finish(out, plan, t0, sink.sizes)) if finish else (lambda: job.into(out, ()))
+        )
+        return sink.run(work, resume=resume, overwrite=overwrite, finish=finish)
     if overwrite and holds_files(out):
         # the old pack stays whole until the new one is complete beside it
         result = replace_pack(out, plan.fingerprint, lambda staging, fds: job.into(staging, fds))
@@ -198,6 +212,7 @@ class _Job:
     strict: bool
     ray: str | None
     t0: float
+    sink: StoreOut | None = None
 
     def into(self, out: Path, held: tuple[int, ...], resume: bool = True) -> PackResult:
         plan, part = self.plan, self.part
@@ -211,18 +226,22 @@ class _Job:
             if finished is not None:
                 seconds = time.perf_counter() - self.t0
                 return PackResult(finished, out, seconds, len(finished.shards), True)
-            done = load_done(out, plan.fingerprint, redo_skipped=self.strict)
+            sizes = self.sink.sizes if self.sink else None  # a store: its objects, not files
+            done = load_done(out, plan.fingerprint, redo_skipped=self.strict, sizes=sizes)
             ours = [i for i in range(plan.n_shards) if part is None or i % part[1] == part[0]]
             changed = [i for i in ours if i in done and not _unchanged(plan, done[i])]
             for i in changed:  # a source file changed since it was packed: write it again
                 del done[i]
             todo = [i for i in ours if i not in done]
             images = sum(len(plan.shard_items(i)) for i in todo) * plan.options["variants"]
-            check_free_space(out, images, plan.size)
+            check_free_space(
+                out, self.sink.staged(images, plan) if self.sink else images, plan.size
+            )
             plan = _materialized(plan, out, part, todo)
             fresh, empty = not done, False
             fds = lock.fds + held
-            tracker = _run(plan, out, done, todo, part, self.progress, self.workers, self.ray, fds)
+            tracker = _run(plan, out, done, todo, part, self.progress, self.workers, self.ray, fds,
+                           self.sink)  # fmt: skip
             seconds = time.perf_counter() - self.t0
             if part is not None:
                 return PackResult(None, out, seconds, len(done) - tracker.written, False,
@@ -273,19 +292,6 @@ def _stamps(plan: PackPlan, i: int) -> list[list[int] | None]:
     return source_stamps(plan.src, plan.shard_items(i))
 
 
-def _check_modes(resume: bool, overwrite: bool, part, finish: bool, ray) -> None:
-    if resume and overwrite:
-        raise ValueError("resume and overwrite exclude each other; pick one")
-    if finish and (resume or overwrite or part is not None or ray is not None):
-        raise ValueError("finish only writes index.json: no resume, overwrite, part or ray")
-    if part is not None:
-        k, n = part
-        if n < 1 or not 0 <= k < n:
-            raise ValueError(f"part must be (k, n) with 0 <= k < n, got ({k}, {n})")
-        if overwrite or ray is not None:
-            raise ValueError("a job-array part cannot also overwrite or run on Ray")
-
-
 def _finished(out: Path, plan: PackPlan) -> Manifest | None:
     """The finished pack in `out`, if there is one (made with the same options)."""
     if not (out / MANIFEST_NAME).exists():
@@ -305,26 +311,31 @@ def _finished(out: Path, plan: PackPlan) -> Manifest | None:
     return manifest
 
 
-def _run(plan, out, done, todo, part, progress, workers, ray, lock_fds) -> _Tracker:
-    """Write the shards `todo`, journalling each; returns the run's counters."""
+def _run(plan, out, done, todo, part, progress, workers, ray, lock_fds, sink=None) -> _Tracker:
+    """Write the shards `todo`, journalling each (into a store: uploading each, then the
+    journal); returns the run's counters."""
     remove_partials(out, {plan.shard_name(i) for i in todo})
     journal = Journal(out, plan.fingerprint, done, part)
     tracker = _Tracker(plan, done, progress, journal)
     tracker.stamps = {i: _stamps(plan, i) for i in todo}
+    on_shard = tracker.shard if sink is None else sink.start(tracker, uploaded=ray is not None)
     try:
         if ray is not None:
             from .raypack import run_on_ray
 
-            run_on_ray(plan, out, todo, ray, tracker.chunk, tracker.shard)
+            run_on_ray(plan, sink.url if sink else out, todo, ray, tracker.chunk, on_shard)
         else:
             from .localrun import LocalRun
 
             cpus = workers or usable_cpus()
-            run = LocalRun(plan, out, todo, cpus, tracker.chunk, tracker.shard, lock_fds)
-            run.run()
+            LocalRun(plan, out, todo, cpus, tracker.chunk, on_shard, lock_fds).run()
+        if sink is not None:
+            sink.drain()
     except OSError as exc:
         raise write_error(exc, Path(exc.filename) if exc.filename else out) from None
     finally:
+        if sink is not None:
+            sink.stop()
         journal.close()
     return tracker
 
@@ -336,7 +347,7 @@ def _finalize(
     pack that skipped any file (found by the scan or by a decoder) names them all instead."""
     missing = [i for i in range(plan.n_shards) if i not in done]
     if missing:
-        raise OutputError(_missing_message(plan, out, missing))
+        raise OutputError(missing_message(plan, out, missing))
     skipped = list(plan.scan_skipped) + [s for i in sorted(done) for s in done[i].skipped]
     skipped.sort(key=lambda s: path_key(s["path"]))
     if strict and skipped:
@@ -367,23 +378,9 @@ def _finalize(
     return manifest
 
 
-def _missing_message(plan: PackPlan, out: Path, missing: list[int]) -> str:
-    """Which shards (and, from the parts' journals, which parts) have not been written."""
-    names = ", ".join(plan.shard_name(i) for i in missing[:5]) + (
-        ", ..." if len(missing) > 5 else ""
-    )
-    counts = {int(p.name.split("-of-")[1].split(".")[0]) for p in out.glob(".mixshard-pack.part-*")}
-    parts = ""
-    if len(counts) == 1:
-        n = counts.pop()
-        parts = " from part(s) " + ", ".join(f"{k}/{n}" for k in sorted({i % n for i in missing}))
-    return (
-        f"{out}: {len(missing)} of {plan.n_shards} planned shards are not written yet{parts} "
-        f"({names}); run the missing job-array parts, then finish again"
-    )
-
-
-def _finish(out: Path, plan: PackPlan, t0: float) -> PackResult:
+def _finish(
+    out: Path, plan: PackPlan, t0: float, sizes: dict[str, int] | None = None
+) -> PackResult:
     """Write `index.json` once every job-array part has written its shards."""
     if not out.is_dir():
         raise OutputError(f"{out} is not a folder of job-array parts; run the parts first")
@@ -392,7 +389,7 @@ def _finish(out: Path, plan: PackPlan, t0: float) -> PackResult:
         finished = _finished(out, plan)
         if finished is not None:
             return PackResult(finished, out, time.perf_counter() - t0, len(finished.shards), True)
-        done = load_done(out, plan.fingerprint)
+        done = load_done(out, plan.fingerprint, sizes=sizes)
         manifest = _finalize(plan, out, done)
         return PackResult(manifest, out, time.perf_counter() - t0, len(done))
     finally:

@@ -127,3 +127,17 @@ def make_plan(
         fingerprint=hashlib.sha256(payload).hexdigest(),
         source=source,
     )
+
+
+def check_modes(resume: bool, overwrite: bool, part, finish: bool, ray) -> None:
+    """Raises `ValueError` for `pack` modes that exclude each other."""
+    if resume and overwrite:
+        raise ValueError("resume and overwrite exclude each other; pick one")
+    if finish and (resume or overwrite or part is not None or ray is not None):
+        raise ValueError("finish only writes index.json: no resume, overwrite, part or ray")
+    if part is not None:
+        k, n = part
+        if n < 1 or not 0 <= k < n:
+            raise ValueError(f"part must be (k, n) with 0 <= k < n, got ({k}, {n})")
+        if overwrite or ray is not None:
+            raise ValueError("a job-array part cannot also overwrite or run on Ray")

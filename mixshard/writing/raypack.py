@@ -2,7 +2,8 @@
 
 The driver scans, plans, journals and writes `index.json`; each task decodes its shard's
 images and writes the shard into OUT under its temporary name, then renames it (SRC and OUT
-must be on storage every node sees: NFS, Lustre, a shared disk). A task whose worker dies
+must be on storage every node sees: NFS, Lustre, a shared disk); into an object store, each
+task writes its shard on its own node and uploads it (see `storeout`). A task whose worker dies
 (node lost, out of memory) is retried by Ray; the output is a pure function of the plan, so a
 retry writes the same bytes. Throughput grows with the cluster's CPUs up to one task per shard.
 """
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import MixshardError, PackInterrupted, SkippedImagesError
+from ..core.stores import is_store_url
 from .decodepool import decode_chunk
 from .plan import PackPlan
 from .shardwrite import DoneShard, write_shard
@@ -83,13 +85,23 @@ def _node() -> str:
 
 
 def ray_task(plan: PackPlan, out: str, index: int, decode: Callable | None = None) -> DoneShard:
-    """One Ray task: decode and write planned shard `index` into `out`."""
+    """One Ray task: decode and write planned shard `index` into `out`; into an object store
+    (`out` a URL), write it in a staging folder on the node and upload it from there."""
+    if is_store_url(out):
+        from .storeout import staged_upload
+
+        return staged_upload(out, lambda folder: _write(plan, folder, index, decode))
     folder = Path(out)
     if not folder.is_dir():
         raise MixshardError(
             f"{out} is not visible on Ray node {_node()}: SRC and OUT must be on storage every "
-            "node sees (NFS, Lustre, a shared disk); nothing of this shard was written"
+            "node sees (NFS, Lustre, a shared disk) or an object store (s3://...); nothing of "
+            "this shard was written"
         )
+    return _write(plan, folder, index, decode)
+
+
+def _write(plan: PackPlan, folder: Path, index: int, decode: Callable | None) -> DoneShard:
     if not (plan.source.visible() if plan.source else Path(plan.src).is_dir()):
         raise MixshardError(
             f"{plan.src} is not visible on Ray node {_node()}: SRC and OUT must be on storage "
@@ -107,7 +119,7 @@ def _task(plan: PackPlan, keys: list[str], args: tuple) -> tuple:
 
 def run_on_ray(
     plan: PackPlan,
-    out: Path,
+    out: Path | str,
     todo: list[int],
     address: str,
     on_chunk: Callable[[int, int], None],
@@ -123,7 +135,8 @@ def run_on_ray(
     ray = connect(address)
     task = ray.remote(num_cpus=1, max_retries=RETRIES, retry_exceptions=False)(ray_task)
     plan_ref = ray.put(plan)
-    pending = {task.remote(plan_ref, str(Path(out).absolute()), i, decode): i for i in todo}
+    target = out if isinstance(out, str) else str(Path(out).absolute())  # a URL as it is
+    pending = {task.remote(plan_ref, target, i, decode): i for i in todo}
     on_chunk(0, 0)
     try:
         while pending:

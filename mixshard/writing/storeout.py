@@ -1,0 +1,353 @@
+"""Packing into an object store (`s3://bucket/prefix`, `gs://...`, any fsspec protocol).
+
+The shards are written by the local packer into a staging folder on this machine, each one
+uploaded as soon as it is finished and then deleted there, so staging never holds more than
+the shard being written and `IN_FLIGHT + 1` finished ones. After each upload the shard's
+journal line (the local packer's: its size, sha256, blocks and source stamps) is written as an
+object of its own; a resumed run reads them back and reuses a shard whose object has the
+journal's size. `index.json` is uploaded last, once every shard is in the store, so a reader
+never sees a half pack.
+
+The lock is a marker object (`.mixshard-lock`, or `.mixshard-lock.part-K-of-N` for a job-array
+part) naming its holder and rewritten every `HEARTBEAT` seconds, made by an exclusive write
+(S3's `If-None-Match`); a marker whose process is gone (same host) or whose heartbeat is older
+than `STALE_AFTER` is taken over.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fnmatch
+import hashlib
+import json
+import os
+import queue
+import shutil
+import socket
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..core.constants import JOURNAL_GLOB, JOURNAL_NAME, LOCK_NAME, MANIFEST_NAME
+from ..core.errors import OutputError
+from ..core.stores import Store, is_store_url
+from .outdir import is_ours, part_suffix
+from .shardwrite import DoneShard
+
+STAGING_ENV = "MIXSHARD_STAGING"  # where shards wait for their upload (default: the user cache)
+HEARTBEAT = 30.0  # seconds between rewrites of the lock marker
+STALE_AFTER = 180.0  # a marker not rewritten for this long belongs to a run that died
+IN_FLIGHT = 1  # finished shards that may wait for the upload before the packer waits
+KEPT = "(the old pack is kept until the new one is complete)"  # true of a folder only
+DELETED = "(in an object store the old pack is deleted first)"
+
+
+def staging_root() -> Path:
+    """`$MIXSHARD_STAGING`, else `mixshard/staging` in the user's cache folder."""
+    if os.environ.get(STAGING_ENV):
+        return Path(os.environ[STAGING_ENV])
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache) / "mixshard" / "staging"
+
+
+def _holder_line(holder: dict) -> str:
+    return (
+        f"pid {holder.get('pid')} on {holder.get('host')} since {holder.get('started')} "
+        f"({holder.get('command')})"
+    )
+
+
+def _alive(holder: dict) -> bool:
+    """Whether the run a marker names may still be running."""
+    beat, pid = holder.get("beat"), holder.get("pid")
+    if not isinstance(beat, (int, float)):
+        return False
+    if holder.get("host") == socket.gethostname() and isinstance(pid, int):
+        import psutil
+
+        return psutil.pid_exists(pid)
+    return time.time() - beat < STALE_AFTER
+
+
+class Marker:
+    """The lock of a pack in a store: a marker object, rewritten by a thread until `release`.
+
+    A whole pack (or a finish run) is refused while any live marker is there; a job-array part
+    while the whole-pack marker or its own part's is.
+    """
+
+    def __init__(self, store: Store, part: tuple[int, int] | None) -> None:
+        from .outdir import _command
+
+        self.store, self.name = store, LOCK_NAME + part_suffix(part)
+        self.holder = {
+            "token": uuid.uuid4().hex,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "command": _command(),
+        }
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _read(self, name: str) -> dict | None:
+        try:
+            found = json.loads(self.store.read(name))
+        except ValueError:
+            return None
+        return found if isinstance(found, dict) else None
+
+    def _data(self) -> bytes:
+        return json.dumps({**self.holder, "beat": time.time()}).encode()
+
+    def _write(self) -> None:
+        self.store.write(self.name, self._data())
+
+    def _busy(self, holder: dict) -> OutputError:
+        return OutputError(
+            f"{self.store.url} is in use by another mixshard pack ({_holder_line(holder)}); wait "
+            f"for it to finish or stop it, then run this again (the marker {LOCK_NAME} of a run "
+            f"that died is taken over after {STALE_AFTER:.0f} s)"
+        )
+
+    def take(self, names: list[str]) -> None:
+        """Write the marker, unless a live one is among `names` (the prefix's objects)."""
+        for name in sorted(n for n in names if n.startswith(LOCK_NAME)):
+            if self.name != LOCK_NAME and name not in (LOCK_NAME, self.name):
+                continue  # another part: parts run side by side
+            holder = self._read(name)
+            if holder is not None and _alive(holder):
+                raise self._busy(holder)
+        if self.name in names:
+            self._write()  # a marker of a run that died: taken over
+        else:  # False when another run made its marker since the listing: read back below
+            self.store.create(self.name, self._data())
+        back = self._read(self.name)
+        if back is None or back.get("token") != self.holder["token"]:
+            raise self._busy(back or {})
+        self._thread = threading.Thread(target=self._beat, name="mixshard-marker", daemon=True)
+        self._thread.start()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(HEARTBEAT):
+            with contextlib.suppress(Exception):
+                self._write()
+
+    def release(self) -> None:
+        """Stop the heartbeat and remove the marker (when it is still ours)."""
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join()
+        self._thread = None
+        with contextlib.suppress(Exception):
+            back = self._read(self.name)
+            if back is not None and back.get("token") == self.holder["token"]:
+                self.store.remove(self.name)
+
+
+class Uploader:
+    """Uploads finished shards from the staging folder on a thread, one at a time, deletes
+    each, then calls `record` with it; at most `IN_FLIGHT` wait, so staging stays bounded."""
+
+    def __init__(self, store: Store, folder: Path, record: Callable[[DoneShard], None]) -> None:
+        self.store, self.folder, self.record = store, folder, record
+        self.queue: queue.Queue[DoneShard | None] = queue.Queue(maxsize=IN_FLIGHT)
+        self.error: BaseException | None = None
+        self.cancelled = False
+        self.thread = threading.Thread(target=self._loop, name="mixshard-upload", daemon=True)
+        self.thread.start()
+
+    def submit(self, shard: DoneShard) -> None:
+        """Queue a finished shard (waits while `IN_FLIGHT` do); raises an upload's error."""
+        while True:
+            self._check()
+            try:
+                self.queue.put(shard, timeout=0.2)
+                return
+            except queue.Full:
+                continue
+
+    def _loop(self) -> None:
+        while (shard := self.queue.get()) is not None:
+            if self.error is not None or self.cancelled:
+                continue
+            try:
+                if shard.info is not None:
+                    local = self.folder / shard.info.name
+                    self.store.upload(local, shard.info.name)
+                    local.unlink()
+                self.record(shard)
+            except BaseException as exc:  # carried to the packer by `_check`
+                self.error = exc
+
+    def _check(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def drain(self) -> None:
+        """Wait for every queued upload; raises the first upload error."""
+        self.queue.put(None)
+        self.thread.join()
+        self._check()
+
+    def stop(self) -> None:
+        """Drop what is queued and wait for the upload under way (after a failure)."""
+        if self.thread.is_alive():
+            self.cancelled = True
+            self.queue.put(None)
+            self.thread.join()
+
+
+class StoreOut:
+    """The output of one `pack` into a store prefix: its staging folder, marker and uploads.
+
+    Args:
+        url: `scheme://bucket/prefix`.
+        part: the job-array part this run writes, if any (each part stages apart).
+    """
+
+    def __init__(self, url: str, part: tuple[int, int] | None) -> None:
+        self.store = Store(url)  # a missing extra fails here, before anything is written
+        self.url, self.part = self.store.url, part
+        key = hashlib.sha256((self.url + part_suffix(part)).encode()).hexdigest()[:16]
+        self.staging = staging_root() / key
+        self.sizes: dict[str, int] = {}  # the prefix's objects when the run began
+        self.uploaded = 0  # images in shards uploaded by this run
+        self._last: Any = None
+        self._uploader: Uploader | None = None
+
+    def run(self, work: Callable[[], Any], *, resume: bool, overwrite: bool, finish: bool) -> Any:
+        """Take the marker, prepare the prefix and staging, run `work` (which packs into
+        `staging`), then upload `index.json` when it made one. Returns `work`'s result with
+        `out` the URL."""
+        marker = Marker(self.store, None if finish else self.part)
+        listing = self.store.listing()
+        if not listing and not self.store.bucket_exists():
+            bucket = "/".join(self.url.split("/")[:3])
+            raise OutputError(
+                f"{self.url}: the bucket {bucket} does not exist; create it first (for S3: `aws "
+                f"s3 mb {bucket}`) or check its name. Nothing was written"
+            )
+        marker.take(list(listing))
+        try:
+            self._prepare(listing, resume or finish or self.part is not None, overwrite)
+            try:
+                result = work()
+            except OutputError as exc:
+                if type(exc) is not OutputError:
+                    raise  # a failed write names the staging file, where it failed
+                text = str(exc).replace(str(self.staging), self.url)
+                raise OutputError(text.replace(KEPT, DELETED)) from None
+            if result.manifest is not None and not result.already_complete:
+                self._publish()
+            return dataclasses.replace(result, out=self.url)
+        finally:
+            marker.release()
+            shutil.rmtree(self.staging, ignore_errors=True)
+
+    def _prepare(self, listing: dict[str, int], resume: bool, overwrite: bool) -> None:
+        names = sorted(n for n in listing if not n.startswith(LOCK_NAME))
+        foreign = [n for n in names if not is_ours(n)]
+        if foreign:
+            shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+            raise OutputError(
+                f"{self.url} holds objects mixshard did not write ({shown}); nothing was "
+                "written. Choose an empty or new prefix"
+            )
+        if names and overwrite:
+            # index.json first: from then on a reader finds no pack, never a mix of two
+            for name in sorted(names, key=lambda n: n != MANIFEST_NAME):
+                self.store.remove(name)
+            names = []
+        if names and not resume:
+            raise OutputError(
+                f"{self.url} is not empty; pass resume=True to finish an interrupted pack there "
+                "or overwrite=True to replace it"
+            )
+        self.sizes = {n: listing[n] for n in names}
+        shutil.rmtree(self.staging, ignore_errors=True)  # what a killed run left: redone
+        self.staging.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            if name == MANIFEST_NAME or fnmatch.fnmatch(name, JOURNAL_GLOB):
+                (self.staging / name).write_bytes(self.store.read(name))
+
+    def _publish(self) -> None:
+        self.store.upload(self.staging / MANIFEST_NAME, MANIFEST_NAME)
+        for name in self.store.listing():
+            if fnmatch.fnmatch(name, JOURNAL_GLOB):
+                self.store.remove(name)
+
+    def progress(self, report: Callable[[Any], None] | None) -> Callable[[Any], None] | None:
+        """`report` given progress with `uploaded` (images in shards now in the store)."""
+        if report is None:
+            return None
+
+        def with_uploads(p: Any) -> None:
+            self._last = p
+            report(dataclasses.replace(p, uploaded=self.uploaded))
+
+        self._report = with_uploads
+        return with_uploads
+
+    def staged(self, images: int, plan: Any) -> int:
+        """Images the staging folder holds at most, of a run of `plan` that writes `images`."""
+        shard = plan.options["shard_size"] * plan.options["variants"]
+        return min(images, (IN_FLIGHT + 2) * shard)
+
+    def start(self, tracker: Any, uploaded: bool) -> Callable[[DoneShard], None]:
+        """The `on_shard` of a run: journal the shard, locally and as a journal object of its
+        own (`.mixshard-pack[.part-K-of-N].NNNNNN.jsonl`: a header and its line, so the bytes
+        uploaded per shard do not grow with the pack), after uploading the shard itself unless
+        `uploaded` (Ray tasks upload their own)."""
+        header = json.dumps({"fingerprint": tracker.plan.fingerprint})
+
+        def record(shard: DoneShard) -> None:
+            tracker.shard(shard)
+            line = tracker.done[shard.index].to_json()  # with its source stamps
+            name = JOURNAL_NAME.replace(
+                ".jsonl", f"{part_suffix(self.part)}.{shard.index:06d}.jsonl"
+            )
+            self.store.write(name, f"{header}\n{line}\n".encode())
+            self.uploaded += shard.info.count if shard.info else 0
+            if self._last is not None:
+                self._report(self._last)
+
+        if uploaded:
+            return record
+        self._uploader = Uploader(self.store, self.staging, record)
+        return self._uploader.submit
+
+    def drain(self) -> None:
+        if self._uploader is not None:
+            self._uploader.drain()
+
+    def stop(self) -> None:
+        if self._uploader is not None:
+            self._uploader.stop()
+            self._uploader = None
+
+
+def store_out(out: str | os.PathLike, part: tuple[int, int] | None) -> StoreOut | None:
+    """The `StoreOut` of `out` when it is an object store URL, else None (a local folder)."""
+    return StoreOut(str(out), part) if is_store_url(out) else None
+
+
+def staged_upload(url: str, write: Callable[[Path], DoneShard]) -> DoneShard:
+    """Write one shard into a temporary folder here, upload it to the prefix `url` and delete
+    it (a Ray task: the nodes share no file system)."""
+    root = staging_root()
+    root.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="ray-", dir=root))
+    try:
+        shard = write(folder)
+        if shard.info is not None:
+            Store(url).upload(folder / shard.info.name, shard.info.name)
+        return shard
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
