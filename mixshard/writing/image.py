@@ -6,8 +6,10 @@ This is the only place pixels are made, so what `mixshard pack` stores is exactl
 
 from __future__ import annotations
 
+import errno
 import io
 import os
+import stat
 import warnings
 
 import numpy as np
@@ -109,15 +111,31 @@ _EXIF_ID = b"Exif\0\0"
 
 def _read_jpeg(path: str | os.PathLike) -> bytes | None:
     """The bytes of a file that starts like a JPEG; None for any other file (left to PIL).
+    Four system calls (open, fstat, read, close), where Python's file objects make eight.
 
     Raises:
         ImageDecodeError: the file is empty.
+        OSError: it cannot be opened or read.
     """
-    with open(path, "rb", buffering=0) as f:  # unbuffered: two reads, no buffer copy
-        head = f.read(len(_SOI))
-        if not head:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):  # os.open opens a folder; open() refused it
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.fspath(path))
+        if info.st_size == 0:
             raise ImageDecodeError("empty file (0 bytes)")
-        return head + f.readall() if head == _SOI else None
+        # a small file whole (one read); of a large one the first bytes, then the rest
+        data = os.read(fd, info.st_size if info.st_size <= _WHOLE else len(_SOI))
+        if not data.startswith(_SOI):
+            return None
+        while len(data) < info.st_size and (more := os.read(fd, info.st_size - len(data))):
+            data += more
+        return data
+    finally:
+        os.close(fd)
+
+
+_WHOLE = 16 << 20  # files up to this size are read whole at once
 
 
 def _fast_jpeg(
