@@ -10,12 +10,19 @@ of its .tar and of its .zip (`--within`), and `--workers 2`; the cells are the m
 `--runs` runs, interleaved so that a busy neighbour slows every cell alike. Reported: img/s,
 img/s per core (workers = cores; the baseline is one core) and the ratio to the baseline.
 
+`--large N` (20,000 by default, 0: none) repeats the folder cells of one worker on N real
+256 px photos (more views of each frame, all distinct JPEGs), nearer the size users pack; the
+fixed start-up cost matters less there. `--compare REF` adds the same command run by the package
+at git revision REF (e.g. `main`) to every table: before and after, in the same run. The package
+is byte-compiled first, as an installed one is.
+
 `--ray` instead compares, on 10,000 256 px JPEGs (`--count`), the local packer (2 workers)
 with `--ray` on a local 2-CPU Ray instance (started once, not timed: a cluster is already
 running) and with two job-array parts run side by side plus `--finish`, all with 250 images
 per shard (Ray and parts run one shard per task).
 
     python scripts/bench_pack.py [--runs 3] [--count 2000] [--real DIR] [--quick] [--plot]
+        [--large 20000] [--compare main]
     python scripts/bench_pack.py --ray
 """
 
@@ -27,14 +34,13 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tarfile
 import time
-import zipfile
 from pathlib import Path
 
 import numpy as np
 from benchlib import OUT, ROOT, bar_chart, fmt_rate, machine, make_sources, median_rate, table
-from PIL import Image, ImageOps
+from pack_sources import RUN_TREE, archives, compiled_package, first_images, package_at, real_source
+from PIL import Image
 
 from mixshard import pack
 from mixshard.writing.image import load_image
@@ -90,53 +96,6 @@ def steady_rates(src: Path, runs: int) -> tuple[float, float]:
     return statistics.median(naive), statistics.median(ours)
 
 
-def real_source(frames: Path, count: int) -> Path:
-    """`count` 256 px JPEGs made from the photographs in `frames` (four views of each)."""
-    folder = OUT / "src" / f"real256-{count}"
-    if (folder / ".complete").exists():
-        return folder
-    shutil.rmtree(folder, ignore_errors=True)
-    print(f"making {count} 256 px JPEGs from {frames} in {folder} ...", file=sys.stderr)
-    made = 0
-    for view in range(4):
-        for path in sorted(frames.rglob("*.jpg")):
-            if made == count:
-                break
-            with Image.open(path) as img:
-                img = img.convert("RGB")
-                w, h = img.size
-                cut = (int(w * 0.15), int(h * 0.15))
-                img = [
-                    img,
-                    ImageOps.mirror(img),
-                    img.crop((0, 0, w - cut[0], h - cut[1])),
-                    img.crop((*cut, w, h)),
-                ][view]
-                out = folder / path.parent.name / f"{path.stem}_{view}.jpg"
-                out.parent.mkdir(parents=True, exist_ok=True)
-                img.resize((256, 256), Image.Resampling.BICUBIC).save(out, quality=85)
-            made += 1
-    (folder / ".complete").touch()
-    return folder
-
-
-def archives(src: Path) -> tuple[Path, Path]:
-    """`src` as a .tar and a .zip holding `NAME/...` (made once, beside it)."""
-    tar, zip_ = src.with_suffix(".tar"), src.with_suffix(".zip")
-    if not tar.exists():
-        with tarfile.open(str(tar) + ".tmp", "w") as tf:
-            tf.add(
-                src, arcname=src.name, filter=lambda t: None if t.name.endswith(".complete") else t
-            )
-        os.replace(str(tar) + ".tmp", tar)
-    if not zip_.exists():
-        with zipfile.ZipFile(str(zip_) + ".tmp", "w", zipfile.ZIP_STORED) as zf:
-            for path in sorted(src.rglob("*.jpg")):
-                zf.write(path, f"{src.name}/{path.relative_to(src)}")
-        os.replace(str(zip_) + ".tmp", zip_)
-    return tar, zip_
-
-
 def timed(cmd: list[str], count: int) -> tuple[float, float]:
     """img/s of one whole process: per second of wall time, and per CPU second (user + system
     of the process and its workers, start-up included): on a machine shared with others the
@@ -151,39 +110,41 @@ def timed(cmd: list[str], count: int) -> tuple[float, float]:
     return count / wall, count / (usage.ru_utime + usage.ru_stime)
 
 
-def commands(src: Path) -> dict:
-    """The whole-process command of each cell, on `src`."""
-    tar, zip_ = archives(src)
+BASELINE: dict[str, Path] = {}  # label -> the package copy of `--compare REF`
+
+
+def commands(src: Path, out: str = "pack-ms", archived: bool = True) -> dict:
+    """The whole-process command of each cell, on `src` (into bench-out/`out`)."""
     packer = [sys.executable, "-m", "mixshard", "pack"]
-    common = [str(OUT / "pack-ms"), "--overwrite", "-q"]
-    inside = ["--within", src.name, "--workers", "1"]
-    return {
+    common = [str(OUT / out), "--overwrite", "-q"]
+    cells = {
         ("naive PIL loop", 1): [sys.executable, "-c", NAIVE, str(src)],
         ("mixshard pack, folder", 1): [*packer, str(src), *common, "--workers", "1"],
-        ("mixshard pack, .tar", 1): [*packer, str(tar), *common, *inside],
-        ("mixshard pack, .zip", 1): [*packer, str(zip_), *common, *inside],
-        ("mixshard pack, folder", 2): [*packer, str(src), *common, "--workers", "2"],
     }
-
-
-def first_images(src: Path, n: int) -> Path:
-    """A copy of the first `n` images of `src` (for the fixed cost of each process)."""
-    folder = src.with_name(f"{src.name}-first{n}")
-    if not folder.exists():
-        for rel, _ in scan(src).items[:n]:
-            (folder / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src / rel, folder / rel)
-    return folder
+    for label, tree in BASELINE.items():  # the same command, run by the package at REF
+        cells[(f"mixshard pack @{label}, folder", 1)] = [
+            sys.executable, "-c", RUN_TREE, str(tree), "pack", str(src), *common, "--workers", "1"
+        ]  # fmt: skip
+    if archived:
+        tar, zip_ = archives(src)
+        inside = ["--within", src.name, "--workers", "1"]
+        cells[("mixshard pack, .tar", 1)] = [*packer, str(tar), *common, *inside]
+        cells[("mixshard pack, .zip", 1)] = [*packer, str(zip_), *common, *inside]
+        cells[("mixshard pack, folder", 2)] = [*packer, str(src), *common, "--workers", "2"]
+    return cells
 
 
 SMALL = 20  # images of the run that measures each process's fixed cost
 
 
-def source_rows(name: str, src: Path, runs: int) -> tuple[list, list, dict]:
-    """Table rows and chart bars of one source, and its per-core rates."""
+def source_rows(name: str, src: Path, runs: int, large: bool = False) -> tuple[list, list, dict]:
+    """Table rows and chart bars of one source, and its per-core rates. `large`: only the
+    folder cells of one worker, and no fixed-cost runs."""
     count = len(scan(src).items)
-    cells = commands(src)
-    small = {k: v for k, v in commands(first_images(src, SMALL)).items() if k[1] == 1}
+    cells = commands(src, "pack-large" if large else "pack-ms", archived=not large)
+    small = {} if large else {
+        k: v for k, v in commands(first_images(src, SMALL), "pack-small").items() if k[1] == 1
+    }  # fmt: skip
     timed(cells[("naive PIL loop", 1)], count)  # warm the page cache
     walls: dict = {key: [] for key in cells}
     cpus: dict = {key: [] for key in cells}
@@ -219,7 +180,9 @@ def places365_time(per_core: float, cores: int) -> str:
     return f"{minutes:.0f} min" if minutes >= 10 else f"{minutes:.1f} min"
 
 
-def local_benchmark(count: int, runs: int, plot: bool, real: Path | None) -> None:
+def local_benchmark(count: int, runs: int, plot: bool, real: Path | None, large: int) -> None:
+    compiled_package()
+    load = os.getloadavg()
     sources = {}
     if real is not None and real.is_dir():
         sources["real photos, 256 px"] = real_source(real, count)
@@ -232,13 +195,20 @@ def local_benchmark(count: int, runs: int, plot: bool, real: Path | None) -> Non
         naive, ours = steady_rates(src, runs)
         per_core[name]["steady"] = ours
         steady.append([name, fmt_rate(naive), fmt_rate(ours), f"{ours / naive:.2f}x"])
+    if large and real is not None and real.is_dir():
+        big = real_source(real, large)
+        large_rows = source_rows(f"real photos, 256 px, {large:,}", big, runs, large=True)[0]
     print(
         f"mixshard pack vs a naive PIL loop; {count} images per source, whole processes, "
-        f"median of {runs} interleaved runs; {machine()}\n"
+        f"median of {runs} interleaved runs; {machine()}; load average {load[0]:.1f} at the "
+        f"start, {os.getloadavg()[0]:.1f} at the end\n"
     )
     headers = ["source", "packer", "workers", "img/s", "img/s per core", "ratio to naive",
                "img/s per CPU second", "ratio to naive (CPU)"]  # fmt: skip
     print(table(headers, rows))
+    if large and real is not None and real.is_dir():
+        print(f"\nThe same at {large:,} real photos (more views of the frames, distinct JPEGs):\n")
+        print(table(headers, large_rows))
     print(
         "\nThe same per image once running (in one process, no start-up, no writing; CPU "
         "seconds, blocks of 100 images alternating):\n"
@@ -269,8 +239,9 @@ def print_beyond(per_core: dict, count: int) -> None:
     beyond = []
     for name, rates in per_core.items():
         base = rates[("beyond", "naive PIL loop")]
-        for packer_name in ("naive PIL loop", "mixshard pack, folder", "mixshard pack, .tar",
-                            "mixshard pack, .zip"):  # fmt: skip
+        for packer_name in ("naive PIL loop", "mixshard pack, folder",
+                            *(f"mixshard pack @{label}, folder" for label in BASELINE),
+                            "mixshard pack, .tar", "mixshard pack, .zip"):  # fmt: skip
             rate = rates[("beyond", packer_name)]
             fixed = f"{rates[('fixed', packer_name)]:.2f} s"
             beyond.append([name, packer_name, fixed, fmt_rate(rate), f"{rate / base:.2f}x"])
@@ -359,15 +330,21 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="120 images, 1 run (the tests)")
     parser.add_argument("--plot", action="store_true", help="write bench-out/bench_pack.png")
     parser.add_argument("--ray", action="store_true", help="local vs Ray vs job-array parts")
+    parser.add_argument(
+        "--large", type=int, default=20_000, help="real photos of the large run (0: none)"
+    )
+    parser.add_argument("--compare", metavar="REF", help="also time the package at git REF")
     args = parser.parse_args()
+    if args.compare and (tree := package_at(args.compare)) is not None:
+        BASELINE[args.compare] = tree
     if args.count is None:
         args.count = 10_000 if args.ray else 2000
     if args.quick:
-        args.count, args.runs, args.real = 120, 1, None
+        args.count, args.runs, args.real, args.large = 120, 1, None, 0
     if args.ray:
         ray_benchmark(args.count, args.runs)
     else:
-        local_benchmark(args.count, args.runs, args.plot, args.real)
+        local_benchmark(args.count, args.runs, args.plot, args.real, args.large)
 
 
 if __name__ == "__main__":

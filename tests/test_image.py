@@ -210,3 +210,24 @@ def test_a_jpeg_without_exif_skips_pil_and_gets_the_same_pixels(tmp_path, monkey
         assert opened
         assert np.array_equal(fast, slow)
         opened.clear()
+
+
+def test_a_jpeg_is_read_whole_or_in_two_reads_with_the_same_pixels(tmp_path, monkeypatch):
+    from mixshard.writing import image
+
+    path = noise(tmp_path / "a.jpg", size=(120, 90), seed=9, quality=90)
+    whole = load_image(path, 32)
+    monkeypatch.setattr(image, "_WHOLE", 10)  # larger files: the first bytes, then the rest
+    assert image._read_jpeg(path) == path.read_bytes()
+    assert np.array_equal(load_image(path, 32), whole)
+    (tmp_path / "b.png").write_bytes(b"\x89PNG not really")
+    assert image._read_jpeg(tmp_path / "b.png") is None  # left to PIL
+
+
+def test_a_folder_named_like_an_image_is_refused_as_open_refuses_it(tmp_path):
+    (tmp_path / "dir.jpg").mkdir()
+    with pytest.raises(ImageDecodeError) as err:
+        load_image(tmp_path / "dir.jpg", 8)
+    with pytest.raises(IsADirectoryError) as by_open:
+        open(tmp_path / "dir.jpg", "rb")  # noqa: SIM115 - raises
+    assert err.value.reason == f"corrupt or truncated: {by_open.value}"

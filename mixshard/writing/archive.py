@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import os
 import stat
-import tarfile
-import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core.errors import ImageDecodeError, PackInterrupted, SourceError
 from .scanning import ScanResult, classify, is_image_name
+
+if TYPE_CHECKING:  # imported where used: a folder pack starts without them
+    import tarfile
+    import zipfile
 
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz")
 ARCHIVE_SUFFIXES = (*TAR_SUFFIXES, ".zip")
@@ -68,6 +70,8 @@ class MemberReader:
                     "archive was cut short or replaced while packing; finished shards are kept"
                 )
             return key, data
+        import zipfile
+
         archive = _handle(self.path, "zip")
         try:
             return key, archive.read(archive.infolist()[ref])
@@ -88,6 +92,8 @@ def _handle(path: str, kind: str) -> Any:
     after a fork (a ZipFile shares its file position with the parent's)."""
     pid, handle = _OPEN.get((path, kind), (None, None))
     if pid != os.getpid():
+        import zipfile
+
         handle = os.open(path, os.O_RDONLY) if kind == "raw" else zipfile.ZipFile(path)
         _OPEN[(path, kind)] = (os.getpid(), handle)
     return handle
@@ -256,6 +262,8 @@ def _truncated(path: str, what: str) -> SourceError:
 
 def _list_tar(path: str, listing: _Listing, compressed: bool) -> None:
     """Add a tar's members: referenced by offset, or in a compressed one by name."""
+    import tarfile
+
     size = os.path.getsize(path)
     try:
         with tarfile.open(path, "r:*") as tf:
@@ -270,6 +278,8 @@ def _list_tar(path: str, listing: _Listing, compressed: bool) -> None:
 
 
 def _list_zip(path: str, listing: _Listing) -> None:
+    import zipfile
+
     size = os.path.getsize(path)
     try:
         with zipfile.ZipFile(path) as zf:
@@ -337,6 +347,8 @@ def materialize(source: Source, out: Path, suffix: str) -> Source:
     wanted = {name: rel for rel, name in source.refs.items()}
     refs: dict[str, Any] = {}
     archive = source.reader.path
+    import tarfile
+
     try:
         with tarfile.open(archive, "r:*") as tf, open(path, "wb") as dst:
             for info in _members(tf):

@@ -9,15 +9,16 @@ import signal
 import sys
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..core.errors import ImageDecodeError
 from .archive import MemberReader
 from .image import load_image
+
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
 
 
 def decode_chunk(
@@ -71,6 +72,10 @@ def start_pool(workers: int, close_fds: tuple[int, ...] = ()) -> ProcessPoolExec
     # fork on Linux: instant start, and no re-import of the caller's __main__ (which breaks
     # `python -` and unguarded scripts under spawn). The pool is made before any progress bar
     # thread exists. Elsewhere spawn, the platform default.
+    # Imported here: `workers=1` decodes in the pack process and starts without them.
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
     method = "fork" if sys.platform == "linux" else "spawn"
     pool = ProcessPoolExecutor(
         max_workers=workers,

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import BrokenExecutor, Future  # not .process: see decodepool
+from typing import TYPE_CHECKING
 
 from ..core.errors import MixshardError, PackInterrupted
 from .decodepool import decode_chunk, start_pool
 from .outdir import write_error
 from .plan import PackPlan
 from .shardwrite import Decoded, DoneShard, ShardBuilder
+
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
 
 CHUNK = 32  # images per worker task: small enough for a smooth progress bar, large enough for IPC
 
@@ -100,7 +103,7 @@ class LocalRun:
                 self._take(head.result() if isinstance(head, Future) else head)
         except OSError as exc:
             raise write_error(exc, self.builder.final if self.builder else self.out) from None
-        except BrokenProcessPool:
+        except BrokenExecutor:  # BrokenProcessPool
             raise PackInterrupted(
                 "a decode worker process died (out of memory, or a crash inside an image "
                 "library); finished shards are kept: pack again with resume=True, and with "

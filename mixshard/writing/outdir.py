@@ -12,7 +12,6 @@ import fnmatch
 import json
 import os
 import shutil
-import socket
 import sys
 import threading
 import time
@@ -73,7 +72,7 @@ class OutLock:
         if mode == fcntl.LOCK_EX:
             holder = {
                 "pid": os.getpid(),
-                "host": socket.gethostname(),
+                "host": os.uname().nodename,  # gethostname, without importing socket
                 "started": time.strftime("%Y-%m-%d %H:%M:%S"),
                 "command": _command(),
             }
