@@ -20,6 +20,7 @@ from ..core.errors import MixshardError
 from ..core.jobs import Job, check_process, own, this_process
 from . import order
 from .blockfeed import BlockFeed
+from .inmemory import MemoryCopy
 from .local import LocalPack
 from .recycle import Recycler
 from .roles import role_batches
@@ -37,6 +38,8 @@ class LocalBatches:
         labels: batches are `(images, labels)`.
         drop_cache: block order: drop blocks from the page cache once read (a pack larger
             than memory).
+        copy: global order: the copy of the pack's images in memory to gather from
+            (`inmemory.py`), or None: every image is read with `pread`.
     """
 
     def __init__(
@@ -46,8 +49,9 @@ class LocalBatches:
         batch_size: int,
         labels: bool,
         drop_cache: bool,
+        copy: MemoryCopy | None = None,
     ) -> None:
-        self.pack, self.epochs = pack, epochs
+        self.pack, self.epochs, self.copy = pack, epochs, copy
         self.batch_size, self.labels, self.drop_cache = batch_size, labels, drop_cache
 
     def batch_index(self, k: int, nb: int, rank: int) -> np.ndarray:
@@ -107,10 +111,14 @@ class BatchReader:
                 run=epochs.run,
             )
         else:
-            # Warm a cold pack with sequential reads, so the first epoch is not a seek storm;
-            # started once the first batch is read, which would otherwise queue behind it
-            warm = functools.partial(self.pack.warm, self._stop)
-            self._warm = Job(warm, "mixshard-warm", start=False)
+            # Warm a cold pack with sequential reads, so the first epoch is not a seek storm
+            # (or fill the memory copy, which reads the pack in order too); started once the
+            # first batch is read, which would otherwise queue behind it
+            copy = batches_of.copy
+            self._read, fill = self.pack.read_images, self.pack.warm
+            if copy is not None and copy.usable:  # not in a forked or unpickled worker
+                self._read, fill = copy.read_images, copy.load
+            self._warm = Job(functools.partial(fill, self._stop), "mixshard-warm", start=False)
             self._warm_lock = threading.Lock()
             # a fresh 5 MB buffer per batch costs ~1,300 page faults: use dropped ones again
             m = self.pack.manifest
@@ -146,7 +154,7 @@ class BatchReader:
                 else (torch.from_numpy(buffer).view(shape))
             )
             index = self.source.batch_index(k, self._nb, self._rank)
-            bad = self.pack.read_images(index, images.numpy())
+            bad = self._read(index, images.numpy())
             if buffer is not None:
                 self._recycler.lend(buffer)
             self._start_warming()
