@@ -7,6 +7,7 @@ import gc
 import pickle
 import shutil
 import threading
+import time
 import warnings
 import weakref
 from pathlib import Path
@@ -82,6 +83,26 @@ def test_batches_from_the_copy_equal_the_preads(pack_dir):
     filled(loader.stream)
     assert same(list(loader), list(reads))
     loader.close()
+
+
+def test_the_copy_is_filled_after_the_first_epoch(pack_dir):
+    stream = ShardStream(pack_dir, 8, order="global", in_memory=True, infinite=True)
+    copy = stream.memory_copy
+    assert copy is not None
+    reader = stream.reader(range(0, 1 << 40))
+    nb = stream.batches_per_epoch
+    for k in range(nb):  # the first epoch: read with pread, nothing copied
+        reader.get(k)
+    assert copy.stats()["blocks_copied"] == 0 and copy.from_preads == N
+    reader.get(nb)  # the first batch after it starts the fill
+    for _ in range(600):  # wait for the background job (a condition, not a time)
+        if copy.complete:
+            break
+        time.sleep(0.1)
+    assert copy.complete
+    reader.get(nb + 1)
+    assert copy.from_memory == 8
+    reader.close()
 
 
 def test_until_complete_batches_are_read_with_pread(pack_dir):
@@ -176,7 +197,7 @@ def test_the_copy_goes_with_its_stream_and_its_job_with_the_reader(pack_dir):
     assert copy is not None
     gone = weakref.ref(copy)
     loader.close()
-    assert not [t for t in threading.enumerate() if t.name == "mixshard-warm"]
+    assert not [t for t in threading.enumerate() if t.name in ("mixshard-warm", "mixshard-fill")]
     del loader, it, copy
     gc.collect()
     assert gone() is None  # its memory with it (private memory: nothing outlives the process)
