@@ -109,17 +109,19 @@ class MemoryCopy:
         memory = mmap.mmap(-1, max(1, self.nbytes), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         return np.frombuffer(memory, np.uint8).reshape(self.pack.count, -1)
 
-    def load(self, stop: threading.Event) -> None:
+    def load(self, stop: threading.Event, idle: bool = False) -> None:
         """Copy the blocks not copied yet, in stored order, `LOAD_RUN` at a time, until done or
-        `stop` is set (a background job; one at a time). A block found bad is left to the
-        `pread` path, which reports it; so is a shard that cannot be read."""
+        `stop` is set (one at a time). A block found bad is left to the `pread` path, which
+        reports it; so is a shard that cannot be read. `idle`: the calling thread (a job's own,
+        which ends with it) is put at idle CPU priority first."""
         with self._lock:
             if self._loading or self.complete or not self.usable:
                 return
             self._loading = True
             if self._rows is None:
                 self._rows = self._allocate()
-        _yield_cpu()
+        if idle:
+            _yield_cpu()
         try:
             for run in self._runs():
                 if stop.is_set():
@@ -201,6 +203,6 @@ class MemoryCopy:
 
 
 def _yield_cpu() -> None:
-    """Run the calling thread (the filling job) only on CPU time nobody else wants."""
+    """Run the calling thread only on CPU time nobody else wants (for good: not undone)."""
     with contextlib.suppress(AttributeError, OSError):
         os.sched_setscheduler(threading.get_native_id(), os.SCHED_IDLE, os.sched_param(0))

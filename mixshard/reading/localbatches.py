@@ -121,7 +121,7 @@ class BatchReader:
             if copy is not None and copy.usable:  # not in a forked or unpickled worker
                 # the memory copy is filled after an epoch: from the page cache then, and a
                 # run shorter than an epoch (or a benchmark's one pass) never pays for it
-                fill = Job(functools.partial(copy.load, self._stop), "mixshard-fill", False)
+                fill = Job(functools.partial(copy.load, self._stop, True), "mixshard-fill", False)
                 self._jobs.append((fill, nb))
                 self._read = copy.read_images
             self._jobs_lock = threading.Lock()
