@@ -10,11 +10,12 @@ stored order with one read each (each block checked as the block order checks it
 the copy is complete every batch is gathered from it. Until then batches are read with `pread`
 as before: a batch of random images nearly always has one in a block not copied yet.
 
-* The job runs at idle CPU priority (`SCHED_IDLE`): it fills the copy in the time the readers
-  and the training leave, so the first pass is not slowed (measured: at normal priority it
-  halved the readers' rate while it ran). Fresh memory is dear on a VM: the first touch of a
-  page costs ~20x a copy into a touched one, so the fill of 4.2 GB takes several seconds even
-  alone; the gain is from the epoch after it on, for the rest of the run.
+* The job starts once the reader has made an epoch (`localbatches.py`), and runs at idle CPU
+  priority (`SCHED_IDLE`): it fills the copy in the time the readers and the training leave.
+  Fresh memory is dear on a VM: the first touch of a page cost ~20x a copy into a touched one
+  (0.24-0.75 GB/s), so filling 4.2 GB takes 5-15 s even alone. Made during the first pass, even
+  at idle priority, it slowed that pass by 22% warm and 40% cold (measured). The gain comes
+  from the epoch after the fill on, for the rest of the run.
 * The copy is anonymous memory (`mmap(-1)`), never a mapping of a shard: a shard truncated
   under a mapping would kill the process with SIGBUS.
 * A shard changed on disk after the pack was opened is still noticed: one shard's identity is
