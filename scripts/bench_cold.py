@@ -47,6 +47,7 @@ BATCH = 256
 N = 128  # observations per Overlay call
 HERE = Path(__file__).resolve()
 RUN = int(os.environ.get("MIXSHARD_BENCH_RUN", "0"))  # block order: blocks per read (0: default)
+PASSES = int(os.environ.get("MIXSHARD_BENCH_PASSES", "1"))  # loader cells: passes over the pack
 
 
 def shard_files(pack: Path) -> list[Path]:
@@ -74,18 +75,22 @@ def measure_seq(pack: Path, budget: float) -> dict:
 
 
 def measure_loader(pack: Path, order: str, budget: float, limit: int) -> dict:
-    """A pass over the pack (or `limit` images, or `budget` seconds) with `mixshard.loader`."""
+    """A pass over the pack (or `limit` images, or `budget` seconds) with `mixshard.loader`
+    (`MIXSHARD_BENCH_PASSES` passes); `order="pread"`: the global order without its memory
+    copy, one `pread` per image (the reader before the copy, as a baseline in the same run)."""
     import mixshard
 
     mixshard.loader  # noqa: B018 - import torch before the clock starts
     t0 = time.perf_counter()
-    runs = {"run": RUN} if RUN and order == "block" else {}
-    loader = mixshard.loader(pack, BATCH, num_workers=2, infinite=True, order=order, **runs)
+    kw: dict = {"run": RUN} if RUN and order == "block" else {}
+    if order == "pread":
+        order, kw = "global", {"in_memory": False}
+    loader = mixshard.loader(pack, BATCH, num_workers=2, infinite=True, order=order, **kw)
     it = iter(loader)
     next(it)
     first = time.perf_counter() - t0
     images = BATCH
-    batches = min(loader.batches_per_epoch, limit // BATCH)
+    batches = min(loader.batches_per_epoch, limit // BATCH) * PASSES
     half = None  # (images, time) half-way: the steady rate leaves the start out
     for i in range(batches - 1):
         images += len(next(it))
@@ -166,7 +171,7 @@ def measure(args: argparse.Namespace) -> None:
     args.kind = args.measure
     if args.kind == "seq":
         result = measure_seq(pack, args.budget)
-    elif args.kind in ("global", "block"):
+    elif args.kind in ("global", "pread", "block"):
         result = measure_loader(pack, args.kind, args.budget, args.limit)
     elif args.kind in ("pool", "device", "auto"):
         result = measure_overlay(pack, args.kind, args.budget, args.limit)
@@ -221,6 +226,7 @@ def median_cells(runs: int, kinds: list[str], *args, **kwargs) -> dict[str, dict
 
 KINDS = [
     ("seq", "(i) sequential read of the shard files (ceiling)"),
+    ("pread", "(ii) loader, order=global, in_memory=False (one pread per image)"),
     ("global", "(ii) loader, order=global"),
     ("block", "(iii) loader, order=block"),
     ("pool", "(iv) Overlay, pool, N=128"),

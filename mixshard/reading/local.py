@@ -1,12 +1,11 @@
 """A local pack folder opened for reading by byte offset (torch-free).
 
-Images are read with `preadv` straight into the caller's memory: single images for the global
-order, runs of whole blocks for the block order (each image to its own address, `blockrun.py`).
-Shards are never `mmap`ed: a shard truncated or copied over while a reader runs would kill the
-process with SIGBUS; with `pread` the reader sees a short read or a changed file and raises
-`ShardError` instead. Opening does O(shards) work (one `stat` each): a block's `.npy` header is
-checked, and its labels kept, when the block is first read. Descriptors are opened on first
-use, kept in a small cache, and only for regular files inside the pack folder.
+Images are read with `preadv` straight into the caller's memory: single images (global order),
+runs of whole blocks (block order, each image to its own address, `blockrun.py`). Shards are
+never `mmap`ed: a shard truncated or copied over under a mapping kills the process (SIGBUS);
+`pread` sees a short read or a changed file and raises `ShardError`. Opening does one `stat`
+per shard; a block's `.npy` header is checked, and its labels kept, on its first read.
+Descriptors are opened on first use, cached, and only for regular files in the pack folder.
 """
 
 from __future__ import annotations
@@ -185,6 +184,11 @@ class LocalPack:
             f"shard {self.folder / self.shards[slot].name} ends early (truncated); {self._fix()}"
         )
 
+    def check_shard(self, slot: int) -> None:
+        """Raise `ShardError` when shard `slot` changed since the pack was opened."""
+        with self._open(slot) as fd:
+            self._check_same(slot, fd)
+
     @property
     def open_shards(self) -> int:
         """Shard descriptors held open now (at most `MAX_OPEN_SHARDS` once idle)."""
@@ -207,7 +211,7 @@ class LocalPack:
         self._check_locks = [threading.Lock() for _ in range(CHECK_LOCKS)]
 
     def __del__(self) -> None:
-        if getattr(self, "_lock", None) is not None:
+        if getattr(self, "_lock", None) is not None:  # not half-made
             self.close()
 
     # ------------------------------------------------------------------ blocks
@@ -282,7 +286,8 @@ class LocalPack:
             if got != plan.length:
                 self._short(slot, fd)
             self._check_same(slot, fd)
-            self._dropped(fd, plan.start, got, drop_cache)
+            if drop_cache and hasattr(os, "posix_fadvise"):  # not on macOS
+                os.posix_fadvise(fd, plan.start, got, os.POSIX_FADV_DONTNEED)
         results: list[bool | ShardError] = []
         for j, b in enumerate(blocks):
             (h, hn), (lo, ln) = plan.heads[j], plan.labels[j]
@@ -326,11 +331,6 @@ class LocalPack:
         if isinstance(result, ShardError):
             raise result
         return result
-
-    @staticmethod
-    def _dropped(fd: int, offset: int, length: int, drop_cache: bool) -> None:
-        if drop_cache and hasattr(os, "posix_fadvise"):  # not on macOS
-            os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
 
     def read_images(self, index: np.ndarray, out: np.ndarray) -> np.ndarray | None:
         """Read images `index` into `out` (uint8, `(len(index), 3, size, size)`, contiguous),

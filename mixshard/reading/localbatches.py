@@ -20,6 +20,7 @@ from ..core.errors import MixshardError
 from ..core.jobs import Job, check_process, own, this_process
 from . import order
 from .blockfeed import BlockFeed
+from .inmemory import MemoryCopy
 from .local import LocalPack
 from .recycle import Recycler
 from .roles import role_batches
@@ -37,6 +38,8 @@ class LocalBatches:
         labels: batches are `(images, labels)`.
         drop_cache: block order: drop blocks from the page cache once read (a pack larger
             than memory).
+        copy: global order: the copy of the pack's images in memory to gather from
+            (`inmemory.py`), or None: every image is read with `pread`.
     """
 
     def __init__(
@@ -46,8 +49,9 @@ class LocalBatches:
         batch_size: int,
         labels: bool,
         drop_cache: bool,
+        copy: MemoryCopy | None = None,
     ) -> None:
-        self.pack, self.epochs = pack, epochs
+        self.pack, self.epochs, self.copy = pack, epochs, copy
         self.batch_size, self.labels, self.drop_cache = batch_size, labels, drop_cache
 
     def batch_index(self, k: int, nb: int, rank: int) -> np.ndarray:
@@ -90,7 +94,8 @@ class BatchReader:
         self._stop = threading.Event()
         self._pid = this_process()
         self._feed: BlockFeed | None = None
-        self._warm: Job | None = None
+        self._jobs: list[tuple[Job, int]] = []  # (job, batches this reader makes before it)
+        self._made = 0
         epochs = batches_of.epochs
         if epochs.kind == "block":
             window_images = int(np.sort(self.pack.block_count)[-epochs.window :].sum())
@@ -109,14 +114,23 @@ class BatchReader:
         else:
             # Warm a cold pack with sequential reads, so the first epoch is not a seek storm;
             # started once the first batch is read, which would otherwise queue behind it
-            warm = functools.partial(self.pack.warm, self._stop)
-            self._warm = Job(warm, "mixshard-warm", start=False)
-            self._warm_lock = threading.Lock()
+            warm = Job(functools.partial(self.pack.warm, self._stop), "mixshard-warm", False)
+            self._jobs.append((warm, 0))
+            self._read = self.pack.read_images
+            copy = batches_of.copy
+            if copy is not None and copy.usable:  # not in a forked or unpickled worker
+                # the memory copy is filled after an epoch: from the page cache then, and a
+                # run shorter than an epoch (or a benchmark's one pass) never pays for it
+                fill = Job(functools.partial(copy.load, self._stop, True), "mixshard-fill", False)
+                self._jobs.append((fill, nb))
+                self._read = copy.read_images
+            self._jobs_lock = threading.Lock()
             # a fresh 5 MB buffer per batch costs ~1,300 page faults: use dropped ones again
             m = self.pack.manifest
             self._recycler = Recycler(batches_of.batch_size, m.image_bytes, keep=RECYCLED)
         # stopped by close(), when collected, or at interpreter exit (`core/jobs.py`)
-        self._closer = own(self, _close_reader, self._stop, self._feed, self._warm)
+        jobs = [job for job, _ in self._jobs]
+        self._closer = own(self, _close_reader, self._stop, self._feed, jobs)
 
     @property
     def reads_ahead(self) -> bool:
@@ -146,10 +160,10 @@ class BatchReader:
                 else (torch.from_numpy(buffer).view(shape))
             )
             index = self.source.batch_index(k, self._nb, self._rank)
-            bad = self.pack.read_images(index, images.numpy())
+            bad = self._read(index, images.numpy())
             if buffer is not None:
                 self._recycler.lend(buffer)
-            self._start_warming()
+            self._start_jobs()
         if bad is not None:
             index = _substitute(k, index, images.numpy(), bad)
         if not self.source.labels:
@@ -157,28 +171,29 @@ class BatchReader:
         labels = torch.from_numpy(self.pack.labels(index))
         return images, (pinned(labels) if pin else labels)
 
-    def _start_warming(self) -> None:
-        assert self._warm is not None
-        if not self._warm.started:
-            with self._warm_lock:
-                if not self._warm.started and not self._stop.is_set():
-                    self._warm.start()
+    def _start_jobs(self) -> None:
+        self._made += 1  # (two threads may count one batch once: a job starts a batch later)
+        for job, after in self._jobs:
+            if not job.started and self._made > after:
+                with self._jobs_lock:
+                    if not job.started and not self._stop.is_set():
+                        job.start()
 
     def close(self) -> None:
         """Stop the reads ahead and wait for their threads."""
-        if self._warm is not None:
-            with self._warm_lock:
+        if self._jobs:
+            with self._jobs_lock:
                 self._closer()
         else:
             self._closer()
 
 
-def _close_reader(stop: threading.Event, feed: BlockFeed | None, warm: Job | None) -> None:
+def _close_reader(stop: threading.Event, feed: BlockFeed | None, jobs: list[Job]) -> None:
     stop.set()
     if feed is not None:
         feed.close()
-    if warm is not None:
-        warm.join()
+    for job in jobs:
+        job.join()
 
 
 def _substitute(k: int, index: np.ndarray, out: np.ndarray, bad: np.ndarray) -> np.ndarray:
