@@ -16,16 +16,20 @@ each other's blocks; a later run takes a free part again and finds its blocks th
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import fcntl
 import hashlib
+import itertools
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -39,7 +43,7 @@ AHEAD = 256  # uses of the schedule looked at for prefetching
 _PUNCH = 0x01 | 0x02  # FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE
 
 
-def _fallocate():  # type: ignore[no-untyped-def]
+def _fallocate() -> Any:
     name = ctypes.util.find_library("c")
     fn = getattr(ctypes.CDLL(name, use_errno=True), "fallocate", None) if name else None
     if fn is not None:
@@ -84,6 +88,7 @@ class BlockCache:
         folder: this process's part folder (`claim_part`).
         limit: bytes of blocks kept at most.
         policy: `"future"` (Belady) or `"lru"`.
+        lock_fd: the descriptor holding `folder` (`claim_part`), closed with the cache.
     """
 
     def __init__(
@@ -95,6 +100,7 @@ class BlockCache:
         folder: Path,
         limit: int,
         policy: str = "future",
+        lock_fd: int | None = None,
     ) -> None:
         self.store, self.shards, self.folder = store, shards, folder
         self.spans, self.digests, self.limit, self.policy = spans, digests, limit, policy
@@ -111,9 +117,15 @@ class BlockCache:
         self._inflight: dict[int, tuple[Future, float]] = {}
         self._cond = threading.Condition()
         self._schedule = eviction.Schedule(None, n)
+        # the reads waiting for their blocks: ticket -> blocks; the oldest one may drop the
+        # blocks of younger ones (so one always gets its blocks, never a livelock)
+        self._holding: dict[int, set[int]] = {}
+        self._tickets = itertools.count()
         self.planned = False
         self._pool = ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="mixshard-fetch")
         self._closed = False
+        # the part folder is let go (its lock) on close(), when collected, or at exit
+        self._release = weakref.finalize(self, _let_go, self._pool, lock_fd)
         for name, size in shards:
             path = folder / name
             with open(path, "ab") as f:
@@ -135,11 +147,11 @@ class BlockCache:
             self.planned = uses_of is not None
             self._pump()
 
-    def _victim(self, before: int | None) -> int | None:
-        """A present, unpinned block to drop (None: none, or with `before`, none whose next
-        use is later than `before`)."""
+    def _victim(self, before: int | None, keep: set[int]) -> int | None:
+        """A present, unpinned block not in `keep` to drop (None: none, or with `before`, none
+        whose next use is later than `before`)."""
         free = np.flatnonzero(self.present & (self.pins == 0)).tolist()
-        free = [b for b in free if b not in self._inflight]
+        free = [b for b in free if b not in self._inflight and b not in keep]
         if self.policy == "lru":
             return eviction.lru_victim(free, self.last_used)
         nxt = {b: self._schedule.next_use(b) for b in free}
@@ -148,9 +160,14 @@ class BlockCache:
             return None
         return victim
 
-    def _make_room(self, size: int, demand: bool, before: int | None = None) -> bool:
+    def _make_room(
+        self, size: int, demand: bool, before: int | None = None, keep: set[int] | None = None
+    ) -> bool:
+        """Drop blocks until `size` more bytes fit; False when that cannot be done now."""
+        if keep is None:  # fetching ahead: every block a reader waits for stays
+            keep = set().union(*self._holding.values())
         while self.used + size > self.limit:
-            victim = self._victim(None if demand else before)
+            victim = self._victim(None if demand else before, keep)
             if victim is None:
                 return False
             self._drop(victim)
@@ -159,10 +176,8 @@ class BlockCache:
     def _drop(self, b: int) -> None:
         self.present[b] = self.checked[b] = False
         self.used -= int(self.sizes[b])
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(self.folder / "have" / str(b))
-        except FileNotFoundError:
-            pass
         slot, start, end = (int(x) for x in self.spans[b])
         fd = os.open(self.folder / self.shards[slot][0], os.O_RDWR)
         try:
@@ -207,13 +222,16 @@ class BlockCache:
         except BaseException:
             with self._cond:
                 self.used -= int(self.sizes[b])
+                self._inflight.pop(b, None)  # a reader waiting has the future: it raises
                 self._cond.notify_all()
             raise
         with self._cond:
             self.present[b] = self.checked[b] = True
             self.fetched_bytes += len(data)
             self.fetches += 1
+            self._inflight.pop(b, None)
             self._cond.notify_all()
+            self._pump()
 
     def _check(self, b: int, data: bytes) -> None:
         slot, start, end = (int(x) for x in self.spans[b])
@@ -263,21 +281,44 @@ class BlockCache:
     def hold(self, blocks: list[int]) -> None:
         """Make `blocks` present and checked, and keep them until `release`: fetched now if no
         fetch ahead brought them. Raises the `ShardError` of a failed fetch or check."""
+        need = int(self.sizes[blocks].sum())
+        if need > self.limit:
+            raise MixshardError(
+                f"the block cache's limit ({self.limit} bytes) is smaller than one read of "
+                f"{need} bytes ({len(blocks)} blocks); give a larger cache_limit"
+            )
         with self._cond:
+            for b in blocks:
+                self._schedule.take(b)
+                self._clock += 1
+                self.last_used[b] = self._clock
+            ticket = next(self._tickets)
+            self._holding[ticket] = set(blocks)
+            try:
+                self._hold_all(blocks, ticket)
+            finally:
+                del self._holding[ticket]
+            self._pump()
+
+    def _hold_all(self, blocks: list[int], ticket: int) -> None:
+        while True:
+            keep = set().union(*(v for t, v in self._holding.items() if t < ticket))
             held: list[int] = []
             try:
                 for b in blocks:
-                    self._hold_one(b)
+                    if not self._hold_one(b, keep):
+                        break
                     held.append(b)
             except BaseException:
                 self._unpin(held)
                 raise
-            self._pump()
+            if len(held) == len(blocks):
+                return
+            self._unpin(held)  # older reads fill the cache: let them finish first
+            self._cond.wait(0.02)
 
-    def _hold_one(self, b: int) -> None:
-        self._schedule.take(b)
-        self._clock += 1
-        self.last_used[b] = self._clock
+    def _hold_one(self, b: int, keep: set[int]) -> bool:
+        """Pin block `b`, present and checked; False when there is no room for it now."""
         while True:
             if self._closed:
                 raise MixshardError("the block cache was closed")
@@ -291,11 +332,10 @@ class BlockCache:
                     self._drop(b)
             if self.present[b]:
                 self.pins[b] += 1
-                return
-            if self._make_room(int(self.sizes[b]), demand=True):
-                self._start(b)
-            else:  # blocks of other reads fill the cache: wait for one to end
-                self._cond.wait(0.05)
+                return True
+            if not self._make_room(int(self.sizes[b]), demand=True, keep=keep):
+                return False
+            self._start(b)
 
     def _unpin(self, blocks: list[int]) -> None:
         for b in blocks:
@@ -313,4 +353,10 @@ class BlockCache:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._release()
+
+
+def _let_go(pool: ThreadPoolExecutor, lock_fd: int | None) -> None:
+    pool.shutdown(wait=False, cancel_futures=True)
+    if lock_fd is not None:
+        os.close(lock_fd)

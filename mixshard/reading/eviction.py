@@ -78,7 +78,9 @@ def simulate(
             else:
                 nxt = {c: later[c][0] for c in cached if later[c]}
                 victim = furthest_victim(cached, nxt, last)
-                if nxt.get(victim, NEVER) < (later[b][0] if later[b] else NEVER):
+                if victim is not None and nxt.get(victim, NEVER) < (
+                    later[b][0] if later[b] else NEVER
+                ):
                     victim = None  # every cached block is needed before this one: not kept
             if victim is None:
                 break

@@ -113,11 +113,11 @@ class StorePack(LocalPack):
         if self.cache is None or self._cache_pid != os.getpid():
             info = get_worker_info()
             share = self.limit // (info.num_workers if info is not None else 1)
-            folder, self._lock_fd = claim_part(self.root)
+            folder, lock_fd = claim_part(self.root)
             self.folder = folder
             shards = [(s.name, s.bytes) for s in self.shards]
             self.cache = BlockCache(
-                Store(self.url), shards, self.spans, self.digests, folder, share, POLICY
+                Store(self.url), shards, self.spans, self.digests, folder, share, POLICY, lock_fd
             )
             self._cache_pid = os.getpid()
         return self.cache
@@ -137,7 +137,9 @@ class StorePack(LocalPack):
 
         def uses_of(epoch: int) -> np.ndarray:
             lo, hi = max(batches.start, epoch * per_epoch), (epoch + 1) * per_epoch
-            ks = range(lo + (batches.start - lo) % batches.step, min(hi, batches.stop), batches.step)
+            ks = range(
+                lo + (batches.start - lo) % batches.step, min(hi, batches.stop), batches.step
+            )
             sequence = sequence_of(epoch)[0]
             parts = []
             for k in ks:
@@ -206,7 +208,6 @@ class StorePack(LocalPack):
     def __getstate__(self) -> dict:
         state = super().__getstate__()
         state["cache"], state["_cache_pid"] = None, -1
-        state.pop("_lock_fd", None)
         return state
 
     def close(self) -> None:

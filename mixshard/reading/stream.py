@@ -110,9 +110,7 @@ class ShardStream(IterableDataset):
         self.window, self.run, self.shuffle_blocks = window, run, max(1, shuffle_blocks)
         self._rank, self._world = rank, world_size
         self.position = 0  # global number of the next batch to make
-        self.source = resolve_source(
-            source, manifest, cache_dir=cache_dir, cache_limit=cache_limit
-        )
+        self.source = resolve_source(source, manifest, cache_dir=cache_dir, cache_limit=cache_limit)
         self.manifest = self.source.manifest
         self.pack: LocalPack | None = None
         self.urls = self.source.urls
