@@ -195,9 +195,8 @@ class BlockCache:
             if self.present[b] or b in self._inflight:
                 continue
             if self.policy == "lru" and self.used + int(self.sizes[b]) > self.limit:
-                if not self._make_room(int(self.sizes[b]), demand=True):
-                    return
-            elif not self._make_room(int(self.sizes[b]), demand=False, before=t):
+                return  # LRU drops blocks only for a read that waits (fetched ahead: no room)
+            if not self._make_room(int(self.sizes[b]), demand=False, before=t):
                 return  # everything kept is needed sooner than this block
             self._start(b)
 
@@ -302,7 +301,13 @@ class BlockCache:
 
     def _hold_all(self, blocks: list[int], ticket: int) -> None:
         while True:
-            keep = set().union(*(v for t, v in self._holding.items() if t < ticket))
+            # the oldest read may drop the blocks of younger ones; those wait instead
+            older = [v for t, v in self._holding.items() if t < ticket]
+            keep = (
+                set().union(*(older or [set()]))
+                if not older
+                else set().union(*self._holding.values())
+            )
             held: list[int] = []
             try:
                 for b in blocks:
