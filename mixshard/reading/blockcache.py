@@ -294,53 +294,41 @@ class BlockCache:
             ticket = next(self._tickets)
             self._holding[ticket] = set(blocks)
             try:
-                self._hold_all(blocks, ticket)
+                self._hold_all(list(dict.fromkeys(blocks)), ticket)
             finally:
                 del self._holding[ticket]
             self._pump()
 
     def _hold_all(self, blocks: list[int], ticket: int) -> None:
+        """Fetch the missing ones of `blocks` together, then pin them all at once: a read
+        pins blocks only while it reads them locally, never while it waits for the network."""
         while True:
             # the oldest read may drop the blocks of younger ones; those wait instead
             older = [v for t, v in self._holding.items() if t < ticket]
-            keep = (
-                set().union(*(older or [set()]))
-                if not older
-                else set().union(*self._holding.values())
-            )
-            held: list[int] = []
-            try:
+            keep = set().union(*self._holding.values()) if older else set()
+            waiting = False
+            for b in blocks:
+                if self._closed:
+                    raise MixshardError("the block cache was closed")
+                if self.present[b] and not self.checked[b]:
+                    if self._recheck(b):
+                        self.checked[b] = True
+                    else:
+                        self._drop(b)
+                if not self.present[b] and b not in self._inflight:
+                    if self._make_room(int(self.sizes[b]), demand=True, keep=keep):
+                        self._start(b)
+                    else:
+                        waiting = True
+            for b in blocks:
+                if b in self._inflight:
+                    self._wait(b)
+            if not waiting and all(self.present[b] for b in blocks):
                 for b in blocks:
-                    if not self._hold_one(b, keep):
-                        break
-                    held.append(b)
-            except BaseException:
-                self._unpin(held)
-                raise
-            if len(held) == len(blocks):
+                    self.pins[b] += 1
                 return
-            self._unpin(held)  # older reads fill the cache: let them finish first
-            self._cond.wait(0.02)
-
-    def _hold_one(self, b: int, keep: set[int]) -> bool:
-        """Pin block `b`, present and checked; False when there is no room for it now."""
-        while True:
-            if self._closed:
-                raise MixshardError("the block cache was closed")
-            if b in self._inflight:
-                self._wait(b)
-                continue
-            if self.present[b] and not self.checked[b]:
-                if self._recheck(b):
-                    self.checked[b] = True
-                else:
-                    self._drop(b)
-            if self.present[b]:
-                self.pins[b] += 1
-                return True
-            if not self._make_room(int(self.sizes[b]), demand=True, keep=keep):
-                return False
-            self._start(b)
+            if waiting:
+                self._cond.wait(0.02)  # older reads fill the cache: let them finish first
 
     def _unpin(self, blocks: list[int]) -> None:
         for b in blocks:
