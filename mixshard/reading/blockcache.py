@@ -303,9 +303,9 @@ class BlockCache:
         """Fetch the missing ones of `blocks` together, then pin them all at once: a read
         pins blocks only while it reads them locally, never while it waits for the network."""
         while True:
-            # the oldest read may drop the blocks of younger ones; those wait instead
-            older = [v for t, v in self._holding.items() if t < ticket]
-            keep = set().union(*self._holding.values()) if older else set()
+            # only the oldest read drops blocks (any but those being read); younger ones take
+            # free room or wait, so reads never drop each other's blocks in turn
+            oldest = ticket == min(self._holding)
             waiting = False
             for b in blocks:
                 if self._closed:
@@ -316,7 +316,12 @@ class BlockCache:
                     else:
                         self._drop(b)
                 if not self.present[b] and b not in self._inflight:
-                    if self._make_room(int(self.sizes[b]), demand=True, keep=keep):
+                    size = int(self.sizes[b])
+                    if (
+                        self._make_room(size, demand=True, keep=set())
+                        if oldest
+                        else self.used + size <= self.limit
+                    ):
                         self._start(b)
                     else:
                         waiting = True
