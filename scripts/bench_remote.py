@@ -150,6 +150,7 @@ def fetched(url: str, tmp: Path, need: int, runs: int) -> list[list[object]]:
             med = [statistics.median(run[e] for run in per_run) for e in range(EPOCHS)]
             name = "furthest next use (mixshard)" if policy == "future" else "LRU"
             rows.append([name, f"{frac:.0%}", *(f"{m:.0%}" for m in med)])
+            print(f"  {name}, cache {frac:.0%}: {rows[-1][2:]}", file=sys.stderr, flush=True)
     storepack.POLICY = "future"
     return rows
 
@@ -157,8 +158,11 @@ def fetched(url: str, tmp: Path, need: int, runs: int) -> list[list[object]]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="a small pack, one run each")
+    parser.add_argument("--runs", type=int, default=None, help="runs of each measurement")
+    parser.add_argument("--fetched-only", action="store_true", help="only the bytes table")
     args = parser.parse_args()
     count, runs = (1024, 1) if args.quick else (4096, 3)
+    runs = args.runs or runs
     OUT.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=OUT, prefix="remote-"))
     proc, endpoint = start_moto()
@@ -171,9 +175,9 @@ def main() -> None:
         print(f"Machine: {machine()}; load average {os.getloadavg()[0]:.2f}")
         print(f"Pack: {count} images of 32 px, blocks of 32 ({need / 1e6:.1f} MB of blocks), "
               f"moto S3 server on {endpoint}; loader batch 256, order='block'\n")  # fmt: skip
-        print(
-            table(["read from", "img/s (median)", "vs local", "runs"], rates(pack, url, tmp, runs))
-        )
+        if not args.fetched_only:
+            rows = rates(pack, url, tmp, runs)
+            print(table(["read from", "img/s (median)", "vs local", "runs"], rows), flush=True)
         print(f"\nBytes fetched per epoch, as a share of the pack (median of {runs}):\n")
         head = ["eviction", "cache", *(f"epoch {e + 1}" for e in range(EPOCHS))]
         print(table(head, fetched(url, tmp, need, runs)))
