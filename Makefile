@@ -54,6 +54,7 @@ bench: $(STAMP)
 	$(PY) scripts/bench_pack.py --plot
 	$(PY) scripts/bench_stream.py --plot
 	$(PY) scripts/bench_overlay.py --plot
+	$(PY) scripts/bench_remote.py
 
 # Dataset targets: pack a downloaded dataset where mixshard.compat.random_overlay finds it
 # (MIXSHARD_DATA=$(DATA)). Rerunning a target finishes an interrupted pack (--resume); with

@@ -10,7 +10,6 @@ from typing import Any
 import torch
 
 from ..core.device import host_empty, wants_pinned
-from ..reading.local import LocalPack
 from ..reading.remote import read_blocks
 from ..reading.source import Source
 from .draws import Carry, PermutationWalk
@@ -24,8 +23,8 @@ def read_pack_to(source: Source, images: torch.Tensor) -> None:
     pin = wants_pinned(images.device)
     host = host_empty((m.block_size, 3, m.size, m.size), torch.uint8, pin)
     pos = 0
-    if source.folder is not None:
-        pack = LocalPack(source.folder, m)
+    if source.is_folder:
+        pack = source.open_pack()
         try:
             for b, count in enumerate(pack.block_count.tolist()):
                 pack.read_block(b, host.numpy().reshape(m.block_size, -1))

@@ -66,6 +66,8 @@ class Overlay:
         batch_size: batch size of the stream (any number of backgrounds can be asked for).
         pool: images in the pool; default as many as fit in `cache_fraction`.
         uses: pool: draws of each image before its slot is refilled.
+        cache_dir, cache_limit: a pack on an object store (`s3://...`): its block cache's
+            folder and byte limit (see `ShardStream`).
 
     Arguments are checked here; obs are not checked for NaN or inf at each call (that would
     cost a host sync per call): they blend into NaN/inf.
@@ -89,11 +91,14 @@ class Overlay:
         batch_size: int = 256,
         pool: int | None = None,
         uses: int = 4,
+        cache_dir: str | os.PathLike | None = None,
+        cache_limit: int | None = None,
     ) -> None:
         check_overlay_args(alpha, num_workers, seed, batch_size, pool, uses)
         _check_args(cache, crop, alpha, cache_fraction)
         check_pool_args(pool, uses)
-        self.source = resolve_source(source)  # index.json read once, here
+        # index.json read once, here
+        self.source = resolve_source(source, cache_dir=cache_dir, cache_limit=cache_limit)
         self.manifest = self.source.manifest
         self.count = self.source.count  # shard URLs may hold part of the pack
         self.alpha, self.flip, self.crop = alpha, flip, crop

@@ -104,6 +104,9 @@ class BlockFeed:
         self._stop = False
         self._error: BaseException | None = None
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        expect = getattr(pack, "expect", None)  # a store's cache fetches in this order
+        if expect is not None:
+            expect(sequence_of, per_epoch, rank, batch_size, batches, run)
         self._readers = [Job(self._read_all, f"mixshard-read-{i}") for i in range(threads)]
         self._planner = Job(self._plan_all, "mixshard-plan")
         # the threads hold the feed until closed: by its reader, or at interpreter exit

@@ -1,4 +1,5 @@
-"""What the user passed as a pack, resolved once: a folder, or shard URLs with their manifest.
+"""What the user passed as a pack, resolved once: a folder, a store URL (`s3://`, `gs://`),
+or shard URLs with their manifest.
 
 `resolve_source` is the only place that asks "folder or URLs?". `ShardStream`, the caches, the
 pool and its refill feed receive the `Source` it returns (and give it to each other), so a pack
@@ -8,11 +9,15 @@ served over HTTP has its `index.json` fetched once, and every reader agrees on w
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Union
 
+from ..core.checks import check_optional_int
+from ..core.constants import MANIFEST_NAME
 from ..core.manifest import Manifest, ShardInfo
 from ..core.packpath import pack_dir
+from ..core.stores import Store, check_location, is_store_url, load_manifest
+from .local import LocalPack
 from .remote import is_folder, resolve_urls
 
 UserSource = Union[str, "os.PathLike[str]", list]
@@ -27,21 +32,42 @@ class Source:
         urls: `(url, shard)` pairs of shard URLs (maybe part of a pack), or None for a folder.
         manifest: the pack's manifest.
         given: what the user passed (URLs as given, for DataLoader workers and messages).
+        store: the pack's store URL (`s3://...`), read through a block cache; else None.
+        cache_dir, cache_limit: a store's cache folder and byte limit (None: the defaults,
+            `storepack.default_cache_dir` and `storepack.default_limit`).
     """
 
     folder: str | None
     urls: tuple[tuple[str, ShardInfo], ...] | None
     manifest: Manifest
     given: str | list
+    store: str | None = None
+    cache_dir: str | None = None
+    cache_limit: int | None = None
 
     @property
     def is_folder(self) -> bool:
-        return self.folder is not None
+        """True for a pack read by byte offset: a folder, or a store through its cache."""
+        return self.folder is not None or self.store is not None
 
     @property
     def kind(self) -> str:
-        """`"folder"` or `"urls"`."""
-        return "folder" if self.is_folder else "urls"
+        """`"folder"`, `"store"` or `"urls"`."""
+        return "store" if self.store else "folder" if self.folder is not None else "urls"
+
+    def open_pack(self, on_error: str = "raise") -> LocalPack:
+        """The pack opened for reading by byte offset (a store's through its block cache).
+
+        Raises:
+            TypeError: a source of shard URLs (they are streamed whole).
+        """
+        if self.store is not None:
+            from .storepack import StorePack
+
+            return StorePack(self.store, self.manifest, self.cache_dir, self.cache_limit, on_error)
+        if self.folder is None:
+            raise TypeError("shard URLs are streamed, not opened by byte offset")
+        return LocalPack(self.folder, self.manifest, on_error)
 
     @property
     def count(self) -> int:
@@ -51,21 +77,48 @@ class Source:
         return sum(shard.count for _, shard in self.urls)
 
 
-def resolve_source(source: UserSource | Source, manifest: str | Manifest | None = None) -> Source:
-    """`source` (a pack folder or its `index.json`, shard URLs, brace patterns, `pipe:`
-    commands, a list of them) as a `Source`; a `Source` is returned as it is.
+def resolve_source(
+    source: UserSource | Source,
+    manifest: str | Manifest | None = None,
+    *,
+    cache_dir: str | os.PathLike | None = None,
+    cache_limit: int | None = None,
+) -> Source:
+    """`source` (a pack folder or its `index.json`, a store URL `s3://bucket/prefix`, shard
+    URLs, brace patterns, `pipe:` commands, a list of them) as a `Source`; a `Source` is
+    returned as it is (with the cache options given here, when they are).
 
     Args:
         source: what the user passed.
         manifest: the `Manifest` already read, or where the manifest of URLs is when it is not
             `<base>/index.json`.
+        cache_dir: a store URL's block cache folder (default `~/.cache/mixshard`, or under
+            `$XDG_CACHE_HOME`).
+        cache_limit: bytes that cache keeps at most (default: the pack, or half the free space
+            there if less).
 
     Raises:
         ManifestError: the folder holds no finished pack, or the URLs' manifest cannot be read.
         MixshardError: no URLs, or a URL whose shard the manifest does not list.
     """
+    check_optional_int("cache_limit", cache_limit, 1)
     if isinstance(source, Source):
-        return source
+        if source.store is None or (cache_dir is None and cache_limit is None):
+            return source
+        return replace(
+            source,
+            cache_dir=source.cache_dir if cache_dir is None else os.fspath(cache_dir),
+            cache_limit=source.cache_limit if cache_limit is None else cache_limit,
+        )
+    if isinstance(source, str):
+        check_location(source)
+    if isinstance(source, str) and is_store_url(source):
+        url = source.rstrip("/")
+        if url.endswith("/" + MANIFEST_NAME):
+            url = url[: -len(MANIFEST_NAME) - 1]
+        found = manifest if isinstance(manifest, Manifest) else load_manifest(Store(url))
+        where = None if cache_dir is None else os.fspath(cache_dir)
+        return Source(None, None, found, source, url, where, cache_limit)
     if not isinstance(source, list) and is_folder(source):
         folder = os.fspath(pack_dir(source))  # the folder, or its index.json
         found = manifest if isinstance(manifest, Manifest) else Manifest.load(folder)

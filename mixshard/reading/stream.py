@@ -41,9 +41,10 @@ class ShardStream(IterableDataset):
     """Full, shuffled uint8 batches from a mixshard pack.
 
     Args:
-        source: a pack folder (local fast path), or shard URLs as webdataset takes them (brace
-            patterns, `http(s)://`, `pipe:` commands, lists) whose manifest is
-            `<base>/index.json`.
+        source: a pack folder (local fast path), a pack on an object store (`s3://bucket/prefix`,
+            `gs://...`: read like a folder, its blocks fetched with ranged reads into a bounded
+            local cache), or shard URLs as webdataset takes them (brace patterns, `http(s)://`,
+            `pipe:` commands, lists) whose manifest is `<base>/index.json`.
         batch_size: images per batch; every batch is full.
         shuffle: a fresh order per (seed, epoch); False keeps the stored order.
         infinite: never stop (no epoch boundary, no worker respawn): what an RL run wants.
@@ -71,7 +72,13 @@ class ShardStream(IterableDataset):
         in_memory: global order: copy the pack's images into this process's memory (in large
             sequential reads, on a background thread) and gather batches from the copy,
             three times faster than one `pread` per image; None: when they take at most a
-            quarter of the available memory (`inmemory.py`). `memory_copy` tells.
+            quarter of the available memory (`inmemory.py`); folders only (a store pack's
+            blocks are already local files in its cache). `memory_copy` tells.
+        cache_dir: store URLs: the block cache's folder (default `~/.cache/mixshard`, or
+            `$XDG_CACHE_HOME/mixshard`); its files are keyed by the pack's identity.
+        cache_limit: store URLs: bytes the cache keeps at most (default: the whole pack, or
+            half the free disk space there if less); DataLoader worker processes split it.
+            Once full, the block whose next use is furthest away is dropped.
 
     Yields:
         `torch.uint8` tensors `(batch_size, 3, size, size)`, contiguous (or `(images, labels)`).
@@ -98,6 +105,8 @@ class ShardStream(IterableDataset):
         run: int = 4,
         shuffle_blocks: int = 8,
         in_memory: bool | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        cache_limit: int | None = None,
     ) -> None:
         _check_args(batch_size, on_error, order, window, rank, world_size, in_memory)
         check_int("seed", seed, 0)
@@ -108,12 +117,12 @@ class ShardStream(IterableDataset):
         self.window, self.run, self.shuffle_blocks = window, run, max(1, shuffle_blocks)
         self._rank, self._world = rank, world_size
         self.position = 0  # global number of the next batch to make
-        self.source = resolve_source(source, manifest)
+        self.source = resolve_source(source, manifest, cache_dir=cache_dir, cache_limit=cache_limit)
         self.manifest = self.source.manifest
         self.pack: LocalPack | None = None
         self.urls = self.source.urls
-        if self.source.folder is not None:
-            self.pack = LocalPack(self.source.folder, self.manifest, on_error)
+        if self.source.is_folder:
+            self.pack = self.source.open_pack(on_error)
             self.count = self.pack.count
         else:
             self.count = self.source.count
@@ -129,7 +138,7 @@ class ShardStream(IterableDataset):
             epochs = order_mod.EpochOrder(
                 self.order, self.pack.block_count, seed, window, shuffle, run
             )
-            if wants_copy(self.pack, self.order, in_memory):
+            if self.source.kind == "folder" and wants_copy(self.pack, self.order, in_memory):
                 self.memory_copy = MemoryCopy(self.pack)
             self._local = LocalBatches(
                 self.pack, epochs, batch_size, labels, self.larger_than_memory, self.memory_copy
@@ -154,11 +163,18 @@ class ShardStream(IterableDataset):
             if wanted != "auto":
                 raise ValueError(f"order={wanted!r} applies to local pack folders, not URLs")
             return "shards"
+        fits = store_fits(self.pack)
+        if wanted == "global" and not fits:
+            raise ValueError(
+                "order='global' reads from every block all epoch long, so it needs the whole "
+                "pack in the cache: give cache_limit >= "
+                f"{getattr(self.pack, 'need', 0)} bytes, or use order='block'"
+            )
         if wanted != "auto":
             return wanted
         if len(self.pack.block_count) <= self.window:
             return "block"  # one window is the whole pack: a full permutation, read in blocks
-        return "block" if self.larger_than_memory else "global"
+        return "block" if self.larger_than_memory or not fits else "global"
 
     # ------------------------------------------------------------------ geometry and state
     @property
@@ -281,6 +297,12 @@ class ShardStream(IterableDataset):
             yield batch
         if info is None and end is not None:
             self.position = end
+
+
+def store_fits(pack: LocalPack) -> bool:
+    """True for a local pack, or a store's whose whole pack fits in its cache limit."""
+    need = getattr(pack, "need", None)
+    return need is None or need <= getattr(pack, "limit", 0)
 
 
 def _check_args(

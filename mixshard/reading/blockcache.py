@@ -1,0 +1,360 @@
+"""A bounded local cache of the blocks of a pack on an object store.
+
+Blocks are fetched with one ranged read each (`core/stores.py`), checked against the block's
+`sha256` in `index.json` before anything is kept or served, and written at their real offsets
+into sparse shard files (so `LocalPack` reads them as a local pack, `storepack.py`). A block on
+disk is marked by a file `have/<block>`; one found there from an earlier run is checked again
+(its span hashed) before this process serves it. Fetches run ahead of the reader on threads, in
+the order it will read (`eviction.Schedule`); once the bytes kept would pass the limit, the
+block needed furthest in the future is dropped (its span punched out of the sparse file). A
+block being read is never dropped, and the bytes kept plus those being fetched never pass the
+limit.
+
+One process owns a cache folder (`part-N`, held with an `flock`), so two processes never drop
+each other's blocks; a later run takes a free part again and finds its blocks there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import fcntl
+import hashlib
+import itertools
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..core.errors import MixshardError, ShardError
+from ..core.stores import Store
+from . import eviction
+from .remote import MIN_RATE, RATE_GRACE
+
+FETCH_THREADS = 8  # ranged reads in flight at once
+AHEAD = 256  # uses of the schedule looked at for prefetching
+_PUNCH = 0x01 | 0x02  # FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE
+
+
+def _fallocate() -> Any:
+    name = ctypes.util.find_library("c")
+    fn = getattr(ctypes.CDLL(name, use_errno=True), "fallocate", None) if name else None
+    if fn is not None:
+        fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    return fn
+
+
+_FALLOCATE = _fallocate()
+CAN_EVICT = _FALLOCATE is not None  # hole punching (Linux): blocks can be dropped again
+
+
+def punch(fd: int, start: int, length: int) -> None:
+    """Free bytes `[start, start + length)` of the file behind `fd` (they read as zeros)."""
+    if _FALLOCATE is None or _FALLOCATE(fd, _PUNCH, start, length) != 0:
+        raise OSError(ctypes.get_errno(), "cannot punch a hole in a cache file")
+
+
+def claim_part(root: Path) -> tuple[Path, int]:
+    """A part folder of `root` no other process holds: `(folder, fd of its held lock)`."""
+    root.mkdir(parents=True, exist_ok=True)
+    for n in range(1 << 10):
+        folder = root / f"part-{n}"
+        (folder / "have").mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue
+        return folder, fd
+    raise MixshardError(f"every part of the cache {root} is held by another process")
+
+
+class BlockCache:
+    """The blocks of one pack, fetched from `store` into `folder`, at most `limit` bytes.
+
+    Args:
+        store: where the pack is.
+        shards: per shard, `(name, bytes)`.
+        spans: per block, `(shard slot, start, end)` in its shard (`layout.block_span`).
+        digests: per block, the sha256 of its span.
+        folder: this process's part folder (`claim_part`).
+        limit: bytes of blocks kept at most.
+        policy: `"future"` (Belady) or `"lru"`.
+        lock_fd: the descriptor holding `folder` (`claim_part`), closed with the cache.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        shards: list[tuple[str, int]],
+        spans: np.ndarray,
+        digests: list[str],
+        folder: Path,
+        limit: int,
+        policy: str = "future",
+        lock_fd: int | None = None,
+    ) -> None:
+        self.store, self.shards, self.folder = store, shards, folder
+        self.spans, self.digests, self.limit, self.policy = spans, digests, limit, policy
+        self.sizes = (spans[:, 2] - spans[:, 1]).astype(np.int64)
+        n = len(spans)
+        self.present = np.zeros(n, bool)  # on disk, in this folder
+        self.checked = np.zeros(n, bool)  # ... and checked by this process
+        self.pins = np.zeros(n, np.int64)
+        self.last_used: dict[int, int] = {}
+        self.used = 0  # bytes of present blocks and of fetches in flight
+        self.fetched_bytes = 0
+        self.fetches = 0
+        self._clock = 0
+        self._inflight: dict[int, tuple[Future, float]] = {}
+        self._cond = threading.Condition()
+        self._schedule = eviction.Schedule(None, n)
+        # the reads waiting for their blocks: ticket -> blocks; the oldest one may drop the
+        # blocks of younger ones (so one always gets its blocks, never a livelock)
+        self._holding: dict[int, set[int]] = {}
+        self._tickets = itertools.count()
+        self.planned = False
+        self._pool = ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="mixshard-fetch")
+        self._closed = False
+        # the part folder is let go (its lock) on close(), when collected, or at exit
+        self._release = weakref.finalize(self, _let_go, self._pool, lock_fd)
+        for name, size in shards:
+            path = folder / name
+            with open(path, "ab") as f:
+                if f.tell() != size:
+                    f.truncate(size)
+        for entry in os.listdir(folder / "have"):
+            if entry.isdigit() and int(entry) < n:
+                self.present[int(entry)] = True
+        self.used = int(self.sizes[self.present].sum())
+        with self._cond:
+            self._make_room(0, demand=True)
+        self.peak = self.used  # the most bytes kept and being fetched at once
+
+    # ------------------------------------------------------------------ planning
+    def plan(self, uses_of: Callable[[int], np.ndarray] | None, first: int) -> None:
+        """The reader's sequence of block reads from epoch `first` on (`eviction.Schedule`)."""
+        with self._cond:
+            self._schedule = eviction.Schedule(uses_of, len(self.spans), first)
+            self.planned = uses_of is not None
+            self._pump()
+
+    def _victim(self, before: int | None, keep: set[int]) -> int | None:
+        """A present, unpinned block not in `keep` to drop (None: none, or with `before`, none
+        whose next use is later than `before`)."""
+        free = np.flatnonzero(self.present & (self.pins == 0)).tolist()
+        free = [b for b in free if b not in self._inflight and b not in keep]
+        if self.policy == "lru":
+            return eviction.lru_victim(free, self.last_used)
+        nxt = {b: self._schedule.next_use(b) for b in free}
+        victim = eviction.furthest_victim(free, nxt, self.last_used)
+        if victim is not None and before is not None and nxt[victim] <= before:
+            return None
+        return victim
+
+    def _make_room(
+        self, size: int, demand: bool, before: int | None = None, keep: set[int] | None = None
+    ) -> bool:
+        """Drop blocks until `size` more bytes fit; False when that cannot be done now."""
+        if keep is None:  # fetching ahead: every block a reader waits for stays
+            keep = set().union(*self._holding.values())
+        while self.used + size > self.limit:
+            victim = self._victim(None if demand else before, keep)
+            if victim is None:
+                return False
+            self._drop(victim)
+        return True
+
+    def _drop(self, b: int) -> None:
+        self.present[b] = self.checked[b] = False
+        self.used -= int(self.sizes[b])
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.folder / "have" / str(b))
+        slot, start, end = (int(x) for x in self.spans[b])
+        fd = os.open(self.folder / self.shards[slot][0], os.O_RDWR)
+        try:
+            punch(fd, start, end - start)
+        finally:
+            os.close(fd)
+
+    def _pump(self) -> None:
+        """Start fetches of the blocks needed next, as far as the limit and the threads allow."""
+        if self._closed:
+            return
+        for i, (t, b) in enumerate(self._schedule.upcoming()):
+            if len(self._inflight) >= FETCH_THREADS or i >= AHEAD:
+                return
+            if self.present[b] or b in self._inflight:
+                continue
+            if self.policy == "lru" and self.used + int(self.sizes[b]) > self.limit:
+                return  # LRU drops blocks only for a read that waits (fetched ahead: no room)
+            if not self._make_room(int(self.sizes[b]), demand=False, before=t):
+                return  # everything kept is needed sooner than this block
+            self._start(b)
+
+    def _start(self, b: int) -> None:
+        self.used += int(self.sizes[b])
+        self.peak = max(self.peak, self.used)
+        self._inflight[b] = (self._pool.submit(self._fetch, b), time.monotonic())
+
+    # ------------------------------------------------------------------ fetching
+    def _fetch(self, b: int) -> None:
+        slot, start, end = (int(x) for x in self.spans[b])
+        name = self.shards[slot][0]
+        try:
+            data = self.store.read(name, start, end)
+            self._check(b, data)
+            fd = os.open(self.folder / name, os.O_WRONLY)
+            try:
+                os.pwrite(fd, data, start)
+            finally:
+                os.close(fd)
+            open(self.folder / "have" / str(b), "wb").close()
+        except BaseException:
+            with self._cond:
+                self.used -= int(self.sizes[b])
+                self._inflight.pop(b, None)  # a reader waiting has the future: it raises
+                self._cond.notify_all()
+            raise
+        with self._cond:
+            self.present[b] = self.checked[b] = True
+            self.fetched_bytes += len(data)
+            self.fetches += 1
+            self._inflight.pop(b, None)
+            self._cond.notify_all()
+            self._pump()
+
+    def _check(self, b: int, data: bytes) -> None:
+        slot, start, end = (int(x) for x in self.spans[b])
+        url = self.store.object_url(self.shards[slot][0])
+        fix = (
+            "the pack changed after its index.json was read, or is damaged: run `mixshard "
+            f"verify {self.store.url}` and open the pack again (repack it if verify fails)"
+        )
+        if len(data) != end - start:
+            raise ShardError(
+                f"{url}: bytes {start}-{end} of block {b} came back as {len(data)} bytes "
+                f"(the object is shorter than index.json says); {fix}"
+            )
+        if hashlib.sha256(data).hexdigest() != self.digests[b]:
+            raise ShardError(f"{url}: block {b} (bytes {start}-{end}) is not as sha256 in {fix}")
+
+    def _recheck(self, b: int) -> bool:
+        """A block found on disk from an earlier run: its span hashed again."""
+        slot, start, end = (int(x) for x in self.spans[b])
+        fd = os.open(self.folder / self.shards[slot][0], os.O_RDONLY)
+        try:
+            data = os.pread(fd, end - start, start)
+        finally:
+            os.close(fd)
+        return hashlib.sha256(data).hexdigest() == self.digests[b]
+
+    def _wait(self, b: int) -> None:
+        """Wait for block `b`'s fetch, under the minimum-rate rule (`remote.py`)."""
+        future, started = self._inflight[b]
+        deadline = started + RATE_GRACE + int(self.sizes[b]) / MIN_RATE
+        self._cond.release()
+        try:
+            future.result(timeout=max(0.0, deadline - time.monotonic()))
+        except TimeoutError:
+            slot, start, end = (int(x) for x in self.spans[b])
+            url = self.store.object_url(self.shards[slot][0])
+            raise ShardError(
+                f"{url} stalled: bytes {start}-{end} did not arrive at {MIN_RATE >> 10} KiB/s "
+                "or more; check the endpoint or network (a store that stalls is not retried)"
+            ) from None
+        finally:
+            self._cond.acquire()
+            if self._inflight.get(b, (None,))[0] is future and future.done():
+                del self._inflight[b]
+
+    # ------------------------------------------------------------------ the reader's side
+    def hold(self, blocks: list[int]) -> None:
+        """Make `blocks` present and checked, and keep them until `release`: fetched now if no
+        fetch ahead brought them. Raises the `ShardError` of a failed fetch or check."""
+        need = int(self.sizes[blocks].sum())
+        if need > self.limit:
+            raise MixshardError(
+                f"the block cache's limit ({self.limit} bytes) is smaller than one read of "
+                f"{need} bytes ({len(blocks)} blocks); give a larger cache_limit"
+            )
+        with self._cond:
+            for b in blocks:
+                self._schedule.take(b)
+                self._clock += 1
+                self.last_used[b] = self._clock
+            ticket = next(self._tickets)
+            self._holding[ticket] = set(blocks)
+            try:
+                self._hold_all(list(dict.fromkeys(blocks)), ticket)
+            finally:
+                del self._holding[ticket]
+            self._pump()
+
+    def _hold_all(self, blocks: list[int], ticket: int) -> None:
+        """Fetch the missing ones of `blocks` together, then pin them all at once: a read
+        pins blocks only while it reads them locally, never while it waits for the network."""
+        while True:
+            # only the oldest read drops blocks (any but those being read); younger ones take
+            # free room or wait, so reads never drop each other's blocks in turn
+            oldest = ticket == min(self._holding)
+            waiting = False
+            for b in blocks:
+                if self._closed:
+                    raise MixshardError("the block cache was closed")
+                if self.present[b] and not self.checked[b]:
+                    if self._recheck(b):
+                        self.checked[b] = True
+                    else:
+                        self._drop(b)
+                if not self.present[b] and b not in self._inflight:
+                    size = int(self.sizes[b])
+                    if (
+                        self._make_room(size, demand=True, keep=set())
+                        if oldest
+                        else self.used + size <= self.limit
+                    ):
+                        self._start(b)
+                    else:
+                        waiting = True
+            for b in blocks:
+                if b in self._inflight:
+                    self._wait(b)
+            if not waiting and all(self.present[b] for b in blocks):
+                for b in blocks:
+                    self.pins[b] += 1
+                return
+            if waiting:
+                self._cond.wait(0.02)  # older reads fill the cache: let them finish first
+
+    def _unpin(self, blocks: list[int]) -> None:
+        for b in blocks:
+            self.pins[b] -= 1
+        self._cond.notify_all()
+
+    def release(self, blocks: list[int]) -> None:
+        """The reader is done with `blocks` (each once per `hold`)."""
+        with self._cond:
+            self._unpin(blocks)
+            self._pump()
+
+    def close(self) -> None:
+        """Stop fetching ahead (fetches under way finish on their own)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._release()
+
+
+def _let_go(pool: ThreadPoolExecutor, lock_fd: int | None) -> None:
+    pool.shutdown(wait=False, cancel_futures=True)
+    if lock_fd is not None:
+        os.close(lock_fd)

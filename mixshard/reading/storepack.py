@@ -1,0 +1,216 @@
+"""A pack on an object store (`s3://`, `gs://`), read as a local pack through a block cache.
+
+`StorePack` is a `LocalPack` whose shard files are the sparse files of a `BlockCache`
+(`blockcache.py`): every read first holds the blocks it touches (fetched and checked if they
+are not there yet), then reads them with the local pack's own `preadv` paths. So the orders,
+the rank split, the epoch contract and `state_dict` resume are exactly the local ones. A block
+feed tells the pack the blocks it will read (`expect`), and the cache fetches them ahead in
+that order and evicts by it.
+
+The cache lives under `cache_dir/<pack identity>/`, the identity a digest of the URL and of
+`index.json` (which holds every shard's and block's sha256): a changed pack gets a new folder
+and never meets the old one's bytes. Each process opens the cache on its first read (a
+DataLoader worker opens its own part, with its share of the byte limit).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from torch.utils.data import get_worker_info
+
+from ..core import layout
+from ..core.errors import ManifestError, ShardError
+from ..core.files import open_regular
+from ..core.manifest import Manifest, ShardInfo
+from ..core.stores import Store
+from . import order
+from .blockcache import BlockCache, claim_part
+from .local import LocalPack
+from .shardfiles import FileId, shard_path
+
+POLICY = "future"  # eviction policy of new caches ("lru": for the benchmark's comparison)
+
+
+def default_cache_dir() -> Path:
+    """`$XDG_CACHE_HOME/mixshard`, else `~/.cache/mixshard`."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "mixshard"
+
+
+def block_spans(manifest: Manifest) -> np.ndarray:
+    """Per block, `(shard slot, start, end)` of its span (`layout.block_span`)."""
+    rows = [
+        (s, *layout.block_span(b.offset, b.labels_offset, b.count, manifest.size))
+        for s, shard in enumerate(manifest.shards)
+        for b in shard.blocks
+    ]
+    return np.array(rows, np.int64).reshape(-1, 3)
+
+
+def check_digests(manifest: Manifest, url: str) -> list[str]:
+    """Every block's sha256; a pack made before blocks had one is refused."""
+    digests = [b.sha256 for shard in manifest.shards for b in shard.blocks]
+    if any(d is None for d in digests):
+        raise ManifestError(
+            f"{url}: this pack was made by an older mixshard, whose index.json has no sha256 "
+            "per block, so blocks fetched one by one cannot be checked; repack it (mixshard "
+            "pack SRC URL), or read its shards whole through http(s):// URLs"
+        )
+    return [str(d) for d in digests]
+
+
+def default_limit(manifest: Manifest, root: Path) -> int:
+    """The whole pack's blocks, or half the free space where the cache is, if less."""
+    need = int(np.diff(block_spans(manifest)[:, 1:], axis=1).sum())
+    probe = root
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    return min(need, shutil.disk_usage(probe).free // 2)
+
+
+class StorePack(LocalPack):
+    """A pack at `url` read through a block cache.
+
+    Args:
+        url: the pack's store URL.
+        manifest: its `index.json`, already read.
+        cache_dir: the cache's root (default `default_cache_dir()`).
+        cache_limit: bytes the cache keeps at most (split among DataLoader workers).
+        on_error: as for `LocalPack` (a block whose digest differs always raises).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        manifest: Manifest,
+        cache_dir: str | os.PathLike | None,
+        cache_limit: int | None,
+        on_error: str = "raise",
+    ) -> None:
+        self.url = url
+        self.digests = check_digests(manifest, url)
+        identity = hashlib.sha256(url.encode() + b"\n" + manifest.dumps()).hexdigest()[:20]
+        self.root = Path(cache_dir or default_cache_dir()) / identity
+        self.limit = default_limit(manifest, self.root) if cache_limit is None else cache_limit
+        self.spans = block_spans(manifest)
+        self.need = int((self.spans[:, 2] - self.spans[:, 1]).sum())  # bytes of every block
+        self.cache: BlockCache | None = None
+        self._cache_pid = -1
+        super().__init__(self.root, manifest, on_error)
+
+    def _stat(self, shard: ShardInfo) -> FileId:
+        shard_path(self.root, shard.name)  # a plain name, or a ShardError
+        return FileId(0, 0, shard.bytes, 0)  # the cache's files are written while read
+
+    def open_cache(self) -> BlockCache:
+        """This process's cache (opened on first use)."""
+        if self.cache is None or self._cache_pid != os.getpid():
+            info = get_worker_info()
+            share = self.limit // (info.num_workers if info is not None else 1)
+            folder, lock_fd = claim_part(self.root)
+            self.folder = folder
+            shards = [(s.name, s.bytes) for s in self.shards]
+            self.cache = BlockCache(
+                Store(self.url), shards, self.spans, self.digests, folder, share, POLICY, lock_fd
+            )
+            self._cache_pid = os.getpid()
+        return self.cache
+
+    def expect(
+        self,
+        sequence_of: Any,
+        per_epoch: int,
+        rank: int,
+        batch_size: int,
+        batches: range,
+        run: int = 1,
+    ) -> None:
+        """A block feed will make `batches` (`blockfeed.BlockFeed`'s arguments): the cache
+        fetches ahead, and evicts, by the blocks it will read."""
+        blocks = len(self.block_count)
+
+        def uses_of(epoch: int) -> np.ndarray:
+            lo, hi = max(batches.start, epoch * per_epoch), (epoch + 1) * per_epoch
+            ks = range(
+                lo + (batches.start - lo) % batches.step, min(hi, batches.stop), batches.step
+            )
+            sequence = sequence_of(epoch)[0]
+            parts = []
+            for k in ks:
+                first = order.batch_span(k, per_epoch, rank, batch_size)[1]
+                parts.append(sequence[first : first + batch_size])
+            if not parts:
+                return np.zeros(0, np.int64)
+            touched = self.block_of(np.concatenate(parts))
+            _, firsts = np.unique(touched, return_index=True)
+            seen = np.zeros(blocks, bool)
+            out = []
+            for b in touched[np.sort(firsts)].tolist():
+                for x in order.run_of(b // run, run, blocks):
+                    if not seen[x]:
+                        seen[x] = True
+                        out.append(x)
+            return np.array(out, np.int64)
+
+        self.open_cache().plan(uses_of, batches.start // per_epoch)
+
+    # the local reads, with their blocks held in the cache meanwhile
+    def _open_checked(self, slot: int) -> int:
+        self.open_cache()
+        path = self.folder / self.shards[slot].name
+        try:
+            return open_regular(path)
+        except OSError as exc:
+            raise ShardError(f"cannot open the cache file {path}: {exc.strerror}") from None
+
+    def _check_same(self, slot: int, fd: int) -> None:
+        return None  # blocks are checked by digest when fetched, not by file identity
+
+    def _check_block_once(self, b: int) -> None:
+        cache = self.open_cache()
+        cache.hold([b])
+        try:
+            super()._check_block_once(b)
+        finally:
+            cache.release([b])
+
+    def scatter_run(
+        self, blocks: list[int], addresses: list[np.ndarray], drop_cache: bool = False
+    ) -> list[bool | Any]:
+        cache = self.open_cache()
+        cache.hold(list(blocks))
+        try:
+            return super().scatter_run(blocks, addresses, drop_cache)
+        finally:
+            cache.release(list(blocks))
+
+    def read_images(self, index: np.ndarray, out: np.ndarray) -> np.ndarray | None:
+        blocks = np.unique(self.block_of(np.asarray(index, np.int64))).tolist()
+        cache = self.open_cache()
+        cache.hold(blocks)
+        try:
+            return super().read_images(index, out)
+        finally:
+            cache.release(blocks)
+
+    def warm(self, stop: Any) -> None:
+        """The global order (no block feed): fetch every block ahead, in stored order."""
+        cache = self.open_cache()
+        if not cache.planned:
+            cache.plan(lambda epoch: np.arange(len(self.block_count)), 0)
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state["cache"], state["_cache_pid"] = None, -1
+        return state
+
+    def close(self) -> None:
+        """Close the cached descriptors; the cache stays open (its idle fetch threads end with
+        it: `BlockCache.close`, or when it is collected)."""
+        super().close()
