@@ -24,7 +24,6 @@ import json
 import os
 import queue
 import shutil
-import socket
 import tempfile
 import threading
 import time
@@ -67,7 +66,7 @@ def _alive(holder: dict) -> bool:
     beat, pid = holder.get("beat"), holder.get("pid")
     if not isinstance(beat, (int, float)):
         return False
-    if holder.get("host") == socket.gethostname() and isinstance(pid, int):
+    if holder.get("host") == os.uname().nodename and isinstance(pid, int):
         import psutil
 
         return psutil.pid_exists(pid)
@@ -88,7 +87,7 @@ class Marker:
         self.holder = {
             "token": uuid.uuid4().hex,
             "pid": os.getpid(),
-            "host": socket.gethostname(),
+            "host": os.uname().nodename,
             "started": time.strftime("%Y-%m-%d %H:%M:%S"),
             "command": _command(),
         }
