@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import OUT, machine, table  # noqa: E402
+from benchlib import OUT, free_port, machine, table, use_local_s3  # noqa: E402
 
 import mixshard  # noqa: E402
 from mixshard.core.stores import Store  # noqa: E402
@@ -35,14 +35,6 @@ EPOCHS = 3
 FRACTIONS = (0.25, 0.5, 1.0)
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_moto() -> tuple[subprocess.Popen, str]:
     port = free_port()
     proc = subprocess.Popen(
@@ -50,13 +42,7 @@ def start_moto() -> tuple[subprocess.Popen, str]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    endpoint = f"http://127.0.0.1:{port}"
-    os.environ.update(
-        AWS_ACCESS_KEY_ID="bench",
-        AWS_SECRET_ACCESS_KEY="bench",
-        AWS_DEFAULT_REGION="us-east-1",
-        AWS_ENDPOINT_URL=endpoint,
-    )
+    endpoint = use_local_s3(port)
     import urllib.request
 
     for _ in range(200):

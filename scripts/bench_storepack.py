@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib import free_port, use_local_s3  # noqa: E402
 
 DEFAULT_SRC = Path(__file__).resolve().parents[2] / "shared" / "real-frames"
 
@@ -30,19 +32,10 @@ DEFAULT_SRC = Path(__file__).resolve().parents[2] / "shared" / "real-frames"
 def _server() -> tuple[object, str]:
     from moto.server import ThreadedMotoServer
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    os.environ.update(
-        AWS_ACCESS_KEY_ID="bench",
-        AWS_SECRET_ACCESS_KEY="bench",
-        AWS_DEFAULT_REGION="us-east-1",
-        AWS_ENDPOINT_URL=endpoint,
-    )
-    return server, endpoint
+    return server, use_local_s3(port)
 
 
 def _same(url: str, folder: Path) -> bool:

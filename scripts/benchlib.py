@@ -220,3 +220,26 @@ def reference_batches(src: Path, batch: int, workers: int):
             it = iter(loader)
             imgs, _ = next(it)
         yield imgs
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def use_local_s3(port: int) -> str:
+    """Point every AWS client of this process (and its children) at an S3 server on
+    127.0.0.1:`port` with made-up credentials, as the benchmarks' moto servers need; returns
+    the endpoint."""
+    endpoint = f"http://127.0.0.1:{port}"
+    os.environ.update(
+        AWS_ACCESS_KEY_ID="bench",
+        AWS_SECRET_ACCESS_KEY="bench",
+        AWS_DEFAULT_REGION="us-east-1",
+        AWS_ENDPOINT_URL=endpoint,
+    )
+    return endpoint
