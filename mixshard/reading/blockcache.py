@@ -121,6 +121,7 @@ class BlockCache:
         # blocks of younger ones (so one always gets its blocks, never a livelock)
         self._holding: dict[int, set[int]] = {}
         self._tickets = itertools.count()
+        self._starved: set[int] = set()  # tickets of reads waiting for room
         self.planned = False
         self._pool = ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="mixshard-fetch")
         self._closed = False
@@ -161,13 +162,18 @@ class BlockCache:
         return victim
 
     def _make_room(
-        self, size: int, demand: bool, before: int | None = None, keep: set[int] | None = None
+        self, size: int, demand: bool, before: int | None = None, own: set[int] | None = None
     ) -> bool:
-        """Drop blocks until `size` more bytes fit; False when that cannot be done now."""
-        if keep is None:  # fetching ahead: every block a reader waits for stays
-            keep = set().union(*self._holding.values())
+        """Drop blocks until `size` more bytes fit; False when that cannot be done now.
+
+        Blocks a read waits for stay. Only `own`, the blocks of the oldest read waiting, may
+        take younger reads' blocks, and only when nothing else can go: never its own (dropping
+        them to fetch each other was a livelock once)."""
+        held = set().union(*self._holding.values())
         while self.used + size > self.limit:
-            victim = self._victim(None if demand else before, keep)
+            victim = self._victim(None if demand else before, held)
+            if victim is None and own is not None:
+                victim = self._victim(None, own)
             if victim is None:
                 return False
             self._drop(victim)
@@ -187,8 +193,8 @@ class BlockCache:
 
     def _pump(self) -> None:
         """Start fetches of the blocks needed next, as far as the limit and the threads allow."""
-        if self._closed:
-            return
+        if self._closed or self._starved:
+            return  # a read waits for room: what frees up is its
         for i, (t, b) in enumerate(self._schedule.upcoming()):
             if len(self._inflight) >= FETCH_THREADS or i >= AHEAD:
                 return
@@ -297,6 +303,7 @@ class BlockCache:
                 self._hold_all(list(dict.fromkeys(blocks)), ticket)
             finally:
                 del self._holding[ticket]
+                self._starved.discard(ticket)
             self._pump()
 
     def _hold_all(self, blocks: list[int], ticket: int) -> None:
@@ -318,7 +325,7 @@ class BlockCache:
                 if not self.present[b] and b not in self._inflight:
                     size = int(self.sizes[b])
                     if (
-                        self._make_room(size, demand=True, keep=set())
+                        self._make_room(size, demand=True, own=set(blocks))
                         if oldest
                         else self.used + size <= self.limit
                     ):
@@ -333,6 +340,7 @@ class BlockCache:
                     self.pins[b] += 1
                 return
             if waiting:
+                self._starved.add(ticket)
                 self._cond.wait(0.02)  # older reads fill the cache: let them finish first
 
     def _unpin(self, blocks: list[int]) -> None:

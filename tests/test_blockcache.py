@@ -1,0 +1,124 @@
+"""The block cache under contention: reads that wait for room, fetches ahead, many threads.
+
+A store of bytes in memory stands in for the bucket (the cache's own logic is what is tested;
+`test_store_reading.py` runs the same cache against moto's S3 server)."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from mixshard.reading.blockcache import BlockCache, claim_part
+
+BLOCK = 4096
+BLOCKS = 16
+
+
+class MemoryStore:
+    """`Store`'s reading side over one shard held in memory; counts the ranged reads."""
+
+    def __init__(self, data: bytes, delay: float = 0.0) -> None:
+        self.url, self.data, self.delay = "mem://pack", data, delay
+        self.reads: list[tuple[int, int]] = []
+        self._lock = threading.Lock()
+
+    def object_url(self, name: str) -> str:
+        return f"{self.url}/{name}"
+
+    def read(self, name: str, start: int | None = None, end: int | None = None) -> bytes:
+        time.sleep(self.delay)
+        with self._lock:
+            self.reads.append((start or 0, end or len(self.data)))
+        return self.data[start:end]
+
+
+@pytest.fixture
+def shard() -> bytes:
+    return np.random.default_rng(5).integers(0, 256, BLOCK * BLOCKS, np.uint8).tobytes()
+
+
+def make_cache(tmp_path, shard: bytes, limit_blocks: int, delay: float = 0.0) -> BlockCache:
+    spans = np.array([(0, i * BLOCK, (i + 1) * BLOCK) for i in range(BLOCKS)], np.int64)
+    digests = [hashlib.sha256(shard[s:e]).hexdigest() for _, s, e in spans.tolist()]
+    folder, fd = claim_part(tmp_path / "cache")
+    store = MemoryStore(shard, delay)
+    cache = BlockCache(
+        store, [("s.tar", len(shard))], spans, digests, folder, limit_blocks * BLOCK, "future", fd
+    )  # type: ignore[arg-type]
+    return cache
+
+
+def held_bytes(cache: BlockCache, blocks: list[int]) -> list[bytes]:
+    with open(cache.folder / "s.tar", "rb") as f:
+        data = f.read()
+    return [data[b * BLOCK : (b + 1) * BLOCK] for b in blocks]
+
+
+def test_a_read_waiting_for_room_keeps_its_own_blocks(tmp_path, shard):
+    # 5 blocks of room; another read holds 2 of them for a while, so a read of 4 blocks gets
+    # 3 at once and must wait for the 4th. It used to drop its own fetched blocks to make
+    # room for the others, fetching in a circle until the other read let go.
+    cache = make_cache(tmp_path, shard, 5)
+    try:
+        cache.hold([10, 11])
+        threading.Timer(0.5, cache.release, ([10, 11],)).start()
+        cache.hold([0, 1, 2, 3])
+        assert held_bytes(cache, [0, 1, 2, 3]) == [
+            shard[b * BLOCK : (b + 1) * BLOCK] for b in range(4)
+        ]
+        assert cache.fetches == 6  # each block once: no block fetched twice
+        assert sorted(cache.store.reads) == sorted(  # type: ignore[attr-defined]
+            (b * BLOCK, (b + 1) * BLOCK) for b in (0, 1, 2, 3, 10, 11)
+        )
+        cache.release([0, 1, 2, 3])
+        assert cache.peak <= 5 * BLOCK
+    finally:
+        cache.close()
+
+
+def test_many_reader_threads_over_a_small_cache_all_finish(tmp_path, shard):
+    # 8 threads, each reading runs of 4 blocks, over a cache of 8 blocks with fetches ahead
+    # planned in the order they read: every read finishes and gets its own bytes.
+    cache = make_cache(tmp_path, shard, 8, delay=0.002)
+    rng = np.random.default_rng(1)
+    epochs = [rng.permutation(BLOCKS) for _ in range(3)]
+    cache.plan(lambda e: epochs[e] if e < len(epochs) else np.zeros(0, np.int64), 0)
+    runs = [epochs[e][i : i + 4].tolist() for e in range(3) for i in range(0, BLOCKS, 4)]
+    errors: list[BaseException] = []
+    bad: list[list[int]] = []
+    queue = list(reversed(runs))
+    lock = threading.Lock()
+
+    def reader() -> None:
+        while True:
+            with lock:
+                if not queue:
+                    return
+                blocks = queue.pop()
+            try:
+                cache.hold(blocks)
+                got = held_bytes(cache, blocks)
+                if got != [shard[b * BLOCK : (b + 1) * BLOCK] for b in blocks]:
+                    bad.append(blocks)
+                cache.release(blocks)
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+                return
+
+    threads = [threading.Thread(target=reader) for _ in range(8)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert not any(t.is_alive() for t in threads), "a read never got its blocks"
+        assert errors == [] and bad == []
+        assert cache.peak <= 8 * BLOCK
+        # 48 reads of 4 blocks: a cache of half the pack fetches far fewer than one per read
+        assert BLOCKS <= cache.fetches < 48 * 4
+    finally:
+        cache.close()
