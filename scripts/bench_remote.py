@@ -90,10 +90,28 @@ def close_cache(loader: object) -> None:
         pack.cache.close()  # lets its part folder go, for the next run to find
 
 
+def raw_rate(pack: Path, url: str) -> float:
+    """Images/s of the store alone: every block by one ranged read, FETCH_THREADS at once,
+    nothing checked or kept (the ceiling of a cold epoch)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from mixshard.reading.blockcache import FETCH_THREADS
+
+    manifest = mixshard.core.manifest.Manifest.load(pack)
+    spans = storepack.block_spans(manifest).tolist()
+    names = [s.name for s in manifest.shards]
+    store = Store(url)
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(FETCH_THREADS) as pool:
+        list(pool.map(lambda sp: store.read(names[sp[0]], sp[1], sp[2]), spans))
+    return manifest.count / (time.perf_counter() - t0)
+
+
 def rates(pack: Path, url: str, tmp: Path, runs: int) -> list[list[object]]:
-    local, cold, warm = [], [], []
+    local, raw, cold, warm = [], [], [], []
     for r in range(runs):
         local.append(epoch_rate(pack)[0])
+        raw.append(raw_rate(pack, url))
         cache = tmp / f"rate-{r}"
         rate, loader = epoch_rate(url, cache_dir=cache)
         cold.append(rate)
@@ -103,7 +121,12 @@ def rates(pack: Path, url: str, tmp: Path, runs: int) -> list[list[object]]:
         close_cache(loader)
     base = statistics.median(local)
     rows = []
-    for name, values in (("local folder", local), ("s3://, cold", cold), ("s3://, warm", warm)):
+    for name, values in (
+        ("local folder", local),
+        ("s3:// ranged reads alone (no loader)", raw),
+        ("s3://, cold", cold),
+        ("s3://, warm", warm),
+    ):
         med = statistics.median(values)
         rows.append(
             [name, f"{med:,.0f}", f"{med / base:.2f}", " / ".join(f"{v:,.0f}" for v in values)]

@@ -38,4 +38,4 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(skip)
 
 
-from stores import s3_bucket, s3_endpoint  # noqa: E402,F401 - fixtures for every test file
+from stores import gcs_bucket, gcs_endpoint, s3_bucket, s3_endpoint  # noqa: E402,F401

@@ -195,6 +195,8 @@ class BlockCache:
         """Start fetches of the blocks needed next, as far as the limit and the threads allow."""
         if self._closed or self._starved:
             return  # a read waits for room: what frees up is its
+        if self.present.all():
+            return  # a warm cache: nothing to fetch (no walk over the schedule per release)
         for i, (t, b) in enumerate(self._schedule.upcoming()):
             if len(self._inflight) >= FETCH_THREADS or i >= AHEAD:
                 return

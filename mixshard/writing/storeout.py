@@ -73,6 +73,12 @@ def _alive(holder: dict) -> bool:
     return time.time() - beat < STALE_AFTER
 
 
+MAKE_BUCKET = {  # how to make a bucket, by scheme (for the error that says there is none)
+    "s3": "for S3: `aws s3 mb {}`",
+    "gs": "for GCS: `gcloud storage buckets create {}`",
+}
+
+
 class Marker:
     """The lock of a pack in a store: a marker object, rewritten by a thread until `release`.
 
@@ -229,9 +235,10 @@ class StoreOut:
         listing = self.store.listing()
         if not listing and not self.store.bucket_exists():
             bucket = "/".join(self.url.split("/")[:3])
+            how = MAKE_BUCKET.get(bucket.split(":")[0], "with your store's own tool")
             raise OutputError(
-                f"{self.url}: the bucket {bucket} does not exist; create it first (for S3: `aws "
-                f"s3 mb {bucket}`) or check its name. Nothing was written"
+                f"{self.url}: the bucket {bucket} does not exist; create it first "
+                f"({how.format(bucket)}) or check its name. Nothing was written"
             )
         marker.take(list(listing))
         try:
