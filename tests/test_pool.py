@@ -168,14 +168,14 @@ def test_overlay_pool_mode_blends_pack_images(pack_dir):
 
 def test_auto_takes_the_pool_when_the_pack_does_not_fit(pack_dir):
     ov = Overlay(pack_dir)
-    ov(torch.rand(2, 9, 12, 12))
+    ov(torch.rand(2, 9, 12, 12) * 255)
     assert ov.modes == {"cpu": "device"}
     tiny = Overlay(pack_dir, cache_fraction=1e-12, pool=8)
-    tiny(torch.rand(2, 9, 12, 12))
+    tiny(torch.rand(2, 9, 12, 12) * 255)
     assert tiny.modes == {"cpu": "pool"} and tiny.stats()["cpu"]["pool"] == 8
     tiny.close()
     with pytest.raises(MixshardError, match="no room for a pool: 0 bytes free for it, one image"):
-        Overlay(pack_dir, cache_fraction=1e-12)(torch.rand(2, 9, 12, 12))
+        Overlay(pack_dir, cache_fraction=1e-12)(torch.rand(2, 9, 12, 12) * 255)
     with pytest.raises(ValueError, match="uses must be >= 1, got 0"):
         Overlay(pack_dir, uses=0)
     with pytest.raises(ValueError, match="pool must be >= 1 images, got 0"):
