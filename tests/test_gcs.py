@@ -88,3 +88,26 @@ def test_a_missing_gcs_bucket_is_one_line(tree, gcs_endpoint):
         "create it first (for GCS: `gcloud storage buckets create gs://no-such-bucket-zz`) or "
         "check its name. Nothing was written\n"
     )
+
+
+def test_resume_on_gcs_redoes_a_shard_rewritten_since_it_was_journaled(
+    tree, reference, gcs_bucket, monkeypatch
+):
+    url = gcs_bucket + "/r"
+    real = Store.upload
+
+    def no_index(self, local, name):
+        if name == "index.json":
+            raise ShardError("injected")
+        real(self, local, name)
+
+    monkeypatch.setattr(Store, "upload", no_index)
+    with pytest.raises(ShardError, match="injected"):
+        pack(tree, url, **ARGS)  # every shard and its journal are up, index.json is not
+    monkeypatch.setattr(Store, "upload", real)
+    store = Store(url)
+    data = store.read("shard-000003.tar")  # the same size, other bytes: a new generation
+    store.write("shard-000003.tar", data[:600] + bytes([data[600] ^ 1]) + data[601:])
+    result = pack(tree, url, **ARGS, resume=True)
+    assert result.written_shards == 1 and result.reused_shards == 3
+    assert {n: store.read(n) for n in sorted(store.listing())} == files(reference)

@@ -109,6 +109,18 @@ def describe(exc: BaseException, url: str) -> str:
     return f"cannot reach {url}: {type(exc).__name__}: {exc}"
 
 
+TAG_FIELDS = ("generation", "ETag", "etag", "md5Hash")  # GCS's first: it changes with the bytes
+
+
+def object_tag(info: dict) -> str | None:
+    """What changes when an object is rewritten: GCS's generation, S3's ETag (None where the
+    protocol has neither; then only the size tells)."""
+    for field in TAG_FIELDS:
+        if info.get(field) not in (None, ""):
+            return str(info[field])
+    return None
+
+
 class Store:
     """One prefix of an object store, as the folder of a pack.
 
@@ -156,6 +168,11 @@ class Store:
 
     def listing(self) -> dict[str, int]:
         """`{name: bytes}` of the objects directly under the prefix (empty when there are none)."""
+        return {name: size for name, (size, _) in self.objects().items()}
+
+    def objects(self) -> dict[str, tuple[int, str | None]]:
+        """`{name: (bytes, tag)}` of the objects directly under the prefix; the tag is the
+        store's version of the object (`object_tag`)."""
         try:
             self.fs.invalidate_cache(self.root)
             entries = self.fs.ls(self.root, detail=True)
@@ -166,8 +183,16 @@ class Store:
         out = {}
         for entry in entries:
             if entry.get("type") == "file":
-                out[entry["name"].rstrip("/").rsplit("/", 1)[-1]] = int(entry["size"])
+                name = entry["name"].rstrip("/").rsplit("/", 1)[-1]
+                out[name] = (int(entry["size"]), object_tag(entry))
         return out
+
+    def tag(self, name: str) -> str | None:
+        """The store's version of object `name` (`object_tag`)."""
+        try:
+            return object_tag(self.fs.info(self._path(name)))
+        except Exception as exc:
+            raise self._fail(exc, name) from None
 
     def download(self, name: str, local: str | Path) -> None:
         """Copy object `name` to the local file `local`."""

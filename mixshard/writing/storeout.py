@@ -3,10 +3,12 @@
 The shards are written by the local packer into a staging folder on this machine, each one
 uploaded as soon as it is finished and then deleted there, so staging never holds more than
 the shard being written and `IN_FLIGHT + 1` finished ones. After each upload the shard's
-journal line (the local packer's: its size, sha256, blocks and source stamps) is written as an
-object of its own; a resumed run reads them back and reuses a shard whose object has the
-journal's size. `index.json` is uploaded last, once every shard is in the store, so a reader
-never sees a half pack.
+journal line (the local packer's: its size, sha256, blocks and source stamps, and the object's
+version as the store reports it: S3's ETag, GCS's generation) is written as an object of its
+own; a resumed run reads them back and reuses a shard whose object still has the journal's size
+and version, so an object rewritten since is packed again (its sha256 is not re-read: `verify`
+downloads and checks it). `index.json` is uploaded last, once every shard is in the store, so
+a reader never sees a half pack.
 
 The lock is a marker object (`.mixshard-lock`, or `.mixshard-lock.part-K-of-N` for a job-array
 part) naming its holder and rewritten every `HEARTBEAT` seconds, made by an exclusive write
@@ -279,9 +281,14 @@ class StoreOut:
         self.sizes = {n: listing[n] for n in names}
         shutil.rmtree(self.staging, ignore_errors=True)  # what a killed run left: redone
         self.staging.mkdir(parents=True, exist_ok=True)
+        tags = {n: tag for n, (_, tag) in self.store.objects().items()} if names else {}
         for name in names:
             if name == MANIFEST_NAME or fnmatch.fnmatch(name, JOURNAL_GLOB):
-                (self.staging / name).write_bytes(self.store.read(name))
+                data = self.store.read(name)
+                (self.staging / name).write_bytes(data)
+                shard, tag = _journaled_tag(data)
+                if shard is not None and tag is not None and tags.get(shard) != tag:
+                    self.sizes.pop(shard, None)  # rewritten since it was journaled: redone
 
     def _publish(self) -> None:
         self.store.upload(self.staging / MANIFEST_NAME, MANIFEST_NAME)
@@ -311,7 +318,7 @@ class StoreOut:
         own (`.mixshard-pack[.part-K-of-N].NNNNNN.jsonl`: a header and its line, so the bytes
         uploaded per shard do not grow with the pack), after uploading the shard itself unless
         `uploaded` (Ray tasks upload their own)."""
-        header = json.dumps({"fingerprint": tracker.plan.fingerprint})
+        fingerprint = tracker.plan.fingerprint
 
         def record(shard: DoneShard) -> None:
             tracker.shard(shard)
@@ -319,6 +326,9 @@ class StoreOut:
             name = JOURNAL_NAME.replace(
                 ".jsonl", f"{part_suffix(self.part)}.{shard.index:06d}.jsonl"
             )
+            # the object's version as uploaded: a resumed run reuses only that version
+            tag = self.store.tag(shard.info.name) if shard.info else None
+            header = json.dumps({"fingerprint": fingerprint, "object": tag})
             self.store.write(name, f"{header}\n{line}\n".encode())
             self.uploaded += shard.info.count if shard.info else 0
             if self._last is not None:
@@ -337,6 +347,17 @@ class StoreOut:
         if self._uploader is not None:
             self._uploader.stop()
             self._uploader = None
+
+
+def _journaled_tag(data: bytes) -> tuple[str | None, str | None]:
+    """`(shard name, object version)` a journal object recorded (None, None: none, or not a
+    shard's journal)."""
+    try:
+        head, line = data.decode().splitlines()[:2]
+        info = json.loads(line).get("info") or {}
+        return info.get("name"), json.loads(head).get("object")
+    except (ValueError, AttributeError):
+        return None, None  # a journal cut short: load_done redoes its shard
 
 
 def store_out(out: str | os.PathLike, part: tuple[int, int] | None) -> StoreOut | None:
