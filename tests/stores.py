@@ -7,9 +7,10 @@ any process a test starts) reaches it exactly as it would a real store.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http import HTTPStatus
 from typing import Any
 
@@ -24,6 +25,38 @@ S3_ENV = {
 }
 
 
+@contextlib.contextmanager
+def environment(values: dict[str, str]) -> Iterator[None]:
+    """`values` set in the environment (of this process and those it starts), then put back."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def fail_index_upload(monkeypatch: Any) -> Callable[[], None]:
+    """Make `Store.upload` of `index.json` fail (the shards and journals still go up), as a
+    pack killed just before its end; returns what undoes it."""
+    from mixshard.core.errors import ShardError
+    from mixshard.core.stores import Store
+
+    real = Store.upload
+
+    def no_index(self: Store, local: Any, name: str) -> None:
+        if name == "index.json":
+            raise ShardError("injected")
+        real(self, local, name)
+
+    monkeypatch.setattr(Store, "upload", no_index)
+    return lambda: monkeypatch.setattr(Store, "upload", real)
+
+
 @pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[str]:
     """`http://127.0.0.1:PORT` of a moto S3 server, set as `AWS_ENDPOINT_URL` (with test
@@ -36,17 +69,11 @@ def s3_endpoint() -> Iterator[str]:
     server.start()
     host, port = server.get_host_and_port()
     endpoint = f"http://{host}:{port}"
-    saved = {k: os.environ.get(k) for k in [*S3_ENV, "AWS_ENDPOINT_URL"]}
-    os.environ.update(S3_ENV, AWS_ENDPOINT_URL=endpoint)
-    try:
-        yield endpoint
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        server.stop()
+    with environment({**S3_ENV, "AWS_ENDPOINT_URL": endpoint}):
+        try:
+            yield endpoint
+        finally:
+            server.stop()
 
 
 @pytest.fixture
@@ -84,22 +111,15 @@ def gcs_endpoint() -> Iterator[str]:
     endpoint = f"http://127.0.0.1:{port}"
     # no credentials: fsspec's own setting (`FSSPEC_GCS_TOKEN`, read at import by each process;
     # this one's fsspec may be imported already), as a user of an emulator sets it
-    env = {"STORAGE_EMULATOR_HOST": endpoint, "FSSPEC_GCS_TOKEN": "anon"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
     import fsspec.config
 
     fsspec.config.conf.setdefault("gcs", {})["token"] = "anon"
-    try:
-        yield endpoint
-    finally:
-        fsspec.config.conf["gcs"].pop("token", None)
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        server.stop()
+    with environment({"STORAGE_EMULATOR_HOST": endpoint, "FSSPEC_GCS_TOKEN": "anon"}):
+        try:
+            yield endpoint
+        finally:
+            fsspec.config.conf["gcs"].pop("token", None)
+            server.stop()
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 from helpers import files, run
+from stores import fail_index_upload
 
 import mixshard
 from mixshard import pack
@@ -94,17 +95,10 @@ def test_resume_on_gcs_redoes_a_shard_rewritten_since_it_was_journaled(
     tree, reference, gcs_bucket, monkeypatch
 ):
     url = gcs_bucket + "/r"
-    real = Store.upload
-
-    def no_index(self, local, name):
-        if name == "index.json":
-            raise ShardError("injected")
-        real(self, local, name)
-
-    monkeypatch.setattr(Store, "upload", no_index)
+    undo = fail_index_upload(monkeypatch)
     with pytest.raises(ShardError, match="injected"):
         pack(tree, url, **ARGS)  # every shard and its journal are up, index.json is not
-    monkeypatch.setattr(Store, "upload", real)
+    undo()
     store = Store(url)
     data = store.read("shard-000003.tar")  # the same size, other bytes: a new generation
     store.write("shard-000003.tar", data[:600] + bytes([data[600] ^ 1]) + data[601:])

@@ -11,6 +11,7 @@ import time
 
 import pytest
 from helpers import files, run
+from stores import fail_index_upload
 
 from mixshard import Manifest, pack
 from mixshard.core.errors import OutputError, ShardError
@@ -122,17 +123,10 @@ def test_resume_redoes_a_shard_whose_object_is_not_the_journals(
     tree, reference, s3_bucket, monkeypatch
 ):
     url = s3_bucket + "/p"
-    real = Store.upload
-
-    def no_index(self, local, name):
-        if name == "index.json":
-            raise ShardError("injected")
-        real(self, local, name)
-
-    monkeypatch.setattr(Store, "upload", no_index)
-    with pytest.raises(ShardError):
-        pack(tree, url, **ARGS)  # every shard and the journal are up, index.json is not
-    monkeypatch.setattr(Store, "upload", real)
+    undo = fail_index_upload(monkeypatch)
+    with pytest.raises(ShardError, match="injected"):
+        pack(tree, url, **ARGS)  # every shard and its journal are up, index.json is not
+    undo()
     store = Store(url)
     shards = {f"shard-00000{i}.tar" for i in range(4)}
     journals = {f".mixshard-pack.00000{i}.jsonl" for i in range(4)}
