@@ -54,12 +54,14 @@ def start_moto() -> tuple[subprocess.Popen, str]:
     return proc, endpoint
 
 
-def make_pack(root: Path, count: int) -> Path:
+def make_pack(root: Path, count: int, size: int = 32, block: int = 32) -> Path:
     from mixshard.testdata import make_jpeg_folder
 
-    make_jpeg_folder(root / "src", count, width=96, height=96, classes=8, seed=1)
+    side = max(96, size)
+    make_jpeg_folder(root / "src", count, width=side, height=side, classes=8, seed=1)
     out = root / "pack"
-    mixshard.pack(root / "src", out, size=32, block_size=32, shard_size=512, workers=1)
+    shard = max(512, 16 * block)
+    mixshard.pack(root / "src", out, size=size, block_size=block, shard_size=shard, workers=1)
     return out
 
 
@@ -169,20 +171,24 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a small pack, one run each")
     parser.add_argument("--runs", type=int, default=None, help="runs of each measurement")
     parser.add_argument("--fetched-only", action="store_true", help="only the bytes table")
+    parser.add_argument("--images", type=int, default=4096, help="images in the pack")
+    parser.add_argument("--size", type=int, default=32, help="image size of the pack (px)")
+    parser.add_argument("--block-size", type=int, default=32, help="images per block")
     args = parser.parse_args()
-    count, runs = (1024, 1) if args.quick else (4096, 3)
+    count, runs = (1024, 1) if args.quick else (args.images, 3)
     runs = args.runs or runs
     OUT.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=OUT, prefix="remote-"))
     proc, endpoint = start_moto()
     try:
-        pack = make_pack(tmp, count)
+        pack = make_pack(tmp, count, args.size, args.block_size)
         url = "s3://bench-remote/pack"
         upload(pack, url)
         need = storepack.StorePack(url, mixshard.core.manifest.Manifest.load(pack), tmp, None).need
-        print(f"Command: python scripts/bench_remote.py{' --quick' if args.quick else ''}")
+        print(f"Command: python scripts/bench_remote.py {' '.join(sys.argv[1:])}")
         print(f"Machine: {machine()}; load average {os.getloadavg()[0]:.2f}")
-        print(f"Pack: {count} images of 32 px, blocks of 32 ({need / 1e6:.1f} MB of blocks), "
+        print(f"Pack: {count} images of {args.size} px, blocks of {args.block_size} "
+              f"({need / 1e6:.1f} MB of blocks), "
               f"moto S3 server on {endpoint}; loader batch 256, order='block'\n")  # fmt: skip
         if not args.fetched_only:
             rows = rates(pack, url, tmp, runs)
