@@ -87,43 +87,59 @@ def _offsets(length: int) -> np.ndarray:
     return np.arange(length) + 0.5  # pixel centres
 
 
+class _Plan(NamedTuple):
+    """Both axes of one (image size, output size, window), and the views their products use."""
+
+    rows: _Axis
+    cols: _Axis
+    have: tuple[int, int]  # the rows and columns of the image inside the windows' spans
+    pad: bool  # whether the spans run past the image (zeros there)
+    tall: int  # output rows, padded to whole bands
+    rows_view: tuple[tuple[int, ...], tuple[int, ...]]  # shape and strides: row windows
+    cols_view: tuple[tuple[int, ...], tuple[int, ...]]  # shape and strides: column windows
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan(height: int, width: int, size: int, box: tuple[float, ...]) -> _Plan:
+    ya = _axis(height, size, float(box[1]), float(box[3]))
+    xa = _axis(width, size, float(box[0]), float(box[2]))
+    have = min(ya.span, height - ya.first), min(xa.span, width - xa.first)
+    line = xa.span * 3 * _F32  # bytes of one row of the pass-1 input (HWC)
+    tall = ya.bands * _BAND
+    return _Plan(
+        ya,
+        xa,
+        have,
+        have != (ya.span, xa.span),
+        tall,
+        ((ya.bands, ya.length, xa.span * 3), (ya.step * line, line, _F32)),
+        ((xa.bands, 3 * tall, xa.length), (xa.step * _F32, xa.span * _F32, _F32)),
+    )
+
+
+def _view(base: np.ndarray, view: tuple[tuple[int, ...], tuple[int, ...]]) -> np.ndarray:
+    """Overlapping windows of `base` (float32), without a copy."""
+    return np.ndarray(view[0], np.float32, base, 0, view[1])
+
+
 def resize_into(out: np.ndarray, pixels: np.ndarray, box: tuple[float, ...]) -> None:
     """Resize the window `box` (left, top, right, bottom, in pixels, fractions allowed) of
     `pixels` (uint8 `(height, width, 3)`) to `out` (uint8 `(3, size, size)`), bilinear."""
     size = out.shape[-1]
-    height, width = pixels.shape[:2]
-    ya = _axis(height, size, float(box[1]), float(box[3]))
-    xa = _axis(width, size, float(box[0]), float(box[2]))
-    # the inputs the windows read, channels first, zero past the image's edges
-    rows, cols = min(ya.span, height - ya.first), min(xa.span, width - xa.first)
-    src = np.empty((3, ya.span, xa.span), np.float32)
-    if rows < ya.span or cols < xa.span:
-        src[:] = 0.0
-    src[:, :rows, :cols] = pixels[ya.first : ya.first + rows, xa.first : xa.first + cols].transpose(
-        2, 0, 1
-    )
-    # pass 1, over rows: every window of rows of every channel, one product per band
-    windows = np.ndarray(
-        (ya.bands, 3, ya.length, xa.span),
-        np.float32,
-        src,
-        0,
-        (ya.step * xa.span * _F32, ya.span * xa.span * _F32, xa.span * _F32, _F32),
-    )
-    tall = ya.bands * _BAND
-    mid = np.empty((3, tall, xa.span), np.float32)
-    np.matmul(
-        ya.weights[:, None], windows, out=mid.reshape(3, ya.bands, _BAND, -1).transpose(1, 0, 2, 3)
-    )
-    # pass 2, over columns: the rows of all channels at once
-    lines = 3 * tall
-    windows = np.ndarray(
-        (xa.bands, lines, xa.length), np.float32, mid, 0, (xa.step * _F32, xa.span * _F32, _F32)
-    )
-    wide = xa.bands * _BAND
-    res = np.empty((lines, wide), np.float32)
-    np.matmul(windows, xa.across, out=res.reshape(lines, xa.bands, -1).swapaxes(0, 1))
+    p = _plan(pixels.shape[0], pixels.shape[1], size, tuple(box))
+    ya, xa = p.rows, p.cols
+    # the pixels the windows read, as float32, zero past the image's edges
+    src = (np.zeros if p.pad else np.empty)((ya.span, xa.span, 3), np.float32)
+    src[: p.have[0], : p.have[1]] = pixels[ya.first :, xa.first :][: p.have[0], : p.have[1]]
+    # pass 1, over rows: one product per band of rows, all columns and channels at once
+    mid = np.matmul(ya.weights, _view(src, p.rows_view))
+    chw = np.empty((3, p.tall, xa.span), np.float32)
+    chw[...] = mid.reshape(p.tall, xa.span, 3).transpose(2, 0, 1)
+    # pass 2, over columns: one product per band of columns, all rows of all channels at once
+    res = np.empty((3 * p.tall, xa.bands * _BAND), np.float32)
+    windows = _view(chw, p.cols_view)
+    np.matmul(windows, xa.across, out=res.reshape(3 * p.tall, xa.bands, -1).swapaxes(0, 1))
     # round half up. No clip: the weights are >= 0 and sum to 1, so a value lies in 0..255
     # (float error ~1e-4), and the cast's truncation of x + 0.5 gives 0..255.
     res += 0.5
-    out[...] = res.reshape(3, tall, wide)[:, :size, :size]
+    out[...] = res.reshape(3, p.tall, -1)[:, :size, :size]
