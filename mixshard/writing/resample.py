@@ -3,8 +3,12 @@
 The filter is PIL's `resize(..., BILINEAR, box=...)`: a triangle widened by the shrink factor
 (antialiased), taps clipped to the image, each output pixel's weights normalised to sum to 1.
 PIL applies it with 8-bit fixed-point arithmetic in scalar C on its 4-byte-per-pixel layout;
-here it is float32 arithmetic in BLAS. A pixel differs from PIL's by at most one level
-(rounding), and the separable passes become two matrix products.
+here it is float32 arithmetic in BLAS, and the separable passes become two matrix products.
+Like PIL, the first pass is rounded to whole levels before the second: without that the images
+come out measurably smoother than PIL's (on real 256 px photos, `bench_fidelity.py --decode`:
+detail median 0.968 of a full decode resized by PIL, against 0.971 with it, as with PIL's resize).
+PIL runs the columns first, this the rows (cheaper here), so a pixel may differ from PIL's by a
+level or two of rounding; ~88% are equal.
 
 A dense product would waste most of its work: each output pixel has ~3 non-zero taps out of
 ~100. So the outputs of an axis are cut into bands of `_BAND` pixels, each band a small dense
@@ -133,6 +137,8 @@ def resize_into(out: np.ndarray, pixels: np.ndarray, box: tuple[float, ...]) -> 
     src[: p.have[0], : p.have[1]] = pixels[ya.first :, xa.first :][: p.have[0], : p.have[1]]
     # pass 1, over rows: one product per band of rows, all columns and channels at once
     mid = np.matmul(ya.weights, _view(src, p.rows_view))
+    mid += 0.5  # to whole levels, as PIL's 8-bit intermediate (no clip: see the end)
+    np.floor(mid, out=mid)
     chw = np.empty((3, p.tall, xa.span), np.float32)
     chw[...] = mid.reshape(p.tall, xa.span, 3).transpose(2, 0, 1)
     # pass 2, over columns: one product per band of columns, all rows of all channels at once
