@@ -68,9 +68,12 @@ def test_bench_pack_quick(tmp_path):
 
 def test_bench_fidelity_decode_quick(tmp_path):
     out = quick("bench_fidelity.py", tmp_path, "--decode")
-    assert out.count("| `--crop center` | ") == 2 and out.count("| `--crop random` | ") == 2
-    assert "| full decode | " in out and "| pack's decode (DCT-scaled) | " in out
-    assert "* `--crop center`: detail p10 " in out and "* `--crop random`: detail p10 " in out
+    assert out.count("| `--crop center` | ") == 3 and out.count("| `--crop random` | ") == 3
+    for decode in ("full decode, PIL's resize (reference)", "full decode, pack's resize",
+                   "pack's decode (DCT-scaled) and resize"):  # fmt: skip
+        assert f"| `--crop center` | {decode} | " in out, decode
+    for crop in ("center", "random"):
+        assert f"* `--crop {crop}`, pack's decode (DCT-scaled) and resize: detail p10 " in out
 
 
 def test_bench_stream_quick(tmp_path):
