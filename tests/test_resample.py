@@ -42,7 +42,8 @@ def test_resize_is_pils_bilinear_to_rounding(shape, box, size):
     want = pil_resize(pixels, box, size)
     diff = np.abs(got - want)
     assert diff.max() <= 2  # float32 against PIL's fixed point, passes in the other order
-    assert (diff == 0).mean() >= 0.6 and diff.mean() < 0.2
+    if size > 1:  # noise, the worst case for rounding: most pixels still equal
+        assert (diff == 0).mean() >= 0.7 and diff.mean() < 0.3
 
 
 def test_flat_images_stay_flat_and_the_range_holds():

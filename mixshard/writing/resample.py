@@ -21,6 +21,7 @@ hits every time.
 from __future__ import annotations
 
 import functools
+import threading
 from typing import NamedTuple
 
 import numpy as np
@@ -101,6 +102,7 @@ class _Plan(NamedTuple):
     tall: int  # output rows, padded to whole bands
     rows_view: tuple[tuple[int, ...], tuple[int, ...]]  # shape and strides: row windows
     cols_view: tuple[tuple[int, ...], tuple[int, ...]]  # shape and strides: column windows
+    shapes: tuple[tuple[int, ...], ...]  # of the work arrays: input, pass 1, CHW, pass 2
 
 
 @functools.lru_cache(maxsize=1024)
@@ -118,6 +120,12 @@ def _plan(height: int, width: int, size: int, box: tuple[float, ...]) -> _Plan:
         tall,
         ((ya.bands, ya.length, xa.span * 3), (ya.step * line, line, _F32)),
         ((xa.bands, 3 * tall, xa.length), (xa.step * _F32, xa.span * _F32, _F32)),
+        (
+            (ya.span, xa.span, 3),
+            (ya.bands, _BAND, xa.span * 3),
+            (3, tall, xa.span),
+            (3 * tall, xa.bands * _BAND),
+        ),
     )
 
 
@@ -126,23 +134,36 @@ def _view(base: np.ndarray, view: tuple[tuple[int, ...], tuple[int, ...]]) -> np
     return np.ndarray(view[0], np.float32, base, 0, view[1])
 
 
+def _scratch(shapes: tuple[tuple[int, ...], ...]) -> list[np.ndarray]:
+    """This thread's float32 work arrays of these shapes, reused from one image to the next:
+    ~400 KB that stay in the core's cache, where fresh ones would be new memory every time
+    (measured in a pack: ~25% more time in the resize)."""
+    held = getattr(_local, "arrays", None)
+    if held is None or held[0] != shapes:
+        held = _local.arrays = (shapes, [np.empty(shape, np.float32) for shape in shapes])
+    return held[1]
+
+
+_local = threading.local()
+
+
 def resize_into(out: np.ndarray, pixels: np.ndarray, box: tuple[float, ...]) -> None:
     """Resize the window `box` (left, top, right, bottom, in pixels, fractions allowed) of
     `pixels` (uint8 `(height, width, 3)`) to `out` (uint8 `(3, size, size)`), bilinear."""
     size = out.shape[-1]
     p = _plan(pixels.shape[0], pixels.shape[1], size, tuple(box))
     ya, xa = p.rows, p.cols
+    src, mid, chw, res = _scratch(p.shapes)
     # the pixels the windows read, as float32, zero past the image's edges
-    src = (np.zeros if p.pad else np.empty)((ya.span, xa.span, 3), np.float32)
+    if p.pad:
+        src[...] = 0.0
     src[: p.have[0], : p.have[1]] = pixels[ya.first :, xa.first :][: p.have[0], : p.have[1]]
     # pass 1, over rows: one product per band of rows, all columns and channels at once
-    mid = np.matmul(ya.weights, _view(src, p.rows_view))
+    np.matmul(ya.weights, _view(src, p.rows_view), out=mid)
     mid += 0.5  # to whole levels, as PIL's 8-bit intermediate (no clip: see the end)
     np.floor(mid, out=mid)
-    chw = np.empty((3, p.tall, xa.span), np.float32)
     chw[...] = mid.reshape(p.tall, xa.span, 3).transpose(2, 0, 1)
     # pass 2, over columns: one product per band of columns, all rows of all channels at once
-    res = np.empty((3 * p.tall, xa.bands * _BAND), np.float32)
     windows = _view(chw, p.cols_view)
     np.matmul(windows, xa.across, out=res.reshape(3 * p.tall, xa.bands, -1).swapaxes(0, 1))
     # round half up. No clip: the weights are >= 0 and sum to 1, so a value lies in 0..255
