@@ -10,6 +10,7 @@ import errno
 import io
 import os
 import stat
+import threading
 import warnings
 
 import numpy as np
@@ -86,12 +87,25 @@ def _scaled_pixels(
     decode it (data simplejpeg refuses, which PIL then reports in its own words)."""
     n = _dct_eighths(boxes, size)
     w, h = dims
+    height, width = -(-h * n // 8), -(-w * n // 8)
     try:
         return simplejpeg.decode_jpeg(
-            data, "RGB", min_height=-(-h * n // 8), min_width=-(-w * n // 8)
+            data, "RGB", min_height=height, min_width=width, buffer=_buffer(height * width * 3)
         )
     except ValueError:
         return None
+
+
+def _buffer(nbytes: int) -> np.ndarray:
+    """This thread's buffer for decoded pixels, reused from image to image (memory that stays
+    in the core's cache; the pixels are resized into a new array before the next decode)."""
+    held = getattr(_local, "pixels", None)
+    if held is None or held.size < nbytes:
+        held = _local.pixels = np.empty(max(nbytes, 1 << 16), np.uint8)
+    return held
+
+
+_local = threading.local()
 
 
 _SOI = b"\xff\xd8\xff"  # how every JPEG file starts
