@@ -22,7 +22,7 @@ running) and with two job-array parts run side by side plus `--finish`, all with
 per shard (Ray and parts run one shard per task).
 
     python scripts/bench_pack.py [--runs 3] [--count 2000] [--real DIR] [--quick] [--plot]
-        [--large 20000] [--compare main]
+        [--large 20000] [--compare main] [--only-real]
     python scripts/bench_pack.py --ray
 """
 
@@ -99,7 +99,11 @@ def steady_rates(src: Path, runs: int) -> tuple[float, float]:
 def timed(cmd: list[str], count: int) -> tuple[float, float]:
     """img/s of one whole process: per second of wall time, and per CPU second (user + system
     of the process and its workers, start-up included): on a machine shared with others the
-    CPU seconds are what the work took, the wall time also counts waiting for a core."""
+    CPU seconds are what the work took, the wall time also counts waiting for a core. A pack
+    writes into a folder emptied before it starts, untimed (as a first pack does): deleting
+    the last run's 42 MB shard under `--overwrite` cost the timed process ~0.03 CPU s."""
+    if "--overwrite" in cmd:
+        shutil.rmtree(cmd[cmd.index("--overwrite") - 1], ignore_errors=True)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -168,6 +172,9 @@ def source_rows(name: str, src: Path, runs: int, large: bool = False) -> tuple[l
              f"{rate / workers / base_wall:.2f}x", fmt_rate(cpu), f"{cpu / base_cpu:.2f}x"]
         )  # fmt: skip
         bars.append((f"{name}: {packer_name}, {workers} worker(s)", cpu))
+    for key, values in cpus.items():  # each run's ratio to the naive run beside it
+        pairs = zip(values, cpus[("naive PIL loop", 1)])
+        per_core[("paired", key)] = statistics.median(ours / naive for ours, naive in pairs)
     for key, seconds in fixed.items():  # the rate beyond each process's fixed cost
         spent = count / per_core[key] - statistics.median(seconds)
         per_core[("beyond", key[0])] = (count - SMALL) / spent
@@ -180,13 +187,16 @@ def places365_time(per_core: float, cores: int) -> str:
     return f"{minutes:.0f} min" if minutes >= 10 else f"{minutes:.1f} min"
 
 
-def local_benchmark(count: int, runs: int, plot: bool, real: Path | None, large: int) -> None:
+def local_benchmark(
+    count: int, runs: int, plot: bool, real: Path | None, large: int, only_real: bool = False
+) -> None:
     compiled_package()
     load = os.getloadavg()
     sources = {}
     if real is not None and real.is_dir():
         sources["real photos, 256 px"] = real_source(real, count)
-    sources.update(make_sources(count))
+    if not only_real:
+        sources.update(make_sources(count))
     rows, bars, per_core, steady = [], [], {}, []
     for name, src in sources.items():
         r, b, per_core[name] = source_rows(name, src, runs)
@@ -206,6 +216,7 @@ def local_benchmark(count: int, runs: int, plot: bool, real: Path | None, large:
     headers = ["source", "packer", "workers", "img/s", "img/s per core", "ratio to naive",
                "img/s per CPU second", "ratio to naive (CPU)"]  # fmt: skip
     print(table(headers, rows))
+    print_paired(per_core)
     if large and real is not None and real.is_dir():
         print(f"\nThe same at {large:,} real photos (more views of the frames, distinct JPEGs):\n")
         print(table(headers, large_rows))
@@ -228,6 +239,19 @@ def local_benchmark(count: int, runs: int, plot: bool, real: Path | None, large:
             "images per CPU second",
         )
         print(f"\nchart: {path}")
+
+
+def print_paired(per_core: dict) -> None:
+    """The median over runs of each run's CPU ratio to the naive run of the same round: a
+    busy neighbour slows both alike, so on a shared machine this moves less than the ratio
+    of the medians."""
+    rows = []
+    for name, rates in per_core.items():
+        for key, ratio in rates.items():
+            if isinstance(key, tuple) and key[0] == "paired" and key[1][0] != "naive PIL loop":
+                rows.append([name, key[1][0], key[1][1], f"{ratio:.2f}x"])
+    print("\nPaired: the median over runs of each run's ratio to the naive run beside it (CPU):\n")
+    print(table(["source", "packer", "workers", "ratio to naive (CPU), paired"], rows))
 
 
 def print_beyond(per_core: dict, count: int) -> None:
@@ -334,6 +358,7 @@ def main() -> None:
         "--large", type=int, default=20_000, help="real photos of the large run (0: none)"
     )
     parser.add_argument("--compare", metavar="REF", help="also time the package at git REF")
+    parser.add_argument("--only-real", action="store_true", help="the real photos only")
     args = parser.parse_args()
     if args.compare and (tree := package_at(args.compare)) is not None:
         BASELINE[args.compare] = tree
@@ -344,7 +369,7 @@ def main() -> None:
     if args.ray:
         ray_benchmark(args.count, args.runs)
     else:
-        local_benchmark(args.count, args.runs, args.plot, args.real, args.large)
+        local_benchmark(args.count, args.runs, args.plot, args.real, args.large, args.only_real)
 
 
 if __name__ == "__main__":

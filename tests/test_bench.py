@@ -56,21 +56,27 @@ def test_bench_pack_quick(tmp_path):
         "| source | packer | workers | img/s | img/s per core | ratio to naive | "
         "img/s per CPU second | ratio to naive (CPU) |"
     ) in out
+    main = out.split("Paired:")[0]
     for packer in ("naive PIL loop", "mixshard pack, folder", "mixshard pack, .tar",
                    "mixshard pack, .zip"):  # fmt: skip
-        assert out.count(f"| {packer} | 1 |") == 2, packer
-    assert out.count("| mixshard pack, folder | 2 |") == 2
+        assert main.count(f"| {packer} | 1 |") == 2, packer
+    assert main.count("| mixshard pack, folder | 2 |") == 2
     assert "Packing all of Places365-Standard (1,839,960 images) from its .tar" in out
     assert "| rate used \\ cores | 1 | 2 | 8 | 16 | 32 | 64 |" in out
     assert "| source | naive loop img/s per CPU s | pack's decode img/s per CPU s | ratio |" in out
     assert "| source | packer | fixed cost (CPU) | img/s per CPU s beyond it | ratio |" in out
+    assert "| source | packer | workers | ratio to naive (CPU), paired |" in out
+    assert "| 256 px (Places365-like) | mixshard pack, folder | 1 | " in out.split("Paired:")[1]
 
 
 def test_bench_fidelity_decode_quick(tmp_path):
     out = quick("bench_fidelity.py", tmp_path, "--decode")
-    assert out.count("| `--crop center` | ") == 2 and out.count("| `--crop random` | ") == 2
-    assert "| full decode | " in out and "| pack's decode (DCT-scaled) | " in out
-    assert "* `--crop center`: detail p10 " in out and "* `--crop random`: detail p10 " in out
+    assert out.count("| `--crop center` | ") == 3 and out.count("| `--crop random` | ") == 3
+    for decode in ("full decode, PIL's resize (reference)", "full decode, pack's resize",
+                   "pack's decode (DCT-scaled) and resize"):  # fmt: skip
+        assert f"| `--crop center` | {decode} | " in out, decode
+    for crop in ("center", "random"):
+        assert f"* `--crop {crop}`, pack's decode (DCT-scaled) and resize: detail p10 " in out
 
 
 def test_bench_stream_quick(tmp_path):

@@ -183,7 +183,10 @@ def test_scaled_jpeg_decode_is_close_to_a_full_decode_and_pil_still_decodes(tmp_
     assert np.array_equal(load_image(path, 84)[0], reference_resize(path, 84))  # full decode
     monkeypatch.undo()
     monkeypatch.setattr(image, "_dct_eighths", lambda boxes, size: 8)
-    assert np.array_equal(load_image(path, 84)[0], reference_resize(path, 84))  # same decoder
+    # the same decoder; libjpeg-turbo's pixels are resized by `resample`: one level at most
+    # from PIL's resize of them (rounding), most pixels equal
+    diff = np.abs(load_image(path, 84)[0].astype(int) - reference_resize(path, 84))
+    assert diff.max() <= 1 and (diff == 0).mean() > 0.8
 
 
 def test_a_jpeg_without_exif_skips_pil_and_gets_the_same_pixels(tmp_path, monkeypatch):

@@ -10,6 +10,7 @@ import errno
 import io
 import os
 import stat
+import threading
 import warnings
 
 import numpy as np
@@ -18,6 +19,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 from ..core.constants import CROP_MODES
 from ..core.crops import Box, crop_rng, random_resized_box
 from ..core.errors import ImageDecodeError
+from .resample import resize_into
 
 try:
     import simplejpeg
@@ -68,7 +70,7 @@ def _dct_eighths(boxes: list[Box], size: int) -> int:
     return next((n for n in _EIGHTHS if _smallest(boxes) * n / 8 >= size), 8)
 
 
-def _scaled_jpeg(img: Image.Image, boxes: list[Box], size: int) -> Image.Image | None:
+def _scaled_jpeg(img: Image.Image, boxes: list[Box], size: int) -> np.ndarray | None:
     """A YCbCr JPEG that PIL has opened, decoded by `_scaled_pixels`."""
     fp = getattr(img, "fp", None)  # the open file of a PIL.ImageFile, before load()
     if simplejpeg is None or fp is None:
@@ -79,20 +81,31 @@ def _scaled_jpeg(img: Image.Image, boxes: list[Box], size: int) -> Image.Image |
 
 def _scaled_pixels(
     data: bytes, dims: tuple[int, int], boxes: list[Box], size: int
-) -> Image.Image | None:
+) -> np.ndarray | None:
     """A JPEG decoded at scale `_dct_eighths` by libjpeg-turbo (simplejpeg: 2x faster than
-    PIL's decoder at full scale, 3x at 3/8); None when PIL must decode it (data simplejpeg
-    refuses, which PIL then reports in its own words)."""
+    PIL's decoder at full scale, 3x at 3/8), uint8 `(height, width, 3)`; None when PIL must
+    decode it (data simplejpeg refuses, which PIL then reports in its own words)."""
     n = _dct_eighths(boxes, size)
     w, h = dims
+    height, width = -(-h * n // 8), -(-w * n // 8)
     try:
-        pixels = simplejpeg.decode_jpeg(
-            data, "RGB", min_height=-(-h * n // 8), min_width=-(-w * n // 8)
+        return simplejpeg.decode_jpeg(
+            data, "RGB", min_height=height, min_width=width, buffer=_buffer(height * width * 3)
         )
     except ValueError:
         return None
-    height, width = pixels.shape[:2]
-    return Image.frombuffer("RGB", (width, height), pixels, "raw", "RGB", 0, 1)
+
+
+def _buffer(nbytes: int) -> np.ndarray:
+    """This thread's buffer for decoded pixels, reused from image to image (memory that stays
+    in the core's cache; the pixels are resized into a new array before the next decode)."""
+    held = getattr(_local, "pixels", None)
+    if held is None or held.size < nbytes:
+        held = _local.pixels = np.empty(max(nbytes, 1 << 16), np.uint8)
+    return held
+
+
+_local = threading.local()
 
 
 _SOI = b"\xff\xd8\xff"  # how every JPEG file starts
@@ -154,8 +167,8 @@ def _fast_jpeg(
     _check_bomb(width, height)
     rng = crop_rng(seed, key) if crop == "random" else None
     boxes = crop_boxes(width, height, crop, variants, rng)
-    img = _scaled_pixels(data, (width, height), boxes, size)
-    return None if img is None else _crops(img, boxes, width, height, size)
+    pixels = _scaled_pixels(data, (width, height), boxes, size)
+    return None if pixels is None else _crops(pixels, boxes, width, height, size)
 
 
 def _check_bomb(width: int, height: int) -> None:
@@ -167,9 +180,22 @@ def _check_bomb(width: int, height: int) -> None:
         )
 
 
-def _crops(img: Image.Image, boxes: list[Box], width: int, height: int, size: int) -> np.ndarray:
-    """The windows `boxes` (of the `width x height` image `img` shows, at any scale) resized
-    to `size`, bilinear: `(len(boxes), 3, size, size)`."""
+def _crops(pixels: np.ndarray, boxes: list[Box], width: int, height: int, size: int) -> np.ndarray:
+    """The windows `boxes` (of the `width x height` image that the decoded `pixels`, uint8
+    `(h, w, 3)`, show at any scale) resized to `size`, bilinear: `(len(boxes), 3, size, size)`.
+    libjpeg-turbo's pixels are resized by `resample` (PIL's filter as matrix products)."""
+    fx, fy = pixels.shape[1] / width, pixels.shape[0] / height
+    out = np.empty((len(boxes), 3, size, size), dtype=np.uint8)
+    for k, (left, top, right, bottom) in enumerate(boxes):
+        resize_into(out[k], pixels, (left * fx, top * fy, right * fx, bottom * fy))
+    return out
+
+
+def _pil_crops(
+    img: Image.Image, boxes: list[Box], width: int, height: int, size: int
+) -> np.ndarray:
+    """`_crops` of an image that PIL decoded (not a plain JPEG), resized by PIL: its 4-byte
+    layout, and no float copy of a large PNG."""
     fx, fy = img.size[0] / width, img.size[1] / height
     out = np.empty((len(boxes), 3, size, size), dtype=np.uint8)
     for k, (left, top, right, bottom) in enumerate(boxes):
@@ -275,19 +301,15 @@ def _decode(
     rng = crop_rng(seed, key) if crop == "random" else None
     boxes = crop_boxes(width, height, crop, variants, rng)
 
-    scaled = None
     if img.format == "JPEG" and img.mode == "RGB" and orientation == 1:
         scaled = _scaled_jpeg(img, boxes, size)
-    if scaled is not None:
-        img = scaled
-    else:
-        if img.format == "JPEG":
-            scale = _draft_scale(boxes, size)
-            if scale > 1:
-                img.draft(None, (raw_w // scale, raw_h // scale))
-        img.load()
-        if orientation != 1:
-            img = ImageOps.exif_transpose(img)
-        img = _to_rgb(img)
-
-    return _crops(img, boxes, width, height, size)
+        if scaled is not None:
+            return _crops(scaled, boxes, width, height, size)
+    if img.format == "JPEG":
+        scale = _draft_scale(boxes, size)
+        if scale > 1:
+            img.draft(None, (raw_w // scale, raw_h // scale))
+    img.load()
+    if orientation != 1:
+        img = ImageOps.exif_transpose(img)
+    return _pil_crops(_to_rgb(img), boxes, width, height, size)
