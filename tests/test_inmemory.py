@@ -207,3 +207,28 @@ def test_the_gather_checks_its_output(pack_dir):
     copy = filled(ShardStream(pack_dir, 8, order="global", in_memory=True))
     with pytest.raises(ValueError, match="out must be C-contiguous with room for 4 images"):
         copy.read_images(np.arange(4), np.empty((3, 3, 8, 8), np.uint8))
+
+
+def test_the_fill_faults_its_pages_in_ahead_and_copes_without_the_call(pack_dir, monkeypatch):
+    """Each run's rows are populated with one `madvise` before they are read into; a kernel
+    that refuses the call (before Linux 5.14) is asked once, and the reads fault pages in."""
+    reads = list(ShardStream(pack_dir, 8, order="global", in_memory=False))
+    real, calls = inmemory._madvise, []
+
+    def record(address: int, length: int, advice: int) -> int:
+        calls.append((length, advice, real(address, length, advice)))
+        return calls[-1][2]
+
+    monkeypatch.setattr(inmemory, "_madvise", record)
+    stream = ShardStream(pack_dir, 8, order="global", in_memory=True)
+    filled(stream)
+    assert same(list(stream), reads)
+    # 5 shards of 3 blocks (8, 8, 4 images): one run each, its 20 or 16 rows of 192 bytes
+    assert [(advice, got) for _, advice, got in calls] == [(inmemory.MADV_POPULATE_WRITE, 0)] * 5
+    assert sum(length for length, _, _ in calls) >= N * 3 * 8 * 8
+    calls.clear()
+    monkeypatch.setattr(inmemory, "MADV_POPULATE_WRITE", 12345)  # no such advice: refused
+    refused = ShardStream(pack_dir, 8, order="global", in_memory=True)
+    filled(refused)
+    assert same(list(refused), reads)
+    assert [(advice, got) for _, advice, got in calls] == [(12345, -1)]
