@@ -127,13 +127,14 @@ def test_until_complete_batches_are_read_with_pread(pack_dir):
 def test_the_copy_is_made_only_for_the_global_order_within_the_bound(pack_dir, monkeypatch):
     images = N * 3 * 8 * 8
     monkeypatch.setattr(inmemory, "available_memory", lambda: 4 * images)
-    assert ShardStream(pack_dir, 8, order="global").memory_copy is not None
+    assert ShardStream(pack_dir, 8, order="global").memory_copy is None  # opt-in
+    assert ShardStream(pack_dir, 8, order="global", in_memory=None).memory_copy is not None
     monkeypatch.setattr(inmemory, "available_memory", lambda: 4 * images - 1)
-    over = ShardStream(pack_dir, 8, order="global")
+    over = ShardStream(pack_dir, 8, order="global", in_memory=None)
     assert over.memory_copy is None  # over the bound: one pread per image, as before
     assert ShardStream(pack_dir, 8, order="global", in_memory=True).memory_copy is not None
     assert ShardStream(pack_dir, 8, order="block", in_memory=True).memory_copy is None
-    assert ShardStream(pack_dir, 8, window=2).memory_copy is None  # auto: the global order
+    assert ShardStream(pack_dir, 8, window=2, in_memory=None).memory_copy is None  # auto order
     with pytest.raises(TypeError, match="in_memory must be True, False or None, got 'yes'"):
         ShardStream(pack_dir, 8, in_memory="yes")  # type: ignore[arg-type]
 

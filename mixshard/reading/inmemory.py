@@ -3,19 +3,21 @@
 One `pread` per image costs ~5-6 µs on the 2-core VM this was measured on, however the reads
 are batched or spread over threads: the global order stays near 150k images/s. A gather of
 rows from memory (`np.take(mode="clip")`, ~3 µs per 84 px image on one thread, and it scales
-over threads) is about twice that. So a pack that fits comfortably (its images at most
-`MEMORY_SHARE` of the available memory when the stream is made; else, or with `in_memory=False`,
-nothing changes) is copied into anonymous memory by one background job, runs of blocks in
-stored order with one read each (each block checked as the block order checks it), and once
-the copy is complete every batch is gathered from it. Until then batches are read with `pread`
-as before: a batch of random images nearly always has one in a block not copied yet.
+over threads) is about twice that. So when asked (`in_memory=True`, or `None`: when the pack
+fits comfortably, its images at most `MEMORY_SHARE` of the available memory when the stream is
+made; the default `False` changes nothing) the pack is copied into anonymous memory by one
+background job, runs of blocks in stored order with one read each (each block checked as the
+block order checks it), and once the copy is complete every batch is gathered from it. Until
+then batches are read with `pread` as before: a batch of random images nearly always has one
+in a block not copied yet.
 
 * The job starts once the reader has made an epoch (`localbatches.py`), and runs at idle CPU
   priority (`SCHED_IDLE`): it fills the copy in the time the readers and the training leave.
   Fresh memory is dear on a VM: the first touch of a page cost ~20x a copy into a touched one
   (0.24-0.75 GB/s), so filling 4.2 GB takes 5-15 s even alone. Made during the first pass, even
   at idle priority, it slowed that pass by 22% warm and 40% cold (measured). The gain comes
-  from the epoch after the fill on, for the rest of the run.
+  from the epoch after the fill on, for the rest of the run; a run of 2 epochs is 11% slower
+  for it, one of 3 about even (measured), which is why the copy is opt-in.
 * The copy is anonymous memory (`mmap(-1)`), never a mapping of a shard: a shard truncated
   under a mapping would kill the process with SIGBUS.
 * A shard changed on disk after the pack was opened is still noticed: one shard's identity is
