@@ -172,6 +172,21 @@ def test_a_shard_changed_under_the_copy_is_noticed(tmp_path, pack_dir):
             next(it)
 
 
+def test_a_shard_truncated_before_the_fill_stops_it_and_the_reads_name_it(tmp_path, pack_dir):
+    pack = copy_pack(pack_dir, tmp_path / "pack")
+    stream = ShardStream(pack, 8, order="global", in_memory=True)
+    with open(pack / "shard-000002.tar", "r+b") as f:
+        f.truncate(2048)
+    copy = stream.memory_copy
+    assert copy is not None
+    copy.load(threading.Event())
+    assert copy.stats()["blocks_copied"] == 6  # shards 0 and 1: 3 blocks each; then it stops
+    assert not copy.complete
+    with pytest.raises(ShardError, match="shard-000002.tar"):
+        list(stream)
+    assert copy.from_memory == 0
+
+
 def test_a_pack_with_a_skipped_bad_block_keeps_the_preads(tmp_path, pack_dir):
     bad = copy_pack(pack_dir, tmp_path / "bad")
     data = bytearray((bad / "shard-000001.tar").read_bytes())
