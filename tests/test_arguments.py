@@ -149,3 +149,36 @@ def test_a_good_state_resumes_exactly(pack_dir):
     resumed = ShardStream(pack_dir, 4, seed=5)
     resumed.load_state_dict(_state(pack_dir, seed=5))
     assert [b.tolist() for b in resumed] == [b.tolist() for b in run[3:]]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(labels="names"), "unknown labels mode 'names'; use one of "),
+        (dict(size=0), "size must be in [1, 4096], got 0"),
+        (dict(size=4097), "size must be in [1, 4096], got 4097"),
+        (dict(block_size=0), "block_size must be in [1, 65536], got 0"),
+        (dict(block_size=1 << 17), "block_size must be in [1, 65536], got 131072"),
+        (
+            dict(seed=-1),
+            "variants and shard_size must be >= 1 and seed >= 0, got variants=1, "
+            "shard_size=1000, seed=-1",
+        ),
+        (
+            dict(shard_size=0),
+            "variants and shard_size must be >= 1 and seed >= 0, got variants=1, "
+            "shard_size=0, seed=0",
+        ),
+        (dict(crop="random", variants=6, shard_size=5), "variants=6 exceeds shard_size=5"),
+        (dict(finish=True, resume=True), "finish only writes index.json: no resume, overwrite, "),
+        (dict(part=(2, 2)), "part must be (k, n) with 0 <= k < n, got (2, 2)"),
+        (dict(part=(0, 0)), "part must be (k, n) with 0 <= k < n, got (0, 0)"),
+        (dict(part=(0, 2), overwrite=True), "a job-array part cannot also overwrite or run on Ray"),
+    ],
+)
+def test_pack_options_are_checked_before_anything_is_read_or_written(tmp_path, kwargs, message):
+    kwargs.setdefault("shard_size", 1000)
+    with pytest.raises(ValueError) as err:
+        mixshard.pack(tmp_path / "no-source", tmp_path / "out", **kwargs)
+    assert str(err.value).startswith(message)
+    assert not (tmp_path / "out").exists()

@@ -107,6 +107,11 @@ VARIANTS = [
     ("layout-nhwc", _set(["layout"], "NHWC"), "layout"),
     ("key-not-digits", lambda d: block(d).update(key="../x"), "block key"),
     ("blocks-not-list", lambda d: d["shards"][0].update(blocks="x"), "blocks"),
+    ("block-not-object", lambda d: d["shards"][0]["blocks"].__setitem__(0, 7), "block entry must"),
+    ("shard-blocks-empty", lambda d: d["shards"][0].update(blocks=[]), "000000.tar has no blocks"),
+    ("shards-not-list", _set(["shards"], {"a": 1}), "shards must be a list"),
+    ("shards-empty", _set(["shards"], []), "it lists no shards"),
+    ("skipped-entry-not-text", _set(["skipped"], [{"path": 3}]), "a skipped entry must map names"),
 ]  # fmt: skip
 
 
@@ -236,6 +241,29 @@ def test_a_fifo_or_folder_where_a_file_belongs(good, tmp_path):
             report = mixshard.verify(pack)
             assert report.problems == {"shard-000001.tar": f"cannot be read: {found}"}
     assert done.stdout.splitlines() == expected
+
+
+@pytest.mark.parametrize("order", ["global", "block"])
+def test_a_shard_removed_or_rewritten_before_its_first_read_is_named(good, tmp_path, order):
+    pack = copy_pack(good, tmp_path / "pack")
+    shard = pack / "shard-000001.tar"
+    gone = ShardStream(pack, 4, order=order)
+    data = shard.read_bytes()
+    shard.unlink()
+    with pytest.raises(ShardError) as err:
+        list(gone)
+    assert str(err.value) == (
+        f"cannot open shard {shard}: No such file or directory; run `mixshard verify {pack}`, "
+        "then repack or restore the file"
+    )
+    shard.write_bytes(data)
+    rewritten = ShardStream(pack, 4, order=order)
+    os.utime(shard, ns=(0, 0))  # the same bytes, another mtime: as a copy over it
+    with pytest.raises(ShardError) as err:
+        list(rewritten)
+    assert str(err.value).startswith(
+        f"shard {shard} changed after the pack was opened (a new pack written over it, or "
+    )
 
 
 CHANGE_UNDER_READER = """

@@ -127,13 +127,14 @@ def test_until_complete_batches_are_read_with_pread(pack_dir):
 def test_the_copy_is_made_only_for_the_global_order_within_the_bound(pack_dir, monkeypatch):
     images = N * 3 * 8 * 8
     monkeypatch.setattr(inmemory, "available_memory", lambda: 4 * images)
-    assert ShardStream(pack_dir, 8, order="global").memory_copy is not None
+    assert ShardStream(pack_dir, 8, order="global").memory_copy is None  # opt-in
+    assert ShardStream(pack_dir, 8, order="global", in_memory=None).memory_copy is not None
     monkeypatch.setattr(inmemory, "available_memory", lambda: 4 * images - 1)
-    over = ShardStream(pack_dir, 8, order="global")
+    over = ShardStream(pack_dir, 8, order="global", in_memory=None)
     assert over.memory_copy is None  # over the bound: one pread per image, as before
     assert ShardStream(pack_dir, 8, order="global", in_memory=True).memory_copy is not None
     assert ShardStream(pack_dir, 8, order="block", in_memory=True).memory_copy is None
-    assert ShardStream(pack_dir, 8, window=2).memory_copy is None  # auto: the global order
+    assert ShardStream(pack_dir, 8, window=2, in_memory=None).memory_copy is None  # auto order
     with pytest.raises(TypeError, match="in_memory must be True, False or None, got 'yes'"):
         ShardStream(pack_dir, 8, in_memory="yes")  # type: ignore[arg-type]
 
@@ -169,6 +170,21 @@ def test_a_shard_changed_under_the_copy_is_noticed(tmp_path, pack_dir):
     with pytest.raises(ShardError, match="shard-000002.tar changed after the pack was opened"):
         for _ in range(5):  # one shard checked per batch: within 5 batches
             next(it)
+
+
+def test_a_shard_truncated_before_the_fill_stops_it_and_the_reads_name_it(tmp_path, pack_dir):
+    pack = copy_pack(pack_dir, tmp_path / "pack")
+    stream = ShardStream(pack, 8, order="global", in_memory=True)
+    with open(pack / "shard-000002.tar", "r+b") as f:
+        f.truncate(2048)
+    copy = stream.memory_copy
+    assert copy is not None
+    copy.load(threading.Event())
+    assert copy.stats()["blocks_copied"] == 6  # shards 0 and 1: 3 blocks each; then it stops
+    assert not copy.complete
+    with pytest.raises(ShardError, match="shard-000002.tar"):
+        list(stream)
+    assert copy.from_memory == 0
 
 
 def test_a_pack_with_a_skipped_bad_block_keeps_the_preads(tmp_path, pack_dir):
@@ -207,3 +223,28 @@ def test_the_gather_checks_its_output(pack_dir):
     copy = filled(ShardStream(pack_dir, 8, order="global", in_memory=True))
     with pytest.raises(ValueError, match="out must be C-contiguous with room for 4 images"):
         copy.read_images(np.arange(4), np.empty((3, 3, 8, 8), np.uint8))
+
+
+def test_the_fill_faults_its_pages_in_ahead_and_copes_without_the_call(pack_dir, monkeypatch):
+    """Each run's rows are populated with one `madvise` before they are read into; a kernel
+    that refuses the call (before Linux 5.14) is asked once, and the reads fault pages in."""
+    reads = list(ShardStream(pack_dir, 8, order="global", in_memory=False))
+    real, calls = inmemory._madvise, []
+
+    def record(address: int, length: int, advice: int) -> int:
+        calls.append((length, advice, real(address, length, advice)))
+        return calls[-1][2]
+
+    monkeypatch.setattr(inmemory, "_madvise", record)
+    stream = ShardStream(pack_dir, 8, order="global", in_memory=True)
+    filled(stream)
+    assert same(list(stream), reads)
+    # 5 shards of 3 blocks (8, 8, 4 images): one run each, its 20 or 16 rows of 192 bytes
+    assert [(advice, got) for _, advice, got in calls] == [(inmemory.MADV_POPULATE_WRITE, 0)] * 5
+    assert sum(length for length, _, _ in calls) >= N * 3 * 8 * 8
+    calls.clear()
+    monkeypatch.setattr(inmemory, "MADV_POPULATE_WRITE", 12345)  # no such advice: refused
+    refused = ShardStream(pack_dir, 8, order="global", in_memory=True)
+    filled(refused)
+    assert same(list(refused), reads)
+    assert [(advice, got) for _, advice, got in calls] == [(12345, -1)]

@@ -70,10 +70,13 @@ class ShardStream(IterableDataset):
             are independent samples (the window is rounded up to whole runs).
         shuffle_blocks: URLs only: blocks held in the shuffle buffer.
         in_memory: global order: copy the pack's images into this process's memory (in large
-            sequential reads, on a background thread) and gather batches from the copy,
-            three times faster than one `pread` per image; None: when they take at most a
-            quarter of the available memory (`inmemory.py`); folders only (a store pack's
-            blocks are already local files in its cache). `memory_copy` tells.
+            sequential reads, on a background thread, after the first epoch) and gather
+            batches from the copy, 2-3x faster than one `pread` per image once it is filled;
+            None: when they take at most a quarter of the available memory (`inmemory.py`);
+            False (the default): one `pread` per image. Opt-in because the fill costs more
+            than it gains in a run of a few epochs (2 epochs: 11% slower, measured) and holds
+            the whole pack in this process's memory. Folders only (a store pack's blocks are
+            already local files in its cache). `memory_copy` tells.
         cache_dir: store URLs: the block cache's folder (default `~/.cache/mixshard`, or
             `$XDG_CACHE_HOME/mixshard`); its files are keyed by the pack's identity.
         cache_limit: store URLs: bytes the cache keeps at most (default: the whole pack, or
@@ -104,7 +107,7 @@ class ShardStream(IterableDataset):
         window: int = 64,
         run: int = 4,
         shuffle_blocks: int = 8,
-        in_memory: bool | None = None,
+        in_memory: bool | None = False,
         cache_dir: str | os.PathLike | None = None,
         cache_limit: int | None = None,
     ) -> None:
