@@ -139,6 +139,29 @@ def test_resume_redoes_a_shard_whose_object_is_not_the_journals(
     assert objects(url) == files(reference)
 
 
+def test_resume_reads_back_each_shard_it_reuses_and_redoes_one_not_as_journaled(
+    tree, reference, s3_bucket, monkeypatch
+):
+    url = s3_bucket + "/p"
+    undo = fail_index_upload(monkeypatch)
+    with pytest.raises(ShardError, match="injected"):
+        pack(tree, url, **ARGS)
+    undo()
+    store = Store(url)
+    journal = ".mixshard-pack.000001.jsonl"  # shard 1's record: another sha256
+    head, line = store.read(journal).decode().splitlines()
+    doc = json.loads(line)
+    doc["info"]["sha256"] = "0" * 64
+    store.write(journal, f"{head}\n{json.dumps(doc)}\n".encode())
+    hashed: list[str] = []
+    real = Store.sha256
+    monkeypatch.setattr(Store, "sha256", lambda self, name: hashed.append(name) or real(self, name))
+    result = pack(tree, url, **ARGS, resume=True)
+    assert sorted(hashed) == [f"shard-00000{i}.tar" for i in range(4)]  # each read back once
+    assert result.written_shards == 1 and result.reused_shards == 3
+    assert objects(url) == files(reference)
+
+
 def test_overwrite_replaces_a_pack_and_index_json_goes_first(tree, s3_bucket, tmp_path):
     url = s3_bucket + "/p"
     pack(tree, url, **ARGS)

@@ -187,6 +187,16 @@ class Store:
                 out[name] = (int(entry["size"]), object_tag(entry))
         return out
 
+    def sha256(self, name: str) -> str:
+        """The sha256 of object `name`, streamed in 8 MiB reads (nothing kept)."""
+        from .files import sha256_of
+
+        try:
+            with self.fs.open(self._path(name), "rb", block_size=8 << 20) as f:
+                return sha256_of(f, 8 << 20)
+        except Exception as exc:
+            raise self._fail(exc, name) from None
+
     def tag(self, name: str) -> str | None:
         """The store's version of object `name` (`object_tag`)."""
         try:

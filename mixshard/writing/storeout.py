@@ -6,9 +6,9 @@ the shard being written and `IN_FLIGHT + 1` finished ones. After each upload the
 journal line (the local packer's: its size, sha256, blocks and source stamps, and the object's
 version as the store reports it: S3's ETag, GCS's generation) is written as an object of its
 own; a resumed run reads them back and reuses a shard whose object still has the journal's size
-and version, so an object rewritten since is packed again (its sha256 is not re-read: `verify`
-downloads and checks it). `index.json` is uploaded last, once every shard is in the store, so
-a reader never sees a half pack.
+and version and, read back once, the journal's sha256: any other is packed again.
+`index.json` is uploaded last, once every shard is in the store, so a reader never sees a
+half pack.
 
 The lock is a marker object (`.mixshard-lock`, or `.mixshard-lock.part-K-of-N` for a job-array
 part) naming its holder and rewritten every `HEARTBEAT` seconds, made by an exclusive write
@@ -39,6 +39,7 @@ from ..core.errors import OutputError
 from ..core.stores import Store, is_store_url
 from .outdir import is_ours, part_suffix
 from .shardwrite import DoneShard
+from .storejournal import altered, journaled
 
 STAGING_ENV = "MIXSHARD_STAGING"  # where shards wait for their upload (default: the user cache)
 HEARTBEAT = 30.0  # seconds between rewrites of the lock marker
@@ -244,7 +245,8 @@ class StoreOut:
             )
         marker.take(list(listing))
         try:
-            self._prepare(listing, resume or finish or self.part is not None, overwrite)
+            again = resume or finish or self.part is not None
+            self._prepare(listing, again, overwrite, rehash=again and not finish)
             try:
                 result = work()
             except OutputError as exc:
@@ -259,7 +261,12 @@ class StoreOut:
             marker.release()
             shutil.rmtree(self.staging, ignore_errors=True)
 
-    def _prepare(self, listing: dict[str, int], resume: bool, overwrite: bool) -> None:
+    def _prepare(
+        self, listing: dict[str, int], resume: bool, overwrite: bool, rehash: bool = False
+    ) -> None:
+        """Check the prefix and fill staging with what a resumed run needs. With `rehash` (a
+        resumed run, not `--finish`), every shard this run would reuse is read back once and
+        its sha256 checked against the journal's."""
         names = sorted(n for n in listing if not n.startswith(LOCK_NAME))
         foreign = [n for n in names if not is_ours(n)]
         if foreign:
@@ -282,13 +289,21 @@ class StoreOut:
         shutil.rmtree(self.staging, ignore_errors=True)  # what a killed run left: redone
         self.staging.mkdir(parents=True, exist_ok=True)
         tags = {n: tag for n, (_, tag) in self.store.objects().items()} if names else {}
+        ours = JOURNAL_NAME.replace(".jsonl", part_suffix(self.part) + ".[0-9]*.jsonl")
+        reuse: list[tuple[str, str]] = []  # (shard, sha256) this run would reuse
         for name in names:
             if name == MANIFEST_NAME or fnmatch.fnmatch(name, JOURNAL_GLOB):
                 data = self.store.read(name)
                 (self.staging / name).write_bytes(data)
-                shard, tag = _journaled_tag(data)
-                if shard is not None and tag is not None and tags.get(shard) != tag:
-                    self.sizes.pop(shard, None)  # rewritten since it was journaled: redone
+                shard, tag, digest = journaled(data)
+                if shard is None or shard not in self.sizes:
+                    continue
+                if tag is not None and tags.get(shard) != tag:
+                    self.sizes.pop(shard)  # rewritten since it was journaled: redone
+                elif rehash and digest and fnmatch.fnmatch(name, ours):
+                    reuse.append((shard, digest))
+        for shard in altered(self.store, reuse):
+            self.sizes.pop(shard)  # not the bytes that were hashed before the upload: redone
 
     def _publish(self) -> None:
         self.store.upload(self.staging / MANIFEST_NAME, MANIFEST_NAME)
@@ -347,17 +362,6 @@ class StoreOut:
         if self._uploader is not None:
             self._uploader.stop()
             self._uploader = None
-
-
-def _journaled_tag(data: bytes) -> tuple[str | None, str | None]:
-    """`(shard name, object version)` a journal object recorded (None, None: none, or not a
-    shard's journal)."""
-    try:
-        head, line = data.decode().splitlines()[:2]
-        info = json.loads(line).get("info") or {}
-        return info.get("name"), json.loads(head).get("object")
-    except (ValueError, AttributeError):
-        return None, None  # a journal cut short: load_done redoes its shard
 
 
 def store_out(out: str | os.PathLike, part: tuple[int, int] | None) -> StoreOut | None:
