@@ -15,12 +15,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..core.constants import MANIFEST_NAME
 from ..core.env import usable_cpus
 from ..core.errors import OutputError, SkippedImagesError, SourceError
 from ..core.manifest import Manifest
-from ..core.stores import check_location
+from ..core.stores import check_location, is_store_url
 from .archive import MEMBERS_FILE, materialize, open_source
 from .outdir import (
     Journal,
@@ -38,11 +39,13 @@ from .outdir import (
     remove_run,
     write_error,
 )
-from .plan import PackPlan, check_modes, check_options, make_plan
+from .plan import PackPlan, check_modes, check_options, finished_pack, make_plan
 from .replace import replace_pack
 from .scanning import path_key
 from .shardwrite import DoneShard, source_stamps, strict_error
-from .storeout import StoreOut, store_out
+
+if TYPE_CHECKING:
+    from .storeout import StoreOut
 
 
 @dataclass(frozen=True)
@@ -176,7 +179,7 @@ def pack(
     check_modes(resume, overwrite, part, finish, ray)
     t0 = time.perf_counter()
     check_location(out)
-    sink = store_out(out, part)
+    sink = _store_out(out, part)
     src, out = Path(src), sink.staging if sink else Path(out)
     check_out_path(out)
     check_apart(src, out)
@@ -222,7 +225,7 @@ class _Job:
         try:
             prepare_out(out, resume)
             # a finished pack is never rewritten by a resumed run or a resubmitted part
-            finished = _finished(out, plan) if resume else None
+            finished = finished_pack(out, plan) if resume else None
             if finished is not None:
                 seconds = time.perf_counter() - self.t0
                 return PackResult(finished, out, seconds, len(finished.shards), True)
@@ -292,23 +295,14 @@ def _stamps(plan: PackPlan, i: int) -> list[list[int] | None]:
     return source_stamps(plan.src, plan.shard_items(i))
 
 
-def _finished(out: Path, plan: PackPlan) -> Manifest | None:
-    """The finished pack in `out`, if there is one (made with the same options)."""
-    if not (out / MANIFEST_NAME).exists():
+def _store_out(out: str | os.PathLike, part: tuple[int, int] | None) -> StoreOut | None:
+    """The upload side of a pack into an object store (None: a local folder, which then
+    imports none of it)."""
+    if not is_store_url(out):
         return None
-    manifest = Manifest.load(out)
-    old = {**manifest.options, "size": manifest.size, "block_size": manifest.block_size}
-    new = {**plan.options, "size": plan.size, "block_size": plan.block_size}
-    if old != new:
-        changes = ", ".join(
-            f"{k} {old.get(k)} -> {new.get(k)}" for k in sorted(set(old) | set(new))
-            if old.get(k) != new.get(k)
-        )  # fmt: skip
-        raise OutputError(
-            f"{out} holds a finished pack made with other options ({changes}); pass "
-            "overwrite=True to replace it (the old pack is kept until the new one is complete)"
-        )
-    return manifest
+    from .storeout import StoreOut
+
+    return StoreOut(str(out), part)
 
 
 def _run(plan, out, done, todo, part, progress, workers, ray, lock_fds, sink=None) -> _Tracker:
@@ -386,7 +380,7 @@ def _finish(
         raise OutputError(f"{out} is not a folder of job-array parts; run the parts first")
     lock = OutLock(out)
     try:
-        finished = _finished(out, plan)
+        finished = finished_pack(out, plan)
         if finished is not None:
             return PackResult(finished, out, time.perf_counter() - t0, len(finished.shards), True)
         done = load_done(out, plan.fingerprint, sizes=sizes)

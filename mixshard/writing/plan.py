@@ -13,12 +13,22 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..core.constants import CROP_MODES, LABEL_MODES, MAX_BLOCK_SIZE, MAX_SIZE, RESAMPLE, shard_name
-from ..core.manifest import dump_json
+from ..core.constants import (
+    CROP_MODES,
+    LABEL_MODES,
+    MANIFEST_NAME,
+    MAX_BLOCK_SIZE,
+    MAX_SIZE,
+    RESAMPLE,
+    shard_name,
+)
+from ..core.errors import OutputError
+from ..core.manifest import Manifest, dump_json
 from .archive import MemberReader, Source
 from .scanning import ScanResult
 
@@ -141,3 +151,22 @@ def check_modes(resume: bool, overwrite: bool, part, finish: bool, ray) -> None:
             raise ValueError(f"part must be (k, n) with 0 <= k < n, got ({k}, {n})")
         if overwrite or ray is not None:
             raise ValueError("a job-array part cannot also overwrite or run on Ray")
+
+
+def finished_pack(out: Path, plan: PackPlan) -> Manifest | None:
+    """The finished pack in `out`, if there is one (made with the same options)."""
+    if not (out / MANIFEST_NAME).exists():
+        return None
+    manifest = Manifest.load(out)
+    old = {**manifest.options, "size": manifest.size, "block_size": manifest.block_size}
+    new = {**plan.options, "size": plan.size, "block_size": plan.block_size}
+    if old != new:
+        changes = ", ".join(
+            f"{k} {old.get(k)} -> {new.get(k)}" for k in sorted(set(old) | set(new))
+            if old.get(k) != new.get(k)
+        )  # fmt: skip
+        raise OutputError(
+            f"{out} holds a finished pack made with other options ({changes}); pass "
+            "overwrite=True to replace it (the old pack is kept until the new one is complete)"
+        )
+    return manifest

@@ -36,7 +36,7 @@ from typing import Any
 
 from ..core.constants import JOURNAL_GLOB, JOURNAL_NAME, LOCK_NAME, MANIFEST_NAME
 from ..core.errors import OutputError
-from ..core.stores import Store, is_store_url
+from ..core.stores import Store
 from .outdir import is_ours, part_suffix
 from .shardwrite import DoneShard
 from .storejournal import altered, journaled
@@ -362,11 +362,6 @@ class StoreOut:
         if self._uploader is not None:
             self._uploader.stop()
             self._uploader = None
-
-
-def store_out(out: str | os.PathLike, part: tuple[int, int] | None) -> StoreOut | None:
-    """The `StoreOut` of `out` when it is an object store URL, else None (a local folder)."""
-    return StoreOut(str(out), part) if is_store_url(out) else None
 
 
 def staged_upload(url: str, write: Callable[[Path], DoneShard]) -> DoneShard:
