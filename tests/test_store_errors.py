@@ -52,6 +52,8 @@ CALLS = {
     "write": (lambda s, tmp: s.write("a.json", b"{}"), "a.json"),
     "create": (lambda s, tmp: s.create(".mixshard-lock", b"{}"), ".mixshard-lock"),
     "remove": (lambda s, tmp: s.remove("b.json"), "b.json"),
+    "sha256": (lambda s, tmp: s.sha256("shard-000003.tar"), "shard-000003.tar"),
+    "tag": (lambda s, tmp: s.tag("shard-000004.tar"), "shard-000004.tar"),
 }
 
 
