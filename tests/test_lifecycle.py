@@ -175,11 +175,12 @@ def test_objects_dropped_without_close_free_their_threads_and_files(pack_dir, wh
     gc.collect()
     # a collection that ran in one of the loaders' own threads may still be stopping others
     # (joining their threads) when this one returns: their end is waited for, within a bound
+    # (and threads an earlier test left may end meanwhile: none more than before, not equal)
     deadline = time.monotonic() + 30
-    while (threading.active_count(), _fds()) != (threads, fds) and time.monotonic() < deadline:
+    while (threading.active_count() > threads or _fds() > fds) and time.monotonic() < deadline:
         time.sleep(0.05)
         gc.collect()
-    assert (threading.active_count(), _fds()) == (threads, fds)
+    assert threading.active_count() <= threads and _fds() <= fds
 
 
 class _Frames(torch.utils.data.Dataset):
