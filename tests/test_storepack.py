@@ -364,7 +364,7 @@ def test_resume_onto_a_pack_of_other_options_names_the_url(tree, s3_bucket, stag
 def test_the_marker_is_made_by_an_exclusive_write(tree, s3_bucket, monkeypatch):
     """Two runs that list an empty prefix at the same moment: the second one's create fails."""
     url = s3_bucket + "/p"
-    real = Store.listing
+    real = Store.objects  # what the run lists the prefix with
 
     def listing_then_rival(self):
         found = real(self)
@@ -374,6 +374,6 @@ def test_the_marker_is_made_by_an_exclusive_write(tree, s3_bucket, monkeypatch):
         return found
 
     real_create = Store.create
-    monkeypatch.setattr(Store, "listing", listing_then_rival)
+    monkeypatch.setattr(Store, "objects", listing_then_rival)
     with pytest.raises(OutputError, match="is in use by another mixshard pack"):
         pack(tree, url, **ARGS)

@@ -235,7 +235,8 @@ class StoreOut:
         `staging`), then upload `index.json` when it made one. Returns `work`'s result with
         `out` the URL."""
         marker = Marker(self.store, None if finish else self.part)
-        listing = self.store.listing()
+        found = self.store.objects()  # one listing: sizes for the checks, versions for resume
+        listing = {name: size for name, (size, _) in found.items()}
         if not listing and not self.store.bucket_exists():
             bucket = "/".join(self.url.split("/")[:3])
             how = MAKE_BUCKET.get(bucket.split(":")[0], "with your store's own tool")
@@ -246,7 +247,7 @@ class StoreOut:
         marker.take(list(listing))
         try:
             again = resume or finish or self.part is not None
-            self._prepare(listing, again, overwrite, rehash=again and not finish)
+            self._prepare(found, again, overwrite, rehash=again and not finish)
             try:
                 result = work()
             except OutputError as exc:
@@ -262,12 +263,16 @@ class StoreOut:
             shutil.rmtree(self.staging, ignore_errors=True)
 
     def _prepare(
-        self, listing: dict[str, int], resume: bool, overwrite: bool, rehash: bool = False
+        self,
+        found: dict[str, tuple[int, str | None]],
+        resume: bool,
+        overwrite: bool,
+        rehash: bool = False,
     ) -> None:
         """Check the prefix and fill staging with what a resumed run needs. With `rehash` (a
         resumed run, not `--finish`), every shard this run would reuse is read back once and
         its sha256 checked against the journal's."""
-        names = sorted(n for n in listing if not n.startswith(LOCK_NAME))
+        names = sorted(n for n in found if not n.startswith(LOCK_NAME))
         foreign = [n for n in names if not is_ours(n)]
         if foreign:
             shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
@@ -285,10 +290,10 @@ class StoreOut:
                 f"{self.url} is not empty; pass resume=True to finish an interrupted pack there "
                 "or overwrite=True to replace it"
             )
-        self.sizes = {n: listing[n] for n in names}
+        self.sizes = {n: found[n][0] for n in names}
         shutil.rmtree(self.staging, ignore_errors=True)  # what a killed run left: redone
         self.staging.mkdir(parents=True, exist_ok=True)
-        tags = {n: tag for n, (_, tag) in self.store.objects().items()} if names else {}
+        tags = {n: found[n][1] for n in names}
         ours = JOURNAL_NAME.replace(".jsonl", part_suffix(self.part) + ".[0-9]*.jsonl")
         reuse: list[tuple[str, str]] = []  # (shard, sha256) this run would reuse
         for name in names:
