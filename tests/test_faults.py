@@ -219,3 +219,31 @@ def test_a_lock_taken_on_a_removed_lock_file_is_taken_again(tmp_path, monkeypatc
     assert len(calls) == 2  # locked again, on the file that the name now gives
     assert os.fstat(fd).st_ino == os.stat(out / LOCK_NAME).st_ino
     lock.release()
+
+
+def test_written_blocks_are_sent_to_disk_while_packing_and_a_refusal_changes_nothing(
+    tmp_path, monkeypatch
+):
+    """Each shard's blocks are handed to the disk as soon as they are written (the final
+    fsync then waits for less); the call is advice: where it fails, the pack is the same."""
+    from mixshard.core import files as core_files
+
+    src = tmp_path / "src"
+    make_tree(src, {"a": 5, "b": 4})
+    calls: list[str] = []
+
+    def refuse(fd: int, offset: int, nbytes: int, flags: int) -> int:
+        calls.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return -1  # as the kernel's EINVAL or ENOSYS: ignored
+
+    monkeypatch.setattr(core_files, "_SYNC_FILE_RANGE", refuse)
+    mixshard.pack(src, tmp_path / "p1", size=8, shard_size=6, block_size=2, workers=1)
+    monkeypatch.setattr(core_files, "_SYNC_FILE_RANGE", None)  # no such call here
+    mixshard.pack(src, tmp_path / "p2", size=8, shard_size=6, block_size=2, workers=1)
+    names = sorted(p.name for p in (tmp_path / "p1").glob("shard-*.tar"))
+    assert names == ["shard-000000.tar", "shard-000001.tar"]
+    for name in names:
+        assert (tmp_path / "p1" / name).read_bytes() == (tmp_path / "p2" / name).read_bytes()
+    # one call per block: each full block is written (and handed to the disk) on its own
+    assert sorted({c.rsplit("/", 1)[-1] for c in calls}) == [n + ".partial" for n in names]
+    assert len(calls) == sum(len(s.blocks) for s in Manifest.load(tmp_path / "p1").shards) == 6

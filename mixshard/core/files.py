@@ -4,6 +4,7 @@ regular files (a FIFO named like a shard would block a reader forever)."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import fcntl
 import hashlib
@@ -34,6 +35,29 @@ def atomic_write(path: Path, data: bytes) -> None:
             tmp.unlink()
         raise
     fsync_dir(path.parent)
+
+
+def _libc_sync_file_range():  # noqa: ANN202 - a ctypes function or None
+    try:
+        func = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (AttributeError, OSError):
+        return None
+    func.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+    func.restype = ctypes.c_int
+    return func
+
+
+_SYNC_FILE_RANGE = _libc_sync_file_range()
+_SYNC_FILE_RANGE_WRITE = 2  # start writing the dirty pages out; do not wait for them
+
+
+def start_writeback(fd: int) -> None:
+    """Ask the kernel to start writing `fd`'s dirty pages to disk now, without waiting (Linux's
+    `sync_file_range`), so that the `fsync` which makes the file durable later waits only for
+    what was written since; while it runs the disk and the CPU work at once. Advice only: a
+    no-op where the call does not exist or fails (the `fsync` still does the whole job)."""
+    if _SYNC_FILE_RANGE is not None:
+        _SYNC_FILE_RANGE(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
 
 
 def fsync_dir(folder: Path) -> None:

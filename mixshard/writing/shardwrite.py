@@ -15,7 +15,7 @@ import numpy as np
 
 from ..core.constants import TMP_SUFFIX
 from ..core.errors import SkippedImagesError
-from ..core.files import fsync_dir
+from ..core.files import fsync_dir, start_writeback
 from ..core.manifest import ShardInfo, dump_json, shard_from_dict, shard_to_dict
 from .plan import PackPlan
 from .tarwriter import ShardWriter
@@ -154,6 +154,8 @@ class ShardBuilder:
                 self.next_block, images[start:end], labels[start:end], keys[start:end]
             )
             self.next_block += 1
+        self._file.flush()  # the blocks written go to disk while the next ones are decoded
+        start_writeback(self._file.fileno())
         rest = images[upto:]
         self._images = [rest] if len(rest) else []
         self._labels = self._labels[upto:]
