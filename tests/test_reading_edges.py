@@ -14,7 +14,7 @@ from helpers import make_tree
 
 import mixshard
 from mixshard.core import layout
-from mixshard.reading import local, order
+from mixshard.reading import local, order, shardfiles
 from mixshard.reading.blockfeed import BlockFeed
 from mixshard.reading.local import LocalPack
 from mixshard.reading.source import resolve_source
@@ -42,7 +42,7 @@ def expected(pack_dir, index):
 
 
 def test_only_the_allowed_descriptors_stay_open(pack_dir, pack, monkeypatch):
-    monkeypatch.setattr(local, "MAX_OPEN_SHARDS", 1)
+    monkeypatch.setattr(shardfiles, "MAX_OPEN_SHARDS", 1)
     index = np.array([0, 30, 60, 90, 5])  # four shards
     out = np.empty((5, 3, 8, 8), np.uint8)
     assert pack.read_images(index, out) is None

@@ -13,8 +13,6 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections import OrderedDict
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -24,8 +22,10 @@ from ..core.errors import MixshardError, ShardError
 from ..core.files import open_regular
 from ..core.manifest import Manifest, ShardInfo
 from .blockrun import RunPlan
+from .openshards import OpenShards
 from .rawio import read_iov
-from .shardfiles import MAX_OPEN_SHARDS, FileId, shard_path, warn_bad
+from .shardfiles import FileId, shard_path, warn_bad
+from .uring import RingPool, read_rows
 from .warming import warm_files
 
 CHECK_LOCKS = 64  # locks striped over the blocks: a block's first read is checked once
@@ -81,10 +81,11 @@ class LocalPack:
         self._checked = np.zeros(len(blocks), bool)
         self.bad = np.zeros(len(blocks), bool)
         self._labels = np.zeros(self.count, np.int32)
-        self._fds: OrderedDict[int, list[int]] = OrderedDict()  # slot -> [fd, users]
+        self._files = OpenShards()
         self._lock = threading.Lock()
         self._check_locks = [threading.Lock() for _ in range(CHECK_LOCKS)]
         self._warming = False
+        self._rings = RingPool()  # io_uring for the global order's reads
 
     # ------------------------------------------------------------------ files
     def _fix(self) -> str:
@@ -108,37 +109,9 @@ class LocalPack:
             )
         return found
 
-    @contextlib.contextmanager
-    def _open(self, slot: int) -> Iterator[int]:
-        """A descriptor of shard `slot`, held open while the caller uses it (the cache closes
-        only descriptors nobody holds)."""
-        with self._lock:
-            entry = self._fds.get(slot)
-            if entry is not None:
-                self._fds.move_to_end(slot)
-                entry[1] += 1
-        if entry is None:
-            entry = [self._open_checked(slot), 1]
-            with self._lock:
-                if slot in self._fds:  # another thread opened it meanwhile: use that one
-                    os.close(entry[0])
-                    entry = self._fds[slot]
-                    entry[1] += 1
-                else:
-                    self._fds[slot] = entry
-        try:
-            yield entry[0]
-        finally:
-            with self._lock:
-                entry[1] -= 1
-                self._evict()
-
-    def _evict(self) -> None:
-        if len(self._fds) <= MAX_OPEN_SHARDS:
-            return
-        idle = [s for s, (_, users) in self._fds.items() if users == 0]
-        for s in idle[: max(0, len(self._fds) - MAX_OPEN_SHARDS)]:
-            os.close(self._fds.pop(s)[0])
+    def _open(self, slot: int) -> contextlib.AbstractContextManager[list[int]]:
+        """`[fd]` of shard `slot`, held open while the caller uses it."""
+        return self._files.held([slot], self._open_checked)
 
     def _open_checked(self, slot: int) -> int:
         path = self.folder / self.shards[slot].name
@@ -186,29 +159,29 @@ class LocalPack:
 
     def check_shard(self, slot: int) -> None:
         """Raise `ShardError` when shard `slot` changed since the pack was opened."""
-        with self._open(slot) as fd:
+        with self._open(slot) as (fd,):
             self._check_same(slot, fd)
 
     @property
     def open_shards(self) -> int:
         """Shard descriptors held open now (at most `MAX_OPEN_SHARDS` once idle)."""
-        return len(self._fds)
+        return len(self._files)
 
     def close(self) -> None:
         """Close the cached descriptors (they are reopened on the next read)."""
-        with self._lock:
-            for s in [s for s, (_, users) in self._fds.items() if users == 0]:
-                os.close(self._fds.pop(s)[0])
+        self._files.close()
+        self._rings.close()
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state["_fds"], state["_lock"], state["_check_locks"] = OrderedDict(), None, None
+        state["_files"] = state["_rings"] = state["_lock"] = state["_check_locks"] = None
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
         self._check_locks = [threading.Lock() for _ in range(CHECK_LOCKS)]
+        self._files, self._rings = OpenShards(), RingPool()
 
     def __del__(self) -> None:
         if getattr(self, "_lock", None) is not None:  # not half-made
@@ -232,7 +205,7 @@ class LocalPack:
         loff = layout.labels_offset_for(offset, count, size)
         llen = layout.labels_header_len(count)
         head, raw = bytearray(hlen), bytearray(llen + 4 * count)
-        with self._open(slot) as fd:
+        with self._open(slot) as (fd,):
             self._pread(slot, fd, memoryview(head), offset - hlen)
             self._pread(slot, fd, memoryview(raw), loff - llen)
         self._judge(b, bytes(head), bytes(raw))
@@ -278,7 +251,7 @@ class LocalPack:
         )
         scratch = np.empty(plan.scratch_bytes, np.uint8)
         iov = plan.iov(addresses, scratch.ctypes.data, self.manifest.image_bytes)
-        with self._open(slot) as fd:
+        with self._open(slot) as (fd,):
             try:
                 got = read_iov(fd, iov, plan.start)
             except OSError as exc:
@@ -334,9 +307,9 @@ class LocalPack:
 
     def read_images(self, index: np.ndarray, out: np.ndarray) -> np.ndarray | None:
         """Read images `index` into `out` (uint8, `(len(index), 3, size, size)`, contiguous),
-        one `pread` each, shard by shard (the batch grouped by shard in one sort). Returns a
-        bool mask of images that come from bad, skipped blocks, or None when every one was
-        read."""
+        one read each, grouped by shard: the batch's reads in one io_uring call where it can
+        be used (`uring.py`), else one `pread` each. Returns a bool mask of images that come
+        from bad, skipped blocks, or None when every one was read."""
         index = np.asarray(index, dtype=np.int64)
         if not out.flags.c_contiguous or out.nbytes < len(index) * self.manifest.image_bytes:
             raise ValueError(f"out must be C-contiguous with room for {len(index)} images")
@@ -353,20 +326,15 @@ class LocalPack:
         offsets = (
             self.block_offset[block[rows]] + (index[rows] - self.block_start[block[rows]]) * size
         )
-        flat = out.reshape(-1).data
-        cuts = [0, *(np.flatnonzero(np.diff(slots)) + 1).tolist(), len(rows)] if len(rows) else []
-        for lo, hi in zip(cuts[:-1], cuts[1:]):
-            slot = int(slots[lo])
-            with self._open(slot) as fd:
-                for i, offset in zip(rows[lo:hi].tolist(), offsets[lo:hi].tolist()):
-                    view = flat[i * size : (i + 1) * size]
-                    try:
-                        if os.preadv(fd, (view,), offset) == size:
-                            continue
-                    except OSError:
-                        pass
-                    self._pread(slot, fd, view, offset)  # again, to raise the right error
-                self._check_same(slot, fd)
+        firsts = np.flatnonzero(np.diff(slots, prepend=-1)) if len(rows) else slots
+        with self._files.held(slots[firsts].tolist(), self._open_checked) as held:
+            fds = np.array(held, np.int32)
+            fd_of = np.repeat(fds, np.diff(np.append(firsts, len(rows)))).astype(np.int32)
+            for j in read_rows(self._rings, out, rows, fd_of, offsets, size):  # again, to
+                view = out.reshape(-1).data[rows[j] * size : (rows[j] + 1) * size]  # raise the
+                self._pread(int(slots[j]), int(fd_of[j]), view, int(offsets[j]))  # right error
+            for i, fd in zip(firsts.tolist(), fds.tolist()):
+                self._check_same(int(slots[i]), fd)
         return bad
 
     def labels(self, index: np.ndarray) -> np.ndarray:
