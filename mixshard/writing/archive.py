@@ -13,7 +13,6 @@ copied, still encoded, into one temporary file in OUT (`materialize`) and read f
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -21,10 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.errors import ImageDecodeError, PackInterrupted, SourceError
 from .scanning import ScanResult, classify, is_image_name
+from .tarscan import Unusual, tar_members
+from .zipmembers import member_end, zip_data, zip_kind
 
 if TYPE_CHECKING:  # imported where used: a folder pack starts without them
     import tarfile
-    import zipfile
 
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz")
 ARCHIVE_SUFFIXES = (*TAR_SUFFIXES, ".zip")
@@ -73,10 +73,13 @@ class MemberReader:
         import zipfile
 
         archive = _handle(self.path, "zip")
+        fast = zip_data(_handle(self.path, "raw"), archive.infolist()[ref])
+        if fast is not None:
+            return key, fast
         try:
             return key, archive.read(archive.infolist()[ref])
         except (zipfile.BadZipFile, EOFError, OSError) as exc:
-            if os.path.getsize(self.path) < _member_end(archive.infolist()[ref]):
+            if os.path.getsize(self.path) < member_end(archive.infolist()[ref]):
                 raise ArchiveTruncated(
                     f"{self.path} ends inside member {key}: the archive was cut short or "
                     "replaced while packing; finished shards are kept"
@@ -218,26 +221,6 @@ def _tar_kind(info: tarfile.TarInfo) -> str:
     return "link" if info.issym() or info.islnk() else "other"
 
 
-def _zip_kind(info: zipfile.ZipInfo) -> str:
-    kind = stat.S_IFMT(info.external_attr >> 16)  # 0 when the zip does not say (not Unix)
-    if info.is_dir():
-        return "dir"
-    if kind == stat.S_IFLNK:
-        return "link"
-    return "other" if kind not in (0, stat.S_IFREG) else "file"
-
-
-def _member_end(info: zipfile.ZipInfo) -> int:
-    # the local header (30 bytes + name + extra, the extra taken at its central size) and data
-    return (
-        info.header_offset
-        + 30
-        + len(info.orig_filename.encode())
-        + len(info.extra)
-        + (info.compress_size)
-    )
-
-
 def _members(tf: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
     """A tar's members in order, one pass, without keeping them (1.8M would take a GB)."""
     while (info := tf.next()) is not None:
@@ -262,9 +245,21 @@ def _truncated(path: str, what: str) -> SourceError:
 
 def _list_tar(path: str, listing: _Listing, compressed: bool) -> None:
     """Add a tar's members: referenced by offset, or in a compressed one by name."""
+    size = os.path.getsize(path)
+    if not compressed:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            members = tar_members(fd)
+        except Unusual:
+            members = None  # tarfile decides what this archive is
+        finally:
+            os.close(fd)
+        if members is not None:
+            for name, kind, offset, n in members:
+                listing.add(name, kind, (offset, n), n)
+            return
     import tarfile
 
-    size = os.path.getsize(path)
     try:
         with tarfile.open(path, "r:*") as tf:
             for info in _members(tf):
@@ -284,8 +279,8 @@ def _list_zip(path: str, listing: _Listing) -> None:
     try:
         with zipfile.ZipFile(path) as zf:
             for i, info in enumerate(zf.infolist()):
-                kind = "other" if info.flag_bits & 1 else _zip_kind(info)  # encrypted
-                if _member_end(info) > size:
+                kind = "other" if info.flag_bits & 1 else zip_kind(info)  # encrypted
+                if member_end(info) > size:
                     raise _truncated(path, f"member {info.filename} ends past the end of the file")
                 listing.add(info.filename, kind, i, info.file_size)
     except (zipfile.BadZipFile, OSError, ValueError) as exc:

@@ -1,0 +1,59 @@
+"""`writing/zipmembers.py` reads a zip member's bytes as `zipfile` does, or leaves it to it."""
+
+from __future__ import annotations
+
+import os
+import zipfile
+
+import pytest
+
+from mixshard.writing.zipmembers import zip_data
+
+
+@pytest.fixture()
+def zipped(tmp_path):
+    path = tmp_path / "a.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr(zipfile.ZipInfo("s/stored.jpg"), b"\xff\xd8\xff" + os.urandom(3000))
+        zf.writestr("s/deflated.jpg", b"ab" * 5000, compress_type=zipfile.ZIP_DEFLATED)
+        zf.writestr("s/bz.jpg", b"cd" * 500, compress_type=zipfile.ZIP_BZIP2)
+        zf.writestr("s/été.jpg", b"utf-8 name")
+        zf.writestr("s/empty.jpg", b"")
+    return path
+
+
+def read_all(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with zipfile.ZipFile(path) as zf:
+            return [(zip_data(fd, i), zf.read(i)) for i in zf.infolist()]
+    finally:
+        os.close(fd)
+
+
+def test_stored_and_deflated_members_read_as_zipfile_reads_them(zipped):
+    got = read_all(zipped)
+    assert [fast == slow for fast, slow in got] == [True, True, False, True, True]
+    assert got[2][0] is None  # bzip2: left to zipfile
+
+
+@pytest.mark.parametrize("damage", ["data", "name", "header"])
+def test_a_damaged_member_is_left_to_zipfile(zipped, damage):
+    data = bytearray(zipped.read_bytes())
+    with zipfile.ZipFile(zipped) as zf:
+        info = zf.getinfo("s/stored.jpg")
+    start = info.header_offset
+    if damage == "data":
+        data[start + 30 + len("s/stored.jpg") + 100] ^= 1  # the CRC no longer matches
+    elif damage == "name":
+        data[start + 30] = ord("t")  # the local name differs from the directory's
+    else:
+        data[start : start + 4] = b"PK\0\0"
+    zipped.write_bytes(bytes(data))
+    fd = os.open(zipped, os.O_RDONLY)
+    try:
+        assert zip_data(fd, info) is None
+    finally:
+        os.close(fd)
+    with zipfile.ZipFile(zipped) as zf, pytest.raises(zipfile.BadZipFile):
+        zf.read(info)
