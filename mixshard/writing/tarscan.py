@@ -129,7 +129,10 @@ def _extended(kind: bytes, extra: bytes) -> dict[str, str | int]:
         except UnicodeDecodeError:
             raise Unusual("a PAX path that is not UTF-8") from None
     if b"size" in pax:
-        ahead["size"] = _number(pax[b"size"])
+        try:
+            ahead["size"] = int(pax[b"size"])  # decimal, unlike the header's octal
+        except ValueError:
+            raise Unusual("a PAX size that is not a number") from None
     return ahead
 
 
