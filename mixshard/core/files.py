@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from .constants import LOCK_NAME
+from .libc import function
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -37,17 +38,9 @@ def atomic_write(path: Path, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
-def _libc_sync_file_range():  # noqa: ANN202 - a ctypes function or None
-    try:
-        func = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (AttributeError, OSError):
-        return None
-    func.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
-    func.restype = ctypes.c_int
-    return func
-
-
-_SYNC_FILE_RANGE = _libc_sync_file_range()
+_SYNC_FILE_RANGE = function(
+    "sync_file_range", ctypes.c_int, (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+)
 _SYNC_FILE_RANGE_WRITE = 2  # start writing the dirty pages out; do not wait for them
 
 

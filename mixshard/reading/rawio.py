@@ -13,8 +13,11 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+from typing import Any
 
 import numpy as np
+
+from ..core.libc import function
 
 try:
     IOV_MAX = max(16, os.sysconf("SC_IOV_MAX"))  # buffers one `preadv` fills at most
@@ -22,19 +25,12 @@ except (AttributeError, OSError, ValueError):
     IOV_MAX = 16
 
 
-def _libc_preadv():  # noqa: ANN202 - a ctypes function or None
-    if ctypes.sizeof(ctypes.c_void_p) != 8 or ctypes.sizeof(ctypes.c_size_t) != 8:
-        return None  # the iovec array below is laid out for 64-bit pointers and sizes
-    try:
-        func = ctypes.CDLL(None, use_errno=True).preadv
-    except (AttributeError, OSError):
-        return None
-    func.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64)
-    func.restype = ctypes.c_ssize_t
-    return func
-
-
-_PREADV = _libc_preadv()
+_ARGS = (ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64)
+_PREADV: Any = (  # the iovec array below is laid out for 64-bit pointers and sizes
+    function("preadv", ctypes.c_ssize_t, _ARGS)
+    if ctypes.sizeof(ctypes.c_void_p) == 8 and ctypes.sizeof(ctypes.c_size_t) == 8
+    else None
+)
 
 
 def scatter_read(fd: int, addresses: np.ndarray, length: int, offset: int) -> int:

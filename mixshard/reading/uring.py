@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from ..core.libc import function
+
 _SETUP, _ENTER = 425, 426  # system call numbers (the same on every 64-bit architecture)
 _OP_READ = 22
 _ENTER_GETEVENTS = 1
@@ -71,18 +73,13 @@ def _libc() -> tuple[Any, Any, Any] | None:
     """libc's `syscall`, `mmap` and `munmap`, typed; None where io_uring is not used."""
     if platform.machine() not in ("x86_64", "AMD64") or not hasattr(os, "posix_fadvise"):
         return None
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        syscall, mmap_, munmap = libc.syscall, libc.mmap, libc.munmap
-    except (AttributeError, OSError):
-        return None
-    syscall.restype = ctypes.c_long
-    mmap_.restype = ctypes.c_void_p
-    mmap_.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int) + (
-        ctypes.c_int, ctypes.c_int64,
-    )  # fmt: skip
-    munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
-    return syscall, mmap_, munmap
+    address, size, num = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
+    calls = (
+        function("syscall", ctypes.c_long),
+        function("mmap", address, (address, size, num, num, num, ctypes.c_int64)),
+        function("munmap", num, (address, size)),
+    )
+    return None if None in calls else calls
 
 
 # Python's mmap.mmap would keep a duplicate of the ring's descriptor per map, and refuse to
