@@ -10,7 +10,6 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from helpers import make_tree
 
 import mixshard
 from mixshard.core import layout
@@ -22,12 +21,8 @@ from mixshard.reading.stream import ShardStream
 
 
 @pytest.fixture(scope="module")
-def pack_dir(tmp_path_factory):
-    """96 distinct 8 px images in 4 shards of 24, blocks of 8."""
-    root = tmp_path_factory.mktemp("edges")
-    make_tree(root / "src", classes=("a", "b"), per_class=48)
-    mixshard.pack(root / "src", root / "pack", size=8, shard_size=24, block_size=8, workers=1)
-    return root / "pack"
+def pack_dir(pack96):
+    return pack96
 
 
 @pytest.fixture()

@@ -10,7 +10,7 @@ import shutil
 
 import numpy as np
 import pytest
-from helpers import make_tree, read_pack
+from helpers import read_pack
 
 import mixshard
 from mixshard.core.errors import ShardError
@@ -26,12 +26,8 @@ needs_ring = pytest.mark.skipif(not HAVE_RING, reason="io_uring is not available
 
 
 @pytest.fixture(scope="module")
-def pack_dir(tmp_path_factory):
-    """96 distinct 8 px images in 4 shards of 24, blocks of 8."""
-    root = tmp_path_factory.mktemp("uring")
-    make_tree(root / "src", classes=("a", "b"), per_class=48)
-    mixshard.pack(root / "src", root / "pack", size=8, shard_size=24, block_size=8, workers=1)
-    return root / "pack"
+def pack_dir(pack96):
+    return pack96
 
 
 def open_pack(folder, ring: bool) -> LocalPack:
@@ -171,3 +167,35 @@ def test_a_forked_child_makes_its_own_rings(pack_dir):
     assert pack.read_images(np.array([70, 71]), out[:2]) is None
     assert np.array_equal(out[:2], images[[70, 71]])
     assert pack._rings._idle == [parent_ring]
+
+
+def test_without_a_ring_a_read_that_fails_is_handed_back():
+    out = np.zeros((2, 16), np.uint8)
+    r, w = os.pipe()
+    os.close(w)
+    pool = uring.RingPool()
+    pool.available = False
+    rows, offsets = np.array([1, 0]), np.array([0, 0])
+    assert uring.read_rows(pool, out, rows, np.array([-1, r], np.int32), offsets, 16) == [0, 1]
+    os.close(r)  # a bad descriptor (EBADF), then a pipe (ESPIPE): both for the caller
+
+
+@needs_ring
+def test_a_ring_refused_for_now_is_asked_for_again(pack_dir, monkeypatch):
+    images = read_pack(pack_dir)[0]
+    pack = open_pack(pack_dir, True)
+    real, refused = uring._SYSCALL, []
+
+    def no_memory(number, *args):  # noqa: ANN001, ANN202
+        if number.value == uring._SETUP and not refused:
+            refused.append(1)
+            ctypes.set_errno(errno.ENOMEM)
+            return -1
+        return real(number, *args)
+
+    monkeypatch.setattr(uring, "_SYSCALL", no_memory)
+    out = np.empty((2, 3, 8, 8), np.uint8)
+    for _ in range(2):
+        assert pack.read_images(np.array([4, 44]), out) is None
+        assert np.array_equal(out, images[[4, 44]])
+    assert refused == [1] and pack._rings.available and len(pack._rings._idle) == 1

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import stat
 import zipfile
 
 import pytest
 
-from mixshard.writing.zipmembers import zip_data
+from mixshard.writing.zipmembers import zip_data, zip_kind
 
 
 @pytest.fixture()
@@ -20,6 +21,14 @@ def zipped(tmp_path):
         zf.writestr("s/été.jpg", b"utf-8 name")
         zf.writestr("s/empty.jpg", b"")
     return path
+
+
+def fast_read(path, info):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return zip_data(fd, info)
+    finally:
+        os.close(fd)
 
 
 def read_all(path):
@@ -50,10 +59,23 @@ def test_a_damaged_member_is_left_to_zipfile(zipped, damage):
     else:
         data[start : start + 4] = b"PK\0\0"
     zipped.write_bytes(bytes(data))
-    fd = os.open(zipped, os.O_RDONLY)
-    try:
-        assert zip_data(fd, info) is None
-    finally:
-        os.close(fd)
+    assert fast_read(zipped, info) is None
     with zipfile.ZipFile(zipped) as zf, pytest.raises(zipfile.BadZipFile):
         zf.read(info)
+
+
+def test_a_damaged_deflate_stream_and_a_link(tmp_path):
+    path = tmp_path / "b.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("d.jpg", os.urandom(2000) + b"a" * 4000, compress_type=zipfile.ZIP_DEFLATED)
+        link = zipfile.ZipInfo("l.jpg")
+        link.external_attr = (stat.S_IFLNK | 0o777) << 16
+        zf.writestr(link, "d.jpg")
+    with zipfile.ZipFile(path) as zf:
+        info, link = zf.infolist()
+    assert (zip_kind(info), zip_kind(link)) == ("file", "link")
+    data = bytearray(path.read_bytes())
+    start = info.header_offset + 30 + len("d.jpg")
+    data[start : start + 8] = b"\xff" * 8  # not a deflate stream any more
+    path.write_bytes(bytes(data))
+    assert fast_read(path, info) is None
