@@ -144,9 +144,10 @@ class ShardBuilder:
         if self.spread_seed is not None:  # spread an image's crops over the shard
             order = np.random.default_rng(self.spread_seed).permutation(len(images))
             images, labels, keys = images[order], labels[order], [keys[i] for i in order]
-        if self._writer is None:
+        if self._writer is None or self._file is None:
             self._file = open(self.tmp, "wb")  # noqa: SIM115 - closed in finish or abort
             self._writer = ShardWriter(self._file)
+        file = self._file
         upto = min(upto, len(keys))
         for start in range(0, upto, self.block_size):
             end = min(start + self.block_size, upto)
@@ -154,8 +155,8 @@ class ShardBuilder:
                 self.next_block, images[start:end], labels[start:end], keys[start:end]
             )
             self.next_block += 1
-        self._file.flush()  # the blocks written go to disk while the next ones are decoded
-        start_writeback(self._file.fileno())
+        file.flush()  # the blocks written go to disk while the next ones are decoded
+        start_writeback(file.fileno())
         rest = images[upto:]
         self._images = [rest] if len(rest) else []
         self._labels = self._labels[upto:]
