@@ -50,7 +50,7 @@ def reference(path) -> list[tuple[str, str, int, int]]:
 def fast(path) -> list[tuple[str, str, int, int]]:
     fd = os.open(path, os.O_RDONLY)
     try:
-        return tar_members(fd)
+        return list(tar_members(fd))
     finally:
         os.close(fd)
 

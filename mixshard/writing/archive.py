@@ -243,22 +243,17 @@ def _truncated(path: str, what: str) -> SourceError:
     )
 
 
-def _list_tar(path: str, listing: _Listing, compressed: bool) -> None:
-    """Add a tar's members: referenced by offset, or in a compressed one by name."""
-    size = os.path.getsize(path)
+def _list_tar(path: str, within: str, compressed: bool) -> _Listing:
+    """A tar's members under `within`: referenced by offset, or in a compressed one by name."""
     if not compressed:
-        fd = os.open(path, os.O_RDONLY)
         try:
-            members = tar_members(fd)
-        except Unusual:
-            members = None  # tarfile decides what this archive is
-        finally:
-            os.close(fd)
-        if members is not None:
-            for name, kind, offset, n in members:
-                listing.add(name, kind, (offset, n), n)
-            return
+            return _fast_tar(path, within)
+        except (Unusual, OSError):
+            pass  # tarfile lists it afresh, and says what is wrong with it
     import tarfile
+
+    listing = _Listing(within)
+    size = os.path.getsize(path)
 
     try:
         with tarfile.open(path, "r:*") as tf:
@@ -268,11 +263,24 @@ def _list_tar(path: str, listing: _Listing, compressed: bool) -> None:
                     raise _truncated(path, f"member {info.name} ends past the end of the file")
                 ref = info.name if compressed else (info.offset_data, info.size)
                 listing.add(info.name, _tar_kind(info), ref, info.size)
+        return listing
     except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
         raise _truncated(path, str(exc) or type(exc).__name__) from None
 
 
-def _list_zip(path: str, listing: _Listing) -> None:
+def _fast_tar(path: str, within: str) -> _Listing:
+    listing = _Listing(within)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for name, kind, offset, n in tar_members(fd):
+            listing.add(name, kind, (offset, n), n)
+    finally:
+        os.close(fd)
+    return listing
+
+
+def _list_zip(path: str, within: str) -> _Listing:
+    listing = _Listing(within)
     import zipfile
 
     size = os.path.getsize(path)
@@ -283,6 +291,7 @@ def _list_zip(path: str, listing: _Listing) -> None:
                 if member_end(info) > size:
                     raise _truncated(path, f"member {info.filename} ends past the end of the file")
                 listing.add(info.filename, kind, i, info.file_size)
+        return listing
     except (zipfile.BadZipFile, OSError, ValueError) as exc:
         raise _truncated(path, str(exc)) from None
 
@@ -320,13 +329,12 @@ def open_source(
     if rel is None:
         raise ValueError(f"within must be a relative path inside the archive, got {within!r}")
     label = f"{path}:{rel}" if rel else path
-    listing = _Listing(rel)
     if path.lower().endswith(".zip"):
-        _list_zip(path, listing)
+        listing = _list_zip(path, rel)
         kind = "zip"
     else:
         kind = "gz" if _compressed(path) else "raw"
-        _list_tar(path, listing, kind == "gz")
+        listing = _list_tar(path, rel, kind == "gz")
     found = listing.result(label, labels, within is not None)
     # absolute: a Ray task or a forked worker may run in another folder
     full = os.path.abspath(path)

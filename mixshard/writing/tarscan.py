@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 
 BLOCK = 512
 _ZEROS = bytes(BLOCK)
@@ -82,25 +83,26 @@ def _padded(size: int) -> int:
     return -(-size // BLOCK) * BLOCK
 
 
-def tar_members(fd: int) -> list[tuple[str, str, int, int]]:
+def tar_members(fd: int) -> Iterator[tuple[str, str, int, int]]:
     """`(name, kind, data offset, size)` of each member of the uncompressed tar open as `fd`,
-    in order; `kind` is "file", "dir", "link" or "other".
+    in order, one at a time (1.8M members kept in a list would take hundreds of MB); `kind` is
+    "file", "dir", "link" or "other".
 
     Raises:
-        Unusual: a header to leave to `tarfile` (which also reports a damaged archive).
+        Unusual: a header to leave to `tarfile` (which also reports a damaged archive); the
+            members yielded before it are then to be forgotten.
     """
     total = os.fstat(fd).st_size
-    members: list[tuple[str, str, int, int]] = []
     offset = 0
     ahead: dict[str, str | int] | None = None  # an extended header's, for the next member
     while True:
         buf = os.pread(fd, BLOCK, offset)
         if not buf and offset and ahead is None:
-            return members
+            return
         if len(buf) < BLOCK:
             raise Unusual("a header cut short")
         if buf == _ZEROS:
-            return members  # the end-of-archive marker (tarfile stops at the first one)
+            return  # the end-of-archive marker (tarfile stops at the first one)
         _checked(buf)
         kind, size, data = buf[156:157], _number(buf[124:136]), offset + BLOCK
         if kind in (b"L", b"x"):
@@ -112,7 +114,7 @@ def tar_members(fd: int) -> list[tuple[str, str, int, int]]:
             continue
         member = _member(buf, kind, size, data, ahead or {})
         ahead = None
-        members.append(member)
+        yield member
         offset = data + (_padded(member[3]) if member[1] == "file" else 0)
         if offset > total:
             raise Unusual("a member ends past the end of the file")
