@@ -198,9 +198,10 @@ class Ring:
 
 class RingPool:
     """Rings for the threads reading one pack: each call takes an idle ring (or makes one)
-    and gives it back. In a forked child the parent's rings are left alone (their memory is
-    shared with the parent) and new ones made. `available` is False once the kernel refused
-    a ring for good in this process, or with `MIXSHARD_IO_URING=0`."""
+    and gives it back. A forked child never uses the parent's rings (their memory is shared
+    with the parent): it closes its copies, which leaves the parent's open, and makes new ones.
+    `available` is False once the kernel refused a ring for good in this process, or with
+    `MIXSHARD_IO_URING=0`."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -217,7 +218,7 @@ class RingPool:
             return None
         try:
             results = ring.read(fds, offsets, addresses, length)
-        except OSError:
+        except OSError:  # the call itself refused (not a read's error: those are results)
             ring.close()
             return None
         with self._lock:
