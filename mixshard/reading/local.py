@@ -1,10 +1,10 @@
 """A local pack folder opened for reading by byte offset (torch-free).
 
-Images are read with `preadv` straight into the caller's memory: single images (global order),
-runs of whole blocks (block order, each image to its own address, `blockrun.py`). Shards are
-never `mmap`ed: a shard truncated or copied over under a mapping kills the process (SIGBUS);
-`pread` sees a short read or a changed file and raises `ShardError`. Opening does one `stat`
-per shard; a block's `.npy` header is checked, and its labels kept, on its first read.
+Images are read straight into the caller's memory: single images (global order: a batch per
+io_uring call, `uring.py`), runs of whole blocks (block order, one `preadv`, `blockrun.py`).
+Shards are never `mmap`ed: a shard truncated or copied over under a mapping kills the process
+(SIGBUS); a read sees a short read or a changed file and raises `ShardError`. Opening does one
+`stat` per shard; a block's `.npy` header is checked, and its labels kept, on its first read.
 Descriptors are opened on first use, cached, and only for regular files in the pack folder.
 """
 
