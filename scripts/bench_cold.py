@@ -77,8 +77,9 @@ def measure_seq(pack: Path, budget: float) -> dict:
 def measure_loader(pack: Path, order: str, budget: float, limit: int) -> dict:
     """A pass over the pack (or `limit` images, or `budget` seconds) with `mixshard.loader`
     (`MIXSHARD_BENCH_PASSES` passes); `order="global"` asks for the memory copy
-    (`in_memory=None`), `order="pread"` is the global order without it (the default: one
-    `pread` per image, a baseline in the same run)."""
+    (`in_memory=None`), `order="pread"` is the global order without it (the default: reads
+    from the page cache, a batch per io_uring call; `MIXSHARD_IO_URING=0`: one `pread` per
+    image), a baseline in the same run."""
     import mixshard
 
     mixshard.loader  # noqa: B018 - import torch before the clock starts
@@ -229,7 +230,7 @@ def median_cells(runs: int, kinds: list[str], *args, **kwargs) -> dict[str, dict
 
 KINDS = [
     ("seq", "(i) sequential read of the shard files (ceiling)"),
-    ("pread", "(ii) loader, order=global, in_memory=False (one pread per image)"),
+    ("pread", "(ii) loader, order=global, in_memory=False (the default reads)"),
     ("global", "(ii) loader, order=global, in_memory=None (the copy, after an epoch)"),
     ("block", "(iii) loader, order=block"),
     ("pool", "(iv) Overlay, pool, N=128"),

@@ -57,6 +57,27 @@ def fail_index_upload(monkeypatch: Any) -> Callable[[], None]:
     return lambda: monkeypatch.setattr(Store, "upload", real)
 
 
+def pack_all_but_index(src: Any, url: str, monkeypatch: Any, **args: Any) -> None:
+    """Pack `src` into `url` as a run killed just before its end: every shard and its journal
+    are uploaded, `index.json` is not."""
+    from mixshard import pack
+    from mixshard.core.errors import ShardError
+
+    undo = fail_index_upload(monkeypatch)
+    with pytest.raises(ShardError, match="injected"):
+        pack(src, url, **args)
+    undo()
+
+
+def new_bucket(protocol: str) -> str:
+    """`PROTOCOL://NAME` of a new, empty bucket on the test server of `protocol`."""
+    import fsspec
+
+    name = f"test-{os.getpid()}-{next(_names)}"
+    fsspec.filesystem(protocol, skip_instance_cache=True).mkdir(name)
+    return f"{protocol}://{name}"
+
+
 @pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[str]:
     """`http://127.0.0.1:PORT` of a moto S3 server, set as `AWS_ENDPOINT_URL` (with test
@@ -79,11 +100,7 @@ def s3_endpoint() -> Iterator[str]:
 @pytest.fixture
 def s3_bucket(s3_endpoint: str) -> str:
     """`s3://NAME` of a new, empty bucket on the test server."""
-    import s3fs
-
-    name = f"test-{os.getpid()}-{next(_names)}"
-    s3fs.S3FileSystem(skip_instance_cache=True).mkdir(name)
-    return f"s3://{name}"
+    return new_bucket("s3")
 
 
 @pytest.fixture(scope="session")
@@ -125,11 +142,7 @@ def gcs_endpoint() -> Iterator[str]:
 @pytest.fixture
 def gcs_bucket(gcs_endpoint: str) -> str:
     """`gs://NAME` of a new, empty bucket on the emulator."""
-    import gcsfs
-
-    name = f"test-{os.getpid()}-{next(_names)}"
-    gcsfs.GCSFileSystem(skip_instance_cache=True).mkdir(name)
-    return f"gs://{name}"
+    return new_bucket("gs")
 
 
 def _honour_if_generation_match(server_mod: object) -> None:

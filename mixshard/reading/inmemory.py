@@ -1,15 +1,16 @@
 """The global order from a copy of the pack's images in this process's memory.
 
-One `pread` per image costs ~5-6 µs on the 2-core VM this was measured on, however the reads
-are batched or spread over threads: the global order stays near 150k images/s. A gather of
+Reading an image out of the page cache costs the kernel ~7-9 µs on the 2-core VM this was
+measured on, one `pread` each or a batch per io_uring call: the global order stays near 140k
+images/s. A gather of
 rows from memory (`np.take(mode="clip")`, ~3 µs per 84 px image on one thread, and it scales
 over threads) is about twice that. So when asked (`in_memory=True`, or `None`: when the pack
 fits comfortably, its images at most `MEMORY_SHARE` of the available memory when the stream is
 made; the default `False` changes nothing) the pack is copied into anonymous memory by one
 background job, runs of blocks in stored order with one read each (each block checked as the
 block order checks it), and once the copy is complete every batch is gathered from it. Until
-then batches are read with `pread` as before: a batch of random images nearly always has one
-in a block not copied yet.
+then batches are read from the page cache as before (`LocalPack.read_images`): a batch of
+random images nearly always has one in a block not copied yet.
 
 * The job starts once the reader has made an epoch (`localbatches.py`), and runs at idle CPU
   priority (`SCHED_IDLE`): it fills the copy in the time the readers and the training leave.
@@ -46,6 +47,7 @@ import numpy as np
 from ..core.env import available_memory
 from ..core.errors import ShardError
 from ..core.jobs import this_process
+from ..core.libc import function
 from .local import LocalPack
 
 MEMORY_SHARE = 0.25  # a copy may take at most this share of the available memory
@@ -224,17 +226,12 @@ class MemoryCopy:
             self.from_preads += preads
 
 
+_MADVISE = function("madvise", ctypes.c_int, (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int))
+
+
 def _madvise(address: int, length: int, advice: int) -> int:
-    """libc's `madvise` (0, or -1 when refused), called without the GIL."""
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-        _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-        _libc.madvise.restype = ctypes.c_int
-    return int(_libc.madvise(address, length, advice))
-
-
-_libc: ctypes.CDLL | None = None
+    """libc's `madvise` (0, or -1 when refused or missing), called without the GIL."""
+    return -1 if _MADVISE is None else int(_MADVISE(address, length, advice))
 
 
 def _yield_cpu() -> None:

@@ -71,9 +71,10 @@ class ShardStream(IterableDataset):
         shuffle_blocks: URLs only: blocks held in the shuffle buffer.
         in_memory: global order: copy the pack's images into this process's memory (in large
             sequential reads, on a background thread, after the first epoch) and gather
-            batches from the copy, 2-3x faster than one `pread` per image once it is filled;
+            batches from the copy, about 2x the reads from the page cache once it is filled;
             None: when they take at most a quarter of the available memory (`inmemory.py`);
-            False (the default): one `pread` per image. Opt-in because the fill costs more
+            False (the default): each image read from the page cache (a batch per io_uring
+            call, `uring.py`). Opt-in because the fill costs more
             than it gains in a run of a few epochs (2 epochs: 11% slower, measured) and holds
             the whole pack in this process's memory. Folders only (a store pack's blocks are
             already local files in its cache). `memory_copy` tells.
