@@ -4,9 +4,9 @@ regular files (a FIFO named like a shard would block a reader forever)."""
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from .constants import LOCK_NAME
-from .libc import function
+from .jobs import JobThread
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -38,19 +38,37 @@ def atomic_write(path: Path, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
-_SYNC_FILE_RANGE = function(
-    "sync_file_range", ctypes.c_int, (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
-)
-_SYNC_FILE_RANGE_WRITE = 2  # start writing the dirty pages out; do not wait for them
+class Flusher:
+    """Makes what has been written to `fd` durable in the background while the file grows, so
+    that the `fsync` closing it waits only for the last writes. `kick()` after each write: an
+    `fdatasync` on the flusher's thread (at most one running and one queued; a later one
+    covers every earlier write). The thread waits on the disk and costs no CPU time.
 
+    On the VM this was measured on, an `fsync` costs ~1.5 ms per MB written since the last
+    one even when the pages were already written out (the host flushes its own cache): 77 ms
+    at the end of a 42 MB shard, against ~13 ms (the last block's flush) and an `fsync` of
+    0.3 ms with background flushes (strace of `pack` on 2,000 photos). `close()` raises the
+    first error a background flush met: after a failed `fdatasync` the kernel may not report
+    it again to the `fsync` that follows, so it must not be lost here.
+    """
 
-def start_writeback(fd: int) -> None:
-    """Ask the kernel to start writing `fd`'s dirty pages to disk now, without waiting (Linux's
-    `sync_file_range`), so that the `fsync` which makes the file durable later waits only for
-    what was written since; while it runs the disk and the CPU work at once. Advice only: a
-    no-op where the call does not exist or fails (the `fsync` still does the whole job)."""
-    if _SYNC_FILE_RANGE is not None:
-        _SYNC_FILE_RANGE(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._lane = JobThread("mixshard-flush")
+
+    def kick(self) -> None:
+        """Flush what has been written so far, in the background."""
+        if self._lane.pending < 2:
+            self._lane.submit(functools.partial(os.fdatasync, self._fd))
+
+    def close(self) -> None:
+        """Wait for the flushes queued and end the thread.
+
+        Raises:
+            OSError: a background flush failed.
+        """
+        self._lane.close()
+        self._lane.raise_error()
 
 
 def fsync_dir(folder: Path) -> None:

@@ -159,6 +159,12 @@ class JobThread:
                     self._done += 1
                     self._cond.notify_all()
 
+    @property
+    def pending(self) -> int:
+        """Jobs submitted and not yet run to the end (queued or running)."""
+        with self._cond:
+            return self._submitted - self._done
+
     def wait(self, n: int | None = None) -> None:
         """Until the first `n` jobs (default: all submitted) have run; then `raise_error`."""
         check_process(self.pid, self.name)

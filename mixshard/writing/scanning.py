@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import re
 import stat
@@ -33,8 +34,13 @@ def natural_key(text: str) -> tuple:
 
 
 def path_key(relpath: str) -> tuple:
-    """Natural sort key of a `/`-separated relative path, component by component."""
-    return tuple(natural_key(part) for part in relpath.split("/"))
+    """Natural sort key of a `/`-separated relative path, component by component (the keys
+    of folder names, shared by all the files in them, are made once)."""
+    *folders, name = relpath.split("/")
+    return (*map(_folder_key, folders), natural_key(name))
+
+
+_folder_key = functools.lru_cache(maxsize=1 << 16)(natural_key)
 
 
 def is_image_name(name: str) -> bool:

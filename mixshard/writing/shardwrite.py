@@ -15,7 +15,7 @@ import numpy as np
 
 from ..core.constants import TMP_SUFFIX
 from ..core.errors import SkippedImagesError
-from ..core.files import fsync_dir, start_writeback
+from ..core.files import Flusher, fsync_dir
 from ..core.manifest import ShardInfo, dump_json, shard_from_dict, shard_to_dict
 from .plan import PackPlan
 from .tarwriter import ShardWriter
@@ -112,6 +112,7 @@ class ShardBuilder:
         self._keys: list[str] = []
         self._file: BinaryIO | None = None
         self._writer: ShardWriter | None = None
+        self._flusher: Flusher | None = None
 
     @property
     def complete(self) -> bool:
@@ -147,6 +148,7 @@ class ShardBuilder:
         if self._writer is None or self._file is None:
             self._file = open(self.tmp, "wb")  # noqa: SIM115 - closed in finish or abort
             self._writer = ShardWriter(self._file)
+            self._flusher = Flusher(self._file.fileno())
         file = self._file
         upto = min(upto, len(keys))
         for start in range(0, upto, self.block_size):
@@ -156,7 +158,8 @@ class ShardBuilder:
             )
             self.next_block += 1
         file.flush()  # the blocks written go to disk while the next ones are decoded
-        start_writeback(file.fileno())
+        if self._flusher is not None:
+            self._flusher.kick()
         rest = images[upto:]
         self._images = [rest] if len(rest) else []
         self._labels = self._labels[upto:]
@@ -175,6 +178,8 @@ class ShardBuilder:
                 return DoneShard(self.index, None, self.skipped)  # every image was skipped
             nbytes, digest = self._writer.finish()
             self._file.flush()
+            if self._flusher is not None:
+                self._flusher.close()  # raises what a background flush met
             os.fsync(self._file.fileno())
             self._file.close()
             os.replace(self.tmp, self.final)
@@ -192,6 +197,9 @@ class ShardBuilder:
     def abort(self) -> None:
         """Remove the temporary file: never leave half a shard behind. Never raises (closing a
         file on a full disk fails again when its buffer is flushed)."""
+        if self._flusher is not None:
+            with contextlib.suppress(OSError):
+                self._flusher.close()  # before the file is closed under it
         if self._file is not None:
             with contextlib.suppress(OSError):
                 self._file.close()
