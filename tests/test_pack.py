@@ -243,6 +243,45 @@ def test_bad_files_are_skipped_and_reported(tmp_path, workers):
     assert sorted(read_pack(out)[2]) == [f"{c}/img{i}.png" for c in "ab" for i in range(3)]
 
 
+@pytest.mark.parametrize("shared", [True, False])
+def test_worker_pixels_come_back_through_result_slots_or_pickled_the_same(
+    tmp_path, monkeypatch, shared
+):
+    """Forked workers write their chunk's pixels into a shared result slot and send back only
+    True or a skip reason per image; spawned ones (no slots) send the arrays. The same bytes
+    either way, slots used again in turn, bad files skipped in place, several variants."""
+    from mixshard.writing import localrun
+
+    src = tmp_path / "src"
+    make_tree(src, classes=("c", "d", "e"), per_class=70)  # 210 images: 7 chunks of 32
+    bad_images(src)  # in a/ and b/: skipped amid the good ones
+    taken: list[tuple[int, list]] = []
+    real_results, real_start = localrun.slot_results, localrun.start_pool
+
+    def spy(slots, slot, flags, shape):
+        taken.append((slot, flags))
+        return real_results(slots, slot, flags, shape)
+
+    monkeypatch.setattr(localrun, "slot_results", spy)
+    if not shared:
+        monkeypatch.setattr(
+            localrun, "start_pool", lambda w, fds=(), slots=None: real_start(w, fds, None)
+        )
+    kw = dict(size=8, crop="random", variants=2, shard_size=100)
+    pack(src, tmp_path / "one", workers=1, **kw)
+    pack(src, tmp_path / "two", workers=2, **kw)
+    assert files(tmp_path / "one") == files(tmp_path / "two")
+    if not shared:
+        assert taken == []
+        return
+    flags = [f for chunk in taken for f in chunk[1]]
+    skipped = Manifest.load(tmp_path / "two").skipped
+    assert len(skipped) >= 3 and len(flags) == 210 + len(skipped)
+    assert sorted(f for f in flags if f is not True) == sorted(s["reason"] for s in skipped)
+    # shards of 100, 100 and the rest: 4 + 4 + 1 chunks; 2 x workers slots, in turn
+    assert [slot for slot, _ in taken] == [0, 1, 2, 3, 0, 1, 2, 3, 0]
+
+
 def test_strict_fails_naming_the_files(tmp_path):
     src = tmp_path / "src"
     make_tree(src, classes=("a",), per_class=3)

@@ -151,7 +151,9 @@ def test_dead_worker_is_an_error_not_a_hang(tmp_path, monkeypatch):
     src = tmp_path / "src"
     for i in range(70):
         noise(src / f"{i}.png", size=(20, 20), seed=i)
-    monkeypatch.setattr(sys.modules["mixshard.writing.localrun"], "decode_chunk", crash_chunk)
+    localrun = sys.modules["mixshard.writing.localrun"]
+    monkeypatch.setattr(localrun, "decode_chunk", crash_chunk)  # workers spawned: no slots
+    monkeypatch.setattr(localrun, "decode_to_slot", crash_chunk)
     with pytest.raises(mixshard.MixshardError, match="a decode worker process died"):
         mixshard.pack(src, tmp_path / "out", size=8, workers=2)
     state = json.loads((tmp_path / "out" / JOURNAL_NAME).read_text().splitlines()[0])

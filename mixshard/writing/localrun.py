@@ -9,7 +9,7 @@ from concurrent.futures import BrokenExecutor, Future  # not .process: see decod
 from typing import TYPE_CHECKING
 
 from ..core.errors import MixshardError, PackInterrupted
-from .decodepool import decode_chunk, start_pool
+from .decodepool import ResultSlots, decode_chunk, decode_to_slot, slot_results, start_pool
 from .outdir import write_error
 from .plan import PackPlan
 from .shardwrite import Decoded, DoneShard, ShardBuilder
@@ -53,8 +53,11 @@ class LocalRun:
         self.todo = deque(todo)
         self.workers = max(1, min(workers, len(self.tasks)))
         self.on_chunk, self.on_shard = on_chunk, on_shard
-        self.pending: deque[Future | list[Decoded]] = deque()
+        # a chunk's results, or its task (and the result slot it writes into, if any)
+        self.pending: deque[tuple[Future, int | None] | list[Decoded]] = deque()
         self.pool: ProcessPoolExecutor | None = None
+        self.slots: ResultSlots | None = None
+        self.submitted = 0
         self.builder: ShardBuilder | None = None
 
     def _submit(self) -> None:
@@ -65,8 +68,24 @@ class LocalRun:
         job = (source, keys, *args, self.plan.options["seed"], refs)
         if self.pool is None:
             self.pending.append(decode_chunk(*job))
-        else:
-            self.pending.append(self.pool.submit(decode_chunk, *job))
+        elif self.slots is None:
+            self.pending.append((self.pool.submit(decode_chunk, *job), None))
+        else:  # at most `slots.slots` tasks are pending: a slot is free once its task is taken
+            slot = self.submitted % self.slots.slots
+            self.pending.append((self.pool.submit(decode_to_slot, slot, *job), slot))
+        self.submitted += 1
+
+    def _results(self, head: tuple[Future, int | None] | list[Decoded]) -> list[Decoded]:
+        """A pending chunk's results once its task is done (pixels copied out of its slot)."""
+        if isinstance(head, list):
+            return head
+        future, slot = head
+        results = future.result()
+        if slot is None or self.slots is None:
+            return results
+        options = self.plan.options
+        shape = (options["variants"], 3, self.plan.size, self.plan.size)
+        return slot_results(self.slots, slot, results, shape)
 
     def _take(self, results: list[Decoded]) -> None:
         if self.builder is None:
@@ -85,22 +104,25 @@ class LocalRun:
             PackInterrupted: a decode worker died (finished shards are kept).
             WriteError: a write failed (the shard being written is removed).
         """
+        ahead = 2 * self.workers if self.workers > 1 else 1
         if self.workers > 1:
+            options = self.plan.options
+            image_bytes = options["variants"] * 3 * self.plan.size**2
             try:
-                self.pool = start_pool(self.workers, self.close_fds)
+                self.pool, self.slots = start_pool(
+                    self.workers, self.close_fds, (ahead, CHUNK * image_bytes)
+                )
             except OSError as exc:  # fork failed (EAGAIN, ENOMEM): not a write into OUT
                 raise MixshardError(
                     f"cannot start {self.workers} decode worker processes: {exc.strerror}; "
                     "pack with fewer workers (workers=1 uses none)"
                 ) from None
         self.on_chunk(0, 0)  # the first progress report, once the workers are forked
-        ahead = 2 * self.workers if self.pool else 1
         try:
             while self.tasks or self.pending:
                 while self.tasks and len(self.pending) < ahead:
                     self._submit()
-                head = self.pending.popleft()
-                self._take(head.result() if isinstance(head, Future) else head)
+                self._take(self._results(self.pending.popleft()))
         except OSError as exc:
             raise write_error(exc, self.builder.final if self.builder else self.out) from None
         except BrokenExecutor:  # BrokenProcessPool
