@@ -16,6 +16,11 @@ fixed start-up cost matters less there. `--compare REF` adds the same command ru
 at git revision REF (e.g. `main`) to every table: before and after, in the same run. The package
 is byte-compiled first, as an installed one is.
 
+Then, on the large source (else the first), the CPU seconds per image of the pack process
+itself and of its decode workers under `--workers 2`: the pack process (taking the results,
+hashing and writing the shards) is one process, so it caps a pack on any number of cores;
+the Places365 table's last row counts that cap.
+
 `--ray` instead compares, on 10,000 256 px JPEGs (`--count`), the local packer (2 workers)
 with `--ray` on a local 2-CPU Ray instance (started once, not timed: a cluster is already
 running) and with two job-array parts run side by side plus `--finish`, all with 250 images
@@ -65,6 +70,22 @@ for path in sorted(Path(sys.argv[1]).rglob("*.jpg")):
         arr = np.asarray(img.crop(box).resize((84, 84), Image.Resampling.BILINEAR))
     n += 1
 print(n)
+"""
+
+
+# `mixshard pack SRC OUT --workers N` in a process that prints, at exit, the CPU seconds the
+# pack process itself spent after its imports and those of its decode workers (one line).
+SHARE = """
+import atexit, os, sys, runpy
+import mixshard.cli, mixshard.writing.packing, mixshard.writing.localrun
+start = os.times()
+def report():
+    t = os.times()
+    own = t.user + t.system - start.user - start.system
+    print("SHARE", own, t.children_user + t.children_system, file=sys.stderr)
+atexit.register(report)
+sys.argv = ["mixshard", "pack", *sys.argv[1:]]
+runpy.run_module("mixshard", run_name="__main__", alter_sys=True)
 """
 
 
@@ -205,9 +226,11 @@ def local_benchmark(
         naive, ours = steady_rates(src, runs)
         per_core[name]["steady"] = ours
         steady.append([name, fmt_rate(naive), fmt_rate(ours), f"{ours / naive:.2f}x"])
+    share_src = next(iter(sources.values()))
     if large and real is not None and real.is_dir():
-        big = real_source(real, large)
-        large_rows = source_rows(f"real photos, 256 px, {large:,}", big, runs, large=True)[0]
+        share_src = real_source(real, large)
+        large_rows = source_rows(f"real photos, 256 px, {large:,}", share_src, runs, large=True)[0]
+    share = pack_process_share(share_src, runs)
     print(
         f"mixshard pack vs a naive PIL loop; {count} images per source, whole processes, "
         f"median of {runs} interleaved runs; {machine()}; load average {load[0]:.1f} at the "
@@ -227,7 +250,7 @@ def local_benchmark(
     headers = ["source", "naive loop img/s per CPU s", "pack's decode img/s per CPU s", "ratio"]
     print(table(headers, steady))
     print_beyond(per_core, count)
-    print_places365_times(per_core)
+    print_places365_times(per_core, share)
     if plot:
         path = OUT / "bench_pack.png"
         labels, values = zip(*bars)
@@ -273,10 +296,37 @@ def print_beyond(per_core: dict, count: int) -> None:
     print(table(headers, beyond))
 
 
-def print_places365_times(per_core: dict) -> None:
-    """The time to pack all of Places365-Standard from the first source's per-core rates."""
+def pack_process_share(src: Path, runs: int, workers: int = 2) -> tuple[float, float]:
+    """CPU seconds per image of the pack process itself (scan, plan, taking the workers'
+    results, hashing and writing the shards; its imports left out) and of its `workers`
+    decode processes, medians of `runs` packs of `src`. The pack process is one: whatever the
+    number of cores, a pack makes at most 1 / (its share) images/s."""
+    count = len(scan(src).items)
+    own, workers_cpu = [], []
+    for _ in range(runs):
+        out = OUT / "pack-share"
+        shutil.rmtree(out, ignore_errors=True)
+        cmd = [sys.executable, "-c", SHARE, str(src), str(out), "-q", "--workers", str(workers)]
+        err = subprocess.run(cmd, capture_output=True, text=True, check=True).stderr
+        line = next(x for x in err.splitlines() if x.startswith("SHARE "))
+        a, b = map(float, line.split()[1:])
+        own.append(a / count)
+        workers_cpu.append(b / count)
+    return statistics.median(own), statistics.median(workers_cpu)
+
+
+def print_places365_times(per_core: dict, share: tuple[float, float]) -> None:
+    """The time to pack all of Places365-Standard from the first source's per-core rates;
+    `share`: the pack process's and its workers' CPU seconds per image with 2 workers."""
     first = next(iter(per_core))
     one = per_core[first][("mixshard pack, .tar", 1)]
+    own, decode = share
+    print(
+        f"\nWith --workers 2, per image: the pack process itself {own * 1e6:.0f} µs of CPU "
+        f"(taking results, hashing, writing), its decode workers {decode * 1e6:.0f} µs. "
+        f"The pack process is one: it caps a pack at {1 / own:,.0f} images/s on any "
+        "number of cores (the last row below)."
+    )
     print(
         f"\nPacking all of Places365-Standard ({PLACES365:,} images) from its .tar at the "
         f"rate per CPU second of `{first}` ({fmt_rate(one)} img/s, --workers 1), if it scales "
@@ -290,6 +340,11 @@ def print_places365_times(per_core: dict) -> None:
         ["beyond the fixed cost, from the .tar", *(places365_time(beyond_one, c) for c in cores)],
         ["pack's decode once running", *(places365_time(steady_one, c) for c in cores)],
     ]
+    # N cores share both kinds of work; the pack process is one of them (one core: no workers)
+    capped = [min(c / (own + decode), 1 / own) for c in cores[1:]]
+    times.append(["--workers N on N cores, capped by the pack process", "-", *(
+        places365_time(rate, 1) for rate in capped
+    )])  # fmt: skip
     print(table(["rate used \\ cores", *map(str, cores)], times))
 
 
