@@ -252,16 +252,16 @@ def local_benchmark(
     print_beyond(per_core, count)
     print_places365_times(per_core, share)
     if plot:
-        path = OUT / "bench_pack.png"
-        labels, values = zip(*bars)
-        bar_chart(
-            path,
-            "pack throughput per CPU second (higher is better)",
-            list(labels),
-            list(values),
-            "images per CPU second",
-        )
-        print(f"\nchart: {path}")
+        plot_bars(bars)
+
+
+def plot_bars(bars: list[tuple[str, float]]) -> None:
+    """The chart of each cell's images per CPU second, into bench-out/bench_pack.png."""
+    path = OUT / "bench_pack.png"
+    labels, values = zip(*bars)
+    title = "pack throughput per CPU second (higher is better)"
+    bar_chart(path, title, list(labels), list(values), "images per CPU second")
+    print(f"\nchart: {path}")
 
 
 def print_paired(per_core: dict) -> None:

@@ -282,6 +282,20 @@ def test_worker_pixels_come_back_through_result_slots_or_pickled_the_same(
     assert [slot for slot, _ in taken] == [0, 1, 2, 3, 0, 1, 2, 3, 0]
 
 
+def test_result_slots_are_apart_and_refuse_what_does_not_fit():
+    from mixshard.writing.decodepool import ResultSlots, decode_to_slot
+
+    slots = ResultSlots(2, 10)
+    slots.region(0, 10)[:] = 1
+    slots.region(1, 4)[:] = 2
+    assert slots.region(0, 10).tolist() == [1] * 10
+    assert slots.region(1, 10).tolist() == [2] * 4 + [0] * 6
+    with pytest.raises(ValueError, match="11 bytes do not fit a slot of 10"):
+        slots.region(1, 11)
+    with pytest.raises(RuntimeError, match="runs in a worker forked with result slots"):
+        decode_to_slot(0, "src", ["a.png"], 8, "center", 1, 0)  # this process has none
+
+
 def test_strict_fails_naming_the_files(tmp_path):
     src = tmp_path / "src"
     make_tree(src, classes=("a",), per_class=3)
