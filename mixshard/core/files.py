@@ -62,13 +62,16 @@ class Flusher:
             self._lane.submit(functools.partial(os.fdatasync, self._fd))
 
     def close(self) -> None:
-        """Wait for the flushes queued and end the thread.
+        """Wait for every flush queued to end (however long the disk takes: one still running
+        could otherwise meet an error nobody sees), then end the thread.
 
         Raises:
             OSError: a background flush failed.
         """
-        self._lane.close()
-        self._lane.raise_error()
+        try:
+            self._lane.wait()
+        finally:
+            self._lane.close()
 
 
 def fsync_dir(folder: Path) -> None:
