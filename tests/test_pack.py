@@ -253,7 +253,7 @@ def test_worker_pixels_come_back_through_result_slots_or_pickled_the_same(
     from mixshard.writing import localrun
 
     src = tmp_path / "src"
-    make_tree(src, classes=("c", "d", "e"), per_class=70)  # 210 images: 7 chunks of 32
+    make_tree(src, classes=("c", "d", "e"), per_class=70)  # 210 good images
     bad_images(src)  # in a/ and b/: skipped amid the good ones
     taken: list[tuple[int, list]] = []
     real_results, real_start = localrun.slot_results, localrun.start_pool
