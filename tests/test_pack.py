@@ -282,6 +282,19 @@ def test_worker_pixels_come_back_through_result_slots_or_pickled_the_same(
     assert [slot for slot, _ in taken] == [0, 1, 2, 3, 0, 1, 2, 3, 0]
 
 
+def test_the_chunks_of_a_shard_are_its_items_in_turn_and_never_the_next_shards(tmp_path):
+    from mixshard.writing.plan import make_plan
+
+    make_tree(tmp_path / "src", classes=("a", "b"), per_class=11)
+    plan = make_plan(str(tmp_path / "src"), scan(tmp_path / "src"), size=8, crop="center",
+                     variants=1, shard_size=10, block_size=4, seed=0, shuffle=True)  # fmt: skip
+    assert plan.n_shards == 3
+    for i in range(3):
+        items = plan.shard_items(i)
+        assert sum((plan.chunk_items(i, s, 3) for s in range(0, len(items), 3)), ()) == items
+        assert plan.chunk_items(i, len(items) - 1, 5) == items[-1:]
+
+
 def test_result_slots_are_apart_and_refuse_what_does_not_fit():
     from mixshard.writing.decodepool import ResultSlots, decode_to_slot
 

@@ -62,7 +62,7 @@ class LocalRun:
 
     def _submit(self) -> None:
         s, start = self.tasks.popleft()
-        keys = [p for p, _ in self.plan.shard_items(s)[start : start + CHUNK]]
+        keys = [p for p, _ in self.plan.chunk_items(s, start, CHUNK)]
         args = (self.plan.size, self.plan.options["crop"], self.plan.options["variants"])
         source, refs = self.plan.task(keys)
         job = (source, keys, *args, self.plan.options["seed"], refs)

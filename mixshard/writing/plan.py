@@ -89,6 +89,11 @@ class PackPlan:
     def shard_items(self, i: int) -> tuple[tuple[str, int], ...]:
         return self.items[i * self.per_shard : (i + 1) * self.per_shard]
 
+    def chunk_items(self, i: int, start: int, n: int) -> tuple[tuple[str, int], ...]:
+        """At most `n` items of shard `i` from its `start`-th (without copying the shard's)."""
+        lo = i * self.per_shard + start
+        return self.items[lo : min(lo + n, (i + 1) * self.per_shard)]
+
     def shard_name(self, i: int) -> str:
         return shard_name(i)
 
