@@ -10,18 +10,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # the helpers module
 
-from helpers import make_tree  # noqa: E402
+from helpers import make_tree, small_pack  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def pack96(tmp_path_factory) -> Path:
     """96 distinct 8 px images in 4 shards of 24, blocks of 8 (one per test module)."""
-    import mixshard
-
-    root = tmp_path_factory.mktemp("pack96")
-    make_tree(root / "src", classes=("a", "b"), per_class=48)
-    mixshard.pack(root / "src", root / "pack", size=8, shard_size=24, block_size=8, workers=1)
-    return root / "pack"
+    return small_pack(tmp_path_factory.mktemp("pack96"), 48, shard_size=24, block_size=8)
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import make_tree
+from helpers import small_pack
 
 import mixshard
 from mixshard import Overlay, ShardStream
@@ -16,10 +16,7 @@ from mixshard import Overlay, ShardStream
 @pytest.fixture(scope="module")
 def pack_dir(tmp_path_factory) -> Path:
     """40 images of 8 px, blocks of 4."""
-    root = tmp_path_factory.mktemp("args")
-    make_tree(root / "src", classes=("a", "b"), per_class=20)
-    mixshard.pack(root / "src", root / "pack", size=8, shard_size=20, block_size=4, workers=1)
-    return root / "pack"
+    return small_pack(tmp_path_factory.mktemp("args"), 20, shard_size=20, block_size=4)
 
 
 @pytest.mark.parametrize(

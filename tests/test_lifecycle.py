@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import make_tree
+from helpers import small_pack
 
 import mixshard
 from mixshard import Overlay
@@ -25,10 +25,7 @@ FORK_BOUND = 60  # seconds a forked child may take before it counts as hung
 @pytest.fixture(scope="module")
 def pack_dir(tmp_path_factory) -> Path:
     """80 images of 8 px, blocks of 4 (20 blocks)."""
-    root = tmp_path_factory.mktemp("life")
-    make_tree(root / "src", classes=("a", "b"), per_class=40)
-    mixshard.pack(root / "src", root / "pack", size=8, shard_size=20, block_size=4, workers=1)
-    return root / "pack"
+    return small_pack(tmp_path_factory.mktemp("life"), 40, shard_size=20, block_size=4)
 
 
 EXIT_SCRIPT = """

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import make_tree
+from helpers import small_pack
 from torch.utils.data import DataLoader, IterableDataset
 
 import mixshard
@@ -17,10 +17,7 @@ from mixshard import ShardStream
 @pytest.fixture(scope="module")
 def pack_dir(tmp_path_factory) -> Path:
     """640 images of 8 px in blocks of 4 (160 blocks, 40 runs of 4)."""
-    root = tmp_path_factory.mktemp("roles")
-    make_tree(root / "src", classes=("a", "b"), per_class=320)
-    mixshard.pack(root / "src", root / "pack", size=8, shard_size=160, block_size=4, workers=1)
-    return root / "pack"
+    return small_pack(tmp_path_factory.mktemp("roles"), 320, shard_size=160, block_size=4)
 
 
 def _rchar() -> int:

@@ -60,14 +60,16 @@ class OpenShards:
 
     def _evict(self) -> None:
         excess = len(self._fds) - shardfiles.MAX_OPEN_SHARDS
-        if excess <= 0:
-            return
+        if excess > 0:
+            self._close_idle(excess)
+
+    def _close_idle(self, most: int) -> None:
+        """Close at most `most` descriptors nobody holds, least recently used first (locked)."""
         idle = [s for s, (_, users) in self._fds.items() if users == 0]
-        for s in idle[:excess]:
+        for s in idle[:most]:
             os.close(self._fds.pop(s)[0])
 
     def close(self) -> None:
         """Close the descriptors nobody holds (they are opened again on the next read)."""
         with self._lock:
-            for s in [s for s, (_, users) in self._fds.items() if users == 0]:
-                os.close(self._fds.pop(s)[0])
+            self._close_idle(len(self._fds))

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.jobs import this_process
 from ..core.libc import function
 
 _SETUP, _ENTER = 425, 426  # system call numbers (the same on every 64-bit architecture)
@@ -206,7 +207,7 @@ class RingPool:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._idle: list[Ring] = []
-        self._pid = os.getpid()
+        self._pid = this_process()
         self.available = _SYSCALL is not None and os.environ.get("MIXSHARD_IO_URING") != "0"
 
     def read(
@@ -227,10 +228,10 @@ class RingPool:
 
     def _take(self) -> Ring | None:
         with self._lock:
-            if self._pid != os.getpid():  # forked: this process's copies of the parent's
+            if self._pid != this_process():  # forked: this process's copies of the parent's
                 for ring in self._idle:  # (closing them leaves the parent's rings alone)
                     ring.close()
-                self._idle, self._pid = [], os.getpid()
+                self._idle, self._pid = [], this_process()
             if not self.available:
                 return None
             if self._idle:

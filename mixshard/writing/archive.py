@@ -73,13 +73,14 @@ class MemberReader:
         import zipfile
 
         archive = _handle(self.path, "zip")
-        fast = zip_data(_handle(self.path, "raw"), archive.infolist()[ref])
+        info = archive.infolist()[ref]
+        fast = zip_data(_handle(self.path, "raw"), info)
         if fast is not None:
             return key, fast
         try:
-            return key, archive.read(archive.infolist()[ref])
+            return key, archive.read(info)
         except (zipfile.BadZipFile, EOFError, OSError) as exc:
-            if os.path.getsize(self.path) < member_end(archive.infolist()[ref]):
+            if os.path.getsize(self.path) < member_end(info):
                 raise ArchiveTruncated(
                     f"{self.path} ends inside member {key}: the archive was cut short or "
                     "replaced while packing; finished shards are kept"

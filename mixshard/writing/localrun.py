@@ -3,6 +3,7 @@ order, and the shard builders that write their results as they arrive."""
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import BrokenExecutor, Future  # not .process: see decodepool
@@ -58,6 +59,8 @@ class LocalRun:
         self.pool: ProcessPoolExecutor | None = None
         self.slots: ResultSlots | None = None
         self.submitted = 0
+        options = plan.options
+        self.image_shape = (options["variants"], 3, plan.size, plan.size)  # one image's pixels
         self.builder: ShardBuilder | None = None
 
     def _submit(self) -> None:
@@ -83,9 +86,7 @@ class LocalRun:
         results = future.result()
         if slot is None or self.slots is None:
             return results
-        options = self.plan.options
-        shape = (options["variants"], 3, self.plan.size, self.plan.size)
-        return slot_results(self.slots, slot, results, shape)
+        return slot_results(self.slots, slot, results, self.image_shape)
 
     def _take(self, results: list[Decoded]) -> None:
         if self.builder is None:
@@ -106,8 +107,7 @@ class LocalRun:
         """
         ahead = 2 * self.workers if self.workers > 1 else 1
         if self.workers > 1:
-            options = self.plan.options
-            image_bytes = options["variants"] * 3 * self.plan.size**2
+            image_bytes = math.prod(self.image_shape)
             try:
                 self.pool, self.slots = start_pool(
                     self.workers, self.close_fds, (ahead, CHUNK * image_bytes)

@@ -16,7 +16,9 @@ import os
 import sys
 from collections.abc import Iterator
 
-BLOCK = 512
+from ..core.constants import TAR_BLOCK as BLOCK
+from ..core.layout import padded
+
 _ZEROS = bytes(BLOCK)
 _ENCODING = sys.getfilesystemencoding()  # as tarfile decodes header names
 _KINDS = {
@@ -79,10 +81,6 @@ def _pax(data: bytes) -> dict[bytes, bytes]:
     return records
 
 
-def _padded(size: int) -> int:
-    return -(-size // BLOCK) * BLOCK
-
-
 def tar_members(fd: int) -> Iterator[tuple[str, str, int, int]]:
     """`(name, kind, data offset, size)` of each member of the uncompressed tar open as `fd`,
     in order, one at a time (1.8M members kept in a list would take hundreds of MB); `kind` is
@@ -107,15 +105,15 @@ def tar_members(fd: int) -> Iterator[tuple[str, str, int, int]]:
         kind, size, data = buf[156:157], _number(buf[124:136]), offset + BLOCK
         if kind in (b"L", b"x"):
             extra = os.pread(fd, size, data)
-            if ahead is not None or len(extra) != size or data + _padded(size) > total:
+            if ahead is not None or len(extra) != size or data + padded(size) > total:
                 raise Unusual("an extended header cut short, or two in a row")
             ahead = _extended(kind, extra)
-            offset = data + _padded(size)
+            offset = data + padded(size)
             continue
         member = _member(buf, kind, size, data, ahead or {})
         ahead = None
         yield member
-        offset = data + (_padded(member[3]) if member[1] == "file" else 0)
+        offset = data + (padded(member[3]) if member[1] == "file" else 0)
         if offset > total:
             raise Unusual("a member ends past the end of the file")
 
