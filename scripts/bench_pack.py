@@ -17,9 +17,10 @@ at git revision REF (e.g. `main`) to every table: before and after, in the same 
 is byte-compiled first, as an installed one is.
 
 Then, on the large source (else the first), the CPU seconds per image of the pack process
-itself and of its decode workers under `--workers 2`: the pack process (taking the results,
-hashing and writing the shards) is one process, so it caps a pack on any number of cores;
-the Places365 table's last row counts that cap.
+itself and of its decode workers under `--workers 2`: the pack process (journalling whole
+shards the workers write; with fewer shards than workers, taking the results, hashing and
+writing them) is one process, so it caps a pack on any number of cores; the Places365 table's
+last row counts that cap.
 
 `--ray` instead compares, on 10,000 256 px JPEGs (`--count`), the local packer (2 workers)
 with `--ray` on a local 2-CPU Ray instance (started once, not timed: a cluster is already
@@ -155,7 +156,11 @@ def commands(src: Path, out: str = "pack-ms", archived: bool = True) -> dict:
         inside = ["--within", src.name, "--workers", "1"]
         cells[("mixshard pack, .tar", 1)] = [*packer, str(tar), *common, *inside]
         cells[("mixshard pack, .zip", 1)] = [*packer, str(zip_), *common, *inside]
-        cells[("mixshard pack, folder", 2)] = [*packer, str(src), *common, "--workers", "2"]
+    cells[("mixshard pack, folder", 2)] = [*packer, str(src), *common, "--workers", "2"]
+    for label, tree in BASELINE.items():
+        cells[(f"mixshard pack @{label}, folder", 2)] = [
+            sys.executable, "-c", RUN_TREE, str(tree), "pack", str(src), *common, "--workers", "2"
+        ]  # fmt: skip
     return cells
 
 
@@ -296,12 +301,16 @@ def print_beyond(per_core: dict, count: int) -> None:
     print(table(headers, beyond))
 
 
+SHARE_SHARDS = [0]  # shards of the source `pack_process_share` measured
+
+
 def pack_process_share(src: Path, runs: int, workers: int = 2) -> tuple[float, float]:
     """CPU seconds per image of the pack process itself (scan, plan, taking the workers'
     results, hashing and writing the shards; its imports left out) and of its `workers`
     decode processes, medians of `runs` packs of `src`. The pack process is one: whatever the
     number of cores, a pack makes at most 1 / (its share) images/s."""
     count = len(scan(src).items)
+    SHARE_SHARDS[0] = -(-count // 10_000)  # the default shard size
     own, workers_cpu = [], []
     for _ in range(runs):
         out = OUT / "pack-share"
@@ -322,10 +331,11 @@ def print_places365_times(per_core: dict, share: tuple[float, float]) -> None:
     one = per_core[first][("mixshard pack, .tar", 1)]
     own, decode = share
     print(
-        f"\nWith --workers 2, per image: the pack process itself {own * 1e6:.0f} µs of CPU "
-        f"(taking results, hashing, writing), its decode workers {decode * 1e6:.0f} µs. "
-        f"The pack process is one: it caps a pack at {1 / own:,.0f} images/s on any "
-        "number of cores (the last row below)."
+        f"\nWith --workers 2 on the {SHARE_SHARDS[0]}-shard source, per image: the pack process "
+        f"itself {own * 1e6:.0f} µs of CPU (scan, plan, journal; where a run has fewer shards "
+        "than workers also taking the results, hashing, writing), its decode workers "
+        f"{decode * 1e6:.0f} µs. The pack process is one: it caps a pack at {1 / own:,.0f} "
+        "images/s on any number of cores (the last row below)."
     )
     print(
         f"\nPacking all of Places365-Standard ({PLACES365:,} images) from its .tar at the "

@@ -17,16 +17,32 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..core.errors import ImageDecodeError
+from ..core.errors import ImageDecodeError, MixshardError
 from .archive import MemberReader
 from .image import load_image
 
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
+
+
+WORKER_DIED = (
+    "a decode worker process died (out of memory, or a crash inside an image library); "
+    "finished shards are kept: pack again with resume=True, and with workers=1 to find the file"
+)
+
+
+def cannot_start(workers: int, exc: OSError) -> MixshardError:
+    """The error of a pool that could not fork its workers (EAGAIN, ENOMEM): not a write into
+    OUT, so not a WriteError."""
+    return MixshardError(
+        f"cannot start {workers} decode worker processes: {exc.strerror}; "
+        "pack with fewer workers (workers=1 uses none)"
+    )
 
 
 def decode_chunk(
@@ -69,19 +85,26 @@ class ResultSlots:
         return np.frombuffer(self._map, np.uint8, nbytes, slot * self.slot_bytes)
 
 
-_SLOTS: ResultSlots | None = None  # in a worker: the slots it was forked with
+FORKS = sys.platform == "linux"  # whether the workers are forked (and share memory mapped before)
+_SHARED: Any = None  # in a worker: what it was forked with (`start_pool`'s `shared`)
+
+
+def shared() -> Any:
+    """In a worker: the object `start_pool` made before forking it (None where spawned)."""
+    return _SHARED
 
 
 def decode_to_slot(slot: int, *job: Any) -> list[bool | str]:
     """Worker task: `decode_chunk(*job)`, the pixels written one image after the other into
     result slot `slot`; per key True (its pixels are in the slot) or the skip reason."""
-    if _SLOTS is None:
+    slots = _SHARED
+    if not isinstance(slots, ResultSlots):
         raise RuntimeError("decode_to_slot runs in a worker forked with result slots")
     results = decode_chunk(*job)
     pixels = [r for r in results if not isinstance(r, str)]
     if pixels:
         each = pixels[0].nbytes
-        rows = _SLOTS.region(slot, each * len(pixels)).reshape(len(pixels), *pixels[0].shape)
+        rows = slots.region(slot, each * len(pixels)).reshape(len(pixels), *pixels[0].shape)
         for row, image in zip(rows, pixels):
             row[...] = image
     return [r if isinstance(r, str) else True for r in results]
@@ -98,13 +121,13 @@ def slot_results(
     return [f if isinstance(f, str) else next(rows) for f in flags]
 
 
-def _init_worker(parent: int, close_fds: tuple[int, ...], slots: ResultSlots | None) -> None:
-    """Worker initializer: keep the result slots it was forked with; drop the descriptors the
+def _init_worker(parent: int, close_fds: tuple[int, ...], shared: Any) -> None:
+    """Worker initializer: keep what it was forked with (`shared`); drop the descriptors the
     worker must not hold (the output folder's lock: a worker outliving a killed pack would keep
     it locked), and end this worker when the pack process is gone (e.g. `kill -9`), instead of
     leaving it orphaned."""
-    global _SLOTS
-    _SLOTS = slots
+    global _SHARED
+    _SHARED = shared
     for fd in close_fds:
         with contextlib.suppress(OSError):
             os.close(fd)
@@ -118,11 +141,12 @@ def _init_worker(parent: int, close_fds: tuple[int, ...], slots: ResultSlots | N
 
 
 def start_pool(
-    workers: int, close_fds: tuple[int, ...] = (), slots: tuple[int, int] | None = None
-) -> tuple[ProcessPoolExecutor, ResultSlots | None]:
+    workers: int, close_fds: tuple[int, ...] = (), shared: Callable[[], Any] | None = None
+) -> tuple[ProcessPoolExecutor, Any]:
     """Start every worker process at once, with Ctrl-C ignored in them and `close_fds`
-    closed in them. `slots`: `(count, bytes)` of result slots to share with them, made where
-    they are forked; returns the pool and those slots (None where they are spawned).
+    closed in them. `shared`: makes what the workers share with this process (result slots,
+    a whole-shard job), called only where they are forked; returns the pool and what it made
+    (None where they are spawned: they cannot see this process's memory).
 
     Ctrl-C reaches the whole process group; the pack process handles it (it stops, keeps the
     finished shards, and shuts the pool down), so the workers must not also print a traceback.
@@ -135,13 +159,13 @@ def start_pool(
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
-    method = "fork" if sys.platform == "linux" else "spawn"
-    shared = ResultSlots(*slots) if slots is not None and method == "fork" else None
+    method = "fork" if FORKS else "spawn"
+    made = shared() if shared is not None and FORKS else None
     pool = ProcessPoolExecutor(
         max_workers=workers,
         mp_context=get_context(method),
         initializer=_init_worker,
-        initargs=(os.getpid(), tuple(close_fds), shared),  # forked: never pickled
+        initargs=(os.getpid(), tuple(close_fds), made),  # forked: never pickled
     )
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if in_main else None
@@ -155,4 +179,4 @@ def start_pool(
     finally:
         if in_main:
             signal.signal(signal.SIGINT, previous)
-    return pool, shared
+    return pool, made

@@ -9,8 +9,16 @@ from collections.abc import Callable
 from concurrent.futures import BrokenExecutor, Future  # not .process: see decodepool
 from typing import TYPE_CHECKING
 
-from ..core.errors import MixshardError, PackInterrupted
-from .decodepool import ResultSlots, decode_chunk, decode_to_slot, slot_results, start_pool
+from ..core.errors import PackInterrupted
+from .decodepool import (
+    WORKER_DIED,
+    ResultSlots,
+    cannot_start,
+    decode_chunk,
+    decode_to_slot,
+    slot_results,
+    start_pool,
+)
 from .outdir import write_error
 from .plan import PackPlan
 from .shardwrite import Decoded, DoneShard, ShardBuilder
@@ -66,9 +74,7 @@ class LocalRun:
     def _submit(self) -> None:
         s, start = self.tasks.popleft()
         keys = [p for p, _ in self.plan.chunk_items(s, start, CHUNK)]
-        args = (self.plan.size, self.plan.options["crop"], self.plan.options["variants"])
-        source, refs = self.plan.task(keys)
-        job = (source, keys, *args, self.plan.options["seed"], refs)
+        job = self.plan.job(keys)
         if self.pool is None:
             self.pending.append(decode_chunk(*job))
         elif self.slots is None:
@@ -110,13 +116,10 @@ class LocalRun:
             image_bytes = math.prod(self.image_shape)
             try:
                 self.pool, self.slots = start_pool(
-                    self.workers, self.close_fds, (ahead, CHUNK * image_bytes)
+                    self.workers, self.close_fds, lambda: ResultSlots(ahead, CHUNK * image_bytes)
                 )
-            except OSError as exc:  # fork failed (EAGAIN, ENOMEM): not a write into OUT
-                raise MixshardError(
-                    f"cannot start {self.workers} decode worker processes: {exc.strerror}; "
-                    "pack with fewer workers (workers=1 uses none)"
-                ) from None
+            except OSError as exc:
+                raise cannot_start(self.workers, exc) from None
         self.on_chunk(0, 0)  # the first progress report, once the workers are forked
         try:
             while self.tasks or self.pending:
@@ -126,11 +129,7 @@ class LocalRun:
         except OSError as exc:
             raise write_error(exc, self.builder.final if self.builder else self.out) from None
         except BrokenExecutor:  # BrokenProcessPool
-            raise PackInterrupted(
-                "a decode worker process died (out of memory, or a crash inside an image "
-                "library); finished shards are kept: pack again with resume=True, and with "
-                "workers=1 to find the file"
-            ) from None
+            raise PackInterrupted(WORKER_DIED) from None
         finally:
             if self.builder is not None:
                 self.builder.abort()

@@ -320,9 +320,12 @@ def _run(plan, out, done, todo, part, progress, workers, ray, lock_fds, sink=Non
             run_on_ray(plan, sink.url if sink else out, todo, ray, tracker.chunk, on_shard)
         else:
             from .localrun import LocalRun
+            from .shardpool import WholeShards, whole_shards
 
             cpus = workers or usable_cpus()
-            LocalRun(plan, out, todo, cpus, tracker.chunk, on_shard, lock_fds).run()
+            whole = whole_shards(cpus, len(todo), plan.options["variants"])
+            runner = WholeShards if whole else LocalRun
+            runner(plan, out, todo, cpus, tracker.chunk, on_shard, lock_fds).run()
         if sink is not None:
             sink.drain()
     except OSError as exc:

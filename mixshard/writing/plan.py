@@ -78,6 +78,12 @@ class PackPlan:
         the keys' member references."""
         return (self.src, None) if self.source is None else self.source.task(keys)
 
+    def job(self, keys: list[str]) -> tuple:
+        """The arguments of `decode_chunk` that decode `keys` with this plan's options."""
+        source, refs = self.task(keys)
+        o = self.options
+        return (source, keys, self.size, o["crop"], o["variants"], o["seed"], refs)
+
     @property
     def n_shards(self) -> int:
         return math.ceil(len(self.items) / self.per_shard)

@@ -107,14 +107,8 @@ def _write(plan: PackPlan, folder: Path, index: int, decode: Callable | None) ->
             f"{plan.src} is not visible on Ray node {_node()}: SRC and OUT must be on storage "
             "every node sees (NFS, Lustre, a shared disk)"
         )
-    args = (plan.size, plan.options["crop"], plan.options["variants"], plan.options["seed"])
     fn = decode or decode_chunk
-    return write_shard(folder, plan, index, lambda keys: fn(*_task(plan, keys, args)))
-
-
-def _task(plan: PackPlan, keys: list[str], args: tuple) -> tuple:
-    source, refs = plan.task(keys)
-    return (source, keys, *args) if refs is None else (source, keys, *args, refs)
+    return write_shard(folder, plan, index, lambda keys: fn(*plan.job(keys)))
 
 
 def run_on_ray(

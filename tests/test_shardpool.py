@@ -1,0 +1,144 @@
+"""writing/shardpool.py: whole shards written by the decode workers themselves."""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+import time
+
+import pytest
+from helpers import bad_images, crash_chunk, files, make_tree
+
+from mixshard import Manifest, pack
+from mixshard.core.errors import PackInterrupted, WriteError
+from mixshard.writing import localrun, shardpool
+from mixshard.writing.shardpool import ShardJob, WholeShards, whole_shards
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="whole shards need forked workers")
+
+KW = dict(size=8, shard_size=40, block_size=16)
+
+
+@pytest.fixture
+def src(tmp_path):
+    """150 good images in 3 classes and bad ones amid them: 4 shards of 40."""
+    root = tmp_path / "src"
+    make_tree(root, classes=("c", "d", "e"), per_class=50)
+    bad_images(root)
+    return root
+
+
+def runs(monkeypatch) -> list[str]:
+    """The runner each pack of the test uses, in turn."""
+    used: list[str] = []
+    for name in ("WholeShards", "LocalRun"):
+        module = shardpool if name == "WholeShards" else localrun
+        real = getattr(module, name)
+
+        def spy(*args, _real=real, _name=name, **kwargs):
+            used.append(_name)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, spy)
+    return used
+
+
+def test_which_runs_hand_whole_shards_to_the_workers():
+    assert whole_shards(workers=2, shards=2, variants=1)
+    assert whole_shards(workers=4, shards=184, variants=1)
+    assert not whole_shards(workers=1, shards=10, variants=1)  # decodes in the pack process
+    assert not whole_shards(workers=3, shards=2, variants=1)  # a worker would idle
+    assert not whole_shards(workers=2, shards=10, variants=2)  # a shard per worker in memory
+
+
+def test_whole_shards_are_the_bytes_one_process_writes(src, tmp_path, monkeypatch):
+    used = runs(monkeypatch)
+    reports: list[int] = []
+    pack(src, tmp_path / "one", workers=1, **KW)
+    pack(src, tmp_path / "two", workers=2, progress=lambda p: reports.append(p.done), **KW)
+    assert used == ["LocalRun", "WholeShards"]  # workers=1: LocalRun, decoding in this process
+    assert files(tmp_path / "one") == files(tmp_path / "two")
+    manifest = Manifest.load(tmp_path / "two")
+    assert len(manifest.shards) == 4 and len(manifest.skipped) >= 3
+    # the progress bar counts every image once, skipped ones too, and ends at the whole
+    assert reports[0] == 0 and reports == sorted(reports)
+    assert reports[-1] == 150 + len(manifest.skipped)
+
+
+def test_an_archive_packs_by_whole_shards_too(src, tmp_path, monkeypatch):
+    import tarfile
+
+    with tarfile.open(tmp_path / "src.tar", "w") as tf:
+        tf.add(src, arcname="ds")
+    used = runs(monkeypatch)
+    pack(src, tmp_path / "folder", workers=1, **KW)
+    pack(tmp_path / "src.tar", tmp_path / "tar", within="ds", workers=2, **KW)
+    assert used == ["LocalRun", "WholeShards"]
+    assert files(tmp_path / "folder") == files(tmp_path / "tar")
+
+
+def test_a_dead_worker_is_an_error_and_leaves_no_partial_shard(src, tmp_path, monkeypatch):
+    monkeypatch.setattr(shardpool, "decode_chunk", crash_chunk)  # forked: the workers see it
+    with pytest.raises(PackInterrupted, match="a decode worker process died"):
+        pack(src, tmp_path / "out", workers=2, **KW)
+    assert not [n for n in os.listdir(tmp_path / "out") if n.endswith(".partial")]
+    assert not (tmp_path / "out" / "index.json").exists()
+
+
+def test_a_failed_write_in_a_worker_names_the_shard(src, tmp_path, monkeypatch):
+    from mixshard.writing import tarwriter
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(tarwriter.ShardWriter, "add_block", full)
+    with pytest.raises(WriteError) as info:
+        pack(src, tmp_path / "out", workers=2, **KW)
+    assert str(info.value).startswith(f"cannot write {tmp_path / 'out'}/shard-00000")
+    assert "No space left on device; free some space, then pack again" in str(info.value)
+    assert not [n for n in os.listdir(tmp_path / "out") if n.endswith(".partial")]
+
+
+def test_a_stopped_run_ends_its_running_tasks_without_partial_shards(src, tmp_path, monkeypatch):
+    """The pack process fails (here: journalling the first shard); the other tasks stop after
+    their chunk instead of writing their shards to the end."""
+    from mixshard.writing.plan import make_plan
+    from mixshard.writing.scanning import scan
+
+    real = shardpool.decode_chunk
+
+    def slow(*args, **kwargs):
+        time.sleep(0.3)  # each shard of 40 is two chunks
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(shardpool, "decode_chunk", slow)
+    out = tmp_path / "out"
+    out.mkdir()
+    plan = make_plan(str(src), scan(src), size=8, crop="center", variants=1, shard_size=40,
+                     block_size=16, seed=0, shuffle=True)  # fmt: skip
+
+    def journal(shard):
+        raise RuntimeError("the journal failed")
+
+    run = WholeShards(plan, out, [0, 1, 2, 3], 2, lambda *a: None, journal)
+    with pytest.raises(RuntimeError, match="the journal failed"):
+        run.run()
+    written = os.listdir(out)
+    assert not [n for n in written if n.endswith(".partial")]
+    # the first shard and the one beside it at most: the tasks queued behind them (already
+    # handed to the workers) stopped at their first chunk
+    assert 1 <= len(written) <= 2
+
+
+def test_the_job_counts_per_slot_and_stops():
+    job = ShardJob(None, None, 3)  # type: ignore[arg-type]  # a task reads them, not the counts
+    job.add(1, 32, 2)
+    job.add(1, 8, 0)
+    job.add(2, 5, 5)
+    assert [job.counts(s) for s in range(3)] == [(0, 0), (40, 2), (5, 5)]
+    job.clear(1)
+    assert job.counts(1) == (0, 0) and job.counts(2) == (5, 5)
+    assert not job.stopped
+    job.stop()
+    assert job.stopped and job.counts(2) == (5, 5)
