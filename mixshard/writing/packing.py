@@ -42,7 +42,7 @@ from .outdir import (
 from .plan import PackPlan, check_modes, check_options, finished_pack, make_plan
 from .replace import replace_pack
 from .scanning import path_key
-from .shardwrite import DoneShard, source_stamps, strict_error
+from .shardwrite import DoneShard, plan_stamps, strict_error
 
 if TYPE_CHECKING:
     from .storeout import StoreOut
@@ -95,7 +95,8 @@ class _Tracker:
         self.report()
 
     def shard(self, shard: DoneShard) -> None:
-        shard = dataclasses.replace(shard, sources=self.stamps.get(shard.index))
+        # the stamps taken before it was decoded: here, or by the worker that wrote it whole
+        shard = dataclasses.replace(shard, sources=self.stamps.get(shard.index, shard.sources))
         self.journal.record(shard)
         self.done[shard.index] = shard
         self.written += 1
@@ -283,16 +284,7 @@ def _materialized(plan: PackPlan, out: Path, part, todo: list[int]) -> PackPlan:
 
 def _unchanged(plan: PackPlan, shard: DoneShard) -> bool:
     """Whether every source file of a finished shard has the size and mtime recorded."""
-    return shard.sources == _stamps(plan, shard.index)
-
-
-def _stamps(plan: PackPlan, i: int) -> list[list[int] | None]:
-    """`source_stamps` of shard `i`'s files; from an archive, of the archive file itself (its
-    members change only with it)."""
-    if plan.source is not None and plan.source.archive:
-        folder, name = os.path.split(plan.source.archive)
-        return source_stamps(folder, ((name, 0),))
-    return source_stamps(plan.src, plan.shard_items(i))
+    return shard.sources == plan_stamps(plan, shard.index)
 
 
 def _store_out(out: str | os.PathLike, part: tuple[int, int] | None) -> StoreOut | None:
@@ -311,8 +303,13 @@ def _run(plan, out, done, todo, part, progress, workers, ray, lock_fds, sink=Non
     remove_partials(out, {plan.shard_name(i) for i in todo})
     journal = Journal(out, plan.fingerprint, done, part)
     tracker = _Tracker(plan, done, progress, journal)
-    tracker.stamps = {i: _stamps(plan, i) for i in todo}
     on_shard = tracker.shard if sink is None else sink.start(tracker, uploaded=ray is not None)
+    from .shardpool import WholeShards, whole_shards  # imports concurrent.futures
+
+    cpus = workers or usable_cpus()
+    whole = ray is None and whole_shards(cpus, len(todo), plan.options["variants"])
+    if not whole:  # whole-shard tasks stamp their own shard's files (in parallel)
+        tracker.stamps = {i: plan_stamps(plan, i) for i in todo}
     try:
         if ray is not None:
             from .raypack import run_on_ray
@@ -320,10 +317,7 @@ def _run(plan, out, done, todo, part, progress, workers, ray, lock_fds, sink=Non
             run_on_ray(plan, sink.url if sink else out, todo, ray, tracker.chunk, on_shard)
         else:
             from .localrun import LocalRun
-            from .shardpool import WholeShards, whole_shards
 
-            cpus = workers or usable_cpus()
-            whole = whole_shards(cpus, len(todo), plan.options["variants"])
             runner = WholeShards if whole else LocalRun
             runner(plan, out, todo, cpus, tracker.chunk, on_shard, lock_fds).run()
         if sink is not None:

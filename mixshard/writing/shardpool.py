@@ -12,6 +12,7 @@ shard is held in memory until complete: one per worker would be too much).
 
 from __future__ import annotations
 
+import dataclasses
 import mmap
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -25,7 +26,7 @@ from . import decodepool
 from .decodepool import WORKER_DIED, cannot_start, decode_chunk, start_pool
 from .outdir import write_error
 from .plan import PackPlan
-from .shardwrite import Decoded, DoneShard, write_shard
+from .shardwrite import Decoded, DoneShard, plan_stamps, write_shard
 
 PROGRESS_EVERY = 0.25  # seconds between progress reports while shards are being written
 
@@ -83,7 +84,8 @@ def write_whole_shard(slot: int, index: int) -> DoneShard:
         job.add(slot, len(results), sum(isinstance(r, str) for r in results))
         return results
 
-    return write_shard(job.out, job.plan, index, decode)
+    sources = plan_stamps(job.plan, index)  # before its files are read
+    return dataclasses.replace(write_shard(job.out, job.plan, index, decode), sources=sources)
 
 
 class WholeShards:

@@ -73,6 +73,15 @@ def source_stamps(src: str, items: tuple[tuple[str, int], ...]) -> list[list[int
     return stamps
 
 
+def plan_stamps(plan: PackPlan, i: int) -> list[list[int] | None]:
+    """`source_stamps` of shard `i`'s files; from an archive, of the archive file itself (its
+    members change only with it)."""
+    if plan.source is not None and plan.source.archive:
+        folder, name = os.path.split(plan.source.archive)
+        return source_stamps(folder, ((name, 0),))
+    return source_stamps(plan.src, plan.shard_items(i))
+
+
 def strict_error(skipped: list[dict[str, str]]) -> SkippedImagesError:
     """The error of a strict pack that met unreadable files."""
     shown = "; ".join(f"{s['path']} ({s['reason']})" for s in skipped[:10])
