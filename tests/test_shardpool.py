@@ -11,7 +11,7 @@ import pytest
 from helpers import bad_images, crash_chunk, files, make_tree
 
 from mixshard import Manifest, pack
-from mixshard.core.errors import PackInterrupted, WriteError
+from mixshard.core.errors import MixshardError, PackInterrupted, WriteError
 from mixshard.writing import localrun, shardpool
 from mixshard.writing.shardpool import ShardJob, WholeShards, whole_shards
 
@@ -161,3 +161,22 @@ def test_the_job_counts_per_slot_and_stops():
     assert not job.stopped
     job.stop()
     assert job.stopped and job.counts(2) == (5, 5)
+
+
+def test_workers_that_cannot_start_are_not_a_write_error(src, tmp_path, monkeypatch):
+    def no_fork(*args, **kwargs):
+        raise BlockingIOError(errno.EAGAIN, os.strerror(errno.EAGAIN))
+
+    monkeypatch.setattr(shardpool, "start_pool", no_fork)
+    with pytest.raises(MixshardError) as info:
+        pack(src, tmp_path / "out", workers=2, **KW)
+    assert type(info.value) is MixshardError
+    assert str(info.value) == (
+        "cannot start 2 decode worker processes: Resource temporarily unavailable; pack with "
+        "fewer workers (workers=1 uses none)"
+    )
+
+
+def test_a_whole_shard_task_runs_only_in_a_worker_forked_with_its_job():
+    with pytest.raises(RuntimeError, match="runs in a worker forked with a ShardJob"):
+        shardpool.write_whole_shard(0, 0)  # in this process: no job
