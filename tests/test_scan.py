@@ -138,3 +138,26 @@ def test_unreadable_folder_is_reported(tmp_path: Path):
     finally:
         (tmp_path / "b").chmod(0o755)
     assert found.skipped == [{"path": "b", "reason": "unreadable folder: Permission denied"}]
+
+
+def test_plain_files_are_not_stat_ed_one_by_one(tmp_path, monkeypatch):
+    """Their kind comes from the folder listing: on a network file system a `stat` of each of
+    1.8 million files is a round trip each. Symlinks are still followed (and checked)."""
+    from mixshard.writing import scanning
+
+    make_tree(tmp_path, classes=("a", "b"), per_class=10)
+    (tmp_path / "a" / "notes.txt").write_text("not an image")
+    os.symlink(tmp_path / "b" / "img0.png", tmp_path / "a" / "alias.png")
+    calls: list[str] = []
+    real = os.stat
+
+    def counted(path, *args, **kwargs):
+        calls.append(os.fspath(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(scanning.os, "stat", counted)
+    found = scan(tmp_path)
+    assert len(found.items) == 21 and ("a/alias.png", 0) in found.items
+    # of the 22 files only the symlink (the rest are checks of the folders: index.json, ...)
+    assert [c for c in calls if c.endswith((".png", ".txt"))] == [str(tmp_path / "a/alias.png")]
+    assert len(calls) < 10
