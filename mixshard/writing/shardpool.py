@@ -32,8 +32,9 @@ PROGRESS_EVERY = 0.25  # seconds between progress reports while shards are being
 
 
 def whole_shards(workers: int, shards: int, variants: int) -> bool:
-    """Whether `LocalRun` hands whole shards to its workers: forked workers, more than one,
-    at least one shard each, one crop per image."""
+    """Whether a local pack hands whole shards to its workers (`WholeShards`) rather than
+    chunks (`LocalRun`): forked workers, more than one, a shard each at least, one crop per
+    image."""
     return decodepool.FORKS and 1 < workers <= shards and variants == 1
 
 
@@ -56,12 +57,14 @@ class ShardJob:
         self._words[0] = 1
 
     def counts(self, slot: int) -> tuple[int, int]:
-        """(images decoded, of which skipped) of the task in `slot`."""
-        return int(self._words[1 + 2 * slot]), int(self._words[2 + 2 * slot])
+        """(images decoded, of which skipped) of the task in `slot`: the skipped read first,
+        written last, so that never more are skipped than were decoded."""
+        skipped = int(self._words[2 + 2 * slot])
+        return int(self._words[1 + 2 * slot]), skipped
 
     def add(self, slot: int, images: int, skipped: int) -> None:
-        self._words[2 + 2 * slot] += skipped  # before the images: never more skipped than seen
         self._words[1 + 2 * slot] += images
+        self._words[2 + 2 * slot] += skipped
 
     def clear(self, slot: int) -> None:
         self._words[1 + 2 * slot : 3 + 2 * slot] = 0
