@@ -301,16 +301,13 @@ def print_beyond(per_core: dict, count: int) -> None:
     print(table(headers, beyond))
 
 
-SHARE_SHARDS = [0]  # shards of the source `pack_process_share` measured
-
-
-def pack_process_share(src: Path, runs: int, workers: int = 2) -> tuple[float, float]:
-    """CPU seconds per image of the pack process itself (scan, plan, taking the workers'
-    results, hashing and writing the shards; its imports left out) and of its `workers`
-    decode processes, medians of `runs` packs of `src`. The pack process is one: whatever the
-    number of cores, a pack makes at most 1 / (its share) images/s."""
+def pack_process_share(src: Path, runs: int, workers: int = 2) -> tuple[float, float, int]:
+    """CPU seconds per image of the pack process itself (scan, plan, journal; with fewer
+    shards than workers also taking the workers' results, hashing and writing the shards; its
+    imports left out) and of its `workers` decode processes, medians of `runs` packs of `src`,
+    and the shards of `src` at the default size. The pack process is one: whatever the number
+    of cores, a pack makes at most 1 / (its share) images/s."""
     count = len(scan(src).items)
-    SHARE_SHARDS[0] = -(-count // 10_000)  # the default shard size
     own, workers_cpu = [], []
     for _ in range(runs):
         out = OUT / "pack-share"
@@ -321,17 +318,18 @@ def pack_process_share(src: Path, runs: int, workers: int = 2) -> tuple[float, f
         a, b = map(float, line.split()[1:])
         own.append(a / count)
         workers_cpu.append(b / count)
-    return statistics.median(own), statistics.median(workers_cpu)
+    return statistics.median(own), statistics.median(workers_cpu), -(-count // 10_000)
 
 
-def print_places365_times(per_core: dict, share: tuple[float, float]) -> None:
+def print_places365_times(per_core: dict, share: tuple[float, float, int]) -> None:
     """The time to pack all of Places365-Standard from the first source's per-core rates;
-    `share`: the pack process's and its workers' CPU seconds per image with 2 workers."""
+    `share`: the pack process's and its workers' CPU seconds per image with 2 workers, and the
+    shards of the source they packed."""
     first = next(iter(per_core))
     one = per_core[first][("mixshard pack, .tar", 1)]
-    own, decode = share
+    own, decode, shards = share
     print(
-        f"\nWith --workers 2 on the {SHARE_SHARDS[0]}-shard source, per image: the pack process "
+        f"\nWith --workers 2 on the {shards}-shard source, per image: the pack process "
         f"itself {own * 1e6:.0f} µs of CPU (scan, plan, journal; where a run has fewer shards "
         "than workers also taking the results, hashing, writing), its decode workers "
         f"{decode * 1e6:.0f} µs. The pack process is one: it caps a pack at {1 / own:,.0f} "
