@@ -161,7 +161,8 @@ _HEAVY = (
 def test_a_quiet_folder_pack_starts_without_what_it_does_not_use(tmp_path):
     """`mixshard pack -q` of a folder with one worker: no torch or webdataset, no progress bar
     library, no process pool, no archive modules, no psutil; and numpy's OpenBLAS with one
-    thread (each other one would spin at import)."""
+    thread (each other one would spin at import). Without `-q` the same where stderr is no
+    terminal (here a pipe): tqdm would show no bar there."""
     from helpers import noise
 
     noise(tmp_path / "src" / "a.jpg", size=(40, 30), seed=1)
@@ -191,10 +192,46 @@ def test_a_quiet_folder_pack_starts_without_what_it_does_not_use(tmp_path):
     assert out.stdout.splitlines()[-1] == f"{expected} 1"
     env["OPENBLAS_NUM_THREADS"] = "3"  # the user's setting stays
     out = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path / "out2")],
+        [sys.executable, "-c", code.replace(", '-q'", ""), str(tmp_path / "out2")],
         capture_output=True, text=True, check=True, env=env,
     )  # fmt: skip
     assert out.stdout.splitlines()[-1] == f"{expected} 3"
+
+
+def test_a_pack_at_a_terminal_shows_its_progress_bar(tmp_path):
+    """Where stderr is a terminal (a pseudo-terminal here) the bar is drawn, to the last image;
+    `-q` draws none."""
+    import pty
+    import termios
+
+    from helpers import noise
+
+    for i in range(3):
+        noise(tmp_path / "src" / f"{i}.jpg", size=(40, 30), seed=i)
+
+    def drawn(*flags: str) -> str:
+        leader, follower = pty.openpty()
+        termios.tcsetwinsize(follower, (24, 100))  # a new pseudo-terminal has 0 columns
+        cmd = [sys.executable, "-m", "mixshard", "pack", str(tmp_path / "src")]
+        proc = subprocess.run(
+            [*cmd, str(tmp_path / f"out{len(flags)}"), "--workers", "1", *flags],
+            stdout=subprocess.DEVNULL, stderr=follower, check=True,
+        )  # fmt: skip
+        os.close(follower)
+        chunks = []
+        try:
+            while chunk := os.read(leader, 1 << 16):
+                chunks.append(chunk)
+        except OSError:  # EIO: all read, the other end closed
+            pass
+        finally:
+            os.close(leader)
+        assert proc.returncode == 0
+        return b"".join(chunks).decode()
+
+    bar = drawn()
+    assert "3/3" in bar and "img/s" in bar
+    assert "img/s" not in drawn("-q")
 
 
 def test_no_module_over_400_lines():

@@ -107,8 +107,10 @@ def _check_pack_flags(opts: dict[str, Any]) -> None:
 
 def _progress_bar(quiet: bool) -> tuple[Callable[[Any], None], Callable[[], None]]:
     """A tqdm bar fed by `PackProgress` updates, made on the first one; and its closer. With
-    `quiet`, neither: importing tqdm alone costs a short pack a tenth of its start-up."""
-    if quiet:
+    `quiet`, or where stderr is no terminal (tqdm would show nothing there: a log, a pipe, a
+    batch job), neither: importing tqdm alone costs a short pack a tenth of its start-up (with
+    importlib.metadata for its version, and multiprocessing for its lock)."""
+    if quiet or not sys.stderr.isatty():
         return lambda p: None, lambda: None
     from tqdm import tqdm
 
