@@ -165,7 +165,7 @@ def _work(p: _Plan) -> _Work:
         (first if k % 2 == 0 else second)[:n].reshape(shape)
         for k, (n, shape) in enumerate(zip(sizes, p.shapes))
     )
-    size = p.cols.bands * _BAND
+    wide = p.cols.bands * _BAND  # output columns, padded to whole bands
     work = _Work(
         src,
         src[: p.have[0], : p.have[1]],
@@ -175,7 +175,7 @@ def _work(p: _Plan) -> _Work:
         cols,
         _view(cols, p.cols_view),
         res,
-        res.reshape(size, 3, p.tall).transpose(1, 2, 0),
+        res.reshape(wide, 3, p.tall).transpose(1, 2, 0),
     )
     _local.work = (p, work)
     return work
