@@ -236,6 +236,24 @@ def test_a_pack_at_a_terminal_shows_its_progress_bar(tmp_path):
     assert "img/s" not in drawn("-q")
 
 
+def test_a_pack_without_stderr_packs(tmp_path):
+    """A process with no stderr at all (`sys.stderr` None, as under pythonw or a daemon that
+    closed it): no bar, and the pack is written."""
+    from helpers import noise
+
+    noise(tmp_path / "src" / "a.jpg", size=(40, 30), seed=1)
+    code = (
+        "import sys; sys.stderr = None; from mixshard.cli import main; sys.argv = ['mixshard', "
+        f"'pack', {str(tmp_path / 'src')!r}, {str(tmp_path / 'out')!r}, '--workers', '1']\n"
+        "try:\n    main()\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.startswith("Packed 1 images (0 skipped) into 1 shard")
+    assert (tmp_path / "out" / "index.json").is_file()
+
+
 def test_no_module_over_400_lines():
     for path in PACKAGE.rglob("*.py"):
         assert len(path.read_text().splitlines()) <= 400, path

@@ -105,12 +105,21 @@ def _check_pack_flags(opts: dict[str, Any]) -> None:
         raise click.UsageError("--finish writes index.json only; drop --ray")
 
 
+def _on_terminal(stream: Any) -> bool:
+    """Whether `stream` is a terminal: not for None (a process started without stderr), a
+    closed file, or a stand-in without `isatty`."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
 def _progress_bar(quiet: bool) -> tuple[Callable[[Any], None], Callable[[], None]]:
     """A tqdm bar fed by `PackProgress` updates, made on the first one; and its closer. With
     `quiet`, or where stderr is no terminal (tqdm would show nothing there: a log, a pipe, a
     batch job), neither: importing tqdm alone costs a short pack a tenth of its start-up (with
     importlib.metadata for its version, and multiprocessing for its lock)."""
-    if quiet or not sys.stderr.isatty():
+    if quiet or not _on_terminal(sys.stderr):
         return lambda p: None, lambda: None
     from tqdm import tqdm
 
