@@ -163,6 +163,23 @@ def test_the_job_counts_per_slot_and_stops():
     assert job.stopped and job.counts(2) == (5, 5)
 
 
+def test_progress_reports_skipped_images_seen_after_their_count():
+    """A report may read a task's images before its skipped count catches up (written after
+    them); the skipped ones then reach the next report on their own, none lost."""
+    seen = iter([(32, 0), (32, 2), (32, 2)])
+
+    class Job:
+        def counts(self, slot):
+            return next(seen)
+
+    chunks: list[tuple[int, int]] = []
+    run = WholeShards(None, None, [], 2, lambda n, k: chunks.append((n, k)), print)  # type: ignore[arg-type]
+    run.reported[0] = (0, 0)
+    for _ in range(3):
+        run._report(Job(), [(0, 7)])  # type: ignore[arg-type]
+    assert chunks == [(32, 0), (0, 2)]
+
+
 def test_workers_that_cannot_start_are_not_a_write_error(src, tmp_path, monkeypatch):
     def no_fork(*args, **kwargs):
         raise BlockingIOError(errno.EAGAIN, os.strerror(errno.EAGAIN))

@@ -155,7 +155,7 @@ class WholeShards:
             (now, now_skipped), (was, was_skipped) = job.counts(slot), self.reported[slot]
             images, skipped = images + now - was, skipped + now_skipped - was_skipped
             self.reported[slot] = (now, now_skipped)
-        if images:
+        if images or skipped:  # skipped alone: the images were seen a report before them
             self.on_chunk(images, skipped)
 
     def _result(self, future: Future, index: int) -> DoneShard:
