@@ -1,0 +1,157 @@
+/* The compiled resize of `resample.py`: the same two passes, the same weights, in C.
+ *
+ * resize(out, pixels, height, width, rows, row_weights, cols, col_weights)
+ *   out          uint8 (3, sy, sx), C-contiguous, written
+ *   pixels       uint8 (height, width, 3), C-contiguous
+ *   rows         int32 (sy,): the first input row of each output row
+ *   row_weights  float32 (sy, ky): its taps, rows[i] .. rows[i] + ky - 1
+ *   cols, col_weights: the same for the columns (sx, kx)
+ *
+ * Pass 1 runs over the rows, into float32 rounded to whole levels (as PIL's 8-bit
+ * intermediate); pass 2 over the columns, rounded half up into CHW. Each sum adds its taps in
+ * order, one multiply and one add each (no fused multiply-add: -ffp-contract=off), so every
+ * build gives the same bytes on every machine. On x86-64 Linux the passes are also compiled
+ * for AVX2 and the CPU picks a build at load time (the same arithmetic, wider registers).
+ * The GIL is released while they run. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && defined(__GLIBC__)
+#define CLONED __attribute__((target_clones("avx2", "default")))
+#else
+#define CLONED
+#endif
+
+typedef Py_ssize_t ssz;
+
+/* Output rows `sy` of the columns [c0, c0 + nc), all three channels, to whole levels. */
+CLONED static void rows_pass(const uint8_t *restrict px, ssz width, const int32_t *restrict ry,
+                             const float *restrict wy, ssz sy, ssz ky, ssz c0, ssz nc,
+                             float *restrict mid) {
+    const ssz line = width * 3, n = nc * 3;
+    for (ssz i = 0; i < sy; i++) {
+        float *restrict acc = mid + i * n;
+        const uint8_t *restrict src = px + (ssz)ry[i] * line + c0 * 3;
+        const float w0 = wy[i * ky];
+        for (ssz c = 0; c < n; c++) acc[c] = w0 * (float)src[c];
+        for (ssz t = 1; t < ky; t++) {
+            const float w = wy[i * ky + t];
+            src += line;
+            for (ssz c = 0; c < n; c++) acc[c] += w * (float)src[c];
+        }
+        /* floor(x + 0.5): the sums are >= 0, so truncation is the floor */
+        for (ssz c = 0; c < n; c++) acc[c] = (float)(int32_t)(acc[c] + 0.5f);
+    }
+}
+
+/* Output columns `sx` of every row of `mid` (`n` floats a row), rounded half up into CHW.
+ * The sums lie in 0..255 (weights >= 0 summing to 1), so the casts are in range. */
+CLONED static void cols_pass(const float *restrict mid, ssz n, const int32_t *restrict rx,
+                             const float *restrict wx, ssz sy, ssz sx, ssz kx, ssz c0,
+                             uint8_t *restrict out) {
+    const ssz plane = sy * sx;
+    for (ssz i = 0; i < sy; i++) {
+        const float *m = mid + i * n;
+        uint8_t *restrict o = out + i * sx;
+        for (ssz j = 0; j < sx; j++) {
+            const float *p = m + (rx[j] - c0) * 3;
+            const float *w = wx + j * kx;
+#if defined(__GNUC__)
+            /* one pixel's three channels (and the next pixel's first, unused) at a time;
+             * `mid` has a float to spare at its end for the last pixel's load */
+            typedef float v4 __attribute__((vector_size(16)));
+            v4 s, x;
+            memcpy(&x, p, sizeof x);
+            s = w[0] * x;
+            for (ssz t = 1; t < kx; t++) {
+                memcpy(&x, p + 3 * t, sizeof x);
+                s += w[t] * x;
+            }
+            o[j] = (uint8_t)(s[0] + 0.5f);
+            o[plane + j] = (uint8_t)(s[1] + 0.5f);
+            o[2 * plane + j] = (uint8_t)(s[2] + 0.5f);
+#else
+            float s0 = w[0] * p[0], s1 = w[0] * p[1], s2 = w[0] * p[2];
+            for (ssz t = 1; t < kx; t++) {
+                s0 += w[t] * p[3 * t];
+                s1 += w[t] * p[3 * t + 1];
+                s2 += w[t] * p[3 * t + 2];
+            }
+            o[j] = (uint8_t)(s0 + 0.5f);
+            o[plane + j] = (uint8_t)(s1 + 0.5f);
+            o[2 * plane + j] = (uint8_t)(s2 + 0.5f);
+#endif
+        }
+    }
+}
+
+/* The taps `k` of `count` outputs, each starting at `first[i]`, inside 0..`limit`: the
+ * smallest start (into *lo) and the largest end (into *hi); -1 where one lies outside. */
+static int span(const int32_t *first, ssz count, ssz k, ssz limit, ssz *lo, ssz *hi) {
+    *lo = limit;
+    *hi = 0;
+    for (ssz i = 0; i < count; i++) {
+        if (first[i] < 0 || first[i] + k > limit) return -1;
+        if (first[i] < *lo) *lo = first[i];
+        if (first[i] + k > *hi) *hi = first[i] + k;
+    }
+    return 0;
+}
+
+static PyObject *resize(PyObject *self, PyObject *args) {
+    PyObject *objs[6];
+    ssz height, width;
+    if (!PyArg_ParseTuple(args, "OOnnOOOO", &objs[0], &objs[1], &height, &width, &objs[2],
+                          &objs[3], &objs[4], &objs[5]))
+        return NULL;
+    Py_buffer b[6];
+    int got = 0;
+    PyObject *result = NULL;
+    for (; got < 6; got++) {
+        int flags = PyBUF_C_CONTIGUOUS | (got == 0 ? PyBUF_WRITABLE : 0);
+        if (PyObject_GetBuffer(objs[got], &b[got], flags) < 0) goto done;
+    }
+    const ssz sy = b[2].len / 4, sx = b[4].len / 4;
+    const ssz ky = sy ? b[3].len / 4 / sy : 0, kx = sx ? b[5].len / 4 / sx : 0;
+    ssz r0, r1, c0, c1;
+    if (height < 1 || width < 1 || sy < 1 || sx < 1 || ky < 1 || kx < 1 ||
+        b[1].len != height * width * 3 || b[0].len != 3 * sy * sx ||
+        b[3].len != 4 * sy * ky || b[5].len != 4 * sx * kx ||
+        span(b[2].buf, sy, ky, height, &r0, &r1) < 0 ||
+        span(b[4].buf, sx, kx, width, &c0, &c1) < 0) {
+        PyErr_SetString(PyExc_ValueError, "resize: buffers do not match the sizes and taps");
+        goto done;
+    }
+    const ssz nc = c1 - c0;
+    float *mid = PyMem_RawMalloc(sizeof(float) * (sy * nc * 3 + 1));
+    if (mid == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rows_pass(b[1].buf, width, b[2].buf, b[3].buf, sy, ky, c0, nc, mid);
+    mid[sy * nc * 3] = 0.0f;
+    cols_pass(mid, nc * 3, b[4].buf, b[5].buf, sy, sx, kx, c0, b[0].buf);
+    Py_END_ALLOW_THREADS
+    PyMem_RawFree(mid);
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    while (got-- > 0) PyBuffer_Release(&b[got]);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"resize", resize, METH_VARARGS, "Resize uint8 HWC pixels into uint8 CHW (see the file)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_resize", "The compiled bilinear resize of mixshard.writing.resample.",
+    -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__resize(void) { return PyModule_Create(&module); }
