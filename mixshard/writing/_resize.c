@@ -47,45 +47,57 @@ CLONED static void rows_pass(const uint8_t *restrict px, ssz width, const int32_
     }
 }
 
-/* Output columns `sx` of every row of `mid` (`n` floats a row), rounded half up into CHW.
- * The sums lie in 0..255 (weights >= 0 summing to 1), so the casts are in range. */
+#define ROWS 4 /* output rows of pass 2 at a time: their taps' weights loaded once */
+
+/* Output columns `sx` of `rows` (<= ROWS) rows of `mid` (`n` floats a row), rounded half up
+ * into CHW (`o`: the first row's plane 0; `plane`: bytes a channel). The sums lie in 0..255
+ * (weights >= 0 summing to 1), so the casts are in range. */
+static inline void cols_rows(const float *restrict m, ssz n, const int32_t *restrict rx,
+                             const float *restrict wx, ssz sx, ssz kx, ssz c0, ssz plane,
+                             uint8_t *restrict o, int rows) {
+    for (ssz j = 0; j < sx; j++) {
+        const float *p = m + (rx[j] - c0) * 3;
+        const float *w = wx + j * kx;
+#if defined(__GNUC__) && !defined(MIXSHARD_SCALAR) /* the portable loops: -DMIXSHARD_SCALAR */
+        /* a pixel's three channels (and the next pixel's first, unused) at a time; `mid` has
+         * a float to spare at its end for the last pixel's load */
+        typedef float v4 __attribute__((vector_size(16)));
+        v4 s[ROWS], x;
+        for (int r = 0; r < rows; r++) {
+            memcpy(&x, p + r * n, sizeof x);
+            s[r] = w[0] * x;
+        }
+        for (ssz t = 1; t < kx; t++) {
+            for (int r = 0; r < rows; r++) {
+                memcpy(&x, p + r * n + 3 * t, sizeof x);
+                s[r] += w[t] * x;
+            }
+        }
+#else
+        float s[ROWS][3];
+        for (int r = 0; r < rows; r++)
+            for (int ch = 0; ch < 3; ch++) s[r][ch] = w[0] * p[r * n + ch];
+        for (ssz t = 1; t < kx; t++)
+            for (int r = 0; r < rows; r++)
+                for (int ch = 0; ch < 3; ch++) s[r][ch] += w[t] * p[r * n + 3 * t + ch];
+#endif
+        for (int r = 0; r < rows; r++) {
+            o[r * sx + j] = (uint8_t)(s[r][0] + 0.5f);
+            o[r * sx + plane + j] = (uint8_t)(s[r][1] + 0.5f);
+            o[r * sx + 2 * plane + j] = (uint8_t)(s[r][2] + 0.5f);
+        }
+    }
+}
+
+/* Pass 2 over every row of `mid`, ROWS at a time. */
 CLONED static void cols_pass(const float *restrict mid, ssz n, const int32_t *restrict rx,
                              const float *restrict wx, ssz sy, ssz sx, ssz kx, ssz c0,
                              uint8_t *restrict out) {
     const ssz plane = sy * sx;
-    for (ssz i = 0; i < sy; i++) {
-        const float *m = mid + i * n;
-        uint8_t *restrict o = out + i * sx;
-        for (ssz j = 0; j < sx; j++) {
-            const float *p = m + (rx[j] - c0) * 3;
-            const float *w = wx + j * kx;
-#if defined(__GNUC__)
-            /* one pixel's three channels (and the next pixel's first, unused) at a time;
-             * `mid` has a float to spare at its end for the last pixel's load */
-            typedef float v4 __attribute__((vector_size(16)));
-            v4 s, x;
-            memcpy(&x, p, sizeof x);
-            s = w[0] * x;
-            for (ssz t = 1; t < kx; t++) {
-                memcpy(&x, p + 3 * t, sizeof x);
-                s += w[t] * x;
-            }
-            o[j] = (uint8_t)(s[0] + 0.5f);
-            o[plane + j] = (uint8_t)(s[1] + 0.5f);
-            o[2 * plane + j] = (uint8_t)(s[2] + 0.5f);
-#else
-            float s0 = w[0] * p[0], s1 = w[0] * p[1], s2 = w[0] * p[2];
-            for (ssz t = 1; t < kx; t++) {
-                s0 += w[t] * p[3 * t];
-                s1 += w[t] * p[3 * t + 1];
-                s2 += w[t] * p[3 * t + 2];
-            }
-            o[j] = (uint8_t)(s0 + 0.5f);
-            o[plane + j] = (uint8_t)(s1 + 0.5f);
-            o[2 * plane + j] = (uint8_t)(s2 + 0.5f);
-#endif
-        }
-    }
+    ssz i = 0;
+    for (; i + ROWS <= sy; i += ROWS)
+        cols_rows(mid + i * n, n, rx, wx, sx, kx, c0, plane, out + i * sx, ROWS);
+    for (; i < sy; i++) cols_rows(mid + i * n, n, rx, wx, sx, kx, c0, plane, out + i * sx, 1);
 }
 
 /* The taps `k` of `count` outputs, each starting at `first[i]`, inside 0..`limit`: the

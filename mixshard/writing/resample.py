@@ -18,8 +18,8 @@ are cached per (input size, output size, window), which a centre crop of images 
 hits every time.
 
 Where the install had a C compiler, `_resize.c` runs the same two passes with the same
-weights, as loops over each output's non-zero taps (`_taps`): ~45 µs a 256 px JPEG at 3/8
-against ~110 µs here, numpy's calls and layout copies being most of this module's time.
+weights, as loops over each output's non-zero taps (`_taps`): ~40 µs a 256 px JPEG at 3/8
+against ~100 µs here, numpy's calls and layout copies being most of this module's time.
 Its sums add their terms left to right, BLAS's in its own order, so ~0.1% of pixels differ by
 a level between the two; each gives the same bytes on every run.
 """
