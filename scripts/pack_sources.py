@@ -125,7 +125,8 @@ def package_at(ref: str) -> Path | None:
     return tree
 
 
-# What `pip install` compiles, for a copy made by `git archive` (its module beside its source).
+# What `pip install` compiles (pyproject.toml's ext-modules, the same flags), for a copy made by
+# `git archive`: its module beside its source.
 BUILD = """
 from setuptools import Distribution, Extension
 from setuptools.command.build_ext import build_ext
@@ -144,4 +145,7 @@ def _build_extension(tree: Path) -> None:
     if (tree / "mixshard" / "writing" / "_resize.c").exists() and not any(
         (tree / "mixshard" / "writing").glob("_resize*.so")
     ):
-        subprocess.run([sys.executable, "-c", BUILD], cwd=tree, check=True, capture_output=True)
+        cmd = [sys.executable, "-c", BUILD]
+        done = subprocess.run(cmd, cwd=tree, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"cannot build {tree}'s C resize: {done.stderr[-2000:]}")
