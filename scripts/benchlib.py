@@ -42,17 +42,39 @@ def make_sources(count: int, only: str | None = None) -> dict[str, Path]:
 
 
 def machine() -> str:
-    """One line naming the machine the numbers come from."""
+    """One line naming the machine the numbers come from. A VM's model name may be only the
+    vendor's ("AMD EPYC") whatever the host: the CPU family and model numbers and the widest
+    vector unit tell two hosts apart (on one AVX2-only host and one AVX-512 host of the same
+    name, the same pack ran 1.6x apart)."""
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
+            info = cpu_info(f.read())
     except OSError:
-        pass
-    return f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}"
+        info = {}
+    name = info.get("model name", cpu)
+    detail = [f"family {info['cpu family']} model {info['model']}"] if "model" in info else []
+    detail += [info["vector"]] if "vector" in info else []
+    more = f"; {', '.join(detail)}" if detail else ""
+    return f"{os.cpu_count()} cores ({name}{more}), Python {platform.python_version()}"
+
+
+def cpu_info(text: str) -> dict[str, str]:
+    """The first processor's fields of a /proc/cpuinfo text that `machine` names, and its
+    widest vector unit (`vector`: avx512, avx2, sse4_2 or none found)."""
+    info: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            break  # the first processor only
+        key, _, value = line.partition(":")
+        info[key.strip()] = value.strip()
+    flags = set(info.pop("flags", "").split())
+    found = [v for v, flag in VECTOR_UNITS if flag in flags]
+    keep = {k: info[k] for k in ("model name", "cpu family", "model") if k in info}
+    return {**keep, "vector": found[0]} if found else keep
+
+
+VECTOR_UNITS = (("avx512", "avx512f"), ("avx2", "avx2"), ("sse4_2", "sse4_2"))
 
 
 def median_rate(fn: Callable[[], int], runs: int) -> tuple[float, list[float]]:
