@@ -20,8 +20,8 @@ help:
 	@echo "make coco [SRC=<folder or .zip>] DATA=<dir>         pack COCO val2017 (no SRC: download)"
 	@echo "  (PACK_ARGS='--size 64 ...': pack options; REPACK=1: replace an existing pack)"
 
-# The venv is (re)installed when pyproject.toml or the compiled resize's source changes.
-$(STAMP): pyproject.toml mixshard/writing/_resize.c
+# The venv is (re)installed when pyproject.toml or a compiled module's source changes.
+$(STAMP): pyproject.toml mixshard/writing/_resize.c mixshard/reading/_mapped.c
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)

@@ -19,8 +19,9 @@ random images nearly always has one in a block not copied yet.
   at idle priority, it slowed that pass by 22% warm and 40% cold (measured). The gain comes
   from the epoch after the fill on, for the rest of the run; a run of 2 epochs is 11% slower
   for it, one of 3 about even (measured), which is why the copy is opt-in.
-* The copy is anonymous memory (`mmap(-1)`), never a mapping of a shard: a shard truncated
-  under a mapping would kill the process with SIGBUS.
+* The copy is anonymous memory (`mmap(-1)`) of this process's own, not a mapping of the
+  shards (`mapped.py`, which shares the page cache's pages and which the reads it falls back on
+  use once warm).
 * A shard changed on disk after the pack was opened is still noticed: one shard's identity is
   checked per batch, in turn, so within as many batches as the pack has shards the reader
   raises `ShardError`, as the `pread` path does (the copy itself is never torn).

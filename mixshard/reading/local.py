@@ -1,9 +1,10 @@
 """A local pack folder opened for reading by byte offset (torch-free).
 
 Images are read straight into the caller's memory: single images (global order: a batch per
-io_uring call, `uring.py`), runs of whole blocks (block order, one `preadv`, `blockrun.py`).
-Shards are never `mmap`ed: a shard truncated or copied over under a mapping kills the process
-(SIGBUS); a read sees a short read or a changed file and raises `ShardError`. Opening does one
+io_uring call, `uring.py`, or copied out of a mapping of each shard the warm job has read in,
+`mapped.py`), runs of whole blocks (block order, one `preadv`, `blockrun.py`). A shard is only
+mapped where the copy out of it survives the file being truncated under it (`_mapped.c`): a
+short read, a fault in a mapping and a changed file all raise `ShardError`. Opening does one
 `stat` per shard; a block's `.npy` header is checked, and its labels kept, on its first read.
 Descriptors are opened on first use, cached, and only for regular files in the pack folder.
 """
@@ -18,20 +19,21 @@ from pathlib import Path
 import numpy as np
 
 from ..core import layout
+from ..core.env import available_memory
 from ..core.errors import MixshardError, ShardError
-from ..core.files import open_regular
 from ..core.manifest import Manifest, ShardInfo
 from .blockrun import RunPlan
+from .mapped import ShardMaps, mapping_wanted
 from .openshards import OpenShards
 from .rawio import read_iov
-from .shardfiles import FileId, shard_path, warn_bad
+from .shardfiles import FileId, ShardChecks, warn_bad
 from .uring import RingPool, read_rows
 from .warming import warm_files
 
 CHECK_LOCKS = 64  # locks striped over the blocks: a block's first read is checked once
 
 
-class LocalPack:
+class LocalPack(ShardChecks):
     """A pack folder opened for random access. Image `i` is the `i`-th image of the usable
     shards (bad ones skipped with `on_error="skip"`), in stored order. Thread-safe.
 
@@ -86,76 +88,12 @@ class LocalPack:
         self._check_locks = [threading.Lock() for _ in range(CHECK_LOCKS)]
         self._warming = False
         self._rings = RingPool()  # io_uring for the global order's reads
+        self._maps = ShardMaps(len(self.shards))  # ... or mappings, once warm (`mapped.py`)
 
     # ------------------------------------------------------------------ files
-    def _fix(self) -> str:
-        return f"run `mixshard verify {self.folder}`, then repack or restore the file"
-
-    def _stat(self, shard: ShardInfo) -> FileId:
-        path = shard_path(self.folder, shard.name)
-        try:
-            fd = open_regular(path)
-        except OSError as exc:
-            why = "missing" if isinstance(exc, FileNotFoundError) else exc.strerror
-            raise ShardError(f"shard {path} is {why}; {self._fix()}") from None
-        try:
-            found = FileId.of(os.fstat(fd))
-        finally:
-            os.close(fd)
-        if found.size != shard.bytes:
-            raise ShardError(
-                f"shard {path} is {found.size} bytes, index.json says {shard.bytes} "
-                f"(truncated or altered); {self._fix()}"
-            )
-        return found
-
     def _open(self, slot: int) -> contextlib.AbstractContextManager[list[int]]:
         """`[fd]` of shard `slot`, held open while the caller uses it."""
         return self._files.held([slot], self._open_checked)
-
-    def _open_checked(self, slot: int) -> int:
-        path = self.folder / self.shards[slot].name
-        try:
-            fd = open_regular(path)
-        except OSError as exc:
-            raise ShardError(f"cannot open shard {path}: {exc.strerror}; {self._fix()}") from None
-        if FileId.of(os.fstat(fd)) != self.ids[self.shards[slot].name]:
-            os.close(fd)
-            raise self._changed(path)
-        return fd
-
-    def _changed(self, path: Path) -> ShardError:
-        # A new pack written over this one may reuse the inode numbers: say both causes.
-        return ShardError(
-            f"shard {path} changed after the pack was opened (a new pack written over it, or "
-            f"the file copied over or truncated); open the pack again (and run `mixshard verify "
-            f"{self.folder}` unless a new pack was written)"
-        )
-
-    def _check_same(self, slot: int, fd: int) -> None:
-        """Raise when the shard behind `fd` was written to since it was opened."""
-        shard = self.shards[slot]
-        if FileId.of(os.fstat(fd)) != self.ids[shard.name]:
-            raise self._changed(self.folder / shard.name)
-
-    def _pread(self, slot: int, fd: int, buf: memoryview, offset: int) -> None:
-        try:
-            got = os.preadv(fd, [buf], offset)
-        except OSError as exc:
-            raise self._unreadable(slot, exc) from None
-        if got != len(buf):
-            self._short(slot, fd)
-
-    def _unreadable(self, slot: int, exc: OSError) -> ShardError:
-        path = self.folder / self.shards[slot].name
-        return ShardError(f"cannot read shard {path}: {exc.strerror}")
-
-    def _short(self, slot: int, fd: int) -> None:
-        """A read ended early: the file changed, or was truncated."""
-        self._check_same(slot, fd)
-        raise ShardError(
-            f"shard {self.folder / self.shards[slot].name} ends early (truncated); {self._fix()}"
-        )
 
     def check_shard(self, slot: int) -> None:
         """Raise `ShardError` when shard `slot` changed since the pack was opened."""
@@ -167,14 +105,24 @@ class LocalPack:
         """Shard descriptors held open now (at most `MAX_OPEN_SHARDS` once idle)."""
         return len(self._files)
 
+    @property
+    def mapped_shards(self) -> int:
+        """Shards the global order now copies out of a mapping (`mapped.py`)."""
+        return len(self._maps)
+
     def close(self) -> None:
-        """Close the cached descriptors (they are reopened on the next read)."""
+        """Close the cached descriptors and unmap the shards (a later read opens them again;
+        a later warm pass maps them again)."""
         self._files.close()
         self._rings.close()
+        self._maps.close()
+        with self._lock:
+            self._warming = False
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state["_files"] = state["_rings"] = state["_lock"] = state["_check_locks"] = None
+        for name in ("_files", "_rings", "_maps", "_lock", "_check_locks"):
+            state[name] = None
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -182,6 +130,7 @@ class LocalPack:
         self._lock = threading.Lock()
         self._check_locks = [threading.Lock() for _ in range(CHECK_LOCKS)]
         self._files, self._rings = OpenShards(), RingPool()
+        self._maps = ShardMaps(len(self.shards))
 
     def __del__(self) -> None:
         if getattr(self, "_lock", None) is not None:  # not half-made
@@ -327,15 +276,57 @@ class LocalPack:
             self.block_offset[block[rows]] + (index[rows] - self.block_start[block[rows]]) * size
         )
         firsts = np.flatnonzero(np.diff(slots, prepend=-1)) if len(rows) else slots
-        with self._files.held(slots[firsts].tolist(), self._open_checked) as held:
+        files = self._files.held(slots[firsts].tolist(), self._open_checked)
+        with files as held, self._maps.held() as mapped:
             fds = np.array(held, np.int32)
             fd_of = np.repeat(fds, np.diff(np.append(firsts, len(rows)))).astype(np.int32)
-            for j in read_rows(self._rings, out, rows, fd_of, offsets, size):  # again, to
-                view = out.reshape(-1).data[rows[j] * size : (rows[j] + 1) * size]  # raise the
-                self._pread(int(slots[j]), int(fd_of[j]), view, int(offsets[j]))  # right error
+            items = (rows, slots, fd_of, offsets)
+            on_map = None if mapped is None else mapped[slots]
+            if on_map is None or not on_map.any():
+                self._read_rows(out, *items)
+            else:
+                self._copy_mapped(out, *(a[on_map] for a in items))
+                if not on_map.all():
+                    self._read_rows(out, *(a[~on_map] for a in items))
             for i, fd in zip(firsts.tolist(), fds.tolist()):
                 self._check_same(int(slots[i]), fd)
         return bad
+
+    def _read_rows(
+        self,
+        out: np.ndarray,
+        rows: np.ndarray,
+        slots: np.ndarray,
+        fds: np.ndarray,
+        offsets: np.ndarray,
+    ) -> None:
+        """Read image `j` (at `offsets[j]` of shard `slots[j]`, open as `fds[j]`) into row
+        `rows[j]` of `out`, for every `j`: io_uring where it can, else one `pread` each."""
+        size = self.manifest.image_bytes
+        for j in read_rows(self._rings, out, rows, fds, offsets, size):  # again, to raise
+            view = out.reshape(-1).data[rows[j] * size : (rows[j] + 1) * size]  # the right
+            self._pread(int(slots[j]), int(fds[j]), view, int(offsets[j]))  # error
+
+    def _copy_mapped(
+        self,
+        out: np.ndarray,
+        rows: np.ndarray,
+        slots: np.ndarray,
+        fds: np.ndarray,
+        offsets: np.ndarray,
+    ) -> None:
+        """As `_read_rows`, out of the shards' mappings (held by the caller)."""
+        status, j = self._maps.copy(out, rows, slots, offsets, self.manifest.image_bytes)
+        if status == 0:
+            return
+        slot, fd = int(slots[j]), int(fds[j])
+        if status == 1:  # past the shard's end: as a short read
+            self._short(slot, fd)
+        self._check_same(slot, fd)  # truncated or copied over under the mapping
+        raise ShardError(
+            f"cannot read shard {self.folder / self.shards[slot].name}: a page of it could not "
+            f"be read (a disk error); {self._fix()}"
+        )
 
     def labels(self, index: np.ndarray) -> np.ndarray:
         """int64 labels of images `index`; their blocks are checked (read) first if needed."""
@@ -356,13 +347,27 @@ class LocalPack:
         return out
 
     def warm(self, stop: threading.Event) -> None:
-        """Read every shard into the page cache, paced (`warming.py`). Runs on a background
-        thread. Once per pack: later calls return at once; stopped early, the next reader
-        starts over (cached pages cost nothing)."""
+        """Read every shard into the page cache, paced (`warming.py`), and map each one read
+        in when the pack fits in memory (`mapped.py`). Runs on a background thread. Once per
+        pack: later calls return at once; stopped early, the next reader starts over (cached
+        pages cost nothing)."""
         with self._lock:
             if self._warming or not hasattr(os, "posix_fadvise"):
                 return
             self._warming = True
         files = [(self.folder / shard.name, shard.bytes) for shard in self.shards]
-        if not warm_files(files, stop):
+        maps = mapping_wanted(self.manifest.total_bytes, available_memory())
+        if not warm_files(files, stop, self._map_shard if maps else None):
             self._warming = False
+
+    def _map_shard(self, slot: int) -> None:
+        """Map shard `slot`, now in the page cache, for the global order's copies; a shard
+        that cannot be opened or mapped is read with `pread` (which names what is wrong)."""
+        try:
+            fd = self._open_checked(slot)
+        except ShardError:
+            return
+        try:
+            self._maps.add(slot, fd, self.shards[slot].bytes)
+        finally:
+            os.close(fd)

@@ -1,4 +1,5 @@
-"""What identifies a shard file and how many are kept open: shared by the local readers."""
+"""What identifies a shard file, how it is checked and named in errors, and how many are kept
+open: shared by the local readers."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import ShardError
-from ..core.manifest import SHARD_NAME
+from ..core.files import open_regular
+from ..core.manifest import SHARD_NAME, ShardInfo
 
 
 def _max_open_shards() -> int:
@@ -51,3 +53,77 @@ def shard_path(folder: Path, name: str) -> Path:
     if not SHARD_NAME.fullmatch(name):
         raise ShardError(f"{folder}: shard name {name!r} is not a plain shard-NNNNNN.tar name")
     return folder / name
+
+
+class ShardChecks:
+    """A local pack's shard files checked against what they were when it was opened: each
+    shard's `FileId` in `ids` (by name), its reads' errors naming the file and the fix."""
+
+    folder: Path
+    shards: list[ShardInfo]
+    ids: dict[str, FileId]
+
+    def _fix(self) -> str:
+        return f"run `mixshard verify {self.folder}`, then repack or restore the file"
+
+    def _stat(self, shard: ShardInfo) -> FileId:
+        path = shard_path(self.folder, shard.name)
+        try:
+            fd = open_regular(path)
+        except OSError as exc:
+            why = "missing" if isinstance(exc, FileNotFoundError) else exc.strerror
+            raise ShardError(f"shard {path} is {why}; {self._fix()}") from None
+        try:
+            found = FileId.of(os.fstat(fd))
+        finally:
+            os.close(fd)
+        if found.size != shard.bytes:
+            raise ShardError(
+                f"shard {path} is {found.size} bytes, index.json says {shard.bytes} "
+                f"(truncated or altered); {self._fix()}"
+            )
+        return found
+
+    def _open_checked(self, slot: int) -> int:
+        path = self.folder / self.shards[slot].name
+        try:
+            fd = open_regular(path)
+        except OSError as exc:
+            raise ShardError(f"cannot open shard {path}: {exc.strerror}; {self._fix()}") from None
+        if FileId.of(os.fstat(fd)) != self.ids[self.shards[slot].name]:
+            os.close(fd)
+            raise self._changed(path)
+        return fd
+
+    def _changed(self, path: Path) -> ShardError:
+        # A new pack written over this one may reuse the inode numbers: say both causes.
+        return ShardError(
+            f"shard {path} changed after the pack was opened (a new pack written over it, or "
+            f"the file copied over or truncated); open the pack again (and run `mixshard verify "
+            f"{self.folder}` unless a new pack was written)"
+        )
+
+    def _check_same(self, slot: int, fd: int) -> None:
+        """Raise when the shard behind `fd` was written to since it was opened."""
+        shard = self.shards[slot]
+        if FileId.of(os.fstat(fd)) != self.ids[shard.name]:
+            raise self._changed(self.folder / shard.name)
+
+    def _pread(self, slot: int, fd: int, buf: memoryview, offset: int) -> None:
+        try:
+            got = os.preadv(fd, [buf], offset)
+        except OSError as exc:
+            raise self._unreadable(slot, exc) from None
+        if got != len(buf):
+            self._short(slot, fd)
+
+    def _unreadable(self, slot: int, exc: OSError) -> ShardError:
+        path = self.folder / self.shards[slot].name
+        return ShardError(f"cannot read shard {path}: {exc.strerror}")
+
+    def _short(self, slot: int, fd: int) -> None:
+        """A read ended early: the file changed, or was truncated."""
+        self._check_same(slot, fd)
+        raise ShardError(
+            f"shard {self.folder / self.shards[slot].name} ends early (truncated); {self._fix()}"
+        )

@@ -13,6 +13,7 @@ import contextlib
 import os
 import threading
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 from ..core.files import open_regular
@@ -21,13 +22,18 @@ WARM_CHUNK = 8 << 20  # bytes asked for at a time
 WARM_IN_FLIGHT = 4  # chunks asked for and not yet read: what a loader's reads queue behind
 
 
-def warm_files(files: list[tuple[Path, int]], stop: threading.Event) -> bool:
-    """Read `(path, size)` files into the page cache in order. Returns False when `stop` was
-    set (or a file could not be opened) before the end."""
-    asked: deque[tuple[int, int, bool]] = deque()  # (fd, last byte, the file's last chunk)
+def warm_files(
+    files: list[tuple[Path, int]],
+    stop: threading.Event,
+    on_file: Callable[[int], None] | None = None,
+) -> bool:
+    """Read `(path, size)` files into the page cache in order; `on_file(i)` is called once
+    file `i` is all in. Returns False when `stop` was set (or a file could not be opened)
+    before the end."""
+    asked: deque[tuple[int, int, int]] = deque()  # (fd, last byte, file: after its last chunk)
     opened: set[int] = set()
     try:
-        for path, size in files:
+        for i, (path, size) in enumerate(files):
             try:
                 fd = open_regular(path)
             except OSError:
@@ -38,22 +44,27 @@ def warm_files(files: list[tuple[Path, int]], stop: threading.Event) -> bool:
                     return False
                 hi = min(size, lo + WARM_CHUNK)
                 os.posix_fadvise(fd, lo, hi - lo, os.POSIX_FADV_WILLNEED)
-                asked.append((fd, hi - 1, hi == size))
+                asked.append((fd, hi - 1, i if hi == size else -1))
                 while len(asked) > WARM_IN_FLIGHT:
-                    _arrived(*asked.popleft(), opened)
+                    _arrived(*asked.popleft(), opened, on_file)
         while asked:
-            _arrived(*asked.popleft(), opened)
+            _arrived(*asked.popleft(), opened, on_file)
         return True
     finally:
         for fd in opened:
             os.close(fd)
 
 
-def _arrived(fd: int, last: int, closes: bool, opened: set[int]) -> None:
+def _arrived(
+    fd: int, last: int, file: int, opened: set[int], on_file: Callable[[int], None] | None
+) -> None:
     """Wait until the chunk that ends at byte `last` is read (a one-byte read of its last page
-    waits for the kernel's read in flight), then close `fd` after the file's last chunk."""
+    waits for the kernel's read in flight); after the last chunk of file number `file` (else
+    -1), close `fd` and tell `on_file`."""
     with contextlib.suppress(OSError):
         os.pread(fd, 1, last)
-    if closes:
+    if file >= 0:
         opened.discard(fd)
         os.close(fd)
+        if on_file is not None:
+            on_file(file)

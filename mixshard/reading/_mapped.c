@@ -1,0 +1,171 @@
+/* Rows copied out of memory-mapped shards, safe against the file changing underneath.
+ *
+ * The global order gathers single images from a pack in the page cache. Through a mapping of
+ * each shard that is a user-space memcpy per image; through pread the kernel does per-page work
+ * for every image (about twice the CPU per byte, measured in docs/benchmarks.md). A mapping has
+ * one danger: a shard truncated (or copied over) while mapped makes any access past its new end
+ * raise SIGBUS, whose default action ends the process, and so does an I/O error paging a block
+ * in. Here such a fault interrupts the copy instead: `copy_rows` reports the row it stopped at
+ * and the caller raises an error naming the shard.
+ *
+ * The SIGBUS handler is ours only while a copy runs (installed by the first thread to start one,
+ * the one before put back by the last to end), so a handler installed between copies
+ * (faulthandler.enable) is chained at the next copy and never points back at ours. A fault on a
+ * thread that is not inside a copy goes to the handler that was there before. Each thread's jump
+ * buffer is thread-local (initial-exec TLS, which a signal handler may read).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef Py_ssize_t ssz;
+
+#if defined(__GNUC__) && defined(__linux__)
+#define SIGNAL_SAFE_TLS __attribute__((tls_model("initial-exec")))
+#else
+#define SIGNAL_SAFE_TLS
+#endif
+
+static __thread sigjmp_buf *volatile guard SIGNAL_SAFE_TLS;
+static struct sigaction chained; /* SIGBUS's handler before ours */
+static int copying = 0;          /* threads inside a copy: ours is installed while > 0 */
+static pthread_mutex_t install_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void on_sigbus(int sig, siginfo_t *info, void *context) {
+    sigjmp_buf *jump = guard;
+    if (jump != NULL) { /* a fault inside copy_rows on this thread: leave the copy */
+        guard = NULL;
+        siglongjmp(*jump, 1);
+    }
+    if (chained.sa_flags & SA_SIGINFO) {
+        chained.sa_sigaction(sig, info, context);
+    } else if (chained.sa_handler != SIG_DFL && chained.sa_handler != SIG_IGN) {
+        chained.sa_handler(sig);
+    } else { /* the default action (the kernel ignores SIG_IGN for a fault): end the process */
+        struct sigaction dfl;
+        memset(&dfl, 0, sizeof dfl);
+        dfl.sa_handler = SIG_DFL;
+        sigaction(sig, &dfl, NULL);
+        raise(sig); /* pending until this handler returns, or the access faults again */
+    }
+}
+
+/* A thread starts a copy: ours installed if it is the first; 0, or -1 with errno. */
+static int enter_copy(void) {
+    int failed = 0;
+    pthread_mutex_lock(&install_lock);
+    if (copying == 0) {
+        struct sigaction ours;
+        memset(&ours, 0, sizeof ours);
+        ours.sa_sigaction = on_sigbus;
+        ours.sa_flags = SA_SIGINFO | SA_ONSTACK;
+        sigemptyset(&ours.sa_mask);
+        failed = sigaction(SIGBUS, &ours, &chained);
+    }
+    if (failed == 0) copying++;
+    pthread_mutex_unlock(&install_lock);
+    return failed;
+}
+
+/* A thread ends a copy: the handler before ours put back if it is the last. */
+static void leave_copy(void) {
+    pthread_mutex_lock(&install_lock);
+    if (--copying == 0) sigaction(SIGBUS, &chained, NULL);
+    pthread_mutex_unlock(&install_lock);
+}
+
+/* A forked child has only the forking thread: no copy runs there. */
+static void after_fork_in_child(void) {
+    pthread_mutex_init(&install_lock, NULL);
+    if (copying > 0) sigaction(SIGBUS, &chained, NULL);
+    copying = 0;
+}
+
+/* copy_rows(out, rows, maps, offsets, bases, lengths, row_bytes) -> (status, item)
+ *
+ * For each item i: row_bytes bytes at offsets[i] of mapping maps[i] (address bases[m], its
+ * first lengths[m] bytes mapped) into row rows[i] of out. status 0: all copied (item = n);
+ * 1: item i lies past the end of its mapping (not copied); 2: a fault (SIGBUS) copying item i.
+ * Items before i are copied. Arrays: rows, maps, offsets int64 (n); bases uint64, lengths int64
+ * (one per mapping); out writable and C-contiguous. The GIL is released while copying.
+ */
+static PyObject *copy_rows(PyObject *self, PyObject *args) {
+    PyObject *objs[6];
+    ssz row_bytes;
+    if (!PyArg_ParseTuple(args, "OOOOOOn", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
+                          &objs[5], &row_bytes))
+        return NULL;
+    Py_buffer b[6];
+    int got = 0;
+    PyObject *result = NULL;
+    for (; got < 6; got++) {
+        int flags = PyBUF_C_CONTIGUOUS | (got == 0 ? PyBUF_WRITABLE : 0);
+        if (PyObject_GetBuffer(objs[got], &b[got], flags) < 0) goto done;
+    }
+    ssz n = b[1].len / 8, maps = b[4].len / 8;
+    const int64_t *rows = b[1].buf, *map = b[2].buf, *offsets = b[3].buf, *lengths = b[5].buf;
+    const uint64_t *bases = b[4].buf;
+    ssz out_rows = row_bytes > 0 ? b[0].len / row_bytes : 0;
+    int shapes = row_bytes > 0 && b[1].len % 8 == 0 && b[2].len == b[1].len &&
+                 b[3].len == b[1].len && b[4].len % 8 == 0 && b[5].len == b[4].len;
+    for (ssz i = 0; shapes && i < n; i++)
+        shapes = rows[i] >= 0 && rows[i] < out_rows && map[i] >= 0 && map[i] < maps &&
+                 bases[map[i]] != 0;
+    if (!shapes) {
+        PyErr_SetString(PyExc_ValueError, "copy_rows: arrays do not match (rows, maps, sizes)");
+        goto done;
+    }
+    if (enter_copy() != 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto done;
+    }
+    uint8_t *out = b[0].buf;
+    volatile ssz i = 0; /* kept across the jump out of the handler */
+    volatile int status = 0;
+    sigjmp_buf jump;
+    Py_BEGIN_ALLOW_THREADS
+    if (sigsetjmp(jump, 1) == 0) {
+        guard = &jump;
+        __atomic_signal_fence(__ATOMIC_SEQ_CST); /* no copy before the guard is set */
+        for (; i < n; i++) {
+            int64_t m = map[i], at = offsets[i];
+            if (at < 0 || at > lengths[m] - row_bytes) {
+                status = 1;
+                break;
+            }
+            memcpy(out + rows[i] * row_bytes, (const uint8_t *)(uintptr_t)bases[m] + at,
+                   (size_t)row_bytes);
+        }
+        __atomic_signal_fence(__ATOMIC_SEQ_CST);
+        guard = NULL;
+    } else {
+        status = 2; /* the handler cleared the guard */
+    }
+    leave_copy();
+    Py_END_ALLOW_THREADS
+    result = Py_BuildValue("in", (int)status, (ssz)i);
+done:
+    while (got-- > 0) PyBuffer_Release(&b[got]);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"copy_rows", copy_rows, METH_VARARGS, "Copy rows out of mapped shards, surviving SIGBUS."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_mapped", "Guarded copies out of memory-mapped shards.", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__mapped(void) {
+    if (pthread_atfork(NULL, NULL, after_fork_in_child) != 0) {
+        PyErr_SetString(PyExc_OSError, "_mapped: pthread_atfork failed");
+        return NULL;
+    }
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,270 @@
+"""The global order's copies out of mapped shards (`reading/mapped.py`, `_mapped.c`): the same
+bytes as `pread`, mapped only once warm and when the pack fits, and a shard truncated under a
+mapping is a `ShardError`, never a SIGBUS that ends the process."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+from helpers import copy_pack, read_pack
+
+import mixshard
+from mixshard.core.errors import ShardError
+from mixshard.reading import local, mapped
+from mixshard.reading.local import LocalPack
+
+needs_mapping = pytest.mark.skipif(mapped._mapped is None, reason="_mapped.c was not built")
+
+
+@pytest.fixture(scope="module")
+def pack_dir(pack96):
+    return pack96
+
+
+def open_pack(folder) -> LocalPack:
+    return LocalPack(folder, mixshard.Manifest.load(folder))
+
+
+def warmed(folder) -> LocalPack:
+    pack = open_pack(folder)
+    pack.warm(threading.Event())
+    return pack
+
+
+def test_the_extension_is_built():
+    assert mapped._mapped is not None, (
+        "mixshard/reading/_mapped.c was not compiled at install (no C compiler or Python "
+        "headers?): the global order reads every image with pread"
+    )
+
+
+@needs_mapping
+def test_shards_are_mapped_by_the_warm_pass_and_read_the_same_bytes(pack_dir):
+    images = read_pack(pack_dir)[0]
+    pack = open_pack(pack_dir)
+    index = np.random.default_rng(5).permutation(96)[:60]
+    out = np.empty((60, 3, 8, 8), np.uint8)
+    assert pack.mapped_shards == 0  # nothing is mapped before the warm pass has read it in
+    assert pack.read_images(index, out) is None
+    assert np.array_equal(out, images[index])
+    pack.warm(threading.Event())
+    assert pack.mapped_shards == 4 == len(pack.shards)
+    out[:] = 0
+    assert pack.read_images(index, out) is None
+    assert np.array_equal(out, images[index])
+    many = np.random.default_rng(6).integers(0, 96, 700)  # repeats, every shard
+    big = np.empty((700, 3, 8, 8), np.uint8)
+    assert pack.read_images(many, big) is None
+    assert np.array_equal(big, images[many])
+    pack.close()
+    assert pack.mapped_shards == 0
+    assert pack.read_images(index, out) is None  # read with pread again, then mapped again
+    pack.warm(threading.Event())
+    assert pack.mapped_shards == 4
+    pack.close()
+
+
+@needs_mapping
+def test_some_shards_mapped_and_others_read(pack_dir):
+    images = read_pack(pack_dir)[0]
+    pack = open_pack(pack_dir)
+    pack._map_shard(1)
+    pack._map_shard(3)
+    assert pack.mapped_shards == 2
+    index = np.random.default_rng(7).permutation(96)
+    out = np.empty((96, 3, 8, 8), np.uint8)
+    assert pack.read_images(index, out) is None
+    assert np.array_equal(out, images[index])
+    pack.close()
+
+
+@needs_mapping
+@pytest.mark.parametrize("why", ["MIXSHARD_MMAP=0", "too large"])
+def test_no_mapping_when_turned_off_or_the_pack_does_not_fit(pack_dir, monkeypatch, why):
+    if why == "too large":  # the pack's bytes over half the available memory
+        bytes_ = mixshard.Manifest.load(pack_dir).total_bytes
+        monkeypatch.setattr(local, "available_memory", lambda: 2 * bytes_ - 1)
+    else:
+        monkeypatch.setenv("MIXSHARD_MMAP", "0")
+    pack = warmed(pack_dir)
+    assert pack.mapped_shards == 0
+    pack.close()
+    monkeypatch.undo()
+    bytes_ = mixshard.Manifest.load(pack_dir).total_bytes
+    monkeypatch.setattr(local, "available_memory", lambda: 2 * bytes_)  # just fits
+    pack = warmed(pack_dir)
+    assert pack.mapped_shards == 4
+    pack.close()
+
+
+@needs_mapping
+def test_a_shard_truncated_under_its_mapping_is_a_shard_error(pack_dir, tmp_path):
+    folder = copy_pack(pack_dir, tmp_path / "pack")
+    images = read_pack(folder)[0]
+    pack = warmed(folder)
+    assert pack.mapped_shards == 4
+    shard = folder / "shard-000002.tar"
+    os.truncate(shard, 4096)  # the rest of its pages leave the page cache: a fault past them
+    tail = np.arange(int(pack.block_start[pack.block_shard == 2][-1]), 72)  # its last block
+    out = np.empty((len(tail), 3, 8, 8), np.uint8)
+    with pytest.raises(ShardError) as err:
+        pack.read_images(tail, out)
+    assert str(err.value).startswith(f"shard {shard} changed after the pack was opened (")
+    ok = np.arange(0, 48)  # shards 0 and 1 still read, through their mappings
+    out = np.empty((48, 3, 8, 8), np.uint8)
+    assert pack.read_images(ok, out) is None
+    assert np.array_equal(out, images[ok])
+    pack.close()
+
+
+@needs_mapping
+def test_copy_rows_checks_its_arrays_and_the_mapping_ends(pack_dir):
+    pack = warmed(pack_dir)
+    maps, size = pack._maps, pack.manifest.image_bytes
+    out = np.zeros((4, 3, 8, 8), np.uint8)
+    first = int(pack.block_offset[0])
+    rows, slots = np.arange(2), np.zeros(2, np.int64)
+    with maps.held():
+        status, j = maps.copy(out, rows, slots, np.array([first, first + size]), size)
+        assert (status, j) == (0, 2)
+        assert np.array_equal(out[:2], read_pack(pack_dir)[0][:2])
+        end = pack.shards[0].bytes
+        status, j = maps.copy(out, rows, slots, np.array([first, end - size + 1]), size)
+        assert (status, j) == (1, 1)  # past the end of the mapping: not copied
+        status, j = maps.copy(out, rows, slots, np.array([-1, first]), size)
+        assert (status, j) == (1, 0)
+        for bad_rows, bad_slots in ((np.array([0, 4]), slots), (rows, np.array([0, 9]))):
+            with pytest.raises(ValueError, match="copy_rows: arrays do not match"):
+                maps.copy(out, bad_rows, bad_slots, np.array([first, first]), size)
+    pack.close()
+    with pytest.raises(ValueError, match="copy_rows: arrays do not match"):  # unmapped
+        maps.copy(out, rows, slots, np.array([first, first]), size)
+
+
+@needs_mapping
+def test_threads_read_while_the_pack_is_closed_and_mapped_again(pack_dir):
+    images = read_pack(pack_dir)[0]
+    pack = warmed(pack_dir)
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def reader(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        out = np.empty((32, 3, 8, 8), np.uint8)
+        try:
+            while not stop.is_set():
+                index = rng.integers(0, 96, 32)
+                pack.read_images(index, out)
+                assert np.array_equal(out, images[index])
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reader, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for _ in range(20):  # unmapped under the readers, then mapped again
+        pack.close()
+        pack.warm(threading.Event())
+    stop.set()
+    for t in threads:
+        t.join()
+    assert errors == []
+    pack.close()
+
+
+@needs_mapping
+def test_a_forked_child_reads_through_the_inherited_mappings_and_an_unpickled_pack_maps_none(
+    pack_dir,
+):
+    images = read_pack(pack_dir)[0]
+    pack = warmed(pack_dir)
+    index = np.random.default_rng(8).permutation(96)[:40]
+    pid = os.fork()
+    if pid == 0:  # the child: the same bytes, then its own mappings closed
+        code = 1
+        try:
+            out = np.empty((40, 3, 8, 8), np.uint8)
+            same = pack.read_images(index, out) is None and np.array_equal(out, images[index])
+            was = pack.mapped_shards
+            pack.close()
+            code = 0 if same and was == 4 and pack.mapped_shards == 0 else 1
+        finally:
+            os._exit(code)
+    assert os.waitpid(pid, 0)[1] == 0
+    assert pack.mapped_shards == 4  # the child's close unmapped its copies only
+    out = np.empty((40, 3, 8, 8), np.uint8)
+    assert pack.read_images(index, out) is None
+    assert np.array_equal(out, images[index])
+    again = pickle.loads(pickle.dumps(pack))
+    assert again.mapped_shards == 0
+    pack.close()
+
+
+# A SIGBUS outside a guarded copy reaches the handler that was there before (here faulthandler's,
+# which names the fault and ends the process): after the copies ("before", "after": faulthandler
+# enabled before the first copy or between two), or while another thread is inside a copy and
+# ours is installed ("during"). A handler installed between copies is chained by the next copy.
+OUTSIDE = """
+    import ctypes, faulthandler, mmap, os, sys, threading, time
+    import numpy as np
+    from mixshard.reading import _mapped
+    path, order = sys.argv[1], sys.argv[2]
+    if order != "after":
+        faulthandler.enable()
+    with open(path, "wb") as f:
+        f.write(bytes(3 * 4096))
+    fd = os.open(path, os.O_RDONLY)
+    m = mmap.mmap(fd, 3 * 4096, mmap.MAP_SHARED, mmap.PROT_READ)
+    base = np.frombuffer(m, np.uint8).ctypes.data
+    out = np.zeros(4096, np.uint8)
+    def copy(n, at):
+        one = lambda v: np.full(n, v, np.int64)
+        return _mapped.copy_rows(
+            out, one(0), one(0), one(at), np.array([base], np.uint64), np.array([3 * 4096]), 4096
+        )
+    print(copy(1, 4096), flush=True)
+    if order == "after":
+        faulthandler.enable()
+    os.truncate(path, 4096)
+    print(copy(1, 4096), flush=True)  # the fault, caught
+    if order == "during":  # a thread copying (the first page, still there) the whole time
+        threading.Thread(target=copy, args=(20_000_000, 0), daemon=True).start()
+        time.sleep(0.3)
+    ctypes.string_at(base + 8192, 1)  # a fault outside any copy
+    print("survived", flush=True)
+"""
+
+
+@needs_mapping
+@pytest.mark.parametrize("order", ["before", "after", "during"])
+def test_a_fault_outside_a_copy_goes_to_the_handler_before_ours(tmp_path, order):
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(OUTSIDE), str(tmp_path / "f"), order],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.stdout.splitlines() == ["(0, 1)", "(2, 0)"]
+    assert done.returncode == -7  # SIGBUS: the default action, after faulthandler's report
+    assert "Fatal Python error: Bus error" in done.stderr
+    assert done.stderr.count("Fatal Python error") == 1
+
+
+@needs_mapping
+def test_the_loader_reads_the_same_batches_mapped_or_not(pack_dir, monkeypatch):
+    def two_epochs() -> list[np.ndarray]:
+        batches = mixshard.loader(pack_dir, 8, order="global", num_workers=2, seed=3)
+        return [b.numpy().copy() for _ in range(2) for b in batches]
+
+    mapped_run = two_epochs()
+    monkeypatch.setenv("MIXSHARD_MMAP", "0")
+    plain_run = two_epochs()
+    assert len(mapped_run) == len(plain_run) == 24
+    assert all(np.array_equal(a, b) for a, b in zip(mapped_run, plain_run))
