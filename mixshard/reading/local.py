@@ -255,10 +255,11 @@ class LocalPack(ShardChecks):
         return result
 
     def read_images(self, index: np.ndarray, out: np.ndarray) -> np.ndarray | None:
-        """Read images `index` into `out` (uint8, `(len(index), 3, size, size)`, contiguous),
-        one read each, grouped by shard: the batch's reads in one io_uring call where it can
-        be used (`uring.py`), else one `pread` each. Returns a bool mask of images that come
-        from bad, skipped blocks, or None when every one was read."""
+        """Read images `index` into `out` (uint8, `(len(index), 3, size, size)`, contiguous):
+        copied out of the shards' mappings where the warm pass has mapped them (`mapped.py`),
+        else one read each, grouped by shard, the batch's reads in one io_uring call where it
+        can be used (`uring.py`), else one `pread` each. Returns a bool mask of images that
+        come from bad, skipped blocks, or None when every one was read."""
         index = np.asarray(index, dtype=np.int64)
         if not out.flags.c_contiguous or out.nbytes < len(index) * self.manifest.image_bytes:
             raise ValueError(f"out must be C-contiguous with room for {len(index)} images")
@@ -268,28 +269,27 @@ class LocalPack(ShardChecks):
             self._check_block(b)
         bad = self.bad[block] if self.bad[blocks].any() else None
         size = self.manifest.image_bytes
-        rows = np.argsort(self.block_shard[block], kind="stable")  # grouped by shard
-        if bad is not None:
-            rows = rows[~bad[rows]]
-        slots = self.block_shard[block[rows]]
-        offsets = (
-            self.block_offset[block[rows]] + (index[rows] - self.block_start[block[rows]]) * size
-        )
-        firsts = np.flatnonzero(np.diff(slots, prepend=-1)) if len(rows) else slots
-        files = self._files.held(slots[firsts].tolist(), self._open_checked)
+        slot_of = self.block_shard[block]
+        offset_of = self.block_offset[block] + (index - self.block_start[block]) * size
+        good = np.arange(len(index)) if bad is None else np.flatnonzero(~bad)
+        shards = np.unique(slot_of[good])  # each read's file is checked after the batch
+        files = self._files.held(shards.tolist(), self._open_checked)
         with files as held, self._maps.held() as mapped:
-            fds = np.array(held, np.int32)
-            fd_of = np.repeat(fds, np.diff(np.append(firsts, len(rows)))).astype(np.int32)
-            items = (rows, slots, fd_of, offsets)
-            on_map = None if mapped is None else mapped[slots]
-            if on_map is None or not on_map.any():
-                self._read_rows(out, *items)
-            else:
-                self._copy_mapped(out, *(a[on_map] for a in items))
-                if not on_map.all():
-                    self._read_rows(out, *(a[~on_map] for a in items))
-            for i, fd in zip(firsts.tolist(), fds.tolist()):
-                self._check_same(int(slots[i]), fd)
+            if mapped is not None and mapped[shards].all():  # in the batch's order: the rows
+                fd_at = dict(zip(shards.tolist(), held))  # written one after the next
+                self._copy_mapped(out, good, slot_of[good], offset_of[good], fd_at)
+            else:  # grouped by shard, as the kernel's reads go fastest
+                rows = good[np.argsort(slot_of[good], kind="stable")]
+                slots, offsets = slot_of[rows], offset_of[rows]
+                fd_of = np.array(held, np.int32)[np.searchsorted(shards, slots)]
+                on_map = np.zeros(len(rows), bool) if mapped is None else mapped[slots]
+                if on_map.any():
+                    fd_at = dict(zip(shards.tolist(), held))
+                    self._copy_mapped(out, rows[on_map], slots[on_map], offsets[on_map], fd_at)
+                rest = ~on_map
+                self._read_rows(out, rows[rest], slots[rest], fd_of[rest], offsets[rest])
+            for slot, fd in zip(shards.tolist(), held):
+                self._check_same(slot, fd)
         return bad
 
     def _read_rows(
@@ -312,17 +312,18 @@ class LocalPack(ShardChecks):
         out: np.ndarray,
         rows: np.ndarray,
         slots: np.ndarray,
-        fds: np.ndarray,
         offsets: np.ndarray,
+        fd_at: dict[int, int],
     ) -> None:
-        """As `_read_rows`, out of the shards' mappings (held by the caller)."""
+        """As `_read_rows`, out of the shards' mappings (held by the caller); `fd_at`: each
+        shard's descriptor, for the error."""
         status, j = self._maps.copy(out, rows, slots, offsets, self.manifest.image_bytes)
         if status == 0:
             return
-        slot, fd = int(slots[j]), int(fds[j])
+        slot = int(slots[j])
         if status == 1:  # past the shard's end: as a short read
-            self._short(slot, fd)
-        self._check_same(slot, fd)  # truncated or copied over under the mapping
+            self._short(slot, fd_at[slot])
+        self._check_same(slot, fd_at[slot])  # truncated or copied over under the mapping
         raise ShardError(
             f"cannot read shard {self.folder / self.shards[slot].name}: a page of it could not "
             f"be read (a disk error); {self._fix()}"
