@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from helpers import small_pack
 import mixshard
 from mixshard import Overlay
 from mixshard.core.errors import ForkedError
+from mixshard.reading import loading
 
 FORK_BOUND = 60  # seconds a forked child may take before it counts as hung
 
@@ -151,11 +153,14 @@ def _fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-@pytest.mark.parametrize("what", ["pool", "stream", "block-loader"])
-def test_objects_dropped_without_close_free_their_threads_and_files(pack_dir, what):
+@pytest.mark.parametrize("what", ["pool", "stream", "block-loader", "global-loader"])
+def test_objects_dropped_without_close_free_their_threads_and_files(pack_dir, what, monkeypatch):
+    unraisable: list[object] = []  # "Exception ignored in: <finalize ...>" in any thread
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+
     def make() -> object:
-        if what == "block-loader":
-            loader = mixshard.loader(pack_dir, 4, order="block", infinite=True)
+        if what.endswith("loader"):  # the global order's batches come from a thread pool
+            loader = mixshard.loader(pack_dir, 4, order=what[:-7], infinite=True, num_workers=2)
             next(iter(loader))
             return loader
         overlay = Overlay(pack_dir, cache=what, pool=16, batch_size=4)
@@ -178,6 +183,16 @@ def test_objects_dropped_without_close_free_their_threads_and_files(pack_dir, wh
         time.sleep(0.05)
         gc.collect()
     assert threading.active_count() <= threads and _fds() <= fds
+    assert unraisable == []
+
+
+def test_a_thread_pool_stopped_from_one_of_its_own_threads_is_not_joined_by_it():
+    # what a loader collected by the cyclic collector on one of its worker threads does
+    pool = ThreadPoolExecutor(1)
+    pool.submit(int).result(timeout=10)  # its thread made (as a loader's are by its batches)
+    assert pool.submit(loading._shutdown, [pool]).result(timeout=10) is None
+    with pytest.raises(RuntimeError, match="cannot schedule new futures after shutdown"):
+        pool.submit(print)
 
 
 class _Frames(torch.utils.data.Dataset):
