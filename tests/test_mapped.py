@@ -77,6 +77,7 @@ def test_some_shards_mapped_and_others_read(pack_dir):
     pack = open_pack(pack_dir)
     pack._map_shard(1)
     pack._map_shard(3)
+    pack._map_shard(3)  # mapped once
     assert pack.mapped_shards == 2
     index = np.random.default_rng(7).permutation(96)
     out = np.empty((96, 3, 8, 8), np.uint8)
@@ -105,17 +106,45 @@ def test_no_mapping_when_turned_off_or_the_pack_does_not_fit(pack_dir, monkeypat
 
 
 @needs_mapping
+def test_a_shard_that_cannot_be_mapped_is_read(pack_dir, tmp_path, monkeypatch):
+    folder = copy_pack(pack_dir, tmp_path / "pack")
+    images = read_pack(folder)[0]
+    pack = open_pack(folder)
+    replaced = folder / "shard-000001.tar"  # a new file of the same bytes: not the one opened
+    data = replaced.read_bytes()
+    replaced.unlink()
+    replaced.write_bytes(data)
+    pack.warm(threading.Event())
+    assert pack.mapped_shards == 3  # it is left to the reads, which name it
+    with pytest.raises(ShardError, match="shard-000001.tar changed after the pack was opened"):
+        pack.read_images(np.arange(96), np.empty((96, 3, 8, 8), np.uint8))
+    pack.close()
+
+    def refused(*args, **kwargs):
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(mapped.mmap, "mmap", refused)
+    pack = warmed(pack_dir)
+    assert pack.mapped_shards == 0
+    out = np.empty((96, 3, 8, 8), np.uint8)
+    assert pack.read_images(np.arange(96), out) is None
+    assert np.array_equal(out, images)
+    pack.close()
+
+
+@needs_mapping
 def test_a_shard_truncated_under_its_mapping_is_a_shard_error(pack_dir, tmp_path):
     folder = copy_pack(pack_dir, tmp_path / "pack")
     images = read_pack(folder)[0]
     pack = warmed(folder)
     assert pack.mapped_shards == 4
     shard = folder / "shard-000002.tar"
-    os.truncate(shard, 4096)  # the rest of its pages leave the page cache: a fault past them
     tail = np.arange(int(pack.block_start[pack.block_shard == 2][-1]), 72)  # its last block
     out = np.empty((len(tail), 3, 8, 8), np.uint8)
+    assert pack.read_images(tail, out) is None  # read (and its block checked) once
+    os.truncate(shard, 4096)  # the rest of its pages leave the page cache: a fault past them
     with pytest.raises(ShardError) as err:
-        pack.read_images(tail, out)
+        pack.read_images(tail, out)  # out of the mapping: the fault is caught
     assert str(err.value).startswith(f"shard {shard} changed after the pack was opened (")
     ok = np.arange(0, 48)  # shards 0 and 1 still read, through their mappings
     out = np.empty((48, 3, 8, 8), np.uint8)
@@ -268,3 +297,22 @@ def test_the_loader_reads_the_same_batches_mapped_or_not(pack_dir, monkeypatch):
     plain_run = two_epochs()
     assert len(mapped_run) == len(plain_run) == 24
     assert all(np.array_equal(a, b) for a, b in zip(mapped_run, plain_run))
+
+
+@needs_mapping
+@pytest.mark.parametrize(
+    ("status", "message"),
+    [(1, "ends early (truncated)"), (2, "a page of it could not be read (a disk error)")],
+)
+def test_a_copy_that_stops_on_an_unchanged_shard_names_it(pack_dir, monkeypatch, status, message):
+    # past the shard's end (index.json offsets beyond it) or a fault on a file that did not
+    # change (a disk error paging it in): what the copy reports, said as the reads say it
+    pack = warmed(pack_dir)
+    monkeypatch.setattr(pack._maps, "copy", lambda *args: (status, 0))
+    index = np.arange(0, 96, 7)
+    shard = pack_dir / pack.shards[int(pack.block_shard[pack.block_of(index[:1])][0])].name
+    with pytest.raises(ShardError) as err:
+        pack.read_images(index, np.empty((len(index), 3, 8, 8), np.uint8))
+    assert str(err.value).startswith(f"{'shard' if status == 1 else 'cannot read shard'} {shard}")
+    assert message in str(err.value)
+    pack.close()
