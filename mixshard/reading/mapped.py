@@ -2,9 +2,11 @@
 
 A batch of the global order is one image from each of 256 random places. Read with `pread` (or
 io_uring) the kernel does per-page work for every image: on the 2-core VMs this was measured
-on, two reader threads spent ~9 µs of system time per 21 KB image, and the global order stayed
-near 150-190k images/s. Out of a mapping it is one memcpy per image in user space (`_mapped.c`):
-the same pass made 250-300k.
+on, two reader threads spent ~9 µs of system time per 21 KB image. Out of a mapping it is one
+memcpy per image in user space (`_mapped.c`), in the batch's order: on a 4.2 GB pack in the page
+cache 1.36x the reads over a fresh process's first pass (its page faults map the pages: 2 MB a
+fault where the page cache holds 2 MB folios, as `MADV_HUGEPAGE` asks) and 1.6x after
+(docs/benchmarks.md).
 
 A mapping is only safe because of how the copy is made: a shard truncated or copied over while
 mapped (or a disk error paging it in) raises SIGBUS on the access, which would end the process;
