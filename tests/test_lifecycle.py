@@ -7,9 +7,9 @@ import gc
 import os
 import subprocess
 import sys
+import textwrap
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -19,7 +19,6 @@ from helpers import small_pack
 import mixshard
 from mixshard import Overlay
 from mixshard.core.errors import ForkedError
-from mixshard.reading import loading
 
 FORK_BOUND = 60  # seconds a forked child may take before it counts as hung
 
@@ -167,6 +166,9 @@ def test_objects_dropped_without_close_free_their_threads_and_files(pack_dir, wh
         overlay(torch.zeros(2, 3, 8, 8))
         return overlay
 
+    first = make()  # the process's reaper thread (`core/jobs.py`) is started by now
+    first.close()  # type: ignore[attr-defined]
+    del first
     gc.collect()
     threads, fds = threading.active_count(), _fds()
     held = make()
@@ -186,13 +188,64 @@ def test_objects_dropped_without_close_free_their_threads_and_files(pack_dir, wh
     assert unraisable == []
 
 
-def test_a_thread_pool_stopped_from_one_of_its_own_threads_is_not_joined_by_it():
-    # what a loader collected by the cyclic collector on one of its worker threads does
-    pool = ThreadPoolExecutor(1)
-    pool.submit(int).result(timeout=10)  # its thread made (as a loader's are by its batches)
-    assert pool.submit(loading._shutdown, [pool]).result(timeout=10) is None
-    with pytest.raises(RuntimeError, match="cannot schedule new futures after shutdown"):
-        pool.submit(print)
+# An owner collected where joining a thread deadlocks: here inside `threading`'s own lock, which
+# a thread being started holds while the collector may run in it (seen: a loader collected by
+# a new pool thread of another loader, its finalizer joining that pool's threads, waited for
+# that lock forever). The stop is handed to the reaper thread and runs once the lock is free.
+# Then: one still pending at exit runs in the exiting thread; a forked child never runs its
+# parent's.
+REAPED = """
+    import gc, os, sys, threading, time
+    from mixshard.core import jobs
+
+    def finished_thread():  # ended, not joined yet: its first join takes threading's lock
+        ended = threading.Event()
+        thread = threading.Thread(target=ended.set)
+        thread.start()
+        ended.wait()
+        time.sleep(0.2)
+        return thread
+
+    class Owner:
+        pass
+
+    def stop(what, thread):
+        thread.join()  # deadlocks where the collector ran inside threading's lock
+        print(what, threading.current_thread().name, flush=True)
+
+    a, b = Owner(), Owner()
+    a.cycle, b.cycle = a, b  # freed by the collector only
+    jobs.own(a, stop, "a", finished_thread())
+    jobs.own(b, stop, "b", finished_thread())
+    gc.disable()
+    lock = getattr(threading, "_shutdown_locks_lock", None) or threading.Lock()
+    with lock:  # as in a thread being started
+        del a
+        gc.collect()  # a's finalizer runs here: handed to the reaper
+    reaped = threading.Event()
+    jobs._REAPED.put((reaped.set, ()))
+    assert reaped.wait(10)
+    if sys.argv[1] == "fork":
+        pid = os.fork()
+        if pid == 0:
+            del b
+            gc.collect()  # the parent's owner: never stopped in the child
+            os._exit(0)
+        assert os.waitpid(pid, 0)[1] == 0
+    del b  # left for the exit (the collector is off): stopped in the exiting thread
+"""
+
+
+@pytest.mark.parametrize("how", ["plain", "fork"])
+def test_a_stop_the_collector_triggers_runs_on_the_reaper_and_at_exit(how):
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(REAPED), how],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["a mixshard-reaper", "b MainThread"]
 
 
 class _Frames(torch.utils.data.Dataset):

@@ -11,6 +11,10 @@ stops it with `own`:
   garbage-collected, or at interpreter exit, newest owner first (`weakref.finalize`), so no
   thread is left inside torch when the interpreter ends (that aborts the process). `stop`
   must not hold the owner, and a thread's target must not either, or it is never collected.
+  A stop the collector triggers is handed to one thread of its own (the reaper) instead of
+  run where the collection happened: that may be any thread, even one inside `threading`'s
+  own locks (a thread being started), where joining a thread deadlocks; at exit the reaper's
+  queue is run in the exiting thread.
 * After `os.fork` the threads of the parent's objects do not exist in the child: their
   finalizers do nothing there, and `check_process` raises `ForkedError` instead of waiting
   for a thread that will never answer (`os.register_at_fork` keeps the process id).
@@ -18,7 +22,10 @@ stops it with `own`:
 
 from __future__ import annotations
 
+import atexit
 import os
+import queue
+import sys
 import threading
 import weakref
 from collections import deque
@@ -33,8 +40,9 @@ _PID = os.getpid()
 
 
 def _after_fork() -> None:
-    global _PID
+    global _PID, _REAPED, _REAPER
     _PID = os.getpid()
+    _REAPED, _REAPER = queue.SimpleQueue(), None  # the parent's stops are not this process's
 
 
 os.register_at_fork(after_in_child=_after_fork)
@@ -55,15 +63,98 @@ def check_process(pid: int, what: str) -> None:
         )
 
 
-def own(owner: object, stop: Callable[..., Any], *args: Any) -> weakref.finalize:
-    """Call `stop(*args)` once: when the returned finalizer is called (`close()`), when
-    `owner` is collected, or at interpreter exit (newest first); never in a forked child."""
-    return weakref.finalize(owner, _stop_here, _PID, stop, args)
+class Owned:
+    """What `own` returns: calling it (`close()`) stops now, in the calling thread."""
+
+    __slots__ = ("_finalizer",)
+
+    def __init__(self, finalizer: weakref.finalize) -> None:
+        self._finalizer = finalizer
+
+    def __call__(self) -> None:
+        _STOPPING.depth += 1
+        try:
+            self._finalizer()
+        finally:
+            _STOPPING.depth -= 1
+
+    @property
+    def alive(self) -> bool:
+        """True until the stop has run (or been handed to the reaper)."""
+        return self._finalizer.alive
+
+
+def own(owner: object, stop: Callable[..., Any], *args: Any) -> Owned:
+    """Call `stop(*args)` once: when the returned `Owned` is called (`close()`), when `owner`
+    is collected (on the reaper's thread), or at interpreter exit (newest first); never in a
+    forked child."""
+    finalizer = weakref.finalize(owner, _stop_here, _PID, stop, args)
+    _start_reaper()  # here, where starting a thread is safe; after `finalize` first registers
+    return Owned(finalizer)  # its exit hook, so that ours runs before it
+
+
+class _Stopping(threading.local):
+    depth = 0  # the calling thread is inside this many `Owned` calls
+
+
+_STOPPING = _Stopping()
+_REAPED: queue.SimpleQueue = queue.SimpleQueue()  # (stop, args) the collector handed over
+_REAPER: threading.Thread | None = None
+_EXITING = False
+_AT_EXIT = False  # `_at_exit` registered (a forked child inherits it)
+_REAPER_LOCK = threading.Lock()
 
 
 def _stop_here(pid: int, stop: Callable[..., Any], args: tuple[Any, ...]) -> None:
-    if pid == _PID:
+    if pid != _PID:
+        return
+    if _EXITING or _STOPPING.depth:
         stop(*args)
+    else:  # run by the collector, in whatever thread it ran: nothing that waits here
+        _REAPED.put((stop, args))  # (SimpleQueue.put may be called from a finalizer)
+
+
+def _start_reaper() -> None:
+    global _REAPER, _AT_EXIT
+    with _REAPER_LOCK:
+        if not _AT_EXIT:
+            atexit.register(_at_exit)
+            _AT_EXIT = True
+        if _REAPER is None or not _REAPER.is_alive():
+            _REAPER = threading.Thread(target=_reap, name="mixshard-reaper", daemon=True)
+            _REAPER.start()
+
+
+def _reap() -> None:
+    while (item := _REAPED.get()) is not None:
+        _run_stop(*item)
+
+
+def _run_stop(stop: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    try:
+        stop(*args)
+    except BaseException:  # noqa: BLE001 - reported as a thread's error; the reaper goes on
+        threading.excepthook(
+            threading.ExceptHookArgs([*sys.exc_info(), threading.current_thread()])
+        )
+
+
+def _at_exit() -> None:
+    """Stops handed over and not run yet run here; the reaper ends (before the finalizers'
+    own exit hook runs the stops still pending, in this thread too)."""
+    global _EXITING
+    _EXITING = True
+    reaper = _REAPER
+    if reaper is not None and reaper.is_alive():
+        _REAPED.put(None)
+        reaper.join(timeout=CLOSE_TIMEOUT)
+    while True:
+        try:
+            item = _REAPED.get_nowait()
+        except queue.Empty:
+            return
+        if item is not None:
+            _run_stop(*item)
 
 
 class Job:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
-import threading
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -216,10 +215,7 @@ def _shutdown(things: list[Any]) -> None:
         if isinstance(thing, BatchReader):
             thing.close()
         elif isinstance(thing, ThreadPoolExecutor):
-            # the cyclic garbage collector may collect a loader on one of its own threads,
-            # which cannot join itself: the others end on their own once it is shut down
-            here = threading.current_thread() in getattr(thing, "_threads", ())
-            thing.shutdown(wait=not here, cancel_futures=True)
+            thing.shutdown(wait=True, cancel_futures=True)
         elif hasattr(thing, "_shutdown_workers"):
             with contextlib.suppress(RuntimeError):  # a worker already dead says so again
                 thing._shutdown_workers()  # DataLoader has no public stop
