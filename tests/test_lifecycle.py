@@ -177,8 +177,8 @@ def test_objects_dropped_without_close_free_their_threads_and_files(pack_dir, wh
         held = make()  # the one before is dropped, not closed
     del held
     gc.collect()
-    # a collection that ran in one of the loaders' own threads may still be stopping others
-    # (joining their threads) when this one returns: their end is waited for, within a bound
+    # the reaper thread stops what the collector freed (joining their threads), maybe still
+    # when this collection returns: their end is waited for, within a bound
     # (and threads an earlier test left may end meanwhile: none more than before, not equal)
     deadline = time.monotonic() + 30
     while (threading.active_count() > threads or _fds() > fds) and time.monotonic() < deadline:
