@@ -280,3 +280,24 @@ def test_an_overlay_made_in_worker_init_fn(pack_dir):
     overlays = [Overlay(pack_dir, cache="pool", pool=16, seed=s) for s in (0, 1)]
     expected = [torch.cat([o.sample(1), o.sample(1)]) for o in overlays]
     assert torch.equal(first, expected[0]) and torch.equal(second, expected[1])
+
+
+def test_a_stop_that_fails_on_the_reaper_is_reported_and_the_reaper_goes_on(monkeypatch):
+    from mixshard.core import jobs
+
+    seen: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: seen.append(args.exc_value))
+
+    class Owner:
+        pass
+
+    owner, ran = Owner(), threading.Event()
+    owner.cycle = owner  # type: ignore[attr-defined]
+    closer = jobs.own(owner, lambda: 1 / 0)
+    assert closer.alive
+    del owner
+    gc.collect()
+    assert not closer.alive
+    jobs.own(Owner(), ran.set)  # freed at once (no cycle): handed over after the first
+    assert ran.wait(10)
+    assert len(seen) == 1 and isinstance(seen[0], ZeroDivisionError)
