@@ -17,7 +17,7 @@ from helpers import copy_pack, read_pack
 
 import mixshard
 from mixshard.core.errors import ShardError
-from mixshard.reading import local, mapped
+from mixshard.reading import mapped
 from mixshard.reading.local import LocalPack
 
 needs_mapping = pytest.mark.skipif(mapped._mapped is None, reason="_mapped.c was not built")
@@ -91,7 +91,7 @@ def test_some_shards_mapped_and_others_read(pack_dir):
 def test_no_mapping_when_turned_off_or_the_pack_does_not_fit(pack_dir, monkeypatch, why):
     if why == "too large":  # the pack's bytes over half the available memory
         bytes_ = mixshard.Manifest.load(pack_dir).total_bytes
-        monkeypatch.setattr(local, "available_memory", lambda: 2 * bytes_ - 1)
+        monkeypatch.setattr(mapped, "available_memory", lambda: 2 * bytes_ - 1)
     else:
         monkeypatch.setenv("MIXSHARD_MMAP", "0")
     pack = warmed(pack_dir)
@@ -99,7 +99,7 @@ def test_no_mapping_when_turned_off_or_the_pack_does_not_fit(pack_dir, monkeypat
     pack.close()
     monkeypatch.undo()
     bytes_ = mixshard.Manifest.load(pack_dir).total_bytes
-    monkeypatch.setattr(local, "available_memory", lambda: 2 * bytes_)  # just fits
+    monkeypatch.setattr(mapped, "available_memory", lambda: 2 * bytes_)  # just fits
     pack = warmed(pack_dir)
     assert pack.mapped_shards == 4
     pack.close()

@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 
 from ..core import layout
-from ..core.env import available_memory
 from ..core.errors import MixshardError, ShardError
 from ..core.manifest import Manifest, ShardInfo
 from .blockrun import RunPlan
@@ -282,12 +281,14 @@ class LocalPack(ShardChecks):
                 rows = good[np.argsort(slot_of[good], kind="stable")]
                 slots, offsets = slot_of[rows], offset_of[rows]
                 fd_of = np.array(held, np.int32)[np.searchsorted(shards, slots)]
-                on_map = np.zeros(len(rows), bool) if mapped is None else mapped[slots]
-                if on_map.any():
+                on_map = None if mapped is None else mapped[slots]
+                if on_map is not None and on_map.any():  # some shards mapped, others not yet
                     fd_at = dict(zip(shards.tolist(), held))
                     self._copy_mapped(out, rows[on_map], slots[on_map], offsets[on_map], fd_at)
-                rest = ~on_map
-                self._read_rows(out, rows[rest], slots[rest], fd_of[rest], offsets[rest])
+                    rest = ~on_map
+                    rows, slots, fd_of = rows[rest], slots[rest], fd_of[rest]
+                    offsets = offsets[rest]
+                self._read_rows(out, rows, slots, fd_of, offsets)
             for slot, fd in zip(shards.tolist(), held):
                 self._check_same(slot, fd)
         return bad
@@ -357,7 +358,7 @@ class LocalPack(ShardChecks):
                 return
             self._warming = True
         files = [(self.folder / shard.name, shard.bytes) for shard in self.shards]
-        maps = mapping_wanted(self.manifest.total_bytes, available_memory())
+        maps = mapping_wanted(self.manifest.total_bytes)
         if not warm_files(files, stop, self._map_shard if maps else None):
             self._warming = False
 

@@ -34,6 +34,7 @@ from typing import Optional
 
 import numpy as np
 
+from ..core.env import available_memory
 from ..core.jobs import this_process
 
 _mapped: Optional[ModuleType]
@@ -45,13 +46,13 @@ except ImportError:  # pragma: no cover - an install without a compiler
 MAP_SHARE = 0.5  # a pack is mapped when its bytes are at most this share of the available memory
 
 
-def mapping_wanted(pack_bytes: int, available: int) -> bool:
-    """Whether a pack of `pack_bytes` is read through mappings, with `available` bytes of
-    memory: the extension built, not turned off (`MIXSHARD_MMAP=0`), and the pack within
-    `MAP_SHARE` of the memory."""
+def mapping_wanted(pack_bytes: int) -> bool:
+    """Whether a pack of `pack_bytes` is read through mappings: the extension built, not
+    turned off (`MIXSHARD_MMAP=0`), and the pack within `MAP_SHARE` of the available memory
+    (asked last: the only one of these that costs)."""
     if _mapped is None or os.environ.get("MIXSHARD_MMAP") == "0":
         return False
-    return pack_bytes <= MAP_SHARE * available
+    return pack_bytes <= MAP_SHARE * available_memory()
 
 
 class ShardMaps:
