@@ -20,6 +20,13 @@ def pack96(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
+def block_feed(monkeypatch) -> None:
+    """The block order reads whole blocks ahead (`blockfeed.py`) even from a pack in the page
+    cache, which it would otherwise copy out of mappings (`MIXSHARD_MMAP=0`: none)."""
+    monkeypatch.setenv("MIXSHARD_MMAP", "0")
+
+
+@pytest.fixture
 def tree(tmp_path: Path) -> Path:
     """A 3-class ImageFolder of 18 distinct PNGs."""
     src = tmp_path / "src"

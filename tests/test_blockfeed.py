@@ -20,6 +20,9 @@ from mixshard.reading import rawio
 from mixshard.reading.local import LocalPack
 from mixshard.reading.recycle import Recycler
 
+# the test packs are in the page cache: without this the block order copies out of mappings
+pytestmark = pytest.mark.usefixtures("block_feed")
+
 
 @pytest.fixture(scope="module")
 def pack_dir(tmp_path_factory):

@@ -267,10 +267,13 @@ def test_a_shard_removed_or_rewritten_before_its_first_read_is_named(good, tmp_p
 
 
 CHANGE_UNDER_READER = """
-    import shutil, sys
+    import os, shutil, sys
     import mixshard
     for pack in sys.argv[1:]:
         order, how = pack.rsplit("/", 1)[1].split("-")
+        # a warm pack's block order is copied out of mappings; "feed": its blocks read ahead
+        os.environ["MIXSHARD_MMAP"] = "0" if order == "feed" else "1"
+        order = "block" if order == "feed" else order
         shard = pack + "/shard-000001.tar"
         data = open(shard, "rb").read()
         it = iter(mixshard.loader(pack, 5, num_workers=2, infinite=True, order=order, window=1))
@@ -292,7 +295,7 @@ CHANGE_UNDER_READER = """
 
 def test_a_shard_changed_under_a_running_reader(good, tmp_path):
     packs = []
-    for order in ("global", "block"):
+    for order in ("global", "block", "feed"):
         for how in ("truncate", "copy"):
             pack = copy_pack(good, tmp_path / f"{order}-{how}")
             (pack / "backup.tar").write_bytes((pack / "shard-000001.tar").read_bytes())
@@ -305,7 +308,7 @@ def test_a_shard_changed_under_a_running_reader(good, tmp_path):
     )
     assert done.returncode == 0, (done.returncode, done.stderr)  # never a signal (SIGBUS)
     lines = done.stdout.splitlines()
-    assert len(lines) == 4
+    assert len(lines) == 6
     for pack, out in zip(packs, lines):
         if pack.name.endswith("truncate") or out != "old bytes":
             assert out.startswith(f"ShardError shard {pack}/shard-000001.tar "), out

@@ -118,7 +118,7 @@ def test_a_loader_used_before_a_fork_starts_its_workers_again_in_the_child(pack_
     loader.close()
 
 
-def test_a_reader_used_after_a_fork_raises_instead_of_hanging(pack_dir):
+def test_a_reader_used_after_a_fork_raises_instead_of_hanging(pack_dir, block_feed):
     stream = mixshard.ShardStream(pack_dir, 4, order="block")
     reader = stream.reader(range(0, 10))
     reader.get(0)

@@ -17,7 +17,8 @@ from helpers import copy_pack, read_pack
 
 import mixshard
 from mixshard.core.errors import ShardError
-from mixshard.reading import mapped
+from mixshard.reading import local, mapped, warming
+from mixshard.reading import stream as stream_mod
 from mixshard.reading.local import LocalPack
 
 needs_mapping = pytest.mark.skipif(mapped._mapped is None, reason="_mapped.c was not built")
@@ -316,3 +317,99 @@ def test_a_copy_that_stops_on_an_unchanged_shard_names_it(pack_dir, monkeypatch,
     assert str(err.value).startswith(f"{'shard' if status == 1 else 'cannot read shard'} {shard}")
     assert message in str(err.value)
     pack.close()
+
+
+# ---------------------------------------------------------------- the block order of a warm pack
+
+
+def test_in_page_cache_tells_a_file_read_in_from_one_evicted(tmp_path, monkeypatch):
+    size = 16 << 20
+    path = tmp_path / "f"
+    path.write_bytes(os.urandom(size))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)  # written back: clean pages can be evicted
+        assert warming.in_page_cache(fd, size)
+        assert not warming.in_page_cache(fd, 0)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        assert not warming.in_page_cache(fd, size)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # no read-ahead past what is read
+        os.pread(fd, 4 << 20, 0)
+        assert warming.in_page_cache(fd, 4 << 20)
+        assert not warming.in_page_cache(fd, size)
+        assert not warming.in_page_cache(fd, size, step=size)  # the last byte is asked too
+        os.pread(fd, 4096, size - 4096)
+        assert warming.in_page_cache(fd, size, step=size)  # (a sample: bytes 0 and size - 1)
+        monkeypatch.delattr(os, "RWF_NOWAIT")  # a platform that cannot tell (macOS)
+        assert not warming.in_page_cache(fd, 4 << 20)
+    finally:
+        os.close(fd)
+
+
+def block_run(folder, workers: int) -> tuple[list[np.ndarray], int]:
+    """Three epochs of the block order (images and labels as rows), and the shards mapped."""
+    loader = mixshard.loader(
+        folder, 8, order="block", window=3, run=2, num_workers=workers, seed=4, labels=True
+    )
+    rows = [
+        np.concatenate([images.numpy().reshape(8, -1), labels.numpy()[:, None]], 1)
+        for _ in range(3)
+        for images, labels in loader
+    ]
+    mapped_now = loader.stream.pack.mapped_shards
+    loader.close()
+    return rows, mapped_now
+
+
+@needs_mapping
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_block_order_of_a_warm_pack_is_copied_out_of_mappings_as_the_same_batches(
+    pack_dir, monkeypatch, workers
+):
+    mapped_run, mapped_now = block_run(pack_dir, workers)
+    monkeypatch.setenv("MIXSHARD_MMAP", "0")
+    fed_run, fed_now = block_run(pack_dir, workers)
+    assert (mapped_now, fed_now) == (4, 0)
+    assert len(mapped_run) == len(fed_run) == 36
+    assert all(np.array_equal(a, b) for a, b in zip(mapped_run, fed_run))
+    stored = read_pack(pack_dir)[0].reshape(96, -1)
+    epoch = np.concatenate(mapped_run[:12])[:, :-1].astype(np.uint8)
+    assert sorted(map(bytes, epoch)) == sorted(map(bytes, stored))  # each image once
+
+
+def reads_ahead(folder, **kw) -> tuple[bool, int]:
+    """Whether a block-order reader of `folder` reads blocks ahead, and the shards mapped."""
+    stream = mixshard.ShardStream(folder, 8, order="block", **kw)
+    reader = stream.reader(range(0, 4))
+    ahead = (reader.reads_ahead, reader.feed is not None)
+    assert ahead[0] == ahead[1]
+    reader.get(0)
+    reader.close()
+    return ahead[0], stream.pack.mapped_shards
+
+
+@needs_mapping
+def test_the_block_order_reads_ahead_unless_the_whole_pack_is_in_memory_and_fits(
+    pack_dir, monkeypatch
+):
+    assert reads_ahead(pack_dir) == (False, 4)
+    asked: list[int] = []
+
+    def third_evicted(fd: int, size: int) -> bool:
+        asked.append(size)
+        return len(asked) != 3
+
+    with monkeypatch.context() as patch:  # one shard not in the page cache: nothing mapped
+        patch.setattr(local, "in_page_cache", third_evicted)
+        assert reads_ahead(pack_dir) == (True, 0)
+    assert len(asked) == 3  # the rest are not asked
+    with monkeypatch.context() as patch:  # larger than memory: its blocks are read and dropped
+        patch.setattr(stream_mod, "available_memory", lambda: 1024)
+        assert reads_ahead(pack_dir) == (True, 0)
+    with monkeypatch.context() as patch:  # fits the page cache, not half the memory: not mapped
+        bytes_ = mixshard.Manifest.load(pack_dir).total_bytes
+        patch.setattr(mapped, "available_memory", lambda: 2 * bytes_ - 1)
+        assert reads_ahead(pack_dir) == (True, 0)
+    with monkeypatch.context() as patch:
+        patch.setenv("MIXSHARD_MMAP", "0")
+        assert reads_ahead(pack_dir) == (True, 0)

@@ -137,7 +137,7 @@ def test_calls_larger_than_the_pool(pack_dir):
     pool.close()
 
 
-def test_a_slow_disk_makes_calls_wait_and_is_counted(pack_dir, monkeypatch):
+def test_a_slow_disk_makes_calls_wait_and_is_counted(pack_dir, monkeypatch, block_feed):
     scatter_run = LocalPack.scatter_run
 
     def slow(self, blocks, addresses, drop_cache=False):

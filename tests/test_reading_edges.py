@@ -105,7 +105,7 @@ def test_the_block_feed_refuses_what_it_cannot_plan(pack):
     feed.close()
 
 
-def test_a_pinned_feed_without_cuda_gives_plain_batches(pack_dir):
+def test_a_pinned_feed_without_cuda_gives_plain_batches(pack_dir, block_feed):
     stream = ShardStream(pack_dir, 8, order="block", labels=True)
     reader = stream.reader(range(0, 4), pin=True)
     images, labels = reader.get(0)

@@ -49,7 +49,7 @@ def _epoch(pack_dir: Path, workers: int) -> tuple[list[bytes], int]:
     return images, read
 
 
-def test_each_block_is_read_by_one_worker(pack_dir):
+def test_each_block_is_read_by_one_worker(pack_dir, block_feed):
     _epoch(pack_dir, 0)  # once first: this process's lazy imports read files too
     alone, read_alone = _epoch(pack_dir, 0)
     assert len(alone) == len(set(alone)) == 640

@@ -614,7 +614,7 @@ def test_prefetch_cuda_copies_and_keeps_order(pack_dir):
     assert torch.cuda.memory_allocated() - before <= 2 * 2 * (8 * 3 * 8 * 8 + 8 * 8) + 4096
 
 
-def test_closing_a_loader_stops_its_threads(pack_dir):
+def test_closing_a_loader_stops_its_threads(pack_dir, block_feed):
     before = set(threading.enumerate())
 
     def ours() -> list[threading.Thread]:

@@ -1,4 +1,5 @@
-"""The batches of a stream over a local pack folder: single-image reads (global order) or
+"""The batches of a stream over a local pack folder: single-image reads (global order, and the
+block order of a pack in the page cache: copies out of mappings of its shards, `mapped.py`) or
 whole blocks read ahead (block order, `blockfeed.py`).
 
 Batch `k` is the same whoever makes it (`order.py`), so `LocalBatches` makes any batch from
@@ -97,7 +98,10 @@ class BatchReader:
         self._jobs: list[tuple[Job, int]] = []  # (job, batches this reader makes before it)
         self._made = 0
         epochs = batches_of.epochs
-        if epochs.kind == "block":
+        # the block order reads whole blocks ahead, unless the pack is in the page cache and
+        # mapped: then its batches are copied out of the mappings like the global order's
+        # (the same batches; no window of batch buffers to fill before the first one)
+        if epochs.kind == "block" and (batches_of.drop_cache or not self.pack.map_resident()):
             window_images = int(np.sort(self.pack.block_count)[-epochs.window :].sum())
             self._feed = BlockFeed(
                 self.pack,
@@ -112,18 +116,9 @@ class BatchReader:
                 run=epochs.run,
             )
         else:
-            # Warm a cold pack with sequential reads, so the first epoch is not a seek storm;
-            # started once the first batch is read, which would otherwise queue behind it
-            warm = Job(functools.partial(self.pack.warm, self._stop), "mixshard-warm", False)
-            self._jobs.append((warm, 0))
             self._read = self.pack.read_images
-            copy = batches_of.copy
-            if copy is not None and copy.usable:  # not in a forked or unpickled worker
-                # the memory copy is filled after an epoch: from the page cache then, and a
-                # run shorter than an epoch (or a benchmark's one pass) never pays for it
-                fill = Job(functools.partial(copy.load, self._stop, True), "mixshard-fill", False)
-                self._jobs.append((fill, nb))
-                self._read = copy.read_images
+            if epochs.kind != "block":
+                self._global_jobs(nb)
             self._jobs_lock = threading.Lock()
             # a fresh 5 MB buffer per batch costs ~1,300 page faults: use dropped ones again
             m = self.pack.manifest
@@ -132,14 +127,30 @@ class BatchReader:
         jobs = [job for job, _ in self._jobs]
         self._closer = own(self, _close_reader, self._stop, self._feed, jobs)
 
+    def _global_jobs(self, nb: int) -> None:
+        """The global order's background jobs: warm the pack, fill the memory copy."""
+        # Warm a cold pack with sequential reads, so the first epoch is not a seek storm;
+        # started once the first batch is read, which would otherwise queue behind it
+        warm = Job(functools.partial(self.pack.warm, self._stop), "mixshard-warm", False)
+        self._jobs.append((warm, 0))
+        copy = self.source.copy
+        if copy is not None and copy.usable:  # not in a forked or unpickled worker
+            # the memory copy is filled after an epoch: from the page cache then, and a
+            # run shorter than an epoch (or a benchmark's one pass) never pays for it
+            fill = Job(functools.partial(copy.load, self._stop, True), "mixshard-fill", False)
+            self._jobs.append((fill, nb))
+            self._read = copy.read_images
+
     @property
     def reads_ahead(self) -> bool:
-        """True when batches are read ahead on the reader's own threads (block order)."""
+        """True when batches are read ahead on the reader's own threads (the block order,
+        unless the pack is mapped: `LocalPack.map_resident`)."""
         return self._feed is not None
 
     @property
     def feed(self) -> BlockFeed | None:
-        """The block order's feed (its counters), or None in the global order."""
+        """The block order's feed (its counters), or None: the global order, or a block order
+        copied out of mappings."""
         return self._feed
 
     def get(self, k: int, pin: bool | None = None) -> Any:

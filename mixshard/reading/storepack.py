@@ -205,6 +205,10 @@ class StorePack(LocalPack):
         if not cache.planned:
             cache.plan(lambda epoch: np.arange(len(self.block_count)), 0)
 
+    def map_resident(self) -> bool:
+        """Never: a cache file holds only the blocks fetched so far."""
+        return False
+
     def __getstate__(self) -> dict:
         state = super().__getstate__()
         state["cache"], state["_cache_pid"] = None, -1

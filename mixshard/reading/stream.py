@@ -58,7 +58,9 @@ class ShardStream(IterableDataset):
             the `Manifest` already read (of the folder or of the URLs), not read again.
         order: local packs: `"global"` (a per-image permutation: for packs in the page cache),
             `"block"` (whole blocks in a random order, shuffled within windows: sequential
-            I/O for packs larger than memory) or `"auto"`: block when one window holds the
+            I/O for packs larger than memory; a pack wholly in the page cache that fits in
+            half the memory gives the same batches copied out of mappings of its shards,
+            `LocalPack.map_resident`) or `"auto"`: block when one window holds the
             whole pack (its shuffle is then a full permutation, and whole blocks are read
             faster than single images), else global when the pack takes at most half the
             available memory, else block.
