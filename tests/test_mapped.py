@@ -4,6 +4,7 @@ mapping is a `ShardError`, never a SIGBUS that ends the process."""
 
 from __future__ import annotations
 
+import mmap
 import os
 import pickle
 import subprocess
@@ -17,7 +18,7 @@ from helpers import copy_pack, read_pack
 
 import mixshard
 from mixshard.core.errors import ShardError
-from mixshard.reading import local, mapped, warming
+from mixshard.reading import mapped, warming
 from mixshard.reading import stream as stream_mod
 from mixshard.reading.local import LocalPack
 
@@ -322,28 +323,48 @@ def test_a_copy_that_stops_on_an_unchanged_shard_names_it(pack_dir, monkeypatch,
 # ---------------------------------------------------------------- the block order of a warm pack
 
 
-def test_in_page_cache_tells_a_file_read_in_from_one_evicted(tmp_path, monkeypatch):
-    size = 16 << 20
-    path = tmp_path / "f"
-    path.write_bytes(os.urandom(size))
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)  # written back: clean pages can be evicted
-        assert warming.in_page_cache(fd, size)
-        assert not warming.in_page_cache(fd, 0)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        assert not warming.in_page_cache(fd, size)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # no read-ahead past what is read
-        os.pread(fd, 4 << 20, 0)
-        assert warming.in_page_cache(fd, 4 << 20)
-        assert not warming.in_page_cache(fd, size)
-        assert not warming.in_page_cache(fd, size, step=size)  # the last byte is asked too
-        os.pread(fd, 4096, size - 4096)
-        assert warming.in_page_cache(fd, size, step=size)  # (a sample: bytes 0 and size - 1)
-        monkeypatch.delattr(os, "RWF_NOWAIT")  # a platform that cannot tell (macOS)
-        assert not warming.in_page_cache(fd, 4 << 20)
-    finally:
-        os.close(fd)
+def test_cache_misses_counts_sampled_bytes_out_of_the_page_cache(tmp_path, monkeypatch):
+    size, step = 16 << 20, 1 << 20
+    assert warming.cache_samples(size, step) == 17 and warming.cache_samples(0) == 0
+    cached, cold = tmp_path / "cached", tmp_path / "cold"
+    cached.write_bytes(os.urandom(size))
+    try:  # written around the page cache: none of it is there
+        fd = os.open(cold, os.O_WRONLY | os.O_CREAT | os.O_DIRECT)
+    except (AttributeError, OSError):  # pragma: no cover - a file system without O_DIRECT
+        cold = None
+    else:
+        try:
+            os.write(fd, mmap.mmap(-1, size))  # page-aligned memory, as O_DIRECT wants
+        finally:
+            os.close(fd)
+    for path, expected in ((cached, 0), (cold, 17)):  # 16 MB, and the last byte
+        if path is not None:
+            fd = os.open(path, os.O_RDONLY)
+            assert warming.cache_misses(fd, size, 100, step) == expected
+            os.close(fd)
+    out = set(range(4 << 20, size, 4096))  # the pages not in the cache, as the kernel says
+
+    def preadv(fd, buffers, offset, flags):
+        assert flags == os.RWF_NOWAIT
+        if offset // 4096 * 4096 in out:
+            raise BlockingIOError(11, "Resource temporarily unavailable")
+        return 1
+
+    monkeypatch.setattr(warming.os, "preadv", preadv)
+    assert warming.cache_misses(0, size, 100, step) == 13  # 4-15 MB and the last byte
+    assert warming.cache_misses(0, size, 3, step) == 4  # counting stops past `most`
+    assert warming.cache_misses(0, 4 << 20, 100, step) == 0
+    assert warming.cache_misses(0, 0, 0) == 0
+    out.clear()
+    assert warming.cache_misses(0, size, 0, step) == 0
+
+    def unsupported(fd, buffers, offset, flags):
+        raise OSError(95, "Operation not supported")
+
+    monkeypatch.setattr(warming.os, "preadv", unsupported)  # a file system that cannot tell
+    assert warming.cache_misses(0, size, 5, step) == 6
+    monkeypatch.delattr(os, "RWF_NOWAIT")  # a platform that cannot (macOS)
+    assert warming.cache_misses(0, size, 5, step) == 6
 
 
 def block_run(folder, workers: int) -> tuple[list[np.ndarray], int]:
@@ -395,14 +416,30 @@ def test_the_block_order_reads_ahead_unless_the_whole_pack_is_in_memory_and_fits
     assert reads_ahead(pack_dir) == (False, 4)
     asked: list[int] = []
 
-    def third_evicted(fd: int, size: int) -> bool:
-        asked.append(size)
-        return len(asked) != 3
+    def third_missed(fd: int, size: int, most: int) -> int:
+        asked.append(most)
+        return 1 if len(asked) == 3 else 0
 
-    with monkeypatch.context() as patch:  # one shard not in the page cache: nothing mapped
-        patch.setattr(local, "in_page_cache", third_evicted)
+    with monkeypatch.context() as patch:  # a sampled byte out of the page cache: none mapped
+        patch.setattr(mapped, "cache_misses", third_missed)
         assert reads_ahead(pack_dir) == (True, 0)
-    assert len(asked) == 3  # the rest are not asked
+    assert asked == [0, 0, 0]  # 1% of 8 samples allowed: none; the rest are not asked
+
+    willneed: list[int] = []
+
+    def advise(fd: int, offset: int, length: int, advice: int) -> None:
+        willneed.append(advice)
+
+    asked.clear()
+    with monkeypatch.context() as patch:  # a few misses allowed: mapped, the holes read ahead
+        patch.setattr(mapped, "MISSES_ALLOWED", 0.25)  # 2 of the 8 samples
+        patch.setattr(mapped, "cache_misses", lambda fd, size, most: asked.append(most) or 1)
+        patch.setattr(mapped.os, "posix_fadvise", advise)
+        assert reads_ahead(pack_dir) == (True, 0)  # a third miss: no
+        assert asked == [2, 1, 0]
+        patch.setattr(mapped, "cache_misses", lambda fd, size, most: int(most == 2))
+        assert reads_ahead(pack_dir) == (False, 4)
+    assert willneed == [os.POSIX_FADV_WILLNEED] * 3  # the shards with a miss
     with monkeypatch.context() as patch:  # larger than memory: its blocks are read and dropped
         patch.setattr(stream_mod, "available_memory", lambda: 1024)
         assert reads_ahead(pack_dir) == (True, 0)

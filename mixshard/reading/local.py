@@ -22,12 +22,12 @@ from ..core import layout
 from ..core.errors import MixshardError, ShardError
 from ..core.manifest import Manifest, ShardInfo
 from .blockrun import RunPlan
-from .mapped import ShardMaps, mapping_wanted
+from .mapped import ShardMaps, map_cached, mapping_wanted
 from .openshards import OpenShards
 from .rawio import read_iov
 from .shardfiles import FileId, ShardChecks, warn_bad
 from .uring import RingPool, read_rows
-from .warming import in_page_cache, warm_files
+from .warming import warm_files
 
 CHECK_LOCKS = 64  # locks striped over the blocks: a block's first read is checked once
 
@@ -363,29 +363,16 @@ class LocalPack(ShardChecks):
             self._warming = False
 
     def map_resident(self) -> bool:
-        """Map every shard now, when the pack is wholly in the page cache (sampled,
-        `warming.in_page_cache`) and fits in memory (`mapping_wanted`): any batch is then
-        copied out of the mappings (`read_images`), as the block order does for a warm pack.
-        Returns True when every shard is mapped."""
+        """Map every shard now when the pack is in the page cache and fits in memory
+        (`mapped.map_cached`): any batch is then copied out of the mappings (`read_images`),
+        as the block order does for a warm pack. Returns True when every shard is mapped."""
         if self.mapped_shards == len(self.shards):
             return True
-        if not mapping_wanted(self.manifest.total_bytes):
-            return False
-        fds: list[int] = []
+        sizes = [shard.bytes for shard in self.shards]
         try:
-            for slot, shard in enumerate(self.shards):
-                fds.append(self._open_checked(slot))
-                if not in_page_cache(fds[-1], shard.bytes):
-                    return False
-            return all(
-                self._maps.add(slot, fd, shard.bytes)
-                for slot, (fd, shard) in enumerate(zip(fds, self.shards))
-            )
+            return map_cached(self._maps, self._open_checked, sizes)
         except ShardError:  # read with `pread`, which names what is wrong
             return False
-        finally:
-            for fd in fds:
-                os.close(fd)
 
     def _map_shard(self, slot: int) -> None:
         """Map shard `slot`, now in the page cache, for the global order's copies; a shard

@@ -6,7 +6,7 @@ asked for and not yet read. Asking for the whole pack at once queues gigabytes i
 read a loader makes meanwhile (measured: the first pass of the global order at half the
 sequential rate that way, three quarters paced).
 
-`in_page_cache` tells whether a file is already there, from a sample of its pages.
+`cache_misses` tells how much of a file is already there, from a sample of its pages.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from ..core.files import open_regular
 
 WARM_CHUNK = 8 << 20  # bytes asked for at a time
 WARM_IN_FLIGHT = 4  # chunks asked for and not yet read: what a loader's reads queue behind
-CACHE_SAMPLE = 2 << 20  # in_page_cache: one byte read every this many bytes
+CACHE_SAMPLE = 2 << 20  # cache_misses: one byte read every this many bytes
 
 
 def warm_files(
@@ -73,20 +73,30 @@ def _arrived(
             on_file(file)
 
 
-def in_page_cache(fd: int, size: int, step: int = CACHE_SAMPLE) -> bool:
-    """Whether the first `size` bytes of `fd` are in the page cache, judged from one byte
-    every `step` bytes and the last one, each read with `RWF_NOWAIT` (which fails rather
-    than wait for the disk; stops at the first miss). False where the platform or the file
-    system cannot tell. (Not `mincore`: Linux reports every page of a file the caller may not
-    write as resident.)"""
+def cache_samples(size: int, step: int = CACHE_SAMPLE) -> int:
+    """How many bytes `cache_misses` samples of a file of `size` bytes."""
+    return -(-size // step) + 1 if size > 0 else 0
+
+
+def cache_misses(fd: int, size: int, most: int, step: int = CACHE_SAMPLE) -> int:
+    """How many of the bytes sampled from the first `size` bytes of `fd` (one every `step`
+    bytes, and the last) are not in the page cache, each read with `RWF_NOWAIT` (which fails
+    rather than wait for the disk, though the kernel starts reading what it missed). Counting
+    stops past `most`, so a cold file gets a few reads started, not one per sample: returns
+    `most + 1` then, and where the platform or the file system cannot tell. (Not `mincore`:
+    Linux reports every page of a file the caller may not write as resident.)"""
     flag = getattr(os, "RWF_NOWAIT", None)
-    if flag is None or size <= 0:
-        return False
-    byte = bytearray(1)
-    for at in [*range(0, size, step), size - 1]:
+    if flag is None:
+        return most + 1
+    byte, missed = bytearray(1), 0
+    for at in [*range(0, size, step), size - 1] if size > 0 else []:
         try:
-            if os.preadv(fd, [byte], at, flag) != 1:
-                return False
-        except OSError:  # EAGAIN: not in the cache; EOPNOTSUPP: cannot tell
-            return False
-    return True
+            got = os.preadv(fd, [byte], at, flag)
+        except BlockingIOError:  # EAGAIN: not in the cache
+            got = 0
+        except OSError:  # EOPNOTSUPP and the like: cannot tell
+            return most + 1
+        missed += got != 1
+        if missed > most:
+            return most + 1
+    return missed
