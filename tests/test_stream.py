@@ -346,8 +346,8 @@ def test_missing_and_invalid_manifest(tmp_path, pack_dir):
         ShardStream(tmp_path / "half", 8)
     bad = copy_pack(pack_dir, tmp_path / "copy")
     doc = json.loads((bad / "index.json").read_text())
-    (bad / "index.json").write_text(json.dumps({**doc, "version": 2}))
-    with pytest.raises(ManifestError, match="is shard format version 2; this mixshard reads"):
+    (bad / "index.json").write_text(json.dumps({**doc, "version": 3}))
+    with pytest.raises(ManifestError, match="is shard format version 3; this mixshard reads"):
         ShardStream(bad, 8)
     (bad / "index.json").write_text("[1, 2")
     with pytest.raises(ManifestError, match="is not valid JSON"):

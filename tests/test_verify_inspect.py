@@ -91,7 +91,7 @@ def test_verify_and_inspect_without_a_manifest(tmp_path):
     (tmp_path / "half" / "index.json").write_text('{"format": "mixshard", "version": 7}')
     res = run("inspect", tmp_path / "half")
     assert res.exit_code == 1
-    assert "is shard format version 7; this mixshard reads version 1" in res.output
+    assert "is shard format version 7; this mixshard reads versions 1, 2" in res.output
     (tmp_path / "half" / "index.json").write_text("{oops")
     res = run("inspect", tmp_path / "half")
     assert res.exit_code == 1 and "is not valid JSON" in res.output

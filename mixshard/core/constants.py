@@ -4,6 +4,10 @@ from __future__ import annotations
 
 FORMAT_NAME = "mixshard"
 FORMAT_VERSION = 1
+# A clip pack (frames of video clips in play order, `clips` in index.json) is version 2, so a
+# mixshard that reads only version 1 refuses it instead of serving its frames as shuffled images.
+CLIP_FORMAT_VERSION = 2
+READ_VERSIONS = (FORMAT_VERSION, CLIP_FORMAT_VERSION)
 
 MANIFEST_NAME = "index.json"
 SHARD_PREFIX = "shard-"

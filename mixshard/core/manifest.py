@@ -19,6 +19,7 @@ from typing import Any
 from . import layout
 from .constants import (
     CHANNELS,
+    CLIP_FORMAT_VERSION,
     DTYPE,
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -28,6 +29,7 @@ from .constants import (
     MAX_BLOCK_SIZE,
     MAX_MANIFEST_BYTES,
     MAX_SIZE,
+    READ_VERSIONS,
     TAR_BLOCK,
 )
 from .errors import ManifestError
@@ -169,12 +171,53 @@ def check_shard_layout(shard: ShardInfo, size: int, block_size: int) -> None:
 
 
 @dataclass(frozen=True)
+class Clip:
+    """One clip of a clip pack: frames `start .. start + count - 1` (pack image numbers, in play
+    order), played at `fps` frames per second (0 when the source does not say)."""
+
+    name: str
+    start: int
+    count: int
+    fps: float
+
+
+def clip_to_dict(clip: Clip) -> dict[str, Any]:
+    """The JSON form of a clip entry."""
+    return {"name": clip.name, "start": clip.start, "count": clip.count, "fps": clip.fps}
+
+
+def clip_from_dict(data: Any) -> Clip:
+    """Parse one clip entry; types and ranges are checked, not its place in the pack.
+
+    Raises:
+        ValueError: a missing field or a bad value, named in the message.
+    """
+    if not isinstance(data, dict):
+        raise ValueError(f"a clip entry must be an object, got {data!r:.80}")
+    name = _str(data.get("name"), "clip name")
+    fps = data.get("fps")
+    if type(fps) not in (int, float) or not 0 <= fps <= 1e6:
+        raise ValueError(f"clip {name!r}: fps must be a number in [0, 1e6], got {fps!r:.40}")
+    return Clip(
+        name,
+        _int(data.get("start"), f"clip {name!r}: start", 0),
+        _int(data.get("count"), f"clip {name!r}: count", 1),
+        float(fps),
+    )
+
+
+@dataclass(frozen=True)
 class Manifest:
     """The contents of `index.json`: what a pack holds and where.
 
     `options` holds the pack options that decide the pixels (crop, variants, seed, resample,
     shuffle, labels, shard_size); `skipped` lists `{"path", "reason"}` for unreadable sources.
     `origin` names where it was read from.
+
+    `clips` is None for an image pack; for a clip pack (format version 2) it lists the clips,
+    whose frames follow one another in the pack's image order, clip after clip, covering every
+    image. `source` describes what was packed (`path` and a cheap fingerprint), so a rerun on
+    another source is caught; None in packs made before it was recorded.
     """
 
     size: int
@@ -189,6 +232,8 @@ class Manifest:
     channels: int = CHANNELS
     dtype: str = DTYPE
     layout: str = LAYOUT
+    clips: tuple[Clip, ...] | None = None
+    source: dict[str, Any] | None = None
     origin: str = field(default="", compare=False, repr=False)
 
     @property
@@ -216,6 +261,8 @@ class Manifest:
             "options": dict(self.options),
             "skipped": [dict(s) for s in self.skipped],
             "shards": [shard_to_dict(s) for s in self.shards],
+            **({} if self.source is None else {"source": dict(self.source)}),
+            **({} if self.clips is None else {"clips": [clip_to_dict(c) for c in self.clips]}),
         }
 
     def dumps(self) -> bytes:
@@ -295,6 +342,13 @@ class Manifest:
             raise ValueError("options must be an object and skipped a list")
         if not isinstance(data["shards"], list):
             raise ValueError("shards must be a list")
+        source, clips = data.get("source"), data.get("clips")
+        if source is not None and not isinstance(source, dict):
+            raise ValueError("source must be an object")
+        if (clips is not None) != (data["version"] == CLIP_FORMAT_VERSION):
+            raise ValueError(f"clips are listed in version {CLIP_FORMAT_VERSION} packs, and only there")
+        if clips is not None and not isinstance(clips, list):
+            raise ValueError("clips must be a list")
         return cls(
             size=_int(data["size"], "size", 1, MAX_SIZE),
             block_size=_int(data["block_size"], "block_size", 1, MAX_BLOCK_SIZE),
@@ -306,6 +360,9 @@ class Manifest:
             channels=_int(data["channels"], "channels", CHANNELS, CHANNELS),
             dtype=_str(data["dtype"], "dtype", re.compile(DTYPE)),
             layout=_str(data["layout"], "layout", re.compile(LAYOUT)),
+            version=data["version"],
+            clips=None if clips is None else tuple(clip_from_dict(c) for c in clips),
+            source=source,
             origin=origin,
         )
 
@@ -321,6 +378,20 @@ class Manifest:
             raise ValueError(f"shard counts do not add up to count {self.count}")
         if self.block_size * self.image_bytes > MAX_BLOCK_BYTES:
             raise ValueError(f"a block of {self.block_size} images of {self.size} px is too large")
+        if self.clips is not None:
+            _check_clips(self.clips, self.count)
+
+
+def _check_clips(clips: tuple[Clip, ...], count: int) -> None:
+    if not clips:
+        raise ValueError("a clip pack lists no clips")
+    at = 0
+    for clip in clips:
+        if clip.start != at:
+            raise ValueError(f"clip {clip.name!r} starts at {clip.start}, expected {at}")
+        at += clip.count
+    if at != count:
+        raise ValueError(f"clip frame counts add up to {at}, not to count {count}")
 
 
 def _check_format(data: Any, origin: str) -> None:
@@ -331,10 +402,10 @@ def _check_format(data: Any, origin: str) -> None:
             f"{FORMAT_NAME!r}); make one with `mixshard pack SRC OUT`"
         )
     version = data.get("version")
-    if version != FORMAT_VERSION or type(version) is not int:
+    if version not in READ_VERSIONS or type(version) is not int:
         raise ManifestError(
-            f"{origin} is shard format version {version!r:.40}; this mixshard reads version "
-            f"{FORMAT_VERSION}. Repack with `mixshard pack SRC OUT --overwrite` or install "
+            f"{origin} is shard format version {version!r:.40}; this mixshard reads versions "
+            f"{', '.join(map(str, READ_VERSIONS))}. Repack with `mixshard pack SRC OUT --overwrite` or install "
             f"the mixshard that wrote it"
         )
 
