@@ -21,13 +21,13 @@ hence this small seam.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
+from . import locks
 from .env import available_memory
 from .jobs import JobThread
 
@@ -116,7 +116,7 @@ class Lane:
         self.device = device
         self._submitted = 0
         self._error: BaseException | None = None
-        self._lock = threading.Lock()
+        self._lock = locks.Lock()
         self._thread = JobThread(name) if device.type == "cpu" and threaded else None
         self._cuda = _CudaQueue(device) if device.type == "cuda" else None
 

@@ -32,6 +32,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from . import locks
 from .errors import ForkedError
 
 CLOSE_TIMEOUT = 10.0  # seconds `close` waits for the job running
@@ -102,7 +103,7 @@ _REAPED: queue.SimpleQueue = queue.SimpleQueue()  # (stop, args) the collector h
 _REAPER: threading.Thread | None = None
 _EXITING = False
 _AT_EXIT = False  # `_at_exit` registered (a forked child inherits it)
-_REAPER_LOCK = threading.Lock()
+_REAPER_LOCK = locks.Lock()
 
 
 def _stop_here(pid: int, stop: Callable[..., Any], args: tuple[Any, ...]) -> None:
@@ -212,7 +213,7 @@ class JobThread:
         self.name = name
         self.pid = _PID
         self._jobs: deque[Callable[[], Any]] = deque()
-        self._cond = threading.Condition()
+        self._cond = locks.Condition()
         self._submitted = self._done = 0
         self._closed = False
         self._error: BaseException | None = None

@@ -12,10 +12,10 @@ from __future__ import annotations
 import ast
 import functools
 import io
-import threading
 
 import numpy as np
 
+from . import locks
 from .constants import CHANNELS, TAR_BLOCK
 
 NPY_MAGIC = b"\x93NUMPY\x01\x00"
@@ -23,7 +23,7 @@ NPY_MAGIC = b"\x93NUMPY\x01\x00"
 # CPython before 3.12 keeps compile()'s recursion counter per interpreter, not per thread, so
 # ast.literal_eval from two reader threads at once can fail with "AST constructor recursion
 # depth mismatch" (gh-106905); the slow path below parses under this lock.
-_PARSE_LOCK = threading.Lock()
+_PARSE_LOCK = locks.Lock()
 
 
 def padded(n: int) -> int:

@@ -346,7 +346,9 @@ class Manifest:
         if source is not None and not isinstance(source, dict):
             raise ValueError("source must be an object")
         if (clips is not None) != (data["version"] == CLIP_FORMAT_VERSION):
-            raise ValueError(f"clips are listed in version {CLIP_FORMAT_VERSION} packs, and only there")
+            raise ValueError(
+                f"clips are listed in version {CLIP_FORMAT_VERSION} packs, and only there"
+            )
         if clips is not None and not isinstance(clips, list):
             raise ValueError("clips must be a list")
         return cls(
@@ -405,8 +407,8 @@ def _check_format(data: Any, origin: str) -> None:
     if version not in READ_VERSIONS or type(version) is not int:
         raise ManifestError(
             f"{origin} is shard format version {version!r:.40}; this mixshard reads versions "
-            f"{', '.join(map(str, READ_VERSIONS))}. Repack with `mixshard pack SRC OUT --overwrite` or install "
-            f"the mixshard that wrote it"
+            f"{', '.join(map(str, READ_VERSIONS))}. Repack with `mixshard pack SRC OUT "
+            "--overwrite` or install the mixshard that wrote it"
         )
 
 

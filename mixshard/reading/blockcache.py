@@ -23,7 +23,6 @@ import fcntl
 import hashlib
 import itertools
 import os
-import threading
 import time
 import weakref
 from collections.abc import Callable
@@ -33,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core import locks
 from ..core.errors import MixshardError, ShardError
 from ..core.stores import Store
 from . import eviction
@@ -115,7 +115,7 @@ class BlockCache:
         self.fetches = 0
         self._clock = 0
         self._inflight: dict[int, tuple[Future, float]] = {}
-        self._cond = threading.Condition()
+        self._cond = locks.Condition()
         self._schedule = eviction.Schedule(None, n)
         # the reads waiting for their blocks: ticket -> blocks; the oldest one may drop the
         # blocks of younger ones (so one always gets its blocks, never a livelock)

@@ -14,12 +14,12 @@ batches are dropped (`recycle.py`).
 from __future__ import annotations
 
 import queue
-import threading
 from collections.abc import Callable
 
 import numpy as np
 import torch
 
+from ..core import locks
 from ..core.device import host_empty
 from ..core.errors import MixshardError
 from ..core.jobs import Job, check_process, own
@@ -100,7 +100,7 @@ class BlockFeed:
         self._any_bad = False  # a read failed or found a bad block: batches check theirs
         self._plans: dict[int, tuple[np.ndarray, np.ndarray, _EpochReads]] = {}
         self._ahead = ahead
-        self._cond = threading.Condition()
+        self._cond = locks.Condition()
         self._stop = False
         self._error: BaseException | None = None
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()

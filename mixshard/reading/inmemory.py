@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core import locks
 from ..core.env import available_memory
 from ..core.errors import ShardError
 from ..core.jobs import this_process
@@ -80,8 +81,8 @@ class MemoryCopy:
         self._rows: np.ndarray | None = None  # allocated by the first load
         self._populating = sys.platform == "linux"  # until the kernel refuses the call
         self._pid = this_process()
-        self._lock = threading.Lock()
-        self._counting = threading.Lock()
+        self._lock = locks.Lock()
+        self._counting = locks.Lock()
         self._loading = False
         self._turn = 0  # the shard whose identity the next batch checks
 
@@ -110,7 +111,7 @@ class MemoryCopy:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self._lock, self._counting = threading.Lock(), threading.Lock()
+        self._lock, self._counting = locks.Lock(), locks.Lock()
 
     # ------------------------------------------------------------------ loading
     def _allocate(self) -> np.ndarray:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core import layout
+from ..core import layout, locks
 from ..core.errors import MixshardError, ShardError
 from ..core.manifest import Manifest, ShardInfo
 from .blockrun import RunPlan
@@ -83,8 +83,8 @@ class LocalPack(ShardChecks):
         self.bad = np.zeros(len(blocks), bool)
         self._labels = np.zeros(self.count, np.int32)
         self._files = OpenShards()
-        self._lock = threading.Lock()
-        self._check_locks = [threading.Lock() for _ in range(CHECK_LOCKS)]
+        self._lock = locks.Lock()
+        self._check_locks = [locks.Lock() for _ in range(CHECK_LOCKS)]
         self._warming = False
         self._rings = RingPool()  # io_uring for the global order's reads
         self._maps = ShardMaps(len(self.shards))  # ... or mappings, once warm (`mapped.py`)
@@ -126,8 +126,8 @@ class LocalPack(ShardChecks):
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self._lock = threading.Lock()
-        self._check_locks = [threading.Lock() for _ in range(CHECK_LOCKS)]
+        self._lock = locks.Lock()
+        self._check_locks = [locks.Lock() for _ in range(CHECK_LOCKS)]
         self._files, self._rings = OpenShards(), RingPool()
         self._maps = ShardMaps(len(self.shards))
 

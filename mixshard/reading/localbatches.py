@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..core import locks
 from ..core.device import host_empty, pinned
 from ..core.errors import MixshardError
 from ..core.jobs import Job, check_process, own, this_process
@@ -119,7 +120,7 @@ class BatchReader:
             self._read = self.pack.read_images
             if epochs.kind != "block":
                 self._global_jobs(nb)
-            self._jobs_lock = threading.Lock()
+            self._jobs_lock = locks.Lock()
             # a fresh 5 MB buffer per batch costs ~1,300 page faults: use dropped ones again
             m = self.pack.manifest
             self._recycler = Recycler(batches_of.batch_size, m.image_bytes, keep=RECYCLED)

@@ -31,13 +31,13 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
-import threading
 from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Optional
 
 import numpy as np
 
+from ..core import locks
 from ..core.env import available_memory
 from ..core.jobs import this_process
 from .warming import cache_misses, cache_samples
@@ -102,16 +102,16 @@ class ShardMaps:
         self._mapped = np.zeros(shards, bool)
         self._count = 0
         self._users = 0  # copies holding the mappings
-        self._cond = threading.Condition()
+        self._cond = locks.Condition()
         self._pid = this_process()
 
     def __len__(self) -> int:
         return self._count
 
     def _here(self) -> None:
-        """In a forked child: a fresh lock and no users (those were the parent's threads)."""
+        """In a forked child: no users (those were the parent's threads)."""
         if self._pid != this_process():
-            self._cond, self._users, self._pid = threading.Condition(), 0, this_process()
+            self._users, self._pid = 0, this_process()  # (the lock is renewed by core.locks)
 
     def add(self, slot: int, fd: int, length: int) -> bool:
         """Map the first `length` bytes of `fd` as shard `slot`; False when it cannot be

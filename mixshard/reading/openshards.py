@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 
+from ..core import locks
 from . import shardfiles
 
 
@@ -19,7 +19,7 @@ class OpenShards:
 
     def __init__(self) -> None:
         self._fds: OrderedDict[int, list[int]] = OrderedDict()  # slot -> [fd, users]
-        self._lock = threading.Lock()
+        self._lock = locks.Lock()
 
     def __len__(self) -> int:
         return len(self._fds)

@@ -19,9 +19,9 @@ makes resumption exact.
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
+
+from ..core import locks
 
 ORDERS = ("global", "block")
 
@@ -163,7 +163,7 @@ class EpochOrder:
         self.seed, self.window, self.shuffle, self.run = seed, window, shuffle, run
         self.count = int(self.block_counts.sum())
         self._kept: dict[int, list] = {}  # epoch -> [sequence, its inverse or None]
-        self._lock = threading.Lock()
+        self._lock = locks.Lock()
 
     def _make(self, epoch: int) -> np.ndarray:
         if self.kind == "block":
@@ -196,4 +196,4 @@ class EpochOrder:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self._lock = threading.Lock()
+        self._lock = locks.Lock()

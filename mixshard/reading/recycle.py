@@ -10,10 +10,11 @@ back to the recycler's own, no tensor or view can see it any more and it is fill
 from __future__ import annotations
 
 import sys
-import threading
 from collections import deque
 
 import numpy as np
+
+from ..core import locks
 
 
 class Recycler:
@@ -30,7 +31,7 @@ class Recycler:
         self._shape = (rows, row_bytes)
         self._lent: deque[np.ndarray] = deque()
         self._keep = keep
-        self._lock = threading.Lock()
+        self._lock = locks.Lock()
         self.made = 0  # buffers made (the others were used again)
 
     def get(self) -> np.ndarray:

@@ -19,11 +19,11 @@ import ctypes
 import errno
 import os
 import platform
-import threading
 from typing import Any
 
 import numpy as np
 
+from ..core import locks
 from ..core.jobs import this_process
 from ..core.libc import function
 
@@ -205,7 +205,7 @@ class RingPool:
     `MIXSHARD_IO_URING=0`."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = locks.Lock()
         self._idle: list[Ring] = []
         self._pid = this_process()
         self.available = _SYSCALL is not None and os.environ.get("MIXSHARD_IO_URING") != "0"

@@ -1,0 +1,86 @@
+"""Locks that a forked child gets afresh.
+
+`os.fork` copies every lock in the state it is in at that moment. A lock that one of the
+parent's reader threads held then stays held in the child forever (that thread is not there to
+release it), and the child's first use of the object waits without end: a loader used before a
+fork hung in the child about one time in fifteen. Every lock and condition of an object a child
+may go on using is made with `Lock()` or `Condition()` here; an at-fork hook replaces each one's
+inner lock with a new, released one in the child (the child has only the forking thread, so no
+one there holds it or waits on it).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from typing import Any
+
+_LIVE: weakref.WeakSet[Lock | Condition] = weakref.WeakSet()
+
+
+class Lock:
+    """A `threading.Lock` made anew in a forked child."""
+
+    __slots__ = ("_lock", "__weakref__")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        _LIVE.add(self)
+
+    def _renew(self) -> None:
+        self._lock = threading.Lock()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        return self._lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def locked(self) -> bool:
+        return self._lock.locked()
+
+    def __enter__(self) -> bool:
+        return self._lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+class Condition:
+    """A `threading.Condition` (on its own lock) made anew in a forked child."""
+
+    __slots__ = ("_cond", "__weakref__")
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        _LIVE.add(self)
+
+    def _renew(self) -> None:
+        self._cond = threading.Condition()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._cond.wait(timeout)
+
+    def wait_for(self, predicate: Any, timeout: float | None = None) -> Any:
+        return self._cond.wait_for(predicate, timeout)
+
+    def notify(self, n: int = 1) -> None:
+        self._cond.notify(n)
+
+    def notify_all(self) -> None:
+        self._cond.notify_all()
+
+    def __enter__(self) -> bool:
+        return self._cond.__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        self._cond.__exit__(*exc)
+
+
+def _renew_all() -> None:
+    for lock in list(_LIVE):
+        lock._renew()
+
+
+os.register_at_fork(after_in_child=_renew_all)
