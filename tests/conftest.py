@@ -3,14 +3,62 @@ the packing tests run without it."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # the helpers module
 
-from helpers import make_tree, small_pack  # noqa: E402
+from helpers import alarm, make_tree, small_pack  # noqa: E402
+
+RAY_START_BOUND = 120  # seconds a local Ray instance may take to start (a loaded CI machine)
+
+
+@pytest.fixture(scope="session")
+def _ray_temp():
+    """A folder of its own for the session's Ray instances (short: Ray puts sockets in it),
+    removed with what Ray wrote there once the suite ends."""
+    temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    # every file Ray writes goes there (not /tmp/ray); no token in ~/.ray for a local test
+    # cluster on this machine; no usage-stats files
+    env = {"RAY_TMPDIR": temp, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    yield temp
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        with alarm(RAY_START_BOUND, "ray.shutdown"):
+            ray.shutdown()
+    shutil.rmtree(temp, ignore_errors=True)
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+@pytest.fixture
+def local_ray(_ray_temp):
+    """One local Ray instance for the whole session (started on first use; again only if a
+    test shut it down), in the session's own temp folder. Ray must start in the main thread
+    (a driver started on another thread ended the process when a task ran), so the wait is
+    bounded by an alarm here, and every test using this fixture runs under pytest-timeout's
+    thread method (`pytest_collection_modifyitems`): a start stuck where no signal reaches
+    still ends, with the stacks."""
+    ray = pytest.importorskip("ray")
+    if not ray.is_initialized():
+        with alarm(RAY_START_BOUND, "starting a local Ray instance (ray.init)"):
+            ray.init(
+                num_cpus=2,
+                include_dashboard=False,
+                log_to_driver=False,
+                logging_level="ERROR",
+            )
+    return ray
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +83,9 @@ def tree(tmp_path: Path) -> Path:
 
 
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if {"local_ray", "_ray_temp"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.timeout(2 * RAY_START_BOUND + 60, method="thread"))
     marked = [item for item in items if "cuda" in item.keywords]
     if not marked:
         return

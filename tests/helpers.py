@@ -28,6 +28,27 @@ from mixshard.cli import cli
 from mixshard.core.manifest import Manifest
 
 
+@contextlib.contextmanager
+def alarm(seconds: float, what: str) -> Iterator[None]:
+    """Fail the test naming `what` when the block (in the main thread) runs past `seconds`:
+    SIGALRM interrupts any wait that returns to Python; the previous handler and timer are
+    restored after."""
+    import signal
+
+    import pytest
+
+    def expired(signum, frame):
+        pytest.fail(f"{what} did not finish within {seconds:.0f} s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    left, _ = signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, left)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def solid(path: Path, color, size=(40, 30), mode="RGB", **save) -> Path:
     """Write one image filled with `color` (any PIL mode), creating parent folders."""
     path.parent.mkdir(parents=True, exist_ok=True)

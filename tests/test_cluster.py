@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import files, make_tree, noise, run
+from helpers import alarm, files, make_tree, noise, run
 
 import mixshard
 from mixshard import Manifest, MixshardError
@@ -42,15 +42,9 @@ def reference(source, tmp_path_factory) -> Path:
     return out
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-    yield
-    ray.shutdown()
-
-
 def test_an_unreachable_cluster_is_one_line_and_writes_nothing(source, tmp_path):
-    assert not ray.is_initialized()  # runs first: the session fixture starts later
+    if ray.is_initialized():  # another module's tests started the session's instance
+        ray.shutdown()
     out = tmp_path / "pack"
     res = run("pack", source, out, *ARGS, "--ray", "127.0.0.1:1")
     assert res.exit_code == 1
@@ -221,14 +215,17 @@ def test_a_killed_worker_is_retried_and_the_bytes_do_not_change(source, local_ra
     assert not list(out.glob("*.partial"))
 
 
-def test_a_two_node_cluster_gives_the_same_bytes(source, reference, tmp_path):
+def test_a_two_node_cluster_gives_the_same_bytes(source, reference, tmp_path, _ray_temp):
     from ray.cluster_utils import Cluster
 
     if ray.is_initialized():
         ray.shutdown()
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
-    cluster.add_node(num_cpus=1)
+    head = {"num_cpus": 1}
+    with alarm(120, "starting a Ray cluster's head"):  # Ray starts in the main thread only
+        cluster = Cluster(initialize_head=True, head_node_args=head)
     try:
+        with alarm(120, "adding a Ray node"):
+            cluster.add_node(num_cpus=1)
         out = tmp_path / "pack"
         res = run("pack", source, out, *ARGS, "--ray", cluster.address)
         assert res.exit_code == 0, res.output
@@ -236,7 +233,8 @@ def test_a_two_node_cluster_gives_the_same_bytes(source, reference, tmp_path):
         assert files(out) == files(reference)
     finally:
         ray.shutdown()
-        cluster.shutdown()
+        with alarm(120, "stopping a Ray cluster"):
+            cluster.shutdown()
 
 
 def test_noise_helper_is_deterministic(tmp_path):

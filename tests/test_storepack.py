@@ -280,14 +280,9 @@ def test_a_missing_extra_names_what_to_install(tree, monkeypatch):
     )
 
 
-def test_ray_tasks_upload_their_own_shards(tree, reference, s3_bucket, staging):
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-    try:
-        url = s3_bucket + "/ray"
-        result = pack(tree, url, **ARGS, ray="local")
-    finally:
-        ray.shutdown()
+def test_ray_tasks_upload_their_own_shards(tree, reference, s3_bucket, staging, local_ray):
+    url = s3_bucket + "/ray"
+    result = pack(tree, url, **ARGS, ray="local")
     assert result.written_shards == 4
     assert objects(url) == files(reference)
 
