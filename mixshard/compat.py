@@ -28,6 +28,7 @@ from .augment.overlay import Overlay
 from .core.constants import DEFAULT_SIZE, MANIFEST_NAME
 from .core.env import data_is_a_pack, find_pack, sized_pack_name
 from .core.errors import MixshardError
+from .core.packpath import packs_in
 
 ENV = "MIXSHARD_DATA"
 METHODS = ("default", "splice")
@@ -92,9 +93,20 @@ def _missing(roots: list[Path], dataset: str, size: tuple[int, int], from_env: b
         )
     if not from_env:
         where = f"{ENV} is unset and, of places_dirs {[str(r) for r in roots]}, {where}"
+    elif not root.is_absolute():  # relative to wherever the training code runs
+        where = f"{where} ({ENV}={root} is relative: here that is {root.resolve()})"
+    packs = packs_in(root) if root.is_dir() else []
+    there = (
+        f"the packs in {root.resolve()}: {', '.join(packs[:10])}"
+        if packs
+        else f"{root.resolve()} holds no pack"
+        if root.is_dir()
+        else f"{root.resolve()} does not exist"
+    )
     return (
-        f"no packed dataset {dataset!r}: {where}. Make it with "
-        f"`{_make_hint(dataset, str(root), size)}`"
+        f"no packed dataset {dataset!r}: {where}; {there}. Make it from the mixshard checkout "
+        f"with `{_make_hint(dataset, str(root.resolve()), size)}`, and set {ENV} to an absolute "
+        "path"
     )
 
 

@@ -207,8 +207,9 @@ def test_places_dirs_are_used_when_mixshard_data_is_unset(data, tmp_path, monkey
         RandomOverlay()(obs(n=2, size=84))
     assert str(err.value) == (
         f"no packed dataset 'places365_standard': MIXSHARD_DATA is unset and, of places_dirs "
-        f"['{tmp_path}'], {tmp_path}/places365_standard/index.json does not exist. Make it "
-        f"with `make places365 SRC=<...>/places365_standard DATA={tmp_path}`"
+        f"['{tmp_path}'], {tmp_path}/places365_standard/index.json does not exist; {tmp_path} "
+        "holds no pack. Make it from the mixshard checkout with `make places365 "
+        f"SRC=<...>/places365_standard DATA={tmp_path}`, and set MIXSHARD_DATA to an absolute path"
     )
 
 

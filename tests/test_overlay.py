@@ -183,16 +183,19 @@ def test_compat_random_overlay(pack_dir, pack_images, monkeypatch):
         random_overlay(obs_batch(2, size=84))  # places365_standard is not packed there
     assert str(err.value) == (
         f"no packed dataset 'places365_standard': {pack_dir.parent}/places365_standard/"
-        f"index.json does not exist. Make it with `make places365 SRC=<...>/places365_standard "
-        f"DATA={pack_dir.parent}`"
+        f"index.json does not exist; the packs in {pack_dir.parent}: coco. Make it from the "
+        f"mixshard checkout with `make places365 SRC=<...>/places365_standard "
+        f"DATA={pack_dir.parent}`, and set MIXSHARD_DATA to an absolute path"
     )
     with pytest.raises(MixshardError) as err:
         random_overlay(x)  # 12 px obs: a places365_standard-12 would do too
     root = pack_dir.parent
     assert str(err.value) == (
         f"no packed dataset 'places365_standard': neither {root}/places365_standard-12/"
-        f"index.json (for 12x12 observations) nor {root}/places365_standard/index.json exists. "
-        f"Make it with `make places365 SRC=<...>/places365_standard DATA={root} SIZE=12`"
+        f"index.json (for 12x12 observations) nor {root}/places365_standard/index.json exists; "
+        f"the packs in {root}: coco. Make it from the mixshard checkout with `make places365 "
+        f"SRC=<...>/places365_standard DATA={root} SIZE=12`, and set MIXSHARD_DATA to an "
+        "absolute path"
     )
     other = pack_dir.parent / "elsewhere"
     mixshard.pack(pack_dir.parent / "src", other / "coco", size=8, workers=1)

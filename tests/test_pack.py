@@ -42,7 +42,17 @@ def test_pack_writes_the_documented_format(tree, tmp_path):
         "options",
         "skipped",
         "shards",
+        "source",
     ]
+    stats = [p.stat() for p in tree.rglob("*.png")]
+    assert doc["source"] == {
+        "path": str(tree.resolve()),
+        "plan": doc["source"]["plan"],
+        "files": 18,
+        "bytes": sum(st.st_size for st in stats),
+        "newest": max(st.st_mtime_ns for st in stats),
+    }
+    assert len(doc["source"]["plan"]) == 64
     assert doc["format"] == "mixshard" and doc["version"] == 1
     assert (doc["size"], doc["channels"], doc["dtype"], doc["layout"]) == (16, 3, "uint8", "NCHW")
     assert doc["count"] == 18 and doc["classes"] == ["cat", "dog", "eel"]

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -39,11 +41,15 @@ _FLAGS = (
 )
 
 
+_WITHIN = re.compile(r"within=(?:'((?:[^'\\]|\\.)*)'|\"((?:[^\"\\]|\\.)*)\")")
+
+
 def as_flags(message: str) -> str:
-    """A library message with argument names replaced by this command's flags."""
+    """A library message with argument names replaced by this command's flags (`within='a b'`
+    becomes `--within 'a b'`, quoted for the shell where it needs it)."""
     for argument, flag in _FLAGS:
         message = message.replace(argument, flag)
-    return message
+    return _WITHIN.sub(lambda m: "--within " + shlex.quote(m.group(1) or m.group(2) or ""), message)
 
 
 def _repack_hint(message: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -236,16 +237,21 @@ def pack(src: str, out: str, quiet: bool, **opts: Any) -> None:
       mixshard pack places365_standard/train data/places365_standard
       mixshard pack val2017 data/coco --size 84 --workers 8
       mixshard pack val2017.zip data/coco --within val2017
-      mixshard pack places365standard_easyformat.tar data/p365 \
-          --within places365_standard/train
+      mixshard pack places365.tar data/p365 --within places365_standard/train
       mixshard pack train data/p365_rrc --crop random --variants 4
       mixshard pack train data/places365_standard --resume
       mixshard pack train data/p365 --ray auto
       mixshard pack train data/p365 --part 3/16   # then: ... --finish
     """
+    from ..writing.archive import check_within
     from ..writing.packing import pack as run_pack
 
     _check_pack_flags(opts)
+    if os.path.exists(src):  # (a missing SRC is named by the pack itself)
+        try:
+            check_within(src, opts["within"])
+        except ValueError as exc:
+            raise click.UsageError(as_flags(str(exc))) from None
     shuffle = not opts.pop("no_shuffle")
     update, close = _progress_bar(quiet)
     try:
@@ -258,7 +264,10 @@ def pack(src: str, out: str, quiet: bool, **opts: Any) -> None:
                 err=True,
             )
         else:
-            click.echo(f"Interrupted. Finished shards are kept: {RESUME_HINT}.", err=True)
+            # the Makefile's targets resume by themselves: rerunning the target is the way on
+            rerun = os.environ.get("MIXSHARD_RERUN_HINT")
+            hint = f"rerun `{rerun}` to continue" if rerun else RESUME_HINT
+            click.echo(f"Interrupted. Finished shards are kept: {hint}.", err=True)
         sys.exit(130)
     finally:
         close()

@@ -59,6 +59,12 @@ class Condition:
     def _renew(self) -> None:
         self._cond = threading.Condition()
 
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        return self._cond.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self._cond.release()
+
     def wait(self, timeout: float | None = None) -> bool:
         return self._cond.wait(timeout)
 
@@ -75,7 +81,7 @@ class Condition:
         return self._cond.__enter__()
 
     def __exit__(self, *exc: object) -> None:
-        self._cond.__exit__(*exc)
+        self._cond.release()
 
 
 def _renew_all() -> None:

@@ -52,20 +52,23 @@ class LocalPack(ShardChecks):
         folder: str | os.PathLike,
         manifest: Manifest,
         on_error: str = "raise",
+        ids: dict[str, FileId | ShardError] | None = None,
     ) -> None:
         self.folder = Path(folder)
         self.manifest = manifest
         self.on_error = on_error
         self.shards: list[ShardInfo] = []
         self.ids: dict[str, FileId] = {}
+        # the shards as found when the manifest was read (`source.consistent_pack`), else now
+        found = self.stat_shards(manifest.shards) if ids is None else ids
         for shard in manifest.shards:
-            try:
-                self.ids[shard.name] = self._stat(shard)
-            except ShardError as exc:
+            fid = found[shard.name]
+            if isinstance(fid, ShardError):
                 if on_error != "skip":
-                    raise
-                warn_bad("shard", str(exc))
+                    raise fid
+                warn_bad("shard", str(fid))
                 continue
+            self.ids[shard.name] = fid
             self.shards.append(shard)
         if not self.shards:
             raise MixshardError(

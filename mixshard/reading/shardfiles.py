@@ -58,6 +58,14 @@ class FileId:
         )
 
 
+def file_id(path: str | os.PathLike) -> FileId | None:
+    """The `FileId` of `path` (None when it cannot be stat'ed)."""
+    try:
+        return FileId.of(os.stat(path))
+    except OSError:
+        return None
+
+
 def shard_path(folder: Path, name: str) -> Path:
     """`folder/name` for a plain shard file name; anything else (a path, `..`) is refused."""
     if not SHARD_NAME.fullmatch(name):
@@ -75,6 +83,16 @@ class ShardChecks:
 
     def _fix(self) -> str:
         return f"run `mixshard verify {self.folder}`, then repack or restore the file"
+
+    def stat_shards(self, shards: tuple[ShardInfo, ...]) -> dict[str, FileId | ShardError]:
+        """Each shard's `FileId`, or the `ShardError` that names what is wrong with it."""
+        found: dict[str, FileId | ShardError] = {}
+        for shard in shards:
+            try:
+                found[shard.name] = self._stat(shard)
+            except ShardError as exc:
+                found[shard.name] = exc
+        return found
 
     def _stat(self, shard: ShardInfo) -> FileId:
         path = shard_path(self.folder, shard.name)

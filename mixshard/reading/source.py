@@ -9,16 +9,22 @@ served over HTTP has its `index.json` fetched once, and every reader agrees on w
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Union
 
 from ..core.checks import check_optional_int
 from ..core.constants import MANIFEST_NAME
+from ..core.errors import ManifestError, ShardError
 from ..core.manifest import Manifest, ShardInfo
 from ..core.packpath import pack_dir
 from ..core.stores import Store, check_location, is_store_url, load_manifest
 from .local import LocalPack
 from .remote import is_folder, resolve_urls
+from .shardfiles import FileId, ShardChecks, file_id
+
+SWAP_TRIES = 5  # reads of a pack folder whose index.json changed while it was read
 
 UserSource = Union[str, "os.PathLike[str]", list]
 
@@ -35,6 +41,7 @@ class Source:
         store: the pack's store URL (`s3://...`), read through a block cache; else None.
         cache_dir, cache_limit: a store's cache folder and byte limit (None: the defaults,
             `storepack.default_cache_dir` and `storepack.default_limit`).
+        ids: a folder's shards as found when its manifest was read (`consistent_pack`).
     """
 
     folder: str | None
@@ -44,6 +51,7 @@ class Source:
     store: str | None = None
     cache_dir: str | None = None
     cache_limit: int | None = None
+    ids: dict[str, FileId | ShardError] | None = field(default=None, compare=False, repr=False)
 
     @property
     def is_folder(self) -> bool:
@@ -67,7 +75,7 @@ class Source:
             return StorePack(self.store, self.manifest, self.cache_dir, self.cache_limit, on_error)
         if self.folder is None:
             raise TypeError("shard URLs are streamed, not opened by byte offset")
-        return LocalPack(self.folder, self.manifest, on_error)
+        return LocalPack(self.folder, self.manifest, on_error, self.ids)
 
     @property
     def count(self) -> int:
@@ -121,8 +129,37 @@ def resolve_source(
         return Source(None, None, found, source, url, where, cache_limit)
     if not isinstance(source, list) and is_folder(source):
         folder = os.fspath(pack_dir(source))  # the folder, or its index.json
-        found = manifest if isinstance(manifest, Manifest) else Manifest.load(folder)
-        return Source(folder, None, found, folder)
+        if isinstance(manifest, Manifest):
+            return Source(folder, None, manifest, folder)
+        found, ids = consistent_pack(folder)
+        return Source(folder, None, found, folder, ids=ids)
     given = source if isinstance(source, list) else os.fspath(source)
     found, pairs = resolve_urls(given, manifest)
     return Source(None, tuple(pairs), found, given)
+
+
+def consistent_pack(folder: str | os.PathLike) -> tuple[Manifest, dict[str, FileId | ShardError]]:
+    """A pack folder's manifest and its shards' identities, taken from the same pack: a pack
+    replaced while they are read (`mixshard pack --overwrite` swaps the new one in) is read
+    again, so a reader gets the old pack or the new one, whole, never the old manifest over
+    the new shards (which read as "truncated or altered").
+
+    Raises:
+        ManifestError: as `Manifest.load`, when the folder holds no readable pack.
+    """
+    index = Path(folder) / MANIFEST_NAME
+    probe = ShardChecks()
+    probe.folder = Path(folder)
+    for attempt in range(SWAP_TRIES):
+        before = file_id(index)
+        try:
+            manifest = Manifest.load(folder)
+        except ManifestError:
+            if attempt == SWAP_TRIES - 1:
+                raise  # no pack there (not one being swapped in: that takes microseconds)
+            time.sleep(0.01 * (attempt + 1))
+            continue
+        ids = probe.stat_shards(manifest.shards)
+        if before is not None and file_id(index) == before:
+            break
+    return manifest, ids

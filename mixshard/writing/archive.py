@@ -13,13 +13,15 @@ copied, still encoded, into one temporary file in OUT (`materialize`) and read f
 from __future__ import annotations
 
 import os
+import posixpath
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import ImageDecodeError, PackInterrupted, SourceError
-from .scanning import ScanResult, classify, is_image_name
+from ..core.packpath import tilde_hint
+from .scanning import ScanResult, classify, is_image_name, split_folders
 from .tarscan import Unusual, tar_members
 from .zipmembers import member_end, zip_data, zip_kind
 
@@ -204,14 +206,26 @@ class _Listing:
             raise SourceError(f"{archive} holds {what}; its top level holds: {found}")
         images = list(self.images)
         top = min(self.tops) if len(self.tops) == 1 else ""
+
+        def where(sub: str) -> str:
+            return f"within={posixpath.join(self.within, sub)!r}"
+
         if not explicit and top and not self.loose:
+            below, splits = split_folders([p.split("/", 1)[1] for p in images if "/" in p])
+            if splits and not below:
+                pick = next((n for n in splits if n.startswith("train")), splits[0])
+                raise SourceError(
+                    f"{label} holds one folder, {top}/, of dataset splits ({', '.join(splits)}): "
+                    f"pass {where(f'{top}/{pick}')} to pack one split, as if the archive had been "
+                    "extracted and that folder given"
+                )
             raise SourceError(
-                f"{label} holds one folder, {top}/: pass within={top!r} (or a folder inside it, "
+                f"{label} holds one folder, {top}/: pass {where(top)} (or a folder inside it, "
                 "as if the archive had been extracted and that folder given), or within='.' to "
                 "pack the archive's root"
             )
         skipped = [{"path": p, "reason": r} for p, r in self.skipped.items()]
-        return classify(label, images, skipped, sorted(self.tops), labels)
+        return classify(label, images, skipped, sorted(self.tops), labels, where)
 
 
 def _tar_kind(info: tarfile.TarInfo) -> str:
@@ -297,6 +311,29 @@ def _list_zip(path: str, within: str) -> _Listing:
         raise _truncated(path, str(exc)) from None
 
 
+def check_within(src: str | os.PathLike, within: str | None) -> str:
+    """`within` as the relative folder it names inside the archive `src` ("" for its root).
+
+    Raises:
+        ValueError: `within` escapes the archive (absolute, `..`), or `src` is a folder.
+    """
+    if within is None:
+        return ""
+    if os.path.isdir(src):
+        inside = Path(src) / within
+        raise ValueError(
+            f"within={within!r} picks a folder inside an archive, but SRC {src} is a folder: "
+            f"pass the folder itself as SRC ({inside}) and no within"
+        )
+    rel = _norm(within)
+    if rel is None:
+        raise ValueError(
+            f"within={within!r} must be a folder inside the archive, as a relative path without "
+            "'..' (e.g. within='places365_standard/train'; within='.' is its root)"
+        )
+    return rel
+
+
 def open_source(
     src: str | os.PathLike, within: str | None = None, labels: str = "auto"
 ) -> tuple[Source, ScanResult]:
@@ -321,14 +358,13 @@ def open_source(
             f"source must be a folder of images, got a file: {src} (an archive of one is read "
             f"when its name ends in {', '.join(ARCHIVE_SUFFIXES)})"
         )
+    if not os.path.lexists(path):
+        what = "archive" if is_archive(path) else "folder"
+        raise SourceError(f"source {what} not found: {src}{tilde_hint(src)}")
+    rel = check_within(path, within)
     if not os.path.isfile(path):
-        if within is not None:
-            raise ValueError("within= picks a folder inside an archive; SRC is not one")
         found = scan(path, labels)
         return Source(path, MemberReader(path, "folder")), found
-    rel = _norm(within or "")
-    if rel is None:
-        raise ValueError(f"within must be a relative path inside the archive, got {within!r}")
     label = f"{path}:{rel}" if rel else path
     if path.lower().endswith(".zip"):
         listing = _list_zip(path, rel)

@@ -43,6 +43,7 @@ from .plan import PackPlan, check_modes, check_options, finished_pack, make_plan
 from .replace import replace_pack
 from .scanning import path_key
 from .shardwrite import DoneShard, plan_stamps, strict_error
+from .sourceid import check_source, source_record
 
 if TYPE_CHECKING:
     from .storeout import StoreOut
@@ -228,6 +229,7 @@ class _Job:
             # a finished pack is never rewritten by a resumed run or a resubmitted part
             finished = finished_pack(out, plan) if resume else None
             if finished is not None:
+                check_source(out, finished, plan)
                 seconds = time.perf_counter() - self.t0
                 return PackResult(finished, out, seconds, len(finished.shards), True)
             sizes = self.sink.sizes if self.sink else None  # a store: its objects, not files
@@ -360,6 +362,7 @@ def _finalize(
         options=plan.options,
         skipped=tuple(skipped),
         shards=infos,
+        source=source_record(plan, done),
     )
     try:
         manifest.save(out)
@@ -379,6 +382,7 @@ def _finish(
     try:
         finished = finished_pack(out, plan)
         if finished is not None:
+            check_source(out, finished, plan)
             return PackResult(finished, out, time.perf_counter() - t0, len(finished.shards), True)
         done = load_done(out, plan.fingerprint, sizes=sizes)
         manifest = _finalize(plan, out, done)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -53,6 +54,22 @@ def _keep_or_clear(staging: Path, fingerprint: str) -> None:
         staging.unlink()
 
 
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux `renameat2(RENAME_EXCHANGE)`); False where the system
+    or file system cannot, and the caller renames twice (`out` is missing in between)."""
+    if sys.platform != "linux":
+        return False
+    import ctypes
+
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):  # a libc before glibc 2.28
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    done = renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)
+    return done == 0
+
+
 def swap_in(staging: Path, out: Path) -> None:
     """Put the complete pack `staging` in the place of `out`, then delete the old one.
 
@@ -62,6 +79,10 @@ def swap_in(staging: Path, out: Path) -> None:
     old = _old_path(out)
     if old.exists():
         shutil.rmtree(old)
+    if _exchange(staging, out):  # one step: a reader opening `out` finds one pack or the other
+        _fsync_dir(out.parent)
+        shutil.rmtree(staging, ignore_errors=True)  # (the old pack, now)
+        return
     try:
         os.rename(out, old)
     except OSError as exc:

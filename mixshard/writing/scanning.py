@@ -15,6 +15,7 @@ import functools
 import os
 import re
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -204,10 +205,12 @@ def classify(
     skipped: list[dict[str, str]],
     classes: list[str],
     labels: str,
+    where: Callable[[str], str] | None = None,
 ) -> ScanResult:
     """What `scan` makes of a listing: the image paths found (relative, `/`-separated), the
     entries already reported, the top-level folder names (sorted) and the labels mode. Shared
-    by the folder walk and archive listings, so both give the same result for the same tree."""
+    by the folder walk and archive listings, so both give the same result for the same tree;
+    `where(sub)` says how to pass SRC's folder `sub` instead (`refuse_split_folders`)."""
     images = sorted(images, key=path_key)
     if not images:
         raise SourceError(
@@ -217,7 +220,7 @@ def classify(
     loose = [p for p in images if "/" not in p]
     with_images = sorted({p.split("/", 1)[0] for p in images if "/" in p})
     if labels != "folders":
-        refuse_split_folders(src, with_images)
+        refuse_split_folders(src, images, where)
     mode = _resolve_mode(src, labels, loose, with_images)
     if mode == "none":
         skipped.sort(key=lambda s: path_key(s["path"]))
@@ -260,20 +263,53 @@ def refuse_pack_source(root: Path) -> None:
         )
 
 
-def refuse_split_folders(src: str | os.PathLike, with_images: list[str]) -> None:
-    """A SRC one level too high holds a dataset's splits (`train/`, `val/`) where classes
-    belong: packing it would mix validation images into the pool.
+def split_folders(images: list[str]) -> tuple[str, list[str]]:
+    """Where a listing holds a dataset's splits: `("", ["train", "val"])` at its top level,
+    `("places365_standard", ["train", "val"])` one level down (SRC two levels too high: the
+    folder an archive was extracted into), or `("", [])`."""
+    tops: set[str] = set()
+    below: dict[str, set[str]] = {}
+    for p in images:
+        parts = p.split("/", 2)
+        if len(parts) > 1:
+            tops.add(parts[0])
+        if len(parts) > 2:
+            below.setdefault(parts[0], set()).add(parts[1])
+    splits = sorted(n for n in tops if _SPLIT.fullmatch(n))
+    if splits:
+        return "", splits
+    for top in sorted(below):
+        splits = sorted(n for n in below[top] if _SPLIT.fullmatch(n))
+        if splits:
+            return top, splits
+    return "", []
+
+
+def refuse_split_folders(
+    src: str | os.PathLike, images: list[str], where: Callable[[str], str] | None = None
+) -> None:
+    """A SRC one or two levels too high holds a dataset's splits (`train/`, `val/`) where
+    classes belong: packing it would mix validation images into the pool, or pack train and
+    val together as one class. `where(sub)` says how to pass the folder `sub` of SRC instead
+    (default: the path `SRC/sub`).
 
     Raises:
-        SourceError: every top-level folder with images, or two or more of them, are split
-            names; the message names the folder to pass instead.
+        SourceError: a top-level folder with images, or a folder right below one, has a split
+            name; the message names the folder to pass instead.
     """
-    splits = [name for name in with_images if _SPLIT.fullmatch(name)]
-    if not splits or (len(splits) < 2 and len(splits) < len(with_images)):
+    top, splits = split_folders(images)
+    if not splits:
         return
     pick = next((n for n in splits if n.lower().startswith("train")), splits[0])
+    where = where or (lambda sub: str(Path(src) / sub))
+    if top:
+        names = ", ".join(f"{top}/{n}" for n in splits)
+        found = f"{src} holds dataset splits one level down ({names})"
+        sub = f"{top}/{pick}"
+    else:
+        found = f"the top-level folders of {src} are dataset splits ({', '.join(splits)})"
+        sub = pick
     raise SourceError(
-        f"the top-level folders of {src} are dataset splits ({', '.join(splits)}), not "
-        f"classes; pass one split as the source instead, e.g. {Path(src) / pick} (or pass "
-        "labels='folders' if they really are classes)"
+        f"{found}, not classes; pass one split as the source instead, e.g. {where(sub)} (or "
+        "pass labels='folders' if they really are classes)"
     )
