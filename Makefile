@@ -20,9 +20,16 @@ help:
 	@echo "make coco [SRC=<folder or .zip>] DATA=<dir>         pack COCO val2017 (no SRC: download)"
 	@echo "  (PACK_ARGS='--size 64 ...': pack options; REPACK=1: replace an existing pack)"
 
-# The venv is (re)installed when pyproject.toml or a compiled module's source changes.
-$(STAMP): pyproject.toml mixshard/writing/_resize.c mixshard/reading/_mapped.c
+# The venv is (re)installed when pyproject.toml or a compiled module's source changes: the
+# runtime alone for the demo and the dataset targets, with the dev extras (pytest, Ray, moto,
+# gcsfs, ...) for the tests and lint.
+RUNTIME := $(VENV)/.runtime-stamp
+$(RUNTIME): pyproject.toml mixshard/writing/_resize.c mixshard/reading/_mapped.c
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet -e .
+	@touch $(RUNTIME)
+
+$(STAMP): $(RUNTIME)
 	$(PY) -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
@@ -46,7 +53,7 @@ format: $(STAMP)
 	$(PY) -m ruff format mixshard tests scripts
 	$(PY) -m ruff check --fix mixshard tests scripts
 
-demo: $(STAMP)
+demo: $(RUNTIME)
 	$(PY) scripts/demo.py
 
 bench: $(STAMP)
@@ -71,8 +78,10 @@ PACK_MODE = $(if $(REPACK)$(findstring --overwrite,$(PACK_ARGS)),--overwrite,--r
 SIZE ?=
 SUFFIX := $(if $(SIZE),-$(SIZE))
 SIZE_ARG := $(if $(SIZE),--size $(SIZE))
-# how an error about a pack made with other options names the fix here
-REPACK_HINT = MIXSHARD_REPACK_HINT='make $@$(if $(SRC), SRC=$(SRC)) DATA=$(DATA)$(if $(SIZE), SIZE=$(SIZE))$(if $(PACK_ARGS), PACK_ARGS="$(PACK_ARGS)") REPACK=1'
+# how an error about a pack made with other options names the fix here, and how an interrupted
+# run is continued (the target resumes by itself: rerun it)
+TARGET_ARGS = $(if $(SRC), SRC=$(SRC)) DATA=$(DATA)$(if $(SIZE), SIZE=$(SIZE))$(if $(PACK_ARGS), PACK_ARGS="$(PACK_ARGS)")
+REPACK_HINT = MIXSHARD_REPACK_HINT='make $@$(TARGET_ARGS) REPACK=1' MIXSHARD_RERUN_HINT='make $@$(TARGET_ARGS)$(if $(REPACK), REPACK=1)'
 PLACES365_URL ?= http://data.csail.mit.edu/places/places365/places365standard_easyformat.tar
 PLACES365_MD5 ?=
 PLACES365_WITHIN ?= places365_standard
@@ -86,7 +95,7 @@ is_archive = $(filter %.tar %.tar.gz %.tgz %.zip,$(1))
 pack_in = $(if $(call is_archive,$(1)),"$(1)" --within "$(3)$(if $(2),/$(2))","$(1)$(if $(2),/$(2))")
 download = $(if $(SRC),,$(PY) scripts/download.py "$(1)" "$(2)" --md5 "$(3)")
 
-places365: $(STAMP)
+places365: $(RUNTIME)
 	@$(PY) scripts/make_check.py $@ "$(SRC)" "$(DATA)" places365_standard$(SUFFIX) places365_standard_val$(SUFFIX)
 	@if [ -n "$(SRC)" ] && [ -z "$(call is_archive,$(SRC))" ] && [ ! -d "$(SRC)/train" ]; then \
 	  echo "make places365 SRC=<dir> DATA=<dir>: SRC must be the places365_standard folder,"; \
@@ -100,9 +109,9 @@ places365: $(STAMP)
 	@if [ -n "$(call is_archive,$(P365))" ] || [ -d "$(P365)/val" ]; then \
 	  $(REPACK_HINT) $(PY) -m mixshard pack $(call pack_in,$(P365),val,$(PLACES365_WITHIN)) "$(DATA)/places365_standard_val$(SUFFIX)" $(PACK_MODE) $(SIZE_ARG) $(PACK_ARGS); \
 	fi
-	@echo "Use it: export MIXSHARD_DATA=$(DATA)"
+	@echo "Use it: export MIXSHARD_DATA=$(abspath $(DATA))"
 
-coco: $(STAMP)
+coco: $(RUNTIME)
 	@$(PY) scripts/make_check.py $@ "$(SRC)" "$(DATA)" coco$(SUFFIX)
 	@if [ -n "$(SRC)" ] && [ -z "$(call is_archive,$(SRC))" ] && [ ! -d "$(SRC)" ]; then \
 	  echo "make coco SRC=<dir> DATA=<dir>: SRC must be COCO's val2017 folder of 5,000 JPEGs"; \
@@ -111,7 +120,7 @@ coco: $(STAMP)
 	  exit 1; fi
 	$(call download,$(COCO_URL),$(COCO_SRC),$(COCO_MD5))
 	$(REPACK_HINT) $(PY) -m mixshard pack $(call pack_in,$(COCO_SRC),,$(COCO_WITHIN)) "$(DATA)/coco$(SUFFIX)" --labels none $(PACK_MODE) $(SIZE_ARG) $(PACK_ARGS)
-	@echo "Use it: export MIXSHARD_DATA=$(DATA)"
+	@echo "Use it: export MIXSHARD_DATA=$(abspath $(DATA))"
 
 clean:
 	rm -rf demo bench-out .pytest_cache .ruff_cache

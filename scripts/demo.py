@@ -119,6 +119,10 @@ def main() -> None:
     blended = overlay(obs)
     path = args.out / "overlay.png"
     figure(obs.cpu(), blended.cpu(), alpha, path)
+    frame = args.out / "frame.png"  # one observation frame, for `mixshard preview --obs`
+    Image.fromarray(obs[0, :3].permute(1, 2, 0).cpu().numpy().astype(np.uint8)).save(frame)
+    run("preview", str(pack), "-o", str(args.out / "blended.png"), "--obs", str(frame),
+        "--alpha", "0.5", "--count", "8")  # fmt: skip
     batch = render_observations(64 if args.quick else 256, seed=2).to(device)
     rate = overlay_rate(overlay, batch, 5 if args.quick else 30)
     mode = overlay.modes[str(batch.device)]

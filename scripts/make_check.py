@@ -2,15 +2,31 @@
 
     python scripts/make_check.py TARGET SRC DATA PACK_NAME...
 
-Refuses (exit 1, one message) a literal `~` (make runs recipes with sh, which does not expand
-`SRC=~/...`), a DATA that is SRC or inside it (the packs would be written into the download),
-and a pack folder DATA/PACK_NAME that is SRC or holds it.
+Refuses (exit 1, one message) a literal `~` (bash expands `SRC=~/...`; sh, zsh and a quoted
+`'~'` do not), a SRC that does not exist or holds the folder the target packs one level down
+(`val2017/`, `places365_standard/`), a DATA that is SRC or inside it (the packs would be
+written into the download), and a pack folder DATA/PACK_NAME that is SRC or holds it.
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+
+_WANTED = {
+    "places365": "the places365_standard folder (train/<class>/*.jpg, val/<class>/*.jpg) or "
+    "places365standard_easyformat.tar (http://places2.csail.mit.edu/download.html)",
+    "coco": "COCO's val2017 folder or val2017.zip (http://images.cocodataset.org/zips/val2017.zip)",
+}
+# the folder each target packs, found one level down in a SRC given too high
+_INNER = {"places365": "places365_standard", "coco": "val2017"}
+
+
+def _inner(target: str, src: Path) -> Path | None:
+    name = _INNER.get(target)
+    if name is None or src.name == name or not (src / name).is_dir():
+        return None
+    return src / name
 
 
 def problem(target: str, src: str, data: str, names: list[str]) -> str | None:
@@ -19,8 +35,16 @@ def problem(target: str, src: str, data: str, names: list[str]) -> str | None:
             fixed = "$HOME" + value[1:] if value.startswith("~/") else "$HOME/..."
             return (
                 f"make {target}: {var}={value} starts with a literal ~ that was not expanded "
-                f"(a ~ after = is left as it is); write {var}={fixed} or the full path"
+                f"(bash expands it; sh, zsh and quotes leave it); write {var}={fixed} or the full "
+                "path"
             )
+    if src and not Path(src).exists():
+        return (
+            f"make {target}: SRC={src} does not exist (from {Path.cwd()}); give the path of "
+            f"{_WANTED.get(target, 'the source')}, or leave SRC unset to download it"
+        )
+    if src and Path(src).is_dir() and (inner := _inner(target, Path(src))):
+        return f"make {target}: SRC={src} holds {inner.name}/: pass that folder, SRC={inner}"
     if not src or not data:
         return None
     s, d = Path(src).resolve(), Path(data).resolve()

@@ -84,18 +84,25 @@ def test_the_archive_root_and_a_missing_folder_are_named(data, tmp_path):
     res = run("pack", tar, tmp_path / "out", *ARGS)
     assert res.exit_code == 1
     assert res.output == (
-        f"Error: {tar} holds one folder, ds/: pass within='ds' (or a folder inside it, as if the "
-        "archive had been extracted and that folder given), or within='.' to pack the "
-        "archive's root\n"
+        f"Error: {tar} holds one folder, ds/, of dataset splits (train, val): pass --within "
+        "ds/train to pack one split, as if the archive had been extracted and that folder given\n"
     )
     res = run("pack", tar, tmp_path / "out", *ARGS, "--within", "ds/test")
     assert res.exit_code == 1
     assert res.output == f"Error: {tar} holds no folder 'ds/test'; its top level holds: ds\n"
     assert not (tmp_path / "out").exists()
-    with pytest.raises(ValueError, match="within= picks a folder inside an archive"):
+    with pytest.raises(ValueError, match="within='train' picks a folder inside an archive, but"):
         mixshard.pack(root / "ds", tmp_path / "out", within="train")
-    # within='.' is the root, as given: a folder of one class
+    # within='.' is the root, as given: its one folder holds train and val, which are refused
+    # as one class unless labels='folders' says they really are
     res = run("pack", tar, tmp_path / "root", *ARGS, "--within", ".", "--labels", "none")
+    assert (res.exit_code, res.output) == (
+        1,
+        f"Error: {tar} holds dataset splits one level down (ds/train, ds/val), not classes; "
+        "pass one split as the source instead, e.g. --within ds/train (or pass --labels "
+        "folders if they really are classes)\n",
+    )
+    res = run("pack", tar, tmp_path / "root", *ARGS, "--within", ".", "--labels", "folders")
     assert res.exit_code == 0 and "Packed 45 images" in res.output
 
 

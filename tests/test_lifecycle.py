@@ -277,25 +277,42 @@ class _Frames(torch.utils.data.Dataset):
         return self.overlay.sample(1)[0]
 
 
-def test_an_overlay_made_in_worker_init_fn(pack_dir):
-    """The README's recipe: each worker makes its own Overlay, with its own seed."""
+@pytest.mark.parametrize("where", ["parent", "worker_init_fn"])
+@pytest.mark.parametrize("cache", ["device", "pool"])
+def test_dataloader_workers_draw_their_own_backgrounds_each_epoch(pack_dir, where, cache):
+    """The README's recipe: an Overlay made in the parent, or in each worker with the same
+    seed, draws its own backgrounds in each worker and each epoch (keyed by torch's seed of the
+    worker), and the same ones again under the same torch seed."""
 
     def worker_init_fn(worker_id: int) -> None:
         info = torch.utils.data.get_worker_info()
-        info.dataset.overlay = Overlay(pack_dir, cache="pool", pool=16, seed=worker_id)
+        info.dataset.overlay = Overlay(pack_dir, cache=cache, pool=16)
 
-    dl = torch.utils.data.DataLoader(
-        _Frames(),
-        batch_size=2,
-        num_workers=2,
-        worker_init_fn=worker_init_fn,
-        multiprocessing_context="fork",
-        timeout=FORK_BOUND,
-    )
-    first, second = list(dl)  # worker 0's batch, then worker 1's
-    overlays = [Overlay(pack_dir, cache="pool", pool=16, seed=s) for s in (0, 1)]
-    expected = [torch.cat([o.sample(1), o.sample(1)]) for o in overlays]
-    assert torch.equal(first, expected[0]) and torch.equal(second, expected[1])
+    def epochs(seed: int) -> list[list[torch.Tensor]]:
+        data = _Frames()
+        if where == "parent":
+            data.overlay = Overlay(pack_dir, cache=cache, pool=16)
+            data.overlay.sample(1)  # used in the parent first
+        dl = torch.utils.data.DataLoader(
+            data,
+            batch_size=2,
+            num_workers=2,
+            worker_init_fn=worker_init_fn if where == "worker_init_fn" else None,
+            multiprocessing_context="fork",
+            timeout=FORK_BOUND,
+            generator=torch.Generator().manual_seed(seed),
+        )
+        return [list(dl) for _ in range(2)]  # each: worker 0's batch, then worker 1's
+
+    (a0, a1), (b0, b1) = epochs(3)
+    batches = [a0, a1, b0, b1]
+    assert all(b.shape == (2, 3, 8, 8) for b in batches)
+    # 4 batches of 2 backgrounds, from 80 images: no two batches alike
+    assert len({tuple(b.flatten().tolist()) for b in batches}) == 4
+    (c0, c1), (d0, d1) = epochs(3)
+    assert all(torch.equal(x, y) for x, y in zip(batches, [c0, c1, d0, d1]))
+    (e0, _), _ = epochs(4)
+    assert not torch.equal(e0[0], a0[0])
 
 
 def test_a_stop_that_fails_on_the_reaper_is_reported_and_the_reaper_goes_on(monkeypatch):

@@ -49,11 +49,26 @@ def test_places365_and_coco_targets(tmp_path):
 def test_missing_source_says_where_the_data_comes_from(tmp_path):
     res = make("places365", f"SRC={tmp_path / 'nope'}", f"DATA={tmp_path}")
     assert res.returncode != 0
-    assert "places2.csail.mit.edu" in res.stdout and "train/<class>/*.jpg" in res.stdout
+    assert res.stderr.startswith(f"make places365: SRC={tmp_path / 'nope'} does not exist (from ")
+    assert "places2.csail.mit.edu" in res.stderr and "train/<class>/*.jpg" in res.stderr
     res = make("coco", f"SRC={tmp_path / 'val2017'}", f"DATA={tmp_path}")
     assert res.returncode != 0
-    assert "val2017.zip" in res.stdout and "SRC must be COCO's val2017 folder" in res.stdout
-    assert not os.listdir(tmp_path)
+    assert f"SRC={tmp_path / 'val2017'} does not exist" in res.stderr
+    assert "COCO's val2017 folder or val2017.zip" in res.stderr
+    (tmp_path / "p365").mkdir()  # a folder without train/: the target says what SRC must be
+    res = make("places365", f"SRC={tmp_path / 'p365'}", f"DATA={tmp_path / 'data'}")
+    assert res.returncode != 0
+    assert "places2.csail.mit.edu" in res.stdout and "train/<class>/*.jpg" in res.stdout
+    # SRC one level too high: the folder the target packs is named
+    make_image_folder(tmp_path / "coco" / "val2017", classes=1, per_class=2, flat=True)
+    make_image_folder(tmp_path / "coco" / "train2017", classes=1, per_class=2, flat=True)
+    res = make("coco", f"SRC={tmp_path / 'coco'}", f"DATA={tmp_path / 'data'}")
+    assert res.returncode != 0
+    assert res.stderr.startswith(
+        f"make coco: SRC={tmp_path / 'coco'} holds val2017/: pass that folder, "
+        f"SRC={tmp_path / 'coco' / 'val2017'}\n"
+    )
+    assert sorted(os.listdir(tmp_path)) == ["coco", "p365"]
 
 
 def test_size_writes_a_pack_for_that_obs_size_beside_the_default(tmp_path):

@@ -63,7 +63,7 @@ def scratch(tmp_path_factory) -> Path:
             root / "places365_standard" / split, classes=3, per_class=per_class, seed=1, max_side=96
         )
     make_flat(root / "val2017", n=260)  # enough for a batch of 256
-    noise(root / "frame.png", size=(84, 84))
+    noise(root / "demo" / "frame.png", size=(84, 84))  # as make demo writes it
     return root
 
 

@@ -61,7 +61,10 @@ class Overlay:
             `"stream"` (loader workers + prefetch) or `"auto"`: device when the pack fits in
             `cache_fraction` of the free device memory, else pool.
         num_workers: stream workers.
-        seed: seed of every random draw (images, alpha, flips, crops).
+        seed: seed of every random draw (images, alpha, flips, crops). Each DDP rank and each
+            DataLoader worker draws its own stream from it (in a worker, keyed by torch's seed
+            of that worker as well: fresh draws each epoch, reproducible under
+            `torch.manual_seed`).
         cache_fraction: share of free device memory `"auto"` and a default pool may use.
         batch_size: batch size of the stream (any number of backgrounds can be asked for).
         pool: images in the pool; default as many as fit in `cache_fraction`.
@@ -113,17 +116,35 @@ class Overlay:
         # the caches are closed by close(), when the Overlay is collected, or at exit
         self._closer = own(self, _close_caches, self._states)
 
-    def _make_source(self, mode: str, device: torch.device, gen: torch.Generator, seed: int) -> Any:
+    def _seeds(self) -> tuple[int, int]:
+        """This process's seed of the draws, and the seed of the streams it reads.
+
+        Each DDP rank draws its own backgrounds (the streams split by rank by themselves, so
+        they take the seed every rank shares). In a DataLoader worker, the draws and the
+        streams are keyed by torch's seed of that worker too (`get_worker_info().seed`: its
+        base seed, new for every epoch's workers unless they persist, plus the worker id), so
+        no two workers, and no two epochs, repeat each other's backgrounds; seeding torch in
+        the main process makes them reproducible, as torch's own worker seeds are.
+        """
+        from torch.utils.data import get_worker_info
+
+        worker = get_worker_info()
+        parts = [self.seed, rank_world()[0]] + ([worker.seed] if worker is not None else [])
+        seed = int(np.random.SeedSequence(parts).generate_state(1)[0])
+        return seed, (self.seed if worker is None else seed)
+
+    def _make_source(
+        self, mode: str, device: torch.device, gen: torch.Generator, seed: int, shared: int
+    ) -> Any:
         if mode == "device":
             return DeviceCache(self.source, device, gen)
         if mode == "pool":
             size = self.pool or pool_size(
                 self.manifest, int(self.cache_fraction * free_memory(device))
             )
-            # the refill stream takes the seed every rank shares, and splits itself by rank
-            return PoolCache(self.source, device, size, self.uses, seed, self.seed)
+            return PoolCache(self.source, device, size, self.uses, seed, shared)
         batch = max(1, min(self.batch_size, self.count // rank_world()[1]))
-        return StreamCache(self.source, device, self.num_workers, self.seed, batch)
+        return StreamCache(self.source, device, self.num_workers, shared, batch)
 
     def _state(self, device: torch.device) -> dict[str, Any]:
         device = canonical(device)
@@ -133,14 +154,13 @@ class Overlay:
             self._closer = own(self, _close_caches, self._states)
         state = self._states.get(device)
         if state is None:
-            # Each DDP rank draws its own backgrounds (the stream splits by rank by itself).
-            seed = int(np.random.SeedSequence([self.seed, rank_world()[0]]).generate_state(1)[0])
+            seed, shared = self._seeds()
             generator = torch.Generator(device=device).manual_seed(seed)
             mode = self.cache
             if mode == "auto":
                 need = self.count * self.manifest.image_bytes
                 mode = "device" if need <= self.cache_fraction * free_memory(device) else "pool"
-            source = self._make_source(mode, device, generator, seed)
+            source = self._make_source(mode, device, generator, seed, shared)
             state = {"mode": mode, "source": source, "generator": generator, "alpha": None}
             self._states[device] = state
         return state
