@@ -27,7 +27,7 @@ def listing(folder: Path) -> list[str]:
 
 def make(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        ["make", "-s", "-C", str(ROOT), *args, f"PY={sys.executable}", "STAMP="],
+        ["make", "-s", "-C", str(ROOT), *args, f"PY={sys.executable}", "STAMP=", "RUNTIME="],
         capture_output=True,
         text=True,
     )

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def make(*args: str) -> subprocess.CompletedProcess:
     # PY/STAMP point make at this interpreter instead of building .venv
     return subprocess.run(
-        ["make", "-s", "-C", str(ROOT), *args, f"PY={sys.executable}", "STAMP="],
+        ["make", "-s", "-C", str(ROOT), *args, f"PY={sys.executable}", "STAMP=", "RUNTIME="],
         capture_output=True,
         text=True,
     )
@@ -41,7 +41,7 @@ def test_places365_and_coco_targets(tmp_path):
     res = make("coco", f"SRC={tmp_path / 'val2017'}", f"DATA={data}")
     assert res.returncode == 0, res.stderr
     assert Manifest.load(data / "coco").count == 5
-    assert res.stdout.rstrip().endswith(f"Use it: export MIXSHARD_DATA={data}")
+    assert res.stdout.rstrip().endswith(f"Use it: export MIXSHARD_DATA={data.resolve()}")
     again = make("coco", f"SRC={tmp_path / 'val2017'}", f"DATA={data}")
     assert "already holds a finished pack of 5 images; nothing to do" in again.stdout
 

@@ -90,18 +90,26 @@ class MemberReader:
             raise ImageDecodeError(f"corrupt archive member: {exc}") from None
 
 
-_OPEN: dict[tuple[str, str], tuple[int, Any]] = {}  # per process: (path, kind) -> (pid, handle)
+# per process: (path, kind) -> (pid, the file's identity, handle)
+_OPEN: dict[tuple[str, str], tuple[int, tuple[int, ...], Any]] = {}
 
 
 def _handle(path: str, kind: str) -> Any:
     """This process's open descriptor (raw) or ZipFile (zip) of `path`; one per process, reopened
-    after a fork (a ZipFile shares its file position with the parent's)."""
-    pid, handle = _OPEN.get((path, kind), (None, None))
-    if pid != os.getpid():
+    after a fork (a ZipFile shares its file position with the parent's) and when another file
+    took the path (an archive downloaded again where the last one was)."""
+    st = os.stat(path)
+    ident = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    pid, known, handle = _OPEN.get((path, kind), (None, (), None))
+    if pid != os.getpid() or known != ident:
         import zipfile
 
+        if pid == os.getpid() and kind == "raw":  # its handle of the file that was there
+            os.close(handle)
+        elif pid == os.getpid():
+            handle.close()
         handle = os.open(path, os.O_RDONLY) if kind == "raw" else zipfile.ZipFile(path)
-        _OPEN[(path, kind)] = (os.getpid(), handle)
+        _OPEN[(path, kind)] = (os.getpid(), ident, handle)
     return handle
 
 

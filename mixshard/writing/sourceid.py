@@ -67,7 +67,7 @@ def check_source(out: os.PathLike | str, manifest: Manifest, plan: PackPlan) -> 
         return
     raise OutputError(
         f"{out} holds a finished pack of another source: it was packed from {_shown(old)}; "
-        f"SRC is now {_shown(new)}. Pass overwrite=True to replace it with a pack of SRC (the "
+        f"SRC is now {_shown(new)}; pass overwrite=True to replace it with a pack of SRC (the "
         "old pack is kept until the new one is complete), or write the new pack elsewhere"
     )
 
