@@ -94,6 +94,13 @@ class MemberReader:
 _OPEN: dict[tuple[str, str], tuple[int, tuple[int, ...], Any]] = {}
 
 
+def _close(handle: Any) -> None:
+    if isinstance(handle, int):
+        os.close(handle)
+    else:
+        handle.close()
+
+
 def _handle(path: str, kind: str) -> Any:
     """This process's open descriptor (raw) or ZipFile (zip) of `path`; one per process, reopened
     after a fork (a ZipFile shares its file position with the parent's) and when another file
@@ -104,10 +111,8 @@ def _handle(path: str, kind: str) -> Any:
     if pid != os.getpid() or known != ident:
         import zipfile
 
-        if pid == os.getpid() and kind == "raw":  # its handle of the file that was there
-            os.close(handle)
-        elif pid == os.getpid():
-            handle.close()
+        if pid == os.getpid():  # this process's handle of the file that was there
+            _close(handle)
         handle = os.open(path, os.O_RDONLY) if kind == "raw" else zipfile.ZipFile(path)
         _OPEN[(path, kind)] = (os.getpid(), ident, handle)
     return handle
