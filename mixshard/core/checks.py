@@ -4,6 +4,7 @@ the argument (`core/errors.py`)."""
 from __future__ import annotations
 
 import numbers
+import re
 from typing import Any
 
 
@@ -22,3 +23,17 @@ def check_optional_int(name: str, value: Any, minimum: int | None = None) -> Non
 
 def is_number(x: Any) -> bool:
     return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
+def json_int(value: Any, what: str, lo: int, hi: int = 1 << 62) -> int:
+    """A manifest's integer field: an int (not a bool, not a float) in `[lo, hi]`."""
+    if type(value) is not int or not lo <= value <= hi:
+        raise ValueError(f"{what} must be an integer in [{lo}, {hi}], got {value!r}")
+    return value
+
+
+def json_str(value: Any, what: str, pattern: re.Pattern | None = None) -> str:
+    """A manifest's text field, matching `pattern` when one is given."""
+    if not isinstance(value, str) or (pattern is not None and not pattern.fullmatch(value)):
+        raise ValueError(f"{what} is not valid: {value!r}")
+    return value

@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from . import layout
+from .checks import json_int as _int
+from .checks import json_str as _str
+from .clips import Clip, check_clips, clip_from_dict, clip_to_dict
 from .constants import (
     CHANNELS,
     CLIP_FORMAT_VERSION,
@@ -85,18 +88,6 @@ def shard_to_dict(shard: ShardInfo) -> dict[str, Any]:
         "sha256": shard.sha256,
         "blocks": [_block_to_dict(b) for b in shard.blocks],
     }
-
-
-def _int(value: Any, what: str, lo: int, hi: int = 1 << 62) -> int:
-    if type(value) is not int or not lo <= value <= hi:
-        raise ValueError(f"{what} must be an integer in [{lo}, {hi}], got {value!r}")
-    return value
-
-
-def _str(value: Any, what: str, pattern: re.Pattern | None = None) -> str:
-    if not isinstance(value, str) or (pattern is not None and not pattern.fullmatch(value)):
-        raise ValueError(f"{what} is not valid: {value!r}")
-    return value
 
 
 def _block_to_dict(b: BlockInfo) -> dict[str, Any]:
@@ -168,42 +159,6 @@ def check_shard_layout(shard: ShardInfo, size: int, block_size: int) -> None:
         floor = layout.block_end_min(b.labels_offset, b.count)
     if floor + 2 * TAR_BLOCK > shard.bytes:
         raise ValueError(f"{shard.name}: its blocks run past its {shard.bytes} bytes")
-
-
-@dataclass(frozen=True)
-class Clip:
-    """One clip of a clip pack: frames `start .. start + count - 1` (pack image numbers, in play
-    order), played at `fps` frames per second (0 when the source does not say)."""
-
-    name: str
-    start: int
-    count: int
-    fps: float
-
-
-def clip_to_dict(clip: Clip) -> dict[str, Any]:
-    """The JSON form of a clip entry."""
-    return {"name": clip.name, "start": clip.start, "count": clip.count, "fps": clip.fps}
-
-
-def clip_from_dict(data: Any) -> Clip:
-    """Parse one clip entry; types and ranges are checked, not its place in the pack.
-
-    Raises:
-        ValueError: a missing field or a bad value, named in the message.
-    """
-    if not isinstance(data, dict):
-        raise ValueError(f"a clip entry must be an object, got {data!r:.80}")
-    name = _str(data.get("name"), "clip name")
-    fps: Any = data.get("fps")
-    if type(fps) not in (int, float) or not 0 <= fps <= 1e6:
-        raise ValueError(f"clip {name!r}: fps must be a number in [0, 1e6], got {fps!r:.40}")
-    return Clip(
-        name,
-        _int(data.get("start"), f"clip {name!r}: start", 0),
-        _int(data.get("count"), f"clip {name!r}: count", 1),
-        float(fps),
-    )
 
 
 @dataclass(frozen=True)
@@ -381,19 +336,7 @@ class Manifest:
         if self.block_size * self.image_bytes > MAX_BLOCK_BYTES:
             raise ValueError(f"a block of {self.block_size} images of {self.size} px is too large")
         if self.clips is not None:
-            _check_clips(self.clips, self.count)
-
-
-def _check_clips(clips: tuple[Clip, ...], count: int) -> None:
-    if not clips:
-        raise ValueError("a clip pack lists no clips")
-    at = 0
-    for clip in clips:
-        if clip.start != at:
-            raise ValueError(f"clip {clip.name!r} starts at {clip.start}, expected {at}")
-        at += clip.count
-    if at != count:
-        raise ValueError(f"clip frame counts add up to {at}, not to count {count}")
+            check_clips(self.clips, self.count)
 
 
 def _check_format(data: Any, origin: str) -> None:

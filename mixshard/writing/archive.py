@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.errors import ImageDecodeError, PackInterrupted, SourceError
 from ..core.packpath import tilde_hint
+from .handles import handle as _handle
 from .scanning import ScanResult, classify, is_image_name, split_folders
 from .tarscan import Unusual, tar_members
 from .zipmembers import member_end, zip_data, zip_kind
@@ -88,34 +89,6 @@ class MemberReader:
                     "replaced while packing; finished shards are kept"
                 ) from None
             raise ImageDecodeError(f"corrupt archive member: {exc}") from None
-
-
-# per process: (path, kind) -> (pid, the file's identity, handle)
-_OPEN: dict[tuple[str, str], tuple[int, tuple[int, ...], Any]] = {}
-
-
-def _close(handle: Any) -> None:
-    if isinstance(handle, int):
-        os.close(handle)
-    else:
-        handle.close()
-
-
-def _handle(path: str, kind: str) -> Any:
-    """This process's open descriptor (raw) or ZipFile (zip) of `path`; one per process, reopened
-    after a fork (a ZipFile shares its file position with the parent's) and when another file
-    took the path (an archive downloaded again where the last one was)."""
-    st = os.stat(path)
-    ident = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-    pid, known, handle = _OPEN.get((path, kind), (None, (), None))
-    if pid != os.getpid() or known != ident:
-        import zipfile
-
-        if pid == os.getpid():  # this process's handle of the file that was there
-            _close(handle)
-        handle = os.open(path, os.O_RDONLY) if kind == "raw" else zipfile.ZipFile(path)
-        _OPEN[(path, kind)] = (os.getpid(), ident, handle)
-    return handle
 
 
 @dataclass(frozen=True)
