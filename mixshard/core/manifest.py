@@ -196,7 +196,7 @@ def clip_from_dict(data: Any) -> Clip:
         raise ValueError(f"a clip entry must be an object, got {data!r:.80}")
     name = _str(data.get("name"), "clip name")
     fps = data.get("fps")
-    if type(fps) not in (int, float) or not 0 <= fps <= 1e6:
+    if not isinstance(fps, (int, float)) or isinstance(fps, bool) or not 0 <= fps <= 1e6:
         raise ValueError(f"clip {name!r}: fps must be a number in [0, 1e6], got {fps!r:.40}")
     return Clip(
         name,
@@ -346,7 +346,9 @@ class Manifest:
         if source is not None and not isinstance(source, dict):
             raise ValueError("source must be an object")
         if (clips is not None) != (data["version"] == CLIP_FORMAT_VERSION):
-            raise ValueError(f"clips are listed in version {CLIP_FORMAT_VERSION} packs, and only there")
+            raise ValueError(
+                f"clips are listed in version {CLIP_FORMAT_VERSION} packs, and only there"
+            )
         if clips is not None and not isinstance(clips, list):
             raise ValueError("clips must be a list")
         return cls(
@@ -405,8 +407,8 @@ def _check_format(data: Any, origin: str) -> None:
     if version not in READ_VERSIONS or type(version) is not int:
         raise ManifestError(
             f"{origin} is shard format version {version!r:.40}; this mixshard reads versions "
-            f"{', '.join(map(str, READ_VERSIONS))}. Repack with `mixshard pack SRC OUT --overwrite` or install "
-            f"the mixshard that wrote it"
+            f"{', '.join(map(str, READ_VERSIONS))}. Repack with `mixshard pack SRC OUT "
+            "--overwrite` or install the mixshard that wrote it"
         )
 
 

@@ -13,7 +13,7 @@ copied, still encoded, into one temporary file in OUT (`materialize`) and read f
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -156,8 +156,8 @@ def _under(rel: str, within: str) -> str | None:
 class _Listing:
     """Collects members as the folder walk would see them after extraction."""
 
-    def __init__(self, within: str) -> None:
-        self.within = within
+    def __init__(self, within: str, accept: Callable[[str], bool] = is_image_name) -> None:
+        self.within, self.accept = within, accept
         self.images: dict[str, Any] = {}  # relative path -> reference (last member wins)
         self.skipped: dict[str, str] = {}
         self.tops: set[str] = set()  # top-level folders under `within`
@@ -169,7 +169,7 @@ class _Listing:
         """One member: `kind` is "file", "dir", "link" or "other"."""
         rel = _norm(name)
         if rel is None:
-            if is_image_name(name):
+            if self.accept(name):
                 self.skipped[name] = "unsafe member name (absolute or with '..'): not read"
             return
         if rel:
@@ -183,7 +183,7 @@ class _Listing:
             self.tops.add(parts[0])
         else:
             self.loose = True
-        if any(p.startswith(".") for p in parts) or kind == "dir" or not is_image_name(rel):
+        if any(p.startswith(".") for p in parts) or kind == "dir" or not self.accept(rel):
             return  # hidden entries are not read, as in a folder
         self.images.pop(rel, None)
         self.skipped.pop(rel, None)
@@ -196,13 +196,14 @@ class _Listing:
         else:
             self.images[rel] = ref
 
-    def result(self, label: str, labels: str, explicit: bool) -> ScanResult:
+    def check(self, label: str, explicit: bool) -> None:
+        """Raises `SourceError` when nothing is under `within`, or when `within` is not given
+        and the archive holds one folder (the usual layout of a dataset's archive)."""
         if not self.found:
             archive = label.rsplit(":", 1)[0] if self.within else label
             found = ", ".join(sorted(self.roots)[:10]) or "nothing"
             what = f"no folder {self.within!r}" if self.within else "no files"
             raise SourceError(f"{archive} holds {what}; its top level holds: {found}")
-        images = list(self.images)
         top = min(self.tops) if len(self.tops) == 1 else ""
         if not explicit and top and not self.loose:
             raise SourceError(
@@ -210,6 +211,10 @@ class _Listing:
                 "as if the archive had been extracted and that folder given), or within='.' to "
                 "pack the archive's root"
             )
+
+    def result(self, label: str, labels: str, explicit: bool) -> ScanResult:
+        self.check(label, explicit)
+        images = list(self.images)
         skipped = [{"path": p, "reason": r} for p, r in self.skipped.items()]
         return classify(label, images, skipped, sorted(self.tops), labels)
 
@@ -244,16 +249,18 @@ def _truncated(path: str, what: str) -> SourceError:
     )
 
 
-def _list_tar(path: str, within: str, compressed: bool) -> _Listing:
+def _list_tar(
+    path: str, within: str, compressed: bool, accept: Callable[[str], bool] = is_image_name
+) -> _Listing:
     """A tar's members under `within`: referenced by offset, or in a compressed one by name."""
     if not compressed:
         try:
-            return _fast_tar(path, within)
+            return _fast_tar(path, within, accept)
         except (Unusual, OSError):
             pass  # tarfile lists it afresh, and says what is wrong with it
     import tarfile
 
-    listing = _Listing(within)
+    listing = _Listing(within, accept)
     size = os.path.getsize(path)
 
     try:
@@ -269,8 +276,8 @@ def _list_tar(path: str, within: str, compressed: bool) -> _Listing:
         raise _truncated(path, str(exc) or type(exc).__name__) from None
 
 
-def _fast_tar(path: str, within: str) -> _Listing:
-    listing = _Listing(within)
+def _fast_tar(path: str, within: str, accept: Callable[[str], bool]) -> _Listing:
+    listing = _Listing(within, accept)
     fd = os.open(path, os.O_RDONLY)
     try:
         for name, kind, offset, n in tar_members(fd):
@@ -280,8 +287,8 @@ def _fast_tar(path: str, within: str) -> _Listing:
     return listing
 
 
-def _list_zip(path: str, within: str) -> _Listing:
-    listing = _Listing(within)
+def _list_zip(path: str, within: str, accept: Callable[[str], bool] = is_image_name) -> _Listing:
+    listing = _Listing(within, accept)
     import zipfile
 
     size = os.path.getsize(path)
@@ -340,6 +347,38 @@ def open_source(
     # absolute: a Ray task or a forked worker may run in another folder
     full = os.path.abspath(path)
     return Source(label, MemberReader(full, kind), dict(listing.images), full), found
+
+
+def list_members(
+    path: str, within: str | None, accept: Callable[[str], bool]
+) -> tuple[Source, list[str], list[dict[str, str]]]:
+    """The files of a plain .tar or a .zip under `within` whose names `accept` takes, as the
+    folder walk would find them once extracted (a clip pack's videos and frames), with the
+    source that reads them and the entries reported.
+
+    Raises:
+        ValueError: `within` is not a relative path.
+        SourceError: a compressed tar (no random access), truncated or damaged, without
+            `within`, or holding one folder while `within` is not given.
+    """
+    rel = _norm(within or "")
+    if rel is None:
+        raise ValueError(f"within must be a relative path inside the archive, got {within!r}")
+    label = f"{path}:{rel}" if rel else path
+    if path.lower().endswith(".zip"):
+        listing, kind = _list_zip(path, rel, accept), "zip"
+    elif _compressed(path):
+        raise SourceError(
+            f"{path} is compressed: videos and frames are read in place from a plain .tar or "
+            "a .zip; decompress it first (gunzip)"
+        )
+    else:
+        listing, kind = _list_tar(path, rel, False, accept), "raw"
+    listing.check(label, within is not None)
+    skipped = [{"path": p, "reason": r} for p, r in listing.skipped.items()]
+    full = os.path.abspath(path)
+    source = Source(label, MemberReader(full, kind), dict(listing.images), full)
+    return source, list(listing.images), skipped
 
 
 def materialize(source: Source, out: Path, suffix: str) -> Source:

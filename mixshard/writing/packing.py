@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..core.constants import MANIFEST_NAME
+from ..core.constants import CLIP_FORMAT_VERSION, FORMAT_VERSION, MANIFEST_NAME
 from ..core.env import usable_cpus
 from ..core.errors import OutputError, SkippedImagesError, SourceError
 from ..core.manifest import Manifest
@@ -102,8 +102,21 @@ class _Tracker:
         self.written += 1
 
 
-def _plan(src: Path, within: str | None, options: dict, labels: str) -> PackPlan:
+def _plan(
+    src: Path, within: str | None, options: dict, labels: str, clips: dict | None = None
+) -> PackPlan:
     # before touching OUT: a bad SRC must not change anything
+    if clips is not None:
+        from .clipplan import make_clip_plan
+        from .clipsource import find_clips
+
+        source, found_clips = find_clips(src, within)
+        del options["variants"], options["shuffle"]
+        folder = source.reader.kind == "folder"
+        return make_clip_plan(
+            str(src) if folder else source.label, found_clips, **options, **clips,
+            source=None if folder else source,
+        )  # fmt: skip
     source, found = open_source(src, within, labels)
     if source.reader.kind == "folder":
         return make_plan(str(src), found, **options)
@@ -131,6 +144,10 @@ def pack(
     finish: bool = False,
     ray: str | None = None,
     within: str | None = None,
+    clips: bool = False,
+    every: int = 1,
+    max_frames: int | None = None,
+    shuffle_clips: bool = False,
 ) -> PackResult:
     """Pack an ImageFolder tree or a flat folder of images into pre-resized uint8 shards.
 
@@ -162,6 +179,16 @@ def pack(
             with `"default"`, on a running cluster else a local one.
         within: the folder inside the archive `src` to pack (`"places365_standard/train"`),
             as if the archive had been extracted and that folder given; `"."`: its root.
+        clips: pack video clips (a clip pack, format version 2): `src` holds video files
+            (.mp4 .webm .mkv .avi .mov) or folders of frames (one per clip), or is a .tar or
+            .zip of either. Each clip's frames are stored in play order, clip after clip in
+            natural order of their names; `classes` are the clip names, a frame's label its
+            clip's number; `index.json` lists the clips (name, first frame, count, fps).
+            `shuffle` and `labels` do not apply; `crop` is "center" or "full".
+        every: with `clips`: keep every `every`-th frame of each clip (its fps divided).
+        max_frames: with `clips`: keep at most this many frames of each clip.
+        shuffle_clips: with `clips`: store the clips in a seeded random order (their frames
+            stay in play order).
 
     Returns:
         A `PackResult` with the manifest that was written.
@@ -178,13 +205,14 @@ def pack(
     options.update(block_size=block_size, seed=seed, shuffle=shuffle)
     check_options(size, crop, variants, shard_size, block_size, seed, labels)
     check_modes(resume, overwrite, part, finish, ray)
+    clip_options = _clip_options(clips, crop, variants, every, max_frames, shuffle_clips)
     t0 = time.perf_counter()
     check_location(out)
     sink = _store_out(out, part)
     src, out = Path(src), sink.staging if sink else Path(out)
     check_out_path(out)
     check_apart(src, out)
-    plan = _plan(src, within, options, labels)
+    plan = _plan(src, within, options, labels, clip_options)
     if finish and sink is None:
         return _finish(out, plan, t0)
     if ray is not None:
@@ -203,6 +231,20 @@ def pack(
         result = replace_pack(out, plan.fingerprint, lambda staging, fds: job.into(staging, fds))
         return dataclasses.replace(result, out=out, already_complete=False)
     return job.into(out, (), resume=resume or part is not None)
+
+
+def _clip_options(
+    clips: bool, crop: str, variants: int, every: int, max_frames: int | None, shuffle: bool
+) -> dict | None:
+    """The options of a clip pack (None: an image pack, which takes none of them)."""
+    if not clips:
+        if every != 1 or max_frames is not None or shuffle:
+            raise ValueError("every, max_frames and shuffle_clips apply to clips=True only")
+        return None
+    from .clipplan import check_clip_options
+
+    check_clip_options(crop, variants, every, max_frames)
+    return {"every": every, "max_frames": max_frames, "shuffle_clips": shuffle}
 
 
 @dataclass
@@ -339,7 +381,14 @@ def _finalize(
     missing = [i for i in range(plan.n_shards) if i not in done]
     if missing:
         raise OutputError(missing_message(plan, out, missing))
-    skipped = list(plan.scan_skipped) + [s for i in sorted(done) for s in done[i].skipped]
+    decoded = [s for i in sorted(done) for s in done[i].skipped]
+    clips = None
+    if plan.clips is not None:
+        from .clipplan import by_video, clip_table
+
+        clips = clip_table(plan, decoded)
+        decoded = by_video(plan, decoded)
+    skipped = list(plan.scan_skipped) + decoded
     skipped.sort(key=lambda s: path_key(s["path"]))
     if strict and skipped:
         raise strict_error(skipped)
@@ -360,6 +409,8 @@ def _finalize(
         options=plan.options,
         skipped=tuple(skipped),
         shards=infos,
+        version=FORMAT_VERSION if clips is None else CLIP_FORMAT_VERSION,
+        clips=clips,
     )
     try:
         manifest.save(out)
