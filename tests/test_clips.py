@@ -398,3 +398,19 @@ def test_make_video_helper_writes_what_it_says(tmp_path):
         got = [f.to_ndarray(format="rgb24")[10, 10].astype(int) for f in container.decode(video=0)]
     assert len(got) == 5
     assert np.abs(np.array(got) - [colour(1, t) for t in range(5)]).max() <= TOLERANCE
+
+
+def test_the_readme_clip_commands(videos, frames, tmp_path, monkeypatch):
+    """The README's `--clips` block, on a `video_hard/` of videos and a DAVIS-like zip."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(videos, "video_hard")
+    zip_of(frames, tmp_path / "DAVIS-2017-trainval-480p.zip", "DAVIS/JPEGImages/480p")
+    res = run("pack", "video_hard", "data/video_hard", "--clips", "--workers", 1)
+    assert res.exit_code == 0
+    assert "Packed 3 clips (video1.mp4, video2.mp4, video10.mp4)" in res.output
+    res = run("pack", "DAVIS-2017-trainval-480p.zip", "data/davis", "--clips",
+              "--within", "DAVIS/JPEGImages/480p", "--every", 2, "--workers", 1)  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert [c.count for c in Manifest.load("data/davis").clips] == [4, 3, 3]  # of 7, 6, 5
+    res = run("preview", "data/video_hard", "-o", "clips.png")
+    assert res.exit_code == 0 and Image.open("clips.png").size[0] > 0
