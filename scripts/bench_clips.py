@@ -95,28 +95,15 @@ def _quick_videos(folder: Path) -> Path:
     return folder
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--videos", type=Path, default=REAL)
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    runs = 1 if args.quick else args.runs
-    src = _quick_videos(OUT / "src" / "quick-videos") if args.quick else args.videos
-    if not src.is_dir():
-        sys.exit(f"no videos in {src}: pass --videos DIR (or --quick)")
-    work = OUT / "clips"
-    base_out, pack_out = work / "baseline", work / "pack"
-    cells: dict[str, list[tuple[float, float]]] = {"baseline": [], "pack": []}
-    commands = {
-        "baseline": [sys.executable, "-c", BASELINE, str(src), str(base_out)],
-        "pack": [sys.executable, "-m", "mixshard", "pack", str(src), str(pack_out), "--clips",
-                 "--workers", "1", "--quiet"],
-    }  # fmt: skip
-    for _ in range(runs):
-        for name, argv in commands.items():
-            shutil.rmtree(base_out if name == "baseline" else pack_out, ignore_errors=True)
-            cells[name].append(_timed(argv))
+def _report(
+    args: argparse.Namespace,
+    src: Path,
+    runs: int,
+    cells: dict[str, list[tuple[float, float]]],
+    base_out: Path,
+    pack_out: Path,
+) -> None:
+    """Print the command, machine, the timing table and the sizes."""
     manifest = Manifest.load(pack_out)
     frames = manifest.count
     rows = []
@@ -151,6 +138,31 @@ def main() -> None:
          ["clip pack (shards + index.json)", f"{_bytes(pack_out):,}",
           f"{_bytes(pack_out) / frames:,.0f}"]],
     ))  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--videos", type=Path, default=REAL)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    runs = 1 if args.quick else args.runs
+    src = _quick_videos(OUT / "src" / "quick-videos") if args.quick else args.videos
+    if not src.is_dir():
+        sys.exit(f"no videos in {src}: pass --videos DIR (or --quick)")
+    work = OUT / "clips"
+    base_out, pack_out = work / "baseline", work / "pack"
+    cells: dict[str, list[tuple[float, float]]] = {"baseline": [], "pack": []}
+    commands = {
+        "baseline": [sys.executable, "-c", BASELINE, str(src), str(base_out)],
+        "pack": [sys.executable, "-m", "mixshard", "pack", str(src), str(pack_out), "--clips",
+                 "--workers", "1", "--quiet"],
+    }  # fmt: skip
+    for _ in range(runs):
+        for name, argv in commands.items():
+            shutil.rmtree(base_out if name == "baseline" else pack_out, ignore_errors=True)
+            cells[name].append(_timed(argv))
+    _report(args, src, runs, cells, base_out, pack_out)
 
 
 if __name__ == "__main__":

@@ -401,7 +401,7 @@ def test_make_video_helper_writes_what_it_says(tmp_path):
 
 
 def test_the_readme_clip_commands(videos, frames, tmp_path, monkeypatch):
-    """The README's `--clips` block, on a `video_hard/` of videos and a DAVIS-like zip."""
+    """The README's `--clips` example, and a DAVIS-like zip with --within and --every."""
     monkeypatch.chdir(tmp_path)
     shutil.copytree(videos, "video_hard")
     zip_of(frames, tmp_path / "DAVIS-2017-trainval-480p.zip", "DAVIS/JPEGImages/480p")

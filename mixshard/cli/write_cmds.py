@@ -266,9 +266,8 @@ def _classes(classes: tuple[str, ...]) -> str:
 @click.option(
     "--every",
     type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="With --clips: keep every K-th frame.",
+    default=None,
+    help="With --clips: keep every K-th frame [default: every frame].",
 )
 @click.option(
     "--max-frames",
@@ -308,6 +307,7 @@ def pack(src: str, out: str, quiet: bool, **opts: Any) -> None:
 
     _check_pack_flags(opts)
     shuffle = not opts.pop("no_shuffle") and not opts["clips"]
+    opts["every"] = opts["every"] or 1
     update, close = _progress_bar(quiet)
     try:
         result = run_pack(src, out, shuffle=shuffle, progress=update, **opts)

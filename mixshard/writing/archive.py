@@ -197,8 +197,7 @@ class _Listing:
             self.images[rel] = ref
 
     def check(self, label: str, explicit: bool) -> None:
-        """Raises `SourceError` when nothing is under `within`, or when `within` is not given
-        and the archive holds one folder (the usual layout of a dataset's archive)."""
+        """`SourceError` for nothing under `within`, or one folder and no `within` given."""
         if not self.found:
             archive = label.rsplit(":", 1)[0] if self.within else label
             found = ", ".join(sorted(self.roots)[:10]) or "nothing"
@@ -352,15 +351,9 @@ def open_source(
 def list_members(
     path: str, within: str | None, accept: Callable[[str], bool]
 ) -> tuple[Source, list[str], list[dict[str, str]]]:
-    """The files of a plain .tar or a .zip under `within` whose names `accept` takes, as the
-    folder walk would find them once extracted (a clip pack's videos and frames), with the
-    source that reads them and the entries reported.
-
-    Raises:
-        ValueError: `within` is not a relative path.
-        SourceError: a compressed tar (no random access), truncated or damaged, without
-            `within`, or holding one folder while `within` is not given.
-    """
+    """A plain tar's or a zip's files under `within` that `accept` takes (a clip pack's
+    videos and frames), the source that reads them and the entries reported; `SourceError`
+    as `open_source`, and for a compressed tar (no random access)."""
     rel = _norm(within or "")
     if rel is None:
         raise ValueError(f"within must be a relative path inside the archive, got {within!r}")

@@ -16,19 +16,31 @@ class folder's does, so that every frame's label is still its clip's place in `c
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from ..core.constants import RESAMPLE
 from ..core.manifest import Clip, dump_json
 from .archive import Source
-from .clipsource import ClipScan
+from .clipsource import ClipScan, find_clips
 from .plan import PackPlan, PlannedClip
 from .scanning import path_key
 
 
-def check_clip_options(crop: str, variants: int, every: int, max_frames: int | None) -> None:
-    """Raise `ValueError` for clip options no clip pack can be made with."""
+def check_clips(
+    clips: bool, crop: str, variants: int, every: int, max_frames: int | None, shuffle: bool
+) -> dict[str, Any] | None:
+    """The options of a clip pack (None: an image pack, which takes none of them).
+
+    Raises:
+        ValueError: clip options with an image pack, or options no clip pack takes.
+    """
+    if not clips:
+        if every != 1 or max_frames is not None or shuffle:
+            raise ValueError("every, max_frames and shuffle_clips apply to clips=True only")
+        return None
     if crop == "random" or variants != 1:
         raise ValueError(
             "clips take crop='center' or crop='full' and one variant: a clip's frames share "
@@ -36,6 +48,17 @@ def check_clip_options(crop: str, variants: int, every: int, max_frames: int | N
         )
     if every < 1 or (max_frames is not None and max_frames < 1):
         raise ValueError(f"every and max_frames must be >= 1, got {every} and {max_frames}")
+    return {"every": every, "max_frames": max_frames, "shuffle_clips": shuffle}
+
+
+def plan_clips(src: Path, within: str | None, options: dict, clips: dict) -> PackPlan:
+    """Find the clips of `src` (`find_clips`) and plan them with the pack's `options` (those
+    of an image pack, less variants and shuffle) and the `clips` options (`check_clips`)."""
+    source, found = find_clips(src, within)
+    kept = {k: v for k, v in options.items() if k not in ("variants", "shuffle")}
+    folder = source.reader.kind == "folder"
+    label = str(src) if folder else source.label
+    return make_clip_plan(label, found, **kept, **clips, source=None if folder else source)
 
 
 def make_clip_plan(
@@ -95,6 +118,16 @@ def make_clip_plan(
         source=source,
         clips=tuple(planned),
     )
+
+
+def finish_clips(
+    plan: PackPlan, skipped: list[dict[str, str]]
+) -> tuple[tuple[Clip, ...] | None, list[dict[str, str]]]:
+    """A finished clip pack's clip table (None for an image pack) and the decoders' skip
+    entries as `index.json` lists them (`by_video`)."""
+    if plan.clips is None:
+        return None, skipped
+    return clip_table(plan, skipped), by_video(plan, skipped)
 
 
 def clip_table(plan: PackPlan, skipped: list[dict[str, str]]) -> tuple[Clip, ...]:

@@ -23,6 +23,7 @@ from ..core.errors import OutputError, SkippedImagesError, SourceError
 from ..core.manifest import Manifest
 from ..core.stores import check_location, is_store_url
 from .archive import MEMBERS_FILE, materialize, open_source
+from .clipplan import check_clips, finish_clips, plan_clips
 from .outdir import (
     Journal,
     OutLock,
@@ -102,21 +103,10 @@ class _Tracker:
         self.written += 1
 
 
-def _plan(
-    src: Path, within: str | None, options: dict, labels: str, clips: dict | None = None
-) -> PackPlan:
+def _plan(src: Path, within: str | None, options: dict, labels: str) -> PackPlan:
     # before touching OUT: a bad SRC must not change anything
-    if clips is not None:
-        from .clipplan import make_clip_plan
-        from .clipsource import find_clips
-
-        source, found_clips = find_clips(src, within)
-        del options["variants"], options["shuffle"]
-        folder = source.reader.kind == "folder"
-        return make_clip_plan(
-            str(src) if folder else source.label, found_clips, **options, **clips,
-            source=None if folder else source,
-        )  # fmt: skip
+    if (clips := options.pop("clips")) is not None:
+        return plan_clips(src, within, options, clips)
     source, found = open_source(src, within, labels)
     if source.reader.kind == "folder":
         return make_plan(str(src), found, **options)
@@ -179,16 +169,8 @@ def pack(
             with `"default"`, on a running cluster else a local one.
         within: the folder inside the archive `src` to pack (`"places365_standard/train"`),
             as if the archive had been extracted and that folder given; `"."`: its root.
-        clips: pack video clips (a clip pack, format version 2): `src` holds video files
-            (.mp4 .webm .mkv .avi .mov) or folders of frames (one per clip), or is a .tar or
-            .zip of either. Each clip's frames are stored in play order, clip after clip in
-            natural order of their names; `classes` are the clip names, a frame's label its
-            clip's number; `index.json` lists the clips (name, first frame, count, fps).
-            `shuffle` and `labels` do not apply; `crop` is "center" or "full".
-        every: with `clips`: keep every `every`-th frame of each clip (its fps divided).
-        max_frames: with `clips`: keep at most this many frames of each clip.
-        shuffle_clips: with `clips`: store the clips in a seeded random order (their frames
-            stay in play order).
+        clips: a clip pack (`writing/clipplan.py`): `src` holds videos or frame folders;
+            with it `every` (k-th frames), `max_frames` (a clip), `shuffle_clips` (seeded).
 
     Returns:
         A `PackResult` with the manifest that was written.
@@ -205,14 +187,14 @@ def pack(
     options.update(block_size=block_size, seed=seed, shuffle=shuffle)
     check_options(size, crop, variants, shard_size, block_size, seed, labels)
     check_modes(resume, overwrite, part, finish, ray)
-    clip_options = _clip_options(clips, crop, variants, every, max_frames, shuffle_clips)
+    options["clips"] = check_clips(clips, crop, variants, every, max_frames, shuffle_clips)
     t0 = time.perf_counter()
     check_location(out)
     sink = _store_out(out, part)
     src, out = Path(src), sink.staging if sink else Path(out)
     check_out_path(out)
     check_apart(src, out)
-    plan = _plan(src, within, options, labels, clip_options)
+    plan = _plan(src, within, options, labels)
     if finish and sink is None:
         return _finish(out, plan, t0)
     if ray is not None:
@@ -231,20 +213,6 @@ def pack(
         result = replace_pack(out, plan.fingerprint, lambda staging, fds: job.into(staging, fds))
         return dataclasses.replace(result, out=out, already_complete=False)
     return job.into(out, (), resume=resume or part is not None)
-
-
-def _clip_options(
-    clips: bool, crop: str, variants: int, every: int, max_frames: int | None, shuffle: bool
-) -> dict | None:
-    """The options of a clip pack (None: an image pack, which takes none of them)."""
-    if not clips:
-        if every != 1 or max_frames is not None or shuffle:
-            raise ValueError("every, max_frames and shuffle_clips apply to clips=True only")
-        return None
-    from .clipplan import check_clip_options
-
-    check_clip_options(crop, variants, every, max_frames)
-    return {"every": every, "max_frames": max_frames, "shuffle_clips": shuffle}
 
 
 @dataclass
@@ -381,13 +349,7 @@ def _finalize(
     missing = [i for i in range(plan.n_shards) if i not in done]
     if missing:
         raise OutputError(missing_message(plan, out, missing))
-    decoded = [s for i in sorted(done) for s in done[i].skipped]
-    clips = None
-    if plan.clips is not None:
-        from .clipplan import by_video, clip_table
-
-        clips = clip_table(plan, decoded)
-        decoded = by_video(plan, decoded)
+    clips, decoded = finish_clips(plan, [s for i in sorted(done) for s in done[i].skipped])
     skipped = list(plan.scan_skipped) + decoded
     skipped.sort(key=lambda s: path_key(s["path"]))
     if strict and skipped:
