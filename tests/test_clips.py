@@ -190,6 +190,9 @@ def test_every_and_max_frames_pick_frames_and_divide_the_rate(videos, tmp_path):
     red = images[m.clips[1].start : m.clips[1].start + 4, 0, 8, 8].astype(int)
     assert np.abs(red - [colour(1, t)[0] for t in (0, 3, 6, 9)]).max() <= TOLERANCE
     assert m.options["every"] == 3 and m.options["max_frames"] == 5
+    from mixshard.writing import video
+
+    assert getattr(video._local, "open", None) is None  # each video closed after its last frame
 
 
 def test_shuffled_clips_keep_their_frames_in_order(videos, tmp_path):
@@ -414,3 +417,50 @@ def test_the_readme_clip_commands(videos, frames, tmp_path, monkeypatch):
     assert [c.count for c in Manifest.load("data/davis").clips] == [4, 3, 3]  # of 7, 6, 5
     res = run("preview", "data/video_hard", "-o", "clips.png")
     assert res.exit_code == 0 and Image.open("clips.png").size[0] > 0
+
+
+def test_a_source_one_level_above_its_frame_folders_names_the_folder_to_pack(frames, tmp_path):
+    """DAVIS's JPEGImages given instead of JPEGImages/480p; and a clip with a subfolder."""
+    res = run("pack", frames.parent, tmp_path / "out", "--clips")
+    assert res.exit_code == 1
+    assert "but folders of frames one level down (480p/bear/, ...): pack its folder 480p/" in (
+        res.output
+    )
+    src = shutil.copytree(frames, tmp_path / "src")
+    shutil.copytree(frames / "car2", src / "bear" / "extra")
+    pack(src, tmp_path / "out", **ARGS)
+    m = Manifest.load(tmp_path / "out")
+    assert [(c.name, c.count) for c in m.clips] == [("bear", 7), ("car2", 6), ("car10", 5)]
+    assert len(m.skipped) == 6 and m.skipped[0]["path"] == "bear/extra/00000.png"
+    assert m.skipped[0]["reason"].endswith("lie directly in it (bear/extra/)")
+
+
+def test_job_array_parts_then_finish_give_the_same_clip_pack(videos, video_pack, tmp_path):
+    out = tmp_path / "out"
+    for k in (1, 0):
+        pack(videos, out, **ARGS, part=(k, 2))
+    assert not (out / "index.json").exists()
+    pack(videos, out, **ARGS, finish=True)
+    assert files(out) == files(video_pack)
+
+
+def test_a_resumed_clip_pack_stamps_each_video_once_and_redoes_a_changed_one(
+    videos, video_pack, tmp_path
+):
+    from mixshard.writing.clipplan import plan_clips
+    from mixshard.writing.shardwrite import plan_stamps
+
+    options = dict(size=SIZE, crop="center", variants=1, shard_size=10, block_size=4, seed=0,
+                   shuffle=False)  # fmt: skip
+    plan = plan_clips(videos, None, options, {"every": 1, "max_frames": None,
+                                               "shuffle_clips": False})  # fmt: skip
+    # shard 1: frames 10-19 = video1 #10-14, video2 #0-4
+    assert plan.source_files(1) == (("video1.mp4", 0), ("video2.mp4", 1))
+    sizes = [s[0] for s in plan_stamps(plan, 1)]
+    assert sizes == [(videos / n).stat().st_size for n in ("video1.mp4", "video2.mp4")]
+    src, out = shutil.copytree(videos, tmp_path / "src"), tmp_path / "out"
+    pack(src, out, **ARGS, part=(0, 2))  # shards 0, 2, 4 written
+    os.utime(src / "video1.mp4", ns=(1, 1))  # video1 (shards 0 and 1) changed since
+    result = pack(src, out, **ARGS, resume=True)
+    assert (result.reused_shards, result.written_shards, result.rewritten_shards) == (2, 3, 1)
+    assert files(out) == files(video_pack)

@@ -71,25 +71,43 @@ def _no_clips(label: str) -> SourceError:
 
 
 def _group(files: list[str]) -> tuple[list[str], dict[str, list[str]], list[dict[str, str]]]:
-    """Videos directly in SRC, frame folders (name -> images in it), and the files that are
-    neither (reported)."""
+    """Videos directly in SRC, frame folders (name -> the images directly in it), and the
+    files that are neither (reported)."""
     videos: list[str] = []
     folders: dict[str, list[str]] = {}
     skipped: list[dict[str, str]] = []
     for rel in files:
-        top, sep, _ = rel.partition("/")
-        if is_video_name(rel):
-            if sep:
-                skipped.append({"path": rel, "reason": "a video inside a folder: only the video "
-                                "files directly in SRC are clips"})  # fmt: skip
-            else:
-                videos.append(rel)
-        elif sep:
-            folders.setdefault(top, []).append(rel)
+        parts = rel.split("/")
+        if is_video_name(rel) and len(parts) == 1:
+            videos.append(rel)
+        elif is_video_name(rel):
+            skipped.append({"path": rel, "reason": _NESTED_VIDEO})
+        elif len(parts) == 2:
+            folders.setdefault(parts[0], []).append(rel)
+        elif len(parts) == 1:
+            skipped.append({"path": rel, "reason": _LOOSE})
         else:
-            skipped.append({"path": rel, "reason": "an image directly in SRC: a clip's frames "
-                            "go in a folder of their own"})  # fmt: skip
+            skipped.append({"path": rel, "reason": f"{_NESTED} ({parts[0]}/{parts[1]}/)"})
     return videos, folders, skipped
+
+
+_NESTED_VIDEO = "a video inside a folder: only the video files directly in SRC are clips"
+_LOOSE = "an image directly in SRC: a clip's frames go in a folder of their own"
+_NESTED = "an image in a folder inside a clip's folder: a clip's frames lie directly in it"
+
+
+def _too_high(label: str, skipped: list[dict[str, str]]) -> SourceError | None:
+    """The error of a SRC one level above its frame folders (DAVIS's `JPEGImages` instead of
+    `JPEGImages/480p`): only images two folders down were found."""
+    nested = [s["path"] for s in skipped if s["reason"].startswith(_NESTED)]
+    if not nested:
+        return None
+    top = nested[0].split("/")[0]
+    return SourceError(
+        f"no clips found in {label}, but folders of frames one level down ({top}/"
+        f"{nested[0].split('/')[1]}/, ...): pack its folder {top}/ instead (as SRC, or with "
+        "within= in an archive): a clip's frames lie directly in its folder"
+    )
 
 
 def _list(src: str, within: str | None) -> tuple[Source, list[str], list[dict[str, str]]]:
@@ -145,10 +163,14 @@ def find_clips(src: str | os.PathLike, within: str | None = None) -> tuple[Sourc
     if not clips:
         if not skipped:
             raise _no_clips(source.label)
-        first = skipped[0]
-        raise SourceError(
-            f"no readable clip in {source.label}: all {len(skipped)} entries were skipped "
-            f"(first: {first['path']}: {first['reason']}); nothing was packed"
-        )
+        raise _too_high(source.label, skipped) or _no_readable(source.label, skipped)
     clips.sort(key=lambda c: natural_key(c.name))
     return source, ClipScan(clips, skipped)
+
+
+def _no_readable(label: str, skipped: list[dict[str, str]]) -> SourceError:
+    first = skipped[0]
+    return SourceError(
+        f"no readable clip in {label}: all {len(skipped)} entries were skipped "
+        f"(first: {first['path']}: {first['reason']}); nothing was packed"
+    )

@@ -53,12 +53,13 @@ def decode_chunk(
     variants: int,
     seed: int,
     refs: list[Any] | None = None,
-    frames: list[tuple[str, int, int] | None] | None = None,
+    frames: list[tuple[str, int, int, int] | None] | None = None,
 ) -> list[np.ndarray | str]:
     """Worker task: pixels (variants, 3, size, size) or a skip reason, per key. `source` is a
     folder, or the reader of an archive with each key's member reference in `refs`. In a clip
-    pack, `frames` gives a video frame's `(video, frame number, frames in it)` (None for an
-    image file); a run of one video's frames is decoded by `video.decode_frames`."""
+    pack, `frames` gives a video frame's `(video, frame number, frames in it, last frame
+    kept)` (None for an image file); a run of one video's frames is decoded by
+    `video.decode_frames`."""
     reader = MemberReader(source, "folder") if isinstance(source, str) else source
     refs = refs or [None] * len(keys)
     frames = frames or [None] * len(keys)
@@ -73,7 +74,7 @@ def decode_chunk(
             from .video import decode_frames
 
             indices = [f[1] for f in frames[k:end] if f is not None]
-            out += decode_frames(reader, frame[0], refs[k], indices, frame[2], size, crop)
+            out += decode_frames(reader, frame[0], refs[k], indices, frame[2:], size, crop)
             k = end
             continue
         key, ref = keys[k], refs[k]

@@ -99,11 +99,14 @@ class PackPlan:
     def _videos(self) -> dict[str, PlannedClip]:
         return {c.name: c for c in self.clips or () if c.video}
 
-    def video_frame(self, key: str) -> tuple[str, int, int] | None:
-        """`(video, frame number, frames in the video)` of a video frame's key, else None."""
+    def video_frame(self, key: str) -> tuple[str, int, int, int] | None:
+        """`(video, frame number, frames in the video, number of the last frame kept)` of a
+        video frame's key, else None."""
         name, sep, t = key.rpartition("#")
         clip = self._videos.get(name) if sep else None
-        return None if clip is None else (name, int(t), clip.total)
+        if clip is None:
+            return None
+        return (name, int(t), clip.total, (clip.count - 1) * self.options.get("every", 1))
 
     def source_files(self, i: int) -> tuple[tuple[str, int], ...]:
         """The files shard `i` is made from, as `shard_items` lists them (a video once)."""

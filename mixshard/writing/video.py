@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -134,23 +135,27 @@ class _Decoding:
             self.container.close()
 
 
-_OPEN: list[_Decoding] = []  # this process's open video (at most one)
+_local = threading.local()  # per thread: `.open`, its open video (a pack runs in any thread)
 
 
 def _decoding(reader: MemberReader, rel: str, ref: Any, first: int, total: int) -> _Decoding:
-    """This process's open decoder of `rel` if it has not passed frame `first`, else a new one."""
+    """This thread's open decoder of `rel` if it has not passed frame `first`, else a new one
+    (the one it held closed)."""
     key = (reader.path, reader.kind, rel)
-    if _OPEN:
-        held = _OPEN[0]
+    held: _Decoding | None = getattr(_local, "open", None)
+    if held is not None:
         if held.key == key and held.pid == os.getpid() and held.next <= first:
             return held
-        _OPEN.clear()
-        if held.pid == os.getpid():  # a forked worker leaves its parent's decoder alone
-            held.close()
+        _release(held)
     path, data = reader.fetch(rel, ref)
-    held = _Decoding(key, path, data, total)
-    _OPEN.append(held)
+    held = _local.open = _Decoding(key, path, data, total)
     return held
+
+
+def _release(held: _Decoding) -> None:
+    _local.open = None
+    if held.pid == os.getpid():  # a forked worker leaves its parent's decoder alone
+        held.close()
 
 
 def decode_frames(
@@ -158,23 +163,23 @@ def decode_frames(
     rel: str,
     ref: Any,
     indices: list[int],
-    total: int,
+    counts: tuple[int, int],
     size: int,
     crop: str,
 ) -> list[np.ndarray | str]:
-    """Frames `indices` (increasing) of the video `rel`, which the plan counted `total`
-    frames, each `(1, 3, size, size)`; or, when any of them cannot be decoded, the same skip
-    reason for every one (a run of a clip is packed whole or not at all)."""
+    """Frames `indices` (increasing) of the video `rel`, each `(1, 3, size, size)`; or, when
+    any of them cannot be decoded, the same skip reason for every one (a run of a clip is
+    packed whole or not at all). `counts`: the frames the plan counted in the video, and the
+    number of the last one it keeps (after which the video is closed)."""
+    total, last = counts
     decoding: _Decoding | None = None
     try:
         decoding = _decoding(reader, rel, ref, indices[0], total)
         out: list[np.ndarray | str] = [frame_pixels(decoding.frame(t), size, crop) for t in indices]
     except ImageDecodeError as exc:
         if decoding is not None:
-            _OPEN.clear()
-            decoding.close()
+            _release(decoding)
         return [exc.reason] * len(indices)
-    if decoding.next >= total:  # the clip's last frame: nothing more to read from it
-        _OPEN.clear()
-        decoding.close()
+    if decoding.next > last:  # nothing more of this clip to read
+        _release(decoding)
     return out
