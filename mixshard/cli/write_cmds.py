@@ -107,7 +107,8 @@ def _check_pack_flags(opts: dict[str, Any]) -> None:
 
 
 def _check_clip_flags(opts: dict[str, Any]) -> None:
-    """`--clips` and the flags that go with it (or do not)."""
+    """`--clips` and the flags that go with it (or do not); `--every` unset is every frame."""
+    opts["every"] = opts["every"] or 1
     if not opts["clips"]:
         given = [
             f for f in ("every", "max_frames", "shuffle_clips") if opts[f] not in (1, None, False)
@@ -306,8 +307,7 @@ def pack(src: str, out: str, quiet: bool, **opts: Any) -> None:
     from ..writing.packing import pack as run_pack
 
     _check_pack_flags(opts)
-    shuffle = not opts.pop("no_shuffle") and not opts["clips"]
-    opts["every"] = opts["every"] or 1
+    shuffle = not opts.pop("no_shuffle")
     update, close = _progress_bar(quiet)
     try:
         result = run_pack(src, out, shuffle=shuffle, progress=update, **opts)

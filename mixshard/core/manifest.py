@@ -195,8 +195,8 @@ def clip_from_dict(data: Any) -> Clip:
     if not isinstance(data, dict):
         raise ValueError(f"a clip entry must be an object, got {data!r:.80}")
     name = _str(data.get("name"), "clip name")
-    fps = data.get("fps")
-    if not isinstance(fps, (int, float)) or isinstance(fps, bool) or not 0 <= fps <= 1e6:
+    fps: Any = data.get("fps")
+    if type(fps) not in (int, float) or not 0 <= fps <= 1e6:
         raise ValueError(f"clip {name!r}: fps must be a number in [0, 1e6], got {fps!r:.40}")
     return Clip(
         name,

@@ -196,13 +196,13 @@ class _Listing:
         else:
             self.images[rel] = ref
 
-    def check(self, label: str, explicit: bool) -> None:
-        """`SourceError` for nothing under `within`, or one folder and no `within` given."""
+    def result(self, label: str, labels: str, explicit: bool) -> ScanResult:
         if not self.found:
             archive = label.rsplit(":", 1)[0] if self.within else label
             found = ", ".join(sorted(self.roots)[:10]) or "nothing"
             what = f"no folder {self.within!r}" if self.within else "no files"
             raise SourceError(f"{archive} holds {what}; its top level holds: {found}")
+        images = list(self.images)
         top = min(self.tops) if len(self.tops) == 1 else ""
         if not explicit and top and not self.loose:
             raise SourceError(
@@ -210,10 +210,6 @@ class _Listing:
                 "as if the archive had been extracted and that folder given), or within='.' to "
                 "pack the archive's root"
             )
-
-    def result(self, label: str, labels: str, explicit: bool) -> ScanResult:
-        self.check(label, explicit)
-        images = list(self.images)
         skipped = [{"path": p, "reason": r} for p, r in self.skipped.items()]
         return classify(label, images, skipped, sorted(self.tops), labels)
 
@@ -346,32 +342,6 @@ def open_source(
     # absolute: a Ray task or a forked worker may run in another folder
     full = os.path.abspath(path)
     return Source(label, MemberReader(full, kind), dict(listing.images), full), found
-
-
-def list_members(
-    path: str, within: str | None, accept: Callable[[str], bool]
-) -> tuple[Source, list[str], list[dict[str, str]]]:
-    """A plain tar's or a zip's files under `within` that `accept` takes (a clip pack's
-    videos and frames), the source that reads them and the entries reported; `SourceError`
-    as `open_source`, and for a compressed tar (no random access)."""
-    rel = _norm(within or "")
-    if rel is None:
-        raise ValueError(f"within must be a relative path inside the archive, got {within!r}")
-    label = f"{path}:{rel}" if rel else path
-    if path.lower().endswith(".zip"):
-        listing, kind = _list_zip(path, rel, accept), "zip"
-    elif _compressed(path):
-        raise SourceError(
-            f"{path} is compressed: videos and frames are read in place from a plain .tar or "
-            "a .zip; decompress it first (gunzip)"
-        )
-    else:
-        listing, kind = _list_tar(path, rel, False, accept), "raw"
-    listing.check(label, within is not None)
-    skipped = [{"path": p, "reason": r} for p, r in listing.skipped.items()]
-    full = os.path.abspath(path)
-    source = Source(label, MemberReader(full, kind), dict(listing.images), full)
-    return source, list(listing.images), skipped
 
 
 def materialize(source: Source, out: Path, suffix: str) -> Source:

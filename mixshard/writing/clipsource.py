@@ -19,7 +19,9 @@ from pathlib import Path
 from ..core.constants import IMAGE_EXTENSIONS, VIDEO_EXTENSIONS
 from ..core.errors import ImageDecodeError, SourceError
 from ..core.packpath import tilde_hint
-from .archive import MemberReader, Source, is_archive, list_members
+
+# the archive listing's own parts: a clip pack lists an archive as an image pack does
+from .archive import MemberReader, Source, _compressed, _list_tar, _list_zip, _norm, is_archive
 from .scanning import natural_key, path_key, refuse_pack_source, walk
 from .video import probe_video
 
@@ -129,7 +131,35 @@ def _list(src: str, within: str | None) -> tuple[Source, list[str], list[dict[st
         except OSError as exc:
             raise SourceError(f"cannot read source folder {src}: {exc.strerror}") from exc
         return Source(src, MemberReader(src, "folder")), files, skipped
-    return list_members(src, within, _is_clip_file)
+    return _members(src, within)
+
+
+def _members(path: str, within: str | None) -> tuple[Source, list[str], list[dict[str, str]]]:
+    """A plain tar's or a zip's videos and images under `within`, listed by the image pack's
+    own listing (`archive.py`), the source that reads them and the entries reported.
+
+    Raises:
+        SourceError: as `open_source`, and for a compressed tar (no random access).
+    """
+    rel = _norm(within or "")
+    if rel is None:
+        raise ValueError(f"within must be a relative path inside the archive, got {within!r}")
+    label = f"{path}:{rel}" if rel else path
+    if path.lower().endswith(".zip"):
+        listing, kind = _list_zip(path, rel, _is_clip_file), "zip"
+    elif _compressed(path):
+        raise SourceError(
+            f"{path} is compressed: videos and frames are read in place from a plain .tar or "
+            "a .zip; decompress it first (gunzip)"
+        )
+    else:
+        listing, kind = _list_tar(path, rel, False, _is_clip_file), "raw"
+    full = os.path.abspath(path)
+    source = Source(label, MemberReader(full, kind), dict(listing.images), full)
+    if listing.found and not listing.images:  # nothing to read: the caller says what it wants
+        return source, [], [{"path": p, "reason": r} for p, r in listing.skipped.items()]
+    found = listing.result(label, "none", within is not None)
+    return source, [p for p, _ in found.items], found.skipped
 
 
 def find_clips(src: str | os.PathLike, within: str | None = None) -> tuple[Source, ClipScan]:

@@ -364,6 +364,8 @@ def _finalize(
             f"(first: {first['path']}: {first['reason']}); nothing was packed"
         )
     manifest = Manifest(
+        version=FORMAT_VERSION if clips is None else CLIP_FORMAT_VERSION,
+        clips=clips,
         size=plan.size,
         block_size=plan.block_size,
         count=count,
@@ -371,8 +373,6 @@ def _finalize(
         options=plan.options,
         skipped=tuple(skipped),
         shards=infos,
-        version=FORMAT_VERSION if clips is None else CLIP_FORMAT_VERSION,
-        clips=clips,
     )
     try:
         manifest.save(out)
