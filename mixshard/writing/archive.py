@@ -13,7 +13,7 @@ copied, still encoded, into one temporary file in OUT (`materialize`) and read f
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +25,7 @@ from .zipmembers import member_end, zip_data, zip_kind
 
 if TYPE_CHECKING:  # imported where used: a folder pack starts without them
     import tarfile
+    from collections.abc import Callable
 
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz")
 ARCHIVE_SUFFIXES = (*TAR_SUFFIXES, ".zip")
