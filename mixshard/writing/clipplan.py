@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.constants import RESAMPLE
+from ..core.constants import CLIP_FORMAT_VERSION, RESAMPLE
 from ..core.manifest import Clip, dump_json
 from .archive import Source
 from .clipsource import ClipScan, find_clips
@@ -51,9 +51,13 @@ def check_clips(
     return {"every": every, "max_frames": max_frames, "shuffle_clips": shuffle}
 
 
-def plan_clips(src: Path, within: str | None, options: dict, clips: dict) -> PackPlan:
-    """Find the clips of `src` (`find_clips`) and plan them with the pack's `options` (those
-    of an image pack, less variants and shuffle) and the `clips` options (`check_clips`)."""
+def plan_clips(src: Path, within: str | None, options: dict) -> PackPlan | None:
+    """The plan of a clip pack: the clips of `src` (`find_clips`) with the pack's `options`,
+    whose `"clips"` (`check_clips`; taken out of them) are None for an image pack (then None
+    is returned, and `options` are an image pack's)."""
+    clips = options.pop("clips")
+    if clips is None:
+        return None
     source, found = find_clips(src, within)
     kept = {k: v for k, v in options.items() if k not in ("variants", "shuffle")}
     folder = source.reader.kind == "folder"
@@ -122,12 +126,13 @@ def make_clip_plan(
 
 def finish_clips(
     plan: PackPlan, skipped: list[dict[str, str]]
-) -> tuple[tuple[Clip, ...] | None, list[dict[str, str]]]:
-    """A finished clip pack's clip table (None for an image pack) and the decoders' skip
-    entries as `index.json` lists them (`by_video`)."""
+) -> tuple[dict[str, Any], list[dict[str, str]]]:
+    """The fields of a finished clip pack's manifest (`version` and `clips`; none for an image
+    pack), and the decoders' skip entries as `index.json` lists them (`by_video`)."""
     if plan.clips is None:
-        return None, skipped
-    return clip_table(plan, skipped), by_video(plan, skipped)
+        return {}, skipped
+    fields = {"version": CLIP_FORMAT_VERSION, "clips": clip_table(plan, skipped)}
+    return fields, by_video(plan, skipped)
 
 
 def clip_table(plan: PackPlan, skipped: list[dict[str, str]]) -> tuple[Clip, ...]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..core.constants import CLIP_FORMAT_VERSION, FORMAT_VERSION, MANIFEST_NAME
+from ..core.constants import MANIFEST_NAME
 from ..core.env import usable_cpus
 from ..core.errors import OutputError, SkippedImagesError, SourceError
 from ..core.manifest import Manifest
@@ -105,8 +105,6 @@ class _Tracker:
 
 def _plan(src: Path, within: str | None, options: dict, labels: str) -> PackPlan:
     # before touching OUT: a bad SRC must not change anything
-    if (clips := options.pop("clips")) is not None:
-        return plan_clips(src, within, options, clips)
     source, found = open_source(src, within, labels)
     if source.reader.kind == "folder":
         return make_plan(str(src), found, **options)
@@ -169,8 +167,7 @@ def pack(
             with `"default"`, on a running cluster else a local one.
         within: the folder inside the archive `src` to pack (`"places365_standard/train"`),
             as if the archive had been extracted and that folder given; `"."`: its root.
-        clips: a clip pack (`writing/clipplan.py`): `src` holds videos or frame folders;
-            with it `every` (k-th frames), `max_frames` (a clip), `shuffle_clips` (seeded).
+        clips: pack video clips (`clipplan.py`): with `every`, `max_frames`, `shuffle_clips`.
 
     Returns:
         A `PackResult` with the manifest that was written.
@@ -194,7 +191,7 @@ def pack(
     src, out = Path(src), sink.staging if sink else Path(out)
     check_out_path(out)
     check_apart(src, out)
-    plan = _plan(src, within, options, labels)
+    plan = plan_clips(src, within, options) or _plan(src, within, options, labels)
     if finish and sink is None:
         return _finish(out, plan, t0)
     if ray is not None:
@@ -349,7 +346,7 @@ def _finalize(
     missing = [i for i in range(plan.n_shards) if i not in done]
     if missing:
         raise OutputError(missing_message(plan, out, missing))
-    clips, decoded = finish_clips(plan, [s for i in sorted(done) for s in done[i].skipped])
+    fields, decoded = finish_clips(plan, [s for i in sorted(done) for s in done[i].skipped])
     skipped = list(plan.scan_skipped) + decoded
     skipped.sort(key=lambda s: path_key(s["path"]))
     if strict and skipped:
@@ -364,8 +361,7 @@ def _finalize(
             f"(first: {first['path']}: {first['reason']}); nothing was packed"
         )
     manifest = Manifest(
-        version=FORMAT_VERSION if clips is None else CLIP_FORMAT_VERSION,
-        clips=clips,
+        **fields,
         size=plan.size,
         block_size=plan.block_size,
         count=count,
