@@ -112,3 +112,12 @@ def test_bench_compat_quick(tmp_path):
     assert "| cpu | 16 | obs.clone() |" in out and "| 1.00x |" in out
     for name in ("composite, per-pixel bool mask", "compat.random_overlay, splice"):
         assert f"| cpu | 16 | {name} |" in out
+
+
+def test_bench_clips_quick(tmp_path):
+    out = quick("bench_clips.py", tmp_path)
+    assert out.startswith("Command: python scripts/bench_clips.py --quick\n")
+    assert "(2 clips, 40 frames)" in out
+    assert "| PyAV decode + PIL resize + np.save, a loop | 40 | " in out
+    assert "| mixshard pack --clips --workers 1 | 40 | " in out
+    assert "| baseline .npy files | 846,976 | 21,174 |" in out  # two 128-byte .npy headers

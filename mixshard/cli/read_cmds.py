@@ -91,6 +91,11 @@ def inspect(pack: str, as_json: bool) -> None:
         "skipped": len(m.skipped),
         "version": m.version,
     }
+    if m.clips is not None:
+        summary["clips"] = len(m.clips)
+        summary["clip_names"] = [c.name for c in m.clips]
+        summary["clip_frames"] = [c.count for c in m.clips]
+        summary["fps"] = sorted({c.fps for c in m.clips})
     if as_json:
         click.echo(shown(json.dumps(summary, indent=2, ensure_ascii=False)))
         return
@@ -107,6 +112,18 @@ def inspect(pack: str, as_json: bool) -> None:
         f"shards:   {len(m.shards)} ({m.block_size} images per block), {human_bytes(m.total_bytes)}"
     )
     click.echo(f"skipped:  {len(m.skipped)}")
+    if m.clips is not None:
+        click.echo(f"clips:    {_clips_line(m.clips)}")
+
+
+def _clips_line(clips: Any) -> str:
+    """`3 (47 frames, 12-20 a clip, 10 fps): video1.mp4, video2.mp4, video10.mp4`."""
+    counts = [c.count for c in clips]
+    each = f"{min(counts)}-{max(counts)}" if min(counts) != max(counts) else str(counts[0])
+    rates = sorted({c.fps for c in clips})
+    fps = "/".join(f"{r:g}" for r in rates[:3]) + ("/..." if len(rates) > 3 else "")
+    names = ", ".join(c.name for c in clips[:5]) + (", ..." if len(clips) > 5 else "")
+    return f"{len(clips)} ({sum(counts)} frames, {each} a clip, {fps} fps): {shown(names)}"
 
 
 _GRID_FORMATS = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG", ".webp": "WEBP"}
@@ -147,6 +164,9 @@ _GRID_FORMATS = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG", ".webp": "WEBP"
 )
 def preview(pack: str, output: str, count: int, seed: int, obs: str | None, alpha: float) -> None:
     """Write a grid of images from PACK (with class names when labelled).
+
+    Of a clip pack: a strip of evenly spaced frames per clip (rows = clips, up to
+    COUNT/8 of them, columns = 8 frames from first to last).
 
     With --obs, each image is blended over that observation at --alpha: what the
     random overlay will show your agent.

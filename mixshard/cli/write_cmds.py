@@ -104,6 +104,27 @@ def _check_pack_flags(opts: dict[str, Any]) -> None:
         raise click.UsageError("--part cannot be combined with --overwrite, --ray or --finish")
     if opts["finish"] and opts["ray"]:
         raise click.UsageError("--finish writes index.json only; drop --ray")
+    _check_clip_flags(opts)
+
+
+def _check_clip_flags(opts: dict[str, Any]) -> None:
+    """`--clips` and the flags that go with it (or do not); `--every` unset is every frame."""
+    opts["every"] = opts["every"] or 1
+    if not opts["clips"]:
+        given = [
+            f for f in ("every", "max_frames", "shuffle_clips") if opts[f] not in (1, None, False)
+        ]
+        if given:
+            flag = "--" + given[0].replace("_", "-")
+            raise click.UsageError(f"{flag} applies to clip packs only: add --clips")
+        return
+    if opts["crop"] == "random" or opts["variants"] > 1:
+        raise click.UsageError(
+            "--clips takes --crop center or --crop full, one variant: a clip's frames share one "
+            "window (drop --crop random / --variants)"
+        )
+    if opts["labels"] != "auto":
+        raise click.UsageError("--labels does not apply to --clips: a frame's label is its clip's")
 
 
 def _on_terminal(stream: Any) -> bool:
@@ -165,6 +186,9 @@ def _pack_summary(result: Any, out: str) -> None:
         click.echo(f"skipped: {shown(s['path'])}: {as_flags(s['reason'])}", err=True)
     if len(m.skipped) > 10:
         click.echo(f"skipped: ... and {len(m.skipped) - 10} more (see {out}/index.json)", err=True)
+    if m.clips is not None:
+        _clips_summary(result, out)
+        return
     reused = f", {result.reused_shards} reused from earlier runs" if result.reused_shards else ""
     if result.rewritten_shards:
         reused += f", {result.rewritten_shards} rewritten (their source files changed)"
@@ -172,6 +196,18 @@ def _pack_summary(result: Any, out: str) -> None:
         f"Packed {m.count} images ({len(m.skipped)} skipped) into {len(m.shards)} "
         f"shard{'s' if len(m.shards) != 1 else ''}{reused}, "
         f"{human_bytes(m.total_bytes)}, in {result.seconds:.1f} s: {out}; {_classes(m.classes)}"
+    )
+
+
+def _clips_summary(result: Any, out: str) -> None:
+    m = result.manifest
+    names = ", ".join(c.name for c in m.clips[:5]) + (", ..." if len(m.clips) > 5 else "")
+    reused = f", {result.reused_shards} reused from earlier runs" if result.reused_shards else ""
+    click.echo(
+        f"Packed {len(m.clips)} clip{'s' if len(m.clips) != 1 else ''} ({shown(names)}), "
+        f"{m.count} frames ({len(m.skipped)} skipped) into {len(m.shards)} "
+        f"shard{'s' if len(m.shards) != 1 else ''}{reused}, {human_bytes(m.total_bytes)}, in "
+        f"{result.seconds:.1f} s: {out}"
     )
 
 
@@ -223,6 +259,29 @@ def _classes(classes: tuple[str, ...]) -> str:
     help="With an archive SRC: the folder inside it to pack, as if extracted "
     "(places365_standard/train, val2017); '.' packs its root.",
 )
+@click.option(
+    "--clips",
+    is_flag=True,
+    help="Pack video clips (SRC: video files or frame folders, one per clip): frames in "
+    "play order, clip after clip, listed in index.json.",
+)
+@click.option(
+    "--every",
+    type=click.IntRange(min=1),
+    default=None,
+    help="With --clips: keep every K-th frame [default: every frame].",
+)
+@click.option(
+    "--max-frames",
+    type=click.IntRange(min=1),
+    default=None,
+    help="With --clips: keep at most N frames of each clip.",
+)
+@click.option(
+    "--shuffle-clips",
+    is_flag=True,
+    help="With --clips: store the clips in a seeded random order (frames stay in order).",
+)
 @quiet_option
 def pack(src: str, out: str, quiet: bool, **opts: Any) -> None:
     """Convert an image folder SRC into pre-resized uint8 shards in OUT.
@@ -242,6 +301,8 @@ def pack(src: str, out: str, quiet: bool, **opts: Any) -> None:
       mixshard pack train data/places365_standard --resume
       mixshard pack train data/p365 --ray auto
       mixshard pack train data/p365 --part 3/16   # then: ... --finish
+      mixshard pack video_hard data/video_hard --clips
+      mixshard pack DAVIS.zip data/davis --clips --within DAVIS/JPEGImages/480p
     """
     from ..writing.archive import check_within
     from ..writing.packing import pack as run_pack

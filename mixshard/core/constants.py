@@ -61,6 +61,8 @@ IMAGE_EXTENSIONS = (
     ".ppm",
     ".pgm",
 )
+# A clip pack's video files (lower-case; matched case-insensitively); decoded with PyAV.
+VIDEO_EXTENSIONS = (".mp4", ".webm", ".mkv", ".avi", ".mov")
 
 
 def shard_name(index: int) -> str:

@@ -52,7 +52,8 @@ def preview_grid(
     obs: str | os.PathLike | None = None,
     alpha: float = 0.5,
 ) -> tuple[Image.Image, int]:
-    """A grid of `n` randomly chosen images of a pack (class names under them when labelled).
+    """A grid of `n` randomly chosen images of a pack (class names under them when labelled);
+    of a clip pack, a strip of evenly spaced frames per clip (`clip_frames`), its name above.
 
     Args:
         folder: the pack folder (or its `index.json`), or an object store URL.
@@ -75,16 +76,71 @@ def preview_grid(
     store = Store(str(folder)) if is_store_url(folder) else None
     manifest = load_manifest(store) if store else Manifest.load(pack_dir(folder))
     size = manifest.size
-    n = min(n, manifest.count)
-    index = np.sort(np.random.default_rng(seed).choice(manifest.count, n, replace=False))
+    if manifest.clips is not None:
+        index, rows = clip_frames(manifest, n, seed)
+        n = len(index)
+    else:
+        n = min(n, manifest.count)
+        index = np.sort(np.random.default_rng(seed).choice(manifest.count, n, replace=False))
     base = _load_obs(obs, size) if obs is not None else None
     nchw, labels = _store_rows(store, manifest, index) if store else _local_rows(folder, index)
     images = nchw.transpose(0, 2, 3, 1)  # NHWC
     if base is not None:
         images = np.floor((1 - alpha) * base + alpha * images + 0.5).astype(np.uint8)
+    if manifest.clips is not None:
+        return _strips(images, rows, size), n
     classes = manifest.classes
     names = [classes[i] if 0 <= i < len(classes) else "" for i in labels] if classes else None
     return _grid(images, names, size), n
+
+
+STRIP_FRAMES = 8  # columns of a clip pack's preview
+
+
+def clip_frames(manifest: Manifest, n: int, seed: int) -> tuple[np.ndarray, list[tuple[str, int]]]:
+    """The frames a clip pack's preview shows: a row per clip (all of them, or `n //
+    STRIP_FRAMES` chosen by `seed`, at least one), each of up to `STRIP_FRAMES` frames evenly
+    spaced from the clip's first to its last. Returns their image numbers, in rows, and each
+    row's clip name and frame count."""
+    clips = manifest.clips or ()
+    rows = max(1, n // STRIP_FRAMES)
+    picked = np.arange(len(clips))
+    if rows < len(clips):
+        picked = np.sort(np.random.default_rng(seed).choice(len(clips), rows, replace=False))
+    index: list[int] = []
+    shown: list[tuple[str, int]] = []
+    for k in picked:
+        clip = clips[int(k)]
+        cols = min(STRIP_FRAMES, clip.count)
+        steps = np.linspace(0, clip.count - 1, cols).round().astype(int)
+        index += [clip.start + int(t) for t in steps]
+        shown.append((clip.name, cols))
+    return np.asarray(index, dtype=np.int64), shown
+
+
+def _strips(images: np.ndarray, rows: list[tuple[str, int]], size: int) -> Image.Image:
+    """A strip of frames per clip (`images` NHWC, row after row), the clip's name above it."""
+    scale = math.ceil(96 / size)
+    tile = size * scale
+    row_h = LABEL_HEIGHT + tile
+    width = STRIP_FRAMES * (tile + GAP) + GAP
+    grid = Image.new("RGB", (width, len(rows) * (row_h + GAP) + GAP), "white")
+    draw = ImageDraw.Draw(grid)
+    font = ImageFont.load_default()
+    at = 0
+    for r, (name, cols) in enumerate(rows):
+        y = GAP + r * (row_h + GAP)
+        label = name
+        while label and draw.textlength(label, font=font) > width - 2:
+            label = label[:-1]
+        draw.text((GAP + 1, y + 1), label, fill="black", font=font)
+        for c in range(cols):
+            tile_img = Image.fromarray(images[at + c]).resize(
+                (tile, tile), Image.Resampling.NEAREST
+            )
+            grid.paste(tile_img, (GAP + c * (tile + GAP), y + LABEL_HEIGHT))
+        at += cols
+    return grid
 
 
 def _local_rows(folder: str | os.PathLike, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

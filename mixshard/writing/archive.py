@@ -28,6 +28,7 @@ from .zipmembers import member_end, zip_data, zip_kind
 
 if TYPE_CHECKING:  # imported where used: a folder pack starts without them
     import tarfile
+    from collections.abc import Callable
 
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz")
 ARCHIVE_SUFFIXES = (*TAR_SUFFIXES, ".zip")
@@ -144,8 +145,8 @@ def _under(rel: str, within: str) -> str | None:
 class _Listing:
     """Collects members as the folder walk would see them after extraction."""
 
-    def __init__(self, within: str) -> None:
-        self.within = within
+    def __init__(self, within: str, accept: Callable[[str], bool] = is_image_name) -> None:
+        self.within, self.accept = within, accept
         self.images: dict[str, Any] = {}  # relative path -> reference (last member wins)
         self.skipped: dict[str, str] = {}
         self.tops: set[str] = set()  # top-level folders under `within`
@@ -157,7 +158,7 @@ class _Listing:
         """One member: `kind` is "file", "dir", "link" or "other"."""
         rel = _norm(name)
         if rel is None:
-            if is_image_name(name):
+            if self.accept(name):
                 self.skipped[name] = "unsafe member name (absolute or with '..'): not read"
             return
         if rel:
@@ -171,7 +172,7 @@ class _Listing:
             self.tops.add(parts[0])
         else:
             self.loose = True
-        if any(p.startswith(".") for p in parts) or kind == "dir" or not is_image_name(rel):
+        if any(p.startswith(".") for p in parts) or kind == "dir" or not self.accept(rel):
             return  # hidden entries are not read, as in a folder
         self.images.pop(rel, None)
         self.skipped.pop(rel, None)
@@ -244,16 +245,18 @@ def _truncated(path: str, what: str) -> SourceError:
     )
 
 
-def _list_tar(path: str, within: str, compressed: bool) -> _Listing:
+def _list_tar(
+    path: str, within: str, compressed: bool, accept: Callable[[str], bool] = is_image_name
+) -> _Listing:
     """A tar's members under `within`: referenced by offset, or in a compressed one by name."""
     if not compressed:
         try:
-            return _fast_tar(path, within)
+            return _fast_tar(path, within, accept)
         except (Unusual, OSError):
             pass  # tarfile lists it afresh, and says what is wrong with it
     import tarfile
 
-    listing = _Listing(within)
+    listing = _Listing(within, accept)
     size = os.path.getsize(path)
 
     try:
@@ -269,8 +272,8 @@ def _list_tar(path: str, within: str, compressed: bool) -> _Listing:
         raise _truncated(path, str(exc) or type(exc).__name__) from None
 
 
-def _fast_tar(path: str, within: str) -> _Listing:
-    listing = _Listing(within)
+def _fast_tar(path: str, within: str, accept: Callable[[str], bool]) -> _Listing:
+    listing = _Listing(within, accept)
     fd = os.open(path, os.O_RDONLY)
     try:
         for name, kind, offset, n in tar_members(fd):
@@ -280,8 +283,8 @@ def _fast_tar(path: str, within: str) -> _Listing:
     return listing
 
 
-def _list_zip(path: str, within: str) -> _Listing:
-    listing = _Listing(within)
+def _list_zip(path: str, within: str, accept: Callable[[str], bool] = is_image_name) -> _Listing:
+    listing = _Listing(within, accept)
     import zipfile
 
     size = os.path.getsize(path)

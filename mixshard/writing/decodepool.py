@@ -53,12 +53,32 @@ def decode_chunk(
     variants: int,
     seed: int,
     refs: list[Any] | None = None,
+    frames: list[tuple[str, int, int, int] | None] | None = None,
 ) -> list[np.ndarray | str]:
     """Worker task: pixels (variants, 3, size, size) or a skip reason, per key. `source` is a
-    folder, or the reader of an archive with each key's member reference in `refs`."""
+    folder, or the reader of an archive with each key's member reference in `refs`. In a clip
+    pack, `frames` gives a video frame's `(video, frame number, frames in it, last frame
+    kept)` (None for an image file); a run of one video's frames is decoded by
+    `video.decode_frames`."""
     reader = MemberReader(source, "folder") if isinstance(source, str) else source
+    refs = refs or [None] * len(keys)
+    frames = frames or [None] * len(keys)
     out: list[np.ndarray | str] = []
-    for key, ref in zip(keys, refs or [None] * len(keys)):
+    k = 0
+    while k < len(keys):
+        frame = frames[k]
+        if frame is not None:  # this video's frames from here on, decoded in one go
+            end = k
+            while end < len(keys) and (f := frames[end]) is not None and f[0] == frame[0]:
+                end += 1
+            from .video import decode_frames
+
+            indices = [f[1] for f in frames[k:end] if f is not None]
+            out += decode_frames(reader, frame[0], refs[k], indices, frame[2:], size, crop)
+            k = end
+            continue
+        key, ref = keys[k], refs[k]
+        k += 1
         try:
             path, data = reader.fetch(key, ref)
             out.append(

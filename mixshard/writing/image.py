@@ -191,6 +191,15 @@ def _crops(pixels: np.ndarray, boxes: list[Box], width: int, height: int, size: 
     return out
 
 
+def frame_pixels(pixels: np.ndarray, size: int, crop: str) -> np.ndarray:
+    """An RGB frame already decoded (a video's, uint8 `(height, width, 3)`) cropped and
+    resized exactly as a decoded JPEG is: `(1, 3, size, size)`. `crop` is `"center"` or
+    `"full"` (a clip's frames share one window; a random one is refused before packing)."""
+    height, width = pixels.shape[:2]
+    boxes = crop_boxes(width, height, crop, 1, None)
+    return _crops(np.ascontiguousarray(pixels), boxes, width, height, size)
+
+
 def _pil_crops(
     img: Image.Image, boxes: list[Box], width: int, height: int, size: int
 ) -> np.ndarray:

@@ -56,9 +56,8 @@ class LocalRun:
     ) -> None:
         self.close_fds = close_fds
         self.plan, self.out = plan, out
-        self.tasks = deque(
-            (s, start) for s in todo for start in range(0, len(plan.shard_items(s)), CHUNK)
-        )
+        self.tasks = deque((s, start, n) for s in todo for start, n in plan.chunks(s, CHUNK))
+        self.chunk = max((n for _, _, n in self.tasks), default=CHUNK)  # the largest task
         self.todo = deque(todo)
         self.workers = max(1, min(workers, len(self.tasks)))
         self.on_chunk, self.on_shard = on_chunk, on_shard
@@ -72,8 +71,8 @@ class LocalRun:
         self.builder: ShardBuilder | None = None
 
     def _submit(self) -> None:
-        s, start = self.tasks.popleft()
-        keys = [p for p, _ in self.plan.chunk_items(s, start, CHUNK)]
+        s, start, n = self.tasks.popleft()
+        keys = [p for p, _ in self.plan.chunk_items(s, start, n)]
         job = self.plan.job(keys)
         if self.pool is None:
             self.pending.append(decode_chunk(*job))
@@ -115,8 +114,9 @@ class LocalRun:
         if self.workers > 1:
             image_bytes = math.prod(self.image_shape)
             try:
+                slot_bytes = self.chunk * image_bytes
                 self.pool, self.slots = start_pool(
-                    self.workers, self.close_fds, lambda: ResultSlots(ahead, CHUNK * image_bytes)
+                    self.workers, self.close_fds, lambda: ResultSlots(ahead, slot_bytes)
                 )
             except OSError as exc:
                 raise cannot_start(self.workers, exc) from None

@@ -23,6 +23,7 @@ from ..core.errors import OutputError, SkippedImagesError, SourceError
 from ..core.manifest import Manifest
 from ..core.stores import check_location, is_store_url
 from .archive import MEMBERS_FILE, materialize, open_source
+from .clipplan import check_clips, finish_clips, plan_clips
 from .outdir import (
     Journal,
     OutLock,
@@ -132,6 +133,10 @@ def pack(
     finish: bool = False,
     ray: str | None = None,
     within: str | None = None,
+    clips: bool = False,
+    every: int = 1,
+    max_frames: int | None = None,
+    shuffle_clips: bool = False,
 ) -> PackResult:
     """Pack an ImageFolder tree or a flat folder of images into pre-resized uint8 shards.
 
@@ -163,6 +168,7 @@ def pack(
             with `"default"`, on a running cluster else a local one.
         within: the folder inside the archive `src` to pack (`"places365_standard/train"`),
             as if the archive had been extracted and that folder given; `"."`: its root.
+        clips: pack video clips (`clipplan.py`): with `every`, `max_frames`, `shuffle_clips`.
 
     Returns:
         A `PackResult` with the manifest that was written.
@@ -179,13 +185,14 @@ def pack(
     options.update(block_size=block_size, seed=seed, shuffle=shuffle)
     check_options(size, crop, variants, shard_size, block_size, seed, labels)
     check_modes(resume, overwrite, part, finish, ray)
+    options["clips"] = check_clips(clips, crop, variants, every, max_frames, shuffle_clips)
     t0 = time.perf_counter()
     check_location(out)
     sink = _store_out(out, part)
     src, out = Path(src), sink.staging if sink else Path(out)
     check_out_path(out)
     check_apart(src, out)
-    plan = _plan(src, within, options, labels)
+    plan = plan_clips(src, within, options) or _plan(src, within, options, labels)
     if finish and sink is None:
         return _finish(out, plan, t0)
     if ray is not None:
@@ -341,7 +348,8 @@ def _finalize(
     missing = [i for i in range(plan.n_shards) if i not in done]
     if missing:
         raise OutputError(missing_message(plan, out, missing))
-    skipped = list(plan.scan_skipped) + [s for i in sorted(done) for s in done[i].skipped]
+    fields, decoded = finish_clips(plan, [s for i in sorted(done) for s in done[i].skipped])
+    skipped = list(plan.scan_skipped) + decoded
     skipped.sort(key=lambda s: path_key(s["path"]))
     if strict and skipped:
         raise strict_error(skipped)
@@ -355,6 +363,7 @@ def _finalize(
             f"(first: {first['path']}: {first['reason']}); nothing was packed"
         )
     manifest = Manifest(
+        **fields,
         size=plan.size,
         block_size=plan.block_size,
         count=count,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,26 @@ def check_options(
 
 
 @dataclass(frozen=True)
+class PlannedClip:
+    """One clip of a clip plan: items `start .. start + count - 1` of the plan (its frames kept,
+    in play order). `name` is the video file (its frames' keys are `name#t`, `t` the frame's
+    number in the file) or the frame folder; `total` the frames the source holds; `fps` the
+    rate of the frames kept (0: unknown)."""
+
+    name: str
+    video: bool
+    fps: float
+    start: int
+    count: int
+    total: int
+
+
+# Frames of a video decoded by one task at most (by bytes of their pixels): the results slot
+# of a task holds them all, and a run of a clip is decoded whole or skipped whole.
+CLIP_TASK_BYTES = 32 << 20
+
+
+@dataclass(frozen=True)
 class PackPlan:
     """Everything that decides a pack's bytes. Plain data: it pickles (Ray) and its
     `fingerprint` tells whether two runs (a resume, the parts of a job array) make the same
@@ -72,6 +93,30 @@ class PackPlan:
     per_shard: int  # source images per shard
     fingerprint: str
     source: Source | None = None  # an archive's members (None: `src` is the folder)
+    clips: tuple[PlannedClip, ...] | None = None  # a clip pack's clips (None: an image pack)
+
+    @cached_property
+    def _videos(self) -> dict[str, PlannedClip]:
+        return {c.name: c for c in self.clips or () if c.video}
+
+    def video_frame(self, key: str) -> tuple[str, int, int, int] | None:
+        """`(video, frame number, frames in the video, number of the last frame kept)` of a
+        video frame's key, else None."""
+        name, sep, t = key.rpartition("#")
+        clip = self._videos.get(name) if sep else None
+        if clip is None:
+            return None
+        return (name, int(t), clip.total, (clip.count - 1) * self.options.get("every", 1))
+
+    def source_files(self, i: int) -> tuple[tuple[str, int], ...]:
+        """The files shard `i` is made from, as `shard_items` lists them (a video once)."""
+        if not self._videos:
+            return self.shard_items(i)
+        files: dict[str, int] = {}
+        for key, label in self.shard_items(i):
+            frame = self.video_frame(key)
+            files.setdefault(key if frame is None else frame[0], label)
+        return tuple(files.items())
 
     def task(self, keys: list[str]) -> tuple[str | MemberReader, list[Any] | None]:
         """What a decode task of `keys` reads from: the folder, or an archive's reader and
@@ -82,7 +127,32 @@ class PackPlan:
         """The arguments of `decode_chunk` that decode `keys` with this plan's options."""
         source, refs = self.task(keys)
         o = self.options
-        return (source, keys, self.size, o["crop"], o["variants"], o["seed"], refs)
+        job = (source, keys, self.size, o["crop"], o["variants"], o["seed"], refs)
+        if not self._videos:
+            return job
+        frames = [self.video_frame(k) for k in keys]
+        if refs is not None and self.source is not None:  # a frame is read from its video
+            refs = [r if f is None else self.source.refs.get(f[0]) for r, f in zip(refs, frames)]
+        return (*job[:-1], refs, frames)
+
+    def chunks(self, i: int, chunk: int) -> list[tuple[int, int]]:
+        """`(start, count)` of the decode tasks of shard `i`: `chunk` images each; a video's
+        frames as one task per run of a clip in the shard (up to `CLIP_TASK_BYTES` of pixels),
+        so that a task decodes a video once, from its first frame."""
+        n = len(self.shard_items(i))
+        if not self._videos:
+            return [(s, min(chunk, n - s)) for s in range(0, n, chunk)]
+        lo, out = i * self.per_shard, []
+        for c in self.clips or ():
+            a, b = max(c.start, lo), min(c.start + c.count, lo + n)
+            step = self.video_chunk if c.video else chunk
+            out += [(s - lo, min(step, b - s)) for s in range(a, b, step)]
+        return out
+
+    @property
+    def video_chunk(self) -> int:
+        """Frames of a video decoded by one task at most."""
+        return max(1, CLIP_TASK_BYTES // (3 * self.size * self.size))
 
     @property
     def n_shards(self) -> int:

@@ -72,8 +72,11 @@ class ScanResult:
     labels: str = "none"
 
 
-def _walk(root: Path) -> tuple[list[str], list[dict[str, str]]]:
-    """All image files under `root` (relative, `/`-separated) and the entries to report."""
+def walk(
+    root: Path, accept: Callable[[str], bool] = is_image_name
+) -> tuple[list[str], list[dict[str, str]]]:
+    """All files under `root` whose names `accept` takes (images; a clip pack's images and
+    videos), relative and `/`-separated, and the entries to report."""
     images: list[str] = []
     skipped: list[dict[str, str]] = []
     root_stat = os.stat(root)
@@ -89,7 +92,7 @@ def _walk(root: Path) -> tuple[list[str], list[dict[str, str]]]:
             if name.startswith("."):
                 continue  # hidden files and folders (.DS_Store, .git, .ipynb_checkpoints)
             child = f"{rel}/{name}" if rel else name
-            image = is_image_name(name)
+            image = accept(name)
             try:
                 kind = _kind(entry, image)
             except OSError as exc:
@@ -192,7 +195,7 @@ def scan(src: str | os.PathLike, labels: str = "auto") -> ScanResult:
     if not root.is_dir():
         raise SourceError(f"source must be a folder of images, got a file: {src}")
     try:
-        images, skipped = _walk(root)
+        images, skipped = walk(root)
         classes = class_folders(root)
     except OSError as exc:
         raise SourceError(f"cannot read source folder {src}: {exc.strerror}") from exc

@@ -79,7 +79,7 @@ def plan_stamps(plan: PackPlan, i: int) -> list[list[int] | None]:
     if plan.source is not None and plan.source.archive:
         folder, name = os.path.split(plan.source.archive)
         return source_stamps(folder, ((name, 0),))
-    return source_stamps(plan.src, plan.shard_items(i))
+    return source_stamps(plan.src, plan.source_files(i))
 
 
 def strict_error(skipped: list[dict[str, str]]) -> SkippedImagesError:
@@ -223,8 +223,8 @@ def write_shard(
     run does); `decode` turns paths relative to SRC into results."""
     builder = ShardBuilder(out, plan, index)
     try:
-        while not builder.complete:
-            builder.add(decode(builder.pending_paths(32)))
+        for _, n in plan.chunks(index, 32):
+            builder.add(decode(builder.pending_paths(n)))
     except BaseException:
         builder.abort()
         raise
