@@ -150,8 +150,11 @@ def green_screen(obs: torch.Tensor, preset: str = "dmcgb", *, margin: int = 0) -
         raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
     rgb = _frames(obs)
     if rgb.dtype != torch.uint8:
-        rgb = rgb.round().clamp_(0, 255)
-    code = (rgb.to(torch.int32) * _constant((65536, 256, 1), torch.int32, obs.device)).sum(2)
+        rgb = rgb.round().clamp_(0, 255).to(torch.uint8)
+    # the colour's table index r << 16 | g << 8 | b, in place on one int32 plane per frame
+    # (a weighted sum over the channel dimension is 5-25x slower on CPUs)
+    code = rgb[:, :, 0].to(torch.int32)
+    code.mul_(256).add_(rgb[:, :, 1]).mul_(256).add_(rgb[:, :, 2])
     keep = keep_table(preset, obs.device).index_select(0, code.flatten()).view(code.shape)
     return grow(keep, margin)
 
