@@ -309,7 +309,9 @@ def main() -> None:
     times = {k: list(v) for k, v in TIMES.items()}  # DMC-GB's episode only
     rendered, backgrounds, _ = check_masks(own)
     print(f"Command: {' '.join(['python', *sys.argv])}")
-    print(f"Machine: {machine()}; MUJOCO_GL={os.environ['MUJOCO_GL']}; torch threads 1")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"Machine: {machine()}; MUJOCO_GL={os.environ['MUJOCO_GL']}; torch threads 1; "
+          f"load average {load} after the episode")  # fmt: skip
     print(f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
     print(f"Masks identical to do_green_screen's on all {len(FRAMES)} frames; composite "
           "output identical to its output.\n")  # fmt: skip
