@@ -11,8 +11,9 @@ DMC-GB's code and dm_control, kept outside the project.
 
     git clone https://github.com/nicklashansen/dmcontrol-generalization-benchmark /work/ext/dmcgb
     python3 -m venv /work/dmc-venv
-    /work/dmc-venv/bin/pip install torch torchvision dm-control "gym==0.23.1" \\
+    /work/dmc-venv/bin/pip install torch torchvision dm-control "mujoco==3.17.0" "gym==0.23.1" \\
         opencv-python-headless xmltodict kornia termcolor imageio
+    /work/dmc-venv/bin/pip uninstall -y triton  # its import crashed beside dm_control here
     apt-get install -y libosmesa6           # for MUJOCO_GL=osmesa (or libegl1 for egl)
     MUJOCO_GL=osmesa PYTHONPATH=. /work/dmc-venv/bin/python scripts/bench_dmcgb_env.py \\
         --dmcgb /work/ext/dmcgb [--videos ../shared/real-videos] [--rounds 5]
