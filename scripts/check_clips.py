@@ -10,10 +10,13 @@ the clips it lacks) when not.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
-from mixshard.core.errors import MixshardError
-from mixshard.core.manifest import Manifest
-from mixshard.core.presets import check_clip_pack
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's mixshard
+
+from mixshard.core.errors import MixshardError  # noqa: E402
+from mixshard.core.manifest import Manifest  # noqa: E402
+from mixshard.core.presets import check_clip_pack  # noqa: E402
 
 
 def main(argv: list[str]) -> int:

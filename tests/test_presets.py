@@ -122,3 +122,29 @@ def test_dmcgb_videos_packs_both_sets_and_names_a_short_one(tmp_path):
     assert easy.clips is not None and len(easy.clips) == 10 and easy.size == 8
     assert res.returncode != 0
     assert "dmcgb-video_hard-8 holds 3 clips but lacks 97 of the 100" in res.stderr
+
+
+def test_davis_packs_the_suites_two_lists(tmp_path):
+    """Runs once `mixshard pack` has `--clip-list` (the option the target needs)."""
+    if "--clip-list" not in subprocess.run(
+        [sys.executable, "-m", "mixshard", "pack", "--help"],
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+    ).stdout:  # fmt: skip
+        pytest.skip("mixshard pack has no --clip-list yet")
+    from PIL import Image
+
+    from mixshard import Manifest
+
+    frames = tmp_path / "DAVIS" / "JPEGImages" / "480p"
+    for i, name in enumerate(CLIP_LISTS["davis17-train"] + CLIP_LISTS["davis17-val"] + ("x",)):
+        (frames / name).mkdir(parents=True)
+        Image.new("RGB", (24, 16), (i, 100, 50)).save(frames / name / "00000.jpg")
+    res = make("davis", f"SRC={tmp_path / 'DAVIS'}", f"DATA={tmp_path / 'out'}", "SIZE=8")
+    assert res.returncode == 0, res.stderr
+    for split in ("davis17-train", "davis17-val"):
+        clips = Manifest.load(tmp_path / "out" / f"{split}-8").clips
+        assert clips is not None and [c.name for c in clips] == list(CLIP_LISTS[split])
+    (frames / "dog" / "00000.jpg").unlink()
+    (frames / "dog").rmdir()  # one validation clip gone: the source is named
+    res = make("davis", f"SRC={tmp_path / 'DAVIS'}", f"DATA={tmp_path / 'out2'}", "SIZE=8")
+    assert res.returncode != 0 and "lacks 1 of the 30 of 'davis17-val': dog" in res.stderr
