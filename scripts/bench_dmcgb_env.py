@@ -225,14 +225,17 @@ def time_dropin(wrappers, seed: int, size: int, reference: list[np.ndarray]) -> 
         seconds, steps, obs = run_episode(wrappers.make_env, seed, size)
     finally:
         wrappers.VideoWrapper = own
-    ours, theirs = np.stack(obs).astype(np.int16), np.stack(reference).astype(np.int16)
-    k = ours.shape[1] // 3
-    keep = masks.green_screen(torch.from_numpy(np.stack(reference)).reshape(-1, 3, size, size))
-    keep = keep.reshape(len(obs), k, 1, size, size).expand(-1, -1, 3, -1, -1).numpy()
-    diff = np.abs(ours - theirs).reshape(keep.shape)
+    # the newest frame of each stacked observation: step t's (the reset's first), whose
+    # rendering (the same seed and actions render the same frames) FRAMES[t] holds
+    ours = np.stack([o[-3:] for o in obs]).astype(np.int16)
+    theirs = np.stack([o[-3:] for o in reference]).astype(np.int16)
+    rendered = torch.from_numpy(np.stack([f[0] for f in FRAMES[: len(obs)]]))
+    keep = masks.green_screen(rendered).expand(-1, 3, -1, -1).numpy()
+    diff = np.abs(ours - theirs)
     if diff[keep].any():
-        raise AssertionError("the drop-in changed pixels DMC-GB keeps")
-    level = f"background vs DMC-GB: mean {diff[~keep].mean():.2f}, max {diff[~keep].max()}"
+        raise AssertionError("the drop-in changed pixels DMC-GB keeps (or rendered others)")
+    shown = diff[~keep]
+    level = f"background vs DMC-GB: mean {shown.mean():.2f}, max {shown.max()} levels"
     return [["drop-in `mixshard.compat.VideoWrapper`: episode", f"{seconds:.2f} s", steps, level]]
 
 

@@ -26,7 +26,7 @@ PRESETS: dict[str, tuple[tuple[float, float], tuple[float, float], tuple[float, 
 }
 
 COLOURS = 1 << 24
-_CHUNK = 1 << 20
+_CHUNK = 1 << 18  # 256k colours at a time: about 30 MB of float64 temporaries
 _TABLES: dict[tuple[str, torch.device], torch.Tensor] = {}
 _LOCK = threading.Lock()
 
