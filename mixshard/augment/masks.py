@@ -144,7 +144,7 @@ def green_screen(obs: torch.Tensor, preset: str = "dmcgb", *, margin: int = 0) -
         `(N, frames, H, W)` bool keep mask on the obs's device.
 
     One gather from a table of all 2**24 colours (16 MB per device, built on the first call
-    in a few seconds: 3.7 s on one core of a loaded 2-core VM): see
+    in about a second on one core): see
     `mixshard.augment.greenscreen`.
     """
     if preset not in PRESETS:
