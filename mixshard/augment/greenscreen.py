@@ -5,7 +5,7 @@ h 100-185 degrees, s 80-255, v 70-255, with the HSV computed in Python floats (f
 `r / 255.`, `g / 255.`, `b / 255.` as `colorsys` does, then scaled by 360 and 255. Where the
 exact hue or saturation sits on a bound (hue exactly 100 or 185 degrees, saturation exactly
 80) the float rounding decides, one way for some colours and the other way for others: no
-integer rewrite of the rule agrees with it on all of them (4,712 of the 16.7M colours differ).
+integer rewrite of the rule agrees with it on all of them (4,711 of the 16.7M colours differ).
 
 So the rule is evaluated once, in the same float64 operations in the same order, for every
 colour it may replace (an exact integer form of the rule, bounds included, finds them: a fifth
@@ -21,8 +21,9 @@ import threading
 
 import torch
 
-# name -> ((h_min, h_max) degrees, (s_min, s_max) on 0..255, (v_min, v_max) on 0..255)
-PRESETS: dict[str, tuple[tuple[float, float], tuple[float, float], tuple[float, float]]] = {
+# name -> ((h_min, h_max) degrees, (s_min, s_max) on 0..255, (v_min, v_max) on 0..255),
+# integers (the exact form of the rule in `_maybe_replaced` compares integers)
+PRESETS: dict[str, tuple[tuple[int, int], tuple[int, int], tuple[int, int]]] = {
     "dmcgb": ((100, 185), (80, 255), (70, 255)),
 }
 
