@@ -5,7 +5,8 @@ h 100-185 degrees, s 80-255, v 70-255, with the HSV computed in Python floats (f
 `r / 255.`, `g / 255.`, `b / 255.` as `colorsys` does, then scaled by 360 and 255. Where the
 exact hue or saturation sits on a bound (hue exactly 100 or 185 degrees, saturation exactly
 80) the float rounding decides, one way for some colours and the other way for others: no
-integer rewrite of the rule agrees with it on all of them (4,711 of the 16.7M colours differ).
+integer rewrite of the rule agrees with it on all of them (4,711 of the 16.7M colours
+differ).
 
 So the rule is evaluated once, in the same float64 operations in the same order, for every
 colour it may replace (an exact integer form of the rule, bounds included, finds them: a fifth
@@ -92,9 +93,9 @@ def _build(preset: str) -> torch.Tensor:
     table = torch.ones(COLOURS, dtype=torch.bool)
     for lo in range(0, COLOURS, _CHUNK):
         code = torch.arange(lo, lo + _CHUNK, dtype=torch.int32)
-        rgb = (code >> 16, (code >> 8) & 255, code & 255)
-        candidates = _maybe_replaced(*rgb, preset).nonzero().squeeze(1)
-        table[lo + candidates] = ~replaced(*(c[candidates] for c in rgb), preset=preset)
+        r, g, b = code >> 16, (code >> 8) & 255, code & 255
+        candidates = _maybe_replaced(r, g, b, preset).nonzero().squeeze(1)
+        table[lo + candidates] = ~replaced(r[candidates], g[candidates], b[candidates], preset)
     return table
 
 
