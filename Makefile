@@ -7,7 +7,7 @@ DATA ?= data
 WORKERS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test test-cuda coverage lint format demo bench places365 coco clean
+.PHONY: help venv test test-cuda coverage lint format demo bench places365 coco dmcgb-videos davis clean
 
 help:
 	@echo "make demo    generate a procedural image folder, pack it, show the result"
@@ -18,6 +18,10 @@ help:
 	@echo "make places365 [SRC=<folder or .tar>] DATA=<dir>   pack Places365-Standard (no SRC: download)"
 	@echo "  ... SIZE=96   a pack for 96 px observations, in <dir>/places365_standard-96"
 	@echo "make coco [SRC=<folder or .zip>] DATA=<dir>         pack COCO val2017 (no SRC: download)"
+	@echo "make dmcgb-videos SRC=<DMC-GB checkout>/src/env/data DATA=<dir>"
+	@echo "              pack DMC-GB's video_easy (10) and video_hard (100) clips as clip packs"
+	@echo "make davis SRC=<DAVIS-2017 trainval folder or .zip> DATA=<dir>"
+	@echo "              pack DAVIS 2017 480p as the Distracting Control Suite's train and val clips"
 	@echo "  (PACK_ARGS='--size 64 ...': pack options; REPACK=1: replace an existing pack)"
 
 # The venv is (re)installed when pyproject.toml or a compiled module's source changes: the
@@ -121,6 +125,41 @@ coco: $(RUNTIME)
 	$(call download,$(COCO_URL),$(COCO_SRC),$(COCO_MD5))
 	$(REPACK_HINT) $(PY) -m mixshard pack $(call pack_in,$(COCO_SRC),,$(COCO_WITHIN)) "$(DATA)/coco$(SUFFIX)" --labels none $(PACK_MODE) $(SIZE_ARG) $(PACK_ARGS)
 	@echo "Use it: export MIXSHARD_DATA=$(abspath $(DATA))"
+
+# Video distractor backgrounds as clip packs (issue 39), each checked afterwards against the
+# benchmark's clip list (mixshard/core/presets.py) by scripts/check_clips.py, which names a
+# pack that lacks clips. DMC-GB resizes the whole video frame to the observation size
+# (F.interpolate), hence --crop full. DAVIS: one pack per Distracting Control Suite split;
+# --clip-list picks the split's frame folders by name.
+DMCGB_CLIP_ARGS = --clips --crop full $(PACK_MODE) $(SIZE_ARG) $(PACK_ARGS)
+DAVIS_WITHIN ?= DAVIS/JPEGImages/480p
+DAVIS_FRAMES = $(if $(call is_archive,$(SRC)),"$(SRC)" --within "$(DAVIS_WITHIN)","$(SRC)/JPEGImages/480p")
+
+dmcgb-videos: $(STAMP)
+	@$(PY) scripts/make_check.py $@ "$(SRC)" "$(DATA)" dmcgb-video_easy$(SUFFIX) dmcgb-video_hard$(SUFFIX)
+	@if [ -z "$(SRC)" ] || [ ! -d "$(SRC)/video_easy" ] || [ ! -d "$(SRC)/video_hard" ]; then \
+	  echo "make dmcgb-videos SRC=<dir> DATA=<dir>: SRC must be DMC-GB's src/env/data folder,"; \
+	  echo "holding video_easy/video0.mp4 ... video9.mp4 and video_hard/video0.mp4 ... video99.mp4"; \
+	  echo "(git clone https://github.com/nicklashansen/dmcontrol-generalization-benchmark; got SRC='$(SRC)')."; \
+	  exit 1; fi
+	$(REPACK_HINT) $(PY) -m mixshard pack "$(SRC)/video_easy" "$(DATA)/dmcgb-video_easy$(SUFFIX)" $(DMCGB_CLIP_ARGS)
+	$(PY) scripts/check_clips.py "$(DATA)/dmcgb-video_easy$(SUFFIX)" dmcgb-video_easy
+	$(REPACK_HINT) $(PY) -m mixshard pack "$(SRC)/video_hard" "$(DATA)/dmcgb-video_hard$(SUFFIX)" $(DMCGB_CLIP_ARGS)
+	$(PY) scripts/check_clips.py "$(DATA)/dmcgb-video_hard$(SUFFIX)" dmcgb-video_hard
+	@echo "Use it: export MIXSHARD_DATA=$(DATA)"
+
+davis: $(STAMP)
+	@$(PY) scripts/make_check.py $@ "$(SRC)" "$(DATA)" davis17-train$(SUFFIX) davis17-val$(SUFFIX)
+	@if [ -z "$(SRC)" ] || { [ -z "$(call is_archive,$(SRC))" ] && [ ! -d "$(SRC)/JPEGImages/480p" ]; }; then \
+	  echo "make davis SRC=<dir or .zip> DATA=<dir>: SRC must be DAVIS 2017's trainval folder, holding"; \
+	  echo "JPEGImages/480p/<clip>/00000.jpg ..., or DAVIS-2017-trainval-480p.zip (got SRC='$(SRC)')"; \
+	  echo "from https://davischallenge.org/davis2017/code.html (no need to unzip it)."; \
+	  exit 1; fi
+	$(REPACK_HINT) $(PY) -m mixshard pack $(DAVIS_FRAMES) "$(DATA)/davis17-train$(SUFFIX)" --clips --clip-list davis17-train $(PACK_MODE) $(SIZE_ARG) $(PACK_ARGS)
+	$(PY) scripts/check_clips.py "$(DATA)/davis17-train$(SUFFIX)" davis17-train
+	$(REPACK_HINT) $(PY) -m mixshard pack $(DAVIS_FRAMES) "$(DATA)/davis17-val$(SUFFIX)" --clips --clip-list davis17-val $(PACK_MODE) $(SIZE_ARG) $(PACK_ARGS)
+	$(PY) scripts/check_clips.py "$(DATA)/davis17-val$(SUFFIX)" davis17-val
+	@echo "Use it: export MIXSHARD_DATA=$(DATA)"
 
 clean:
 	rm -rf demo bench-out .pytest_cache .ruff_cache

@@ -41,6 +41,11 @@ _LAZY: dict[str, str] = {
     "composite": "augment.ops",
 }
 
+# name -> a submodule exported whole, as a namespace of builders (`mixshard.masks.green_screen`)
+_MODULES: dict[str, str] = {
+    "masks": "augment.masks",
+}
+
 __all__ = [
     "Manifest",
     "ManifestError",
@@ -64,9 +69,11 @@ __all__ = [
     "Overlay",
     "blend",
     "composite",
+    "masks",
 ]
 
 if TYPE_CHECKING:  # what type checkers and IDEs see
+    from .augment import masks as masks
     from .augment.ops import blend, composite
     from .augment.overlay import Overlay
     from .core.errors import (
@@ -92,6 +99,10 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
         globals()[name] = value
         return value
+    if name in _MODULES:
+        module = importlib.import_module(f".{_MODULES[name]}", __name__)
+        globals()[name] = module
+        return module
     raise AttributeError(f"module 'mixshard' has no attribute {name!r}")
 
 

@@ -9,7 +9,8 @@
 # (generated JPEGs, packed) and
 # writes its outputs under $OUT (default ./gpu-out): machine.txt, pytest_cuda.txt,
 # sync_debug.txt, bench_overlay_cuda.txt (Overlay per call at N=128 and 256 with the device
-# cache, the pool and the stream), bench_compat_cuda.txt, prefetch.txt.
+# cache, the pool and the stream), bench_compat_cuda.txt, prefetch.txt, masks.txt
+# (masks.green_screen + composite at 4,096 environments, issue 39).
 #
 # webdataset and braceexpand may be missing where torch is: put their wheels in .whl/ and they
 # are installed into /tmp/site first, e.g.
@@ -46,4 +47,25 @@ for label, wrap in [("plain .to(cuda)", lambda it: (b.to("cuda") for b in it)),
     for _ in range(500): (next(it).float() * 2).sum()
     torch.cuda.synchronize()
     print(f"{label}: {500 * 256 / (time.perf_counter() - t0):,.0f} images/s")
+PY
+python3 - <<'PY' 2>&1 | tee "$OUT/masks.txt"
+# issue 39: masks.green_screen + composite for 4,096 environments (3 frames, 84 px, uint8 obs),
+# against obs.clone(), with no host sync in the timed calls
+import time, torch
+from mixshard import composite, masks
+g = torch.Generator(device="cuda").manual_seed(0)
+obs = torch.randint(0, 256, (4096, 9, 84, 84), generator=g, device="cuda", dtype=torch.uint8)
+obs[:, 1::3, :42] = 204  # a green half
+bg = torch.randint(0, 256, (4096, 3, 84, 84), generator=g, device="cuda", dtype=torch.uint8)
+step = lambda: composite(obs, bg, masks.green_screen(obs))
+cpu = masks.green_screen(obs[:64].cpu())
+assert torch.equal(masks.green_screen(obs[:64]).cpu(), cpu), "cuda mask differs from the cpu's"
+for label, fn in [("obs.clone()", obs.clone), ("green_screen + composite", step),
+                  ("green_screen", lambda: masks.green_screen(obs))]:
+    for _ in range(5): fn()
+    torch.cuda.synchronize(); torch.cuda.set_sync_debug_mode("error")
+    t0 = time.perf_counter()
+    for _ in range(50): fn()
+    torch.cuda.set_sync_debug_mode(0); torch.cuda.synchronize()
+    print(f"{label}: {(time.perf_counter() - t0) / 50 * 1e3:.3f} ms per call, 4096 envs")
 PY

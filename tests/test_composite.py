@@ -94,7 +94,7 @@ def test_mask_errors():
         composite(obs, imgs, torch.ones(4, 2, 5, 6))
     assert str(err.value) == (
         "mask (4, 2, 5, 6) does not broadcast to obs (4, 9, 5, 6): give (N, 1, H, W) per "
-        "pixel, (N, 3k, H, W) per channel or (N, k, 1, H, W) per frame"
+        "pixel, (N, k, H, W) per frame, (N, 3k, H, W) per channel or (N, k, 1, H, W)"
     )
     with pytest.raises(TypeError, match="mask must be a torch.Tensor, got list"):
         composite(obs, imgs, [[1.0]])  # type: ignore[arg-type]

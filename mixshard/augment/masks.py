@@ -1,16 +1,41 @@
 """Masks for `composite`: which pixels of an observation to keep in front of a background.
 
-`hsv_above` is MaDi's `splice` test (keep the bright, coloured pixels: the agent in front of a
-plain DMC floor and sky); `salient_patches` is SGQN's random patches of an attribution map.
-Both are batched and stay on the input's device.
+Public as `mixshard.masks`. Every builder returns a *keep* mask in `composite`'s convention
+(true where the observation stays, the background shows elsewhere), bool and shaped
+`(N, frames, H, W)` for `(N, 3 * frames, H, W)` observations, which `composite` and
+`Backgrounds.composite` take as they are. They are batched tensor ops on the input's device (no
+Python loop over pixels or samples, no host sync), on uint8 or float 0..255 observations:
+
+- `green_screen`: DMControl-GB's green screen (its `do_green_screen`, pixel for pixel);
+- `color_key`: a chroma key of any colour and tolerance;
+- `blue_dominant`: DBC's natural-video key (`b > g and b > r` shows the background);
+- `from_segmentation`: the pixels whose segmentation id is kept (ManiSkill's way).
+
+`margin=k` on each grows the kept region by `k` pixels (a `(2k + 1)`-square max-pool): the
+agent's anti-aliased edges stay in front. `hsv_above` is MaDi's `splice` test and
+`salient_patches` SGQN's random patches of an attribution map.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
+
+from .greenscreen import PRESETS, keep_table
+from .inputs import check_obs
+
+__all__ = [
+    "blue_dominant",
+    "color_key",
+    "from_segmentation",
+    "green_screen",
+    "hsv_above",
+    "salient_patches",
+]
 
 
 def broadcast_mask(
@@ -20,16 +45,22 @@ def broadcast_mask(
     `(N, 1, H, W)` per pixel, `(N, 3k, H, W)` per channel or any 5-D shape that broadcasts."""
     if not isinstance(mask, torch.Tensor):
         raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
+    if mask.dtype != torch.bool and not mask.is_floating_point():
+        raise TypeError(
+            f"mask must be bool (true keeps the observation) or float 0..1, got {mask.dtype}: "
+            f"pass mask.bool() for a 0/1 mask"
+        )
     if mask.device != device:
         raise ValueError(f"obs is on {device} but mask on {mask.device}")
     shape = tuple(mask.shape)
-    if mask.dim() == 4 and shape[1] in (1, 3 * k):
-        frames, chans = (1, 1) if shape[1] == 1 else (k, 3)
+    if mask.dim() == 4 and shape[1] in (1, k, 3 * k):
+        # per pixel, per frame and pixel (what the builders below return), per channel
+        frames, chans = (shape[1], 1) if shape[1] in (1, k) else (k, 3)
         mask = mask.reshape(shape[0], frames, chans, shape[2], shape[3])
     if mask.dim() != 5 or any(m not in (1, s) for m, s in zip(mask.shape, (n, k, 3, h, w))):
         raise ValueError(
             f"mask {shape} does not broadcast to obs {(n, 3 * k, h, w)}: give (N, 1, H, W) per "
-            f"pixel, (N, 3k, H, W) per channel or (N, k, 1, H, W) per frame"
+            f"pixel, (N, k, H, W) per frame, (N, 3k, H, W) per channel or (N, k, 1, H, W)"
         )
     return mask
 
@@ -97,3 +128,137 @@ def salient_patches(
     keep.scatter_(1, one, True)
     patches = keep.view(-1, 1, grid, grid).float()
     return F.interpolate(patches, size=(image_size, image_size), mode="nearest")
+
+
+def green_screen(obs: torch.Tensor, preset: str = "dmcgb", *, margin: int = 0) -> torch.Tensor:
+    """False on exactly the pixels DMControl-GB's `do_green_screen` replaces.
+
+    Args:
+        obs: `(N, 3 * frames, H, W)` uint8, or float 0..255 (read as the uint8 colours they
+            round to, as DMC-GB's renderer gives them).
+        preset: `"dmcgb"`: HSV h 100-185 degrees, s 80-255, v 70-255, with DMC-GB's float
+            rounding on the bounds.
+        margin: grow the kept region by this many pixels.
+
+    Returns:
+        `(N, frames, H, W)` bool keep mask on the obs's device.
+
+    One gather from a table of all 2**24 colours (16 MB per device, built on the first call
+    in about a second on one core): see
+    `mixshard.augment.greenscreen`.
+    """
+    if preset not in PRESETS:
+        raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
+    rgb = _frames(obs)
+    if rgb.dtype != torch.uint8:
+        rgb = rgb.round().clamp_(0, 255).to(torch.uint8)
+    # the colour's table index r << 16 | g << 8 | b, in place on one int32 plane per frame
+    # (a weighted sum over the channel dimension is 5-25x slower on CPUs)
+    code = rgb[:, :, 0].to(torch.int32)
+    code.mul_(256).add_(rgb[:, :, 1]).mul_(256).add_(rgb[:, :, 2])
+    keep = keep_table(preset, obs.device).index_select(0, code.flatten()).view(code.shape)
+    return grow(keep, margin)
+
+
+def color_key(
+    obs: torch.Tensor, rgb: Sequence[float], tol: float = 0, *, margin: int = 0
+) -> torch.Tensor:
+    """False where every channel lies within `tol` of `rgb` (`|obs - rgb| <= tol`).
+
+    Args:
+        obs: `(N, 3 * frames, H, W)` uint8 or float 0..255.
+        rgb: the key colour, three numbers on 0..255.
+        tol: the tolerance per channel, on 0..255 (0: that colour exactly).
+        margin: grow the kept region by this many pixels.
+
+    Returns:
+        `(N, frames, H, W)` bool keep mask on the obs's device.
+    """
+    key = tuple(rgb) if isinstance(rgb, Sequence) else ()
+    if len(key) != 3 or not all(_is_number(c) for c in key):
+        raise ValueError(f"rgb must be three numbers (R, G, B) on 0..255, got {rgb!r}")
+    if not _is_number(tol) or tol < 0:
+        raise ValueError(f"tol must be a number >= 0, got {tol!r}")
+    x = _frames(obs)
+    lo = _constant(tuple(float(c) - tol for c in key), torch.float64, obs.device)
+    hi = _constant(tuple(float(c) + tol for c in key), torch.float64, obs.device)
+    return grow(((x < lo) | (x > hi)).any(2), margin)
+
+
+def blue_dominant(obs: torch.Tensor, *, margin: int = 0) -> torch.Tensor:
+    """False where blue exceeds both green and red (DBC's natural-video key:
+    `b > g and b > r` takes the background).
+
+    Returns:
+        `(N, frames, H, W)` bool keep mask on the obs's device.
+    """
+    r, g, b = _frames(obs).unbind(2)
+    return grow((b <= g) | (b <= r), margin)
+
+
+def from_segmentation(
+    seg: torch.Tensor, ids: int | Sequence[int] | torch.Tensor, *, margin: int = 0
+) -> torch.Tensor:
+    """True where the segmentation id is one of `ids` (ManiSkill's kept actors and links).
+
+    Args:
+        seg: integer ids `(N, frames, H, W)`, or `(N, H, W)` for one frame.
+        ids: the ids to keep: an int, a sequence of ints or an integer tensor.
+        margin: grow the kept region by this many pixels.
+
+    Returns:
+        `(N, frames, H, W)` bool keep mask (`(N, 1, H, W)` for a 3-D `seg`) on seg's device.
+    """
+    if not isinstance(seg, torch.Tensor):
+        raise TypeError(f"seg must be a torch.Tensor of integer ids, got {type(seg).__name__}")
+    if seg.dtype == torch.bool or seg.is_floating_point() or seg.is_complex():
+        raise TypeError(f"seg must hold integer ids, got {seg.dtype}")
+    if seg.dim() not in (3, 4):
+        raise ValueError(f"seg must be (N, frames, H, W) or (N, H, W), got {tuple(seg.shape)}")
+    if isinstance(ids, torch.Tensor):
+        if ids.dtype == torch.bool or ids.is_floating_point() or ids.is_complex():
+            raise TypeError(f"ids must be integers, got a {ids.dtype} tensor")
+        kept = ids.to(seg.device).flatten()
+    else:
+        values = (ids,) if isinstance(ids, int) else tuple(ids)
+        if not all(isinstance(i, int) and not isinstance(i, bool) for i in values):
+            raise TypeError(f"ids must be an int, a sequence of ints or a tensor, got {ids!r}")
+        kept = _constant(values, torch.int64, seg.device, per_channel=False)
+    keep = torch.isin(seg if seg.dim() == 4 else seg.unsqueeze(1), kept)
+    return grow(keep, margin)
+
+
+def grow(keep: torch.Tensor, margin: int) -> torch.Tensor:
+    """`keep` `(N, frames, H, W)` bool with every kept pixel's `(2 * margin + 1)`-square
+    neighbourhood kept too (a max-pool, each frame on its own)."""
+    if not isinstance(margin, int) or isinstance(margin, bool) or margin < 0:
+        raise ValueError(f"margin must be an int >= 0 (pixels), got {margin!r}")
+    if margin == 0:
+        return keep
+    size = 2 * margin + 1
+    grown = F.max_pool2d(keep.to(torch.uint8), size, stride=1, padding=margin)
+    return grown.bool()
+
+
+def _frames(obs: object) -> torch.Tensor:
+    """`obs` `(N, 3k, H, W)` as a `(N, k, 3, H, W)` view, checked."""
+    obs = check_obs(obs)
+    if not (obs.dtype == torch.uint8 or obs.is_floating_point()):
+        raise ValueError(f"obs must be uint8 or float 0..255, got {obs.dtype}")
+    n, c, h, w = obs.shape
+    return obs.reshape(n, c // 3, 3, h, w)
+
+
+def _is_number(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+@functools.lru_cache(maxsize=64)
+def _constant(
+    values: tuple, dtype: torch.dtype, device: torch.device, per_channel: bool = True
+) -> torch.Tensor:
+    """A small constant tensor on `device`, made once (a fresh `torch.tensor(...,
+    device=...)` per call is a blocking host-to-device copy); `per_channel`: shaped
+    `(1, 1, 3, 1, 1)` against `(N, k, 3, H, W)` frames."""
+    t = torch.tensor(values, dtype=dtype).to(device)
+    return t.view(1, 1, 3, 1, 1) if per_channel else t
