@@ -135,7 +135,7 @@ DMCGB_CLIP_ARGS = --clips --crop full $(PACK_MODE) $(SIZE_ARG) $(PACK_ARGS)
 DAVIS_WITHIN ?= DAVIS/JPEGImages/480p
 DAVIS_FRAMES = $(if $(call is_archive,$(SRC)),"$(SRC)" --within "$(DAVIS_WITHIN)","$(SRC)/JPEGImages/480p")
 
-dmcgb-videos: $(STAMP)
+dmcgb-videos: $(RUNTIME)
 	@$(PY) scripts/make_check.py $@ "$(SRC)" "$(DATA)" dmcgb-video_easy$(SUFFIX) dmcgb-video_hard$(SUFFIX)
 	@if [ -z "$(SRC)" ] || [ ! -d "$(SRC)/video_easy" ] || [ ! -d "$(SRC)/video_hard" ]; then \
 	  echo "make dmcgb-videos SRC=<dir> DATA=<dir>: SRC must be DMC-GB's src/env/data folder,"; \
@@ -148,7 +148,7 @@ dmcgb-videos: $(STAMP)
 	$(PY) scripts/check_clips.py "$(DATA)/dmcgb-video_hard$(SUFFIX)" dmcgb-video_hard
 	@echo "Use it: export MIXSHARD_DATA=$(DATA)"
 
-davis: $(STAMP)
+davis: $(RUNTIME)
 	@$(PY) scripts/make_check.py $@ "$(SRC)" "$(DATA)" davis17-train$(SUFFIX) davis17-val$(SUFFIX)
 	@if [ -z "$(SRC)" ] || { [ -z "$(call is_archive,$(SRC))" ] && [ ! -d "$(SRC)/JPEGImages/480p" ]; }; then \
 	  echo "make davis SRC=<dir or .zip> DATA=<dir>: SRC must be DAVIS 2017's trainval folder, holding"; \

@@ -17,7 +17,10 @@ _WANTED = {
     "places365": "the places365_standard folder (train/<class>/*.jpg, val/<class>/*.jpg) or "
     "places365standard_easyformat.tar (http://places2.csail.mit.edu/download.html)",
     "coco": "COCO's val2017 folder or val2017.zip (http://images.cocodataset.org/zips/val2017.zip)",
+    "dmcgb-videos": "DMC-GB's src/env/data folder (video_easy/, video_hard/)",
+    "davis": "DAVIS 2017's trainval folder or .zip (JPEGImages/480p/<clip>/00000.jpg ...)",
 }
+_DOWNLOADS = ("places365", "coco")  # the targets that download when SRC is unset
 # the folder each target packs, found one level down in a SRC given too high
 _INNER = {"places365": "places365_standard", "coco": "val2017"}
 
@@ -41,7 +44,8 @@ def problem(target: str, src: str, data: str, names: list[str]) -> str | None:
     if src and not Path(src).exists():
         return (
             f"make {target}: SRC={src} does not exist (from {Path.cwd()}); give the path of "
-            f"{_WANTED.get(target, 'the source')}, or leave SRC unset to download it"
+            f"{_WANTED.get(target, 'the source')}"
+            + (", or leave SRC unset to download it" if target in _DOWNLOADS else "")
         )
     if src and Path(src).is_dir() and (inner := _inner(target, Path(src))):
         return f"make {target}: SRC={src} holds {inner.name}/: pass that folder, SRC={inner}"

@@ -66,12 +66,20 @@ def test_check_clips_script_names_the_pack(tmp_path):
 
 def make(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        ["make", "-s", "-C", str(ROOT), *args, f"PY={sys.executable}", "STAMP="],
+        ["make", "-s", "-C", str(ROOT), *args, f"PY={sys.executable}", "STAMP=", "RUNTIME="],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
 
 
 def test_video_targets_say_what_src_must_hold(tmp_path):
+    res = make("dmcgb-videos", f"SRC={tmp_path / 'nope'}", f"DATA={tmp_path / 'out'}")
+    assert res.returncode != 0
+    assert res.stderr.startswith(
+        f"make dmcgb-videos: SRC={tmp_path / 'nope'} does not exist (from {ROOT}); give the "
+        "path of DMC-GB's src/env/data folder (video_easy/, video_hard/)\n"
+    )
+    (tmp_path / "data").mkdir()
+    (tmp_path / "DAVIS").mkdir()
     res = make("dmcgb-videos", f"SRC={tmp_path / 'data'}", f"DATA={tmp_path / 'out'}")
     assert res.returncode != 0
     assert "SRC must be DMC-GB's src/env/data folder" in res.stdout
@@ -81,14 +89,6 @@ def test_video_targets_say_what_src_must_hold(tmp_path):
     assert "SRC must be DAVIS 2017's trainval folder" in res.stdout
     assert "JPEGImages/480p/<clip>/00000.jpg" in res.stdout
     assert not (tmp_path / "out").exists()
-
-
-def _clip_packer() -> bool:
-    out = subprocess.run(
-        [sys.executable, "-m", "mixshard", "pack", "--help"],
-        capture_output=True, text=True, timeout=60, cwd=ROOT,
-    )  # fmt: skip
-    return "--clips" in out.stdout
 
 
 def _video(path: Path, frames: int = 2) -> None:
@@ -108,8 +108,6 @@ def _video(path: Path, frames: int = 2) -> None:
 
 
 def test_dmcgb_videos_packs_both_sets_and_names_a_short_one(tmp_path):
-    if not _clip_packer():
-        pytest.skip("mixshard pack has no --clips yet")
     src = tmp_path / "data"
     for i in range(10):
         _video(src / "video_easy" / f"video{i}.mp4")
@@ -125,12 +123,7 @@ def test_dmcgb_videos_packs_both_sets_and_names_a_short_one(tmp_path):
 
 
 def test_davis_packs_the_suites_two_lists(tmp_path):
-    """Runs once `mixshard pack` has `--clip-list` (the option the target needs)."""
-    if "--clip-list" not in subprocess.run(
-        [sys.executable, "-m", "mixshard", "pack", "--help"],
-        capture_output=True, text=True, timeout=60, cwd=ROOT,
-    ).stdout:  # fmt: skip
-        pytest.skip("mixshard pack has no --clip-list yet")
+    """The suite's training and validation lists as two packs, each in its list's order."""
     from PIL import Image
 
     from mixshard import Manifest

@@ -112,7 +112,9 @@ def _check_clip_flags(opts: dict[str, Any]) -> None:
     opts["every"] = opts["every"] or 1
     if not opts["clips"]:
         given = [
-            f for f in ("every", "max_frames", "shuffle_clips") if opts[f] not in (1, None, False)
+            f
+            for f in ("every", "max_frames", "shuffle_clips", "clip_list")
+            if opts[f] not in (1, None, False)
         ]
         if given:
             flag = "--" + given[0].replace("_", "-")
@@ -281,6 +283,13 @@ def _classes(classes: tuple[str, ...]) -> str:
     "--shuffle-clips",
     is_flag=True,
     help="With --clips: store the clips in a seeded random order (frames stay in order).",
+)
+@click.option(
+    "--clip-list",
+    metavar="NAME",
+    default=None,
+    help="With --clips: pack only the clips of a benchmark's list, in its order "
+    "(dmcgb-video_easy, dmcgb-video_hard, davis17-train, davis17-val); one missing is an error.",
 )
 @quiet_option
 def pack(src: str, out: str, quiet: bool, **opts: Any) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core import presets
 from ..core.constants import CLIP_FORMAT_VERSION, RESAMPLE
 from ..core.manifest import Clip, dump_json
 from .archive import Source
@@ -30,7 +31,13 @@ from .scanning import path_key
 
 
 def check_clips(
-    clips: bool, crop: str, variants: int, every: int, max_frames: int | None, shuffle: bool
+    clips: bool,
+    crop: str,
+    variants: int,
+    every: int,
+    max_frames: int | None,
+    shuffle: bool,
+    clip_list: str | None = None,
 ) -> dict[str, Any] | None:
     """The options of a clip pack (None: an image pack, which takes none of them).
 
@@ -38,8 +45,10 @@ def check_clips(
         ValueError: clip options with an image pack, or options no clip pack takes.
     """
     if not clips:
-        if every != 1 or max_frames is not None or shuffle:
-            raise ValueError("every, max_frames and shuffle_clips apply to clips=True only")
+        if every != 1 or max_frames is not None or shuffle or clip_list is not None:
+            raise ValueError(
+                "every, max_frames, shuffle_clips and clip_list apply to clips=True only"
+            )
         return None
     if crop == "random" or variants != 1:
         raise ValueError(
@@ -48,7 +57,14 @@ def check_clips(
         )
     if every < 1 or (max_frames is not None and max_frames < 1):
         raise ValueError(f"every and max_frames must be >= 1, got {every} and {max_frames}")
-    return {"every": every, "max_frames": max_frames, "shuffle_clips": shuffle}
+    if clip_list is not None:
+        presets.clip_list(clip_list)  # a ValueError naming the lists there are
+    return {
+        "every": every,
+        "max_frames": max_frames,
+        "shuffle_clips": shuffle,
+        "clip_list": clip_list,
+    }
 
 
 def plan_clips(src: Path, within: str | None, options: dict) -> PackPlan | None:
@@ -58,7 +74,7 @@ def plan_clips(src: Path, within: str | None, options: dict) -> PackPlan | None:
     clips = options.pop("clips")
     if clips is None:
         return None
-    source, found = find_clips(src, within)
+    source, found = find_clips(src, within, clips.get("clip_list"))
     kept = {k: v for k, v in options.items() if k not in ("variants", "shuffle")}
     folder = source.reader.kind == "folder"
     label = str(src) if folder else source.label
@@ -77,6 +93,7 @@ def make_clip_plan(
     every: int,
     max_frames: int | None,
     shuffle_clips: bool,
+    clip_list: str | None = None,
     source: Source | None = None,
 ) -> PackPlan:
     """The plan of packing the clips `find_clips` found with these options."""
@@ -91,6 +108,7 @@ def make_clip_plan(
         "every": every,
         "max_frames": max_frames,
         "shuffle_clips": shuffle_clips,
+        "clip_list": clip_list,
     }
     clips = list(found.clips)
     if shuffle_clips:

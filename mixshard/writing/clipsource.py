@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..core import presets
 from ..core.constants import IMAGE_EXTENSIONS, VIDEO_EXTENSIONS
 from ..core.errors import ImageDecodeError, SourceError
 from ..core.packpath import tilde_hint
@@ -162,12 +163,16 @@ def _members(path: str, within: str | None) -> tuple[Source, list[str], list[dic
     return source, [p for p, _ in found.items], found.skipped
 
 
-def find_clips(src: str | os.PathLike, within: str | None = None) -> tuple[Source, ClipScan]:
+def find_clips(
+    src: str | os.PathLike, within: str | None = None, clip_list: str | None = None
+) -> tuple[Source, ClipScan]:
     """List the clips of SRC: its video files (probed) and its frame folders.
 
     Args:
         src: the folder, or a .tar / .zip archive of one.
         within: the folder inside an archive that holds the clips, as for an image pack.
+        clip_list: only the clips of this benchmark list (`core/presets.py`), in its order
+            (by name, or name without extension); a clip of it not in SRC is a `SourceError`.
 
     Raises:
         ValueError: `within` with a folder, or not a relative path.
@@ -177,6 +182,11 @@ def find_clips(src: str | os.PathLike, within: str | None = None) -> tuple[Sourc
     source, files, skipped = _list(str(src), within)
     videos, folders, more = _group(files)
     skipped += more
+    if clip_list is not None:  # before probing: only the list's videos are opened
+        names = videos + list(folders)
+        keep = [names[i] for i in presets.select_clips(clip_list, names, source.label, SourceError)]
+        videos = [n for n in keep if n in set(videos)]
+        folders = {n: folders[n] for n in keep if n in folders}
     clips: list[FoundClip] = []
     for name in videos:
         try:
@@ -194,7 +204,11 @@ def find_clips(src: str | os.PathLike, within: str | None = None) -> tuple[Sourc
         if not skipped:
             raise _no_clips(source.label)
         raise _too_high(source.label, skipped) or _no_readable(source.label, skipped)
-    clips.sort(key=lambda c: natural_key(c.name))
+    if clip_list is None:
+        clips.sort(key=lambda c: natural_key(c.name))
+    else:  # the list's order
+        rank = {n: i for i, n in enumerate(keep)}
+        clips.sort(key=lambda c: rank[c.name])
     return source, ClipScan(clips, skipped)
 
 

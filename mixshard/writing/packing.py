@@ -42,36 +42,13 @@ from .outdir import (
 )
 from .plan import PackPlan, check_modes, check_options, finished_pack, make_plan
 from .replace import replace_pack
+from .results import PackProgress, PackResult
 from .scanning import path_key
 from .shardwrite import DoneShard, plan_stamps, strict_error
 from .sourceid import check_source, source_record
 
 if TYPE_CHECKING:
     from .storeout import StoreOut
-
-
-@dataclass(frozen=True)
-class PackProgress:
-    """Progress of a running pack: `done` of `total` images written (a source image counts
-    once per variant), and how many source files were skipped."""
-
-    total: int
-    done: int
-    skipped: int
-    uploaded: int | None = None  # into an object store: images in shards uploaded so far
-
-
-@dataclass(frozen=True)
-class PackResult:
-    """What `pack` made. For a job-array part, `manifest` is None until the finish run."""
-
-    manifest: Manifest | None
-    out: Path | str  # a str: the URL of an object store prefix
-    seconds: float
-    reused_shards: int
-    already_complete: bool = False
-    written_shards: int = 0
-    rewritten_shards: int = 0  # finished before, rewritten: a source file of theirs changed
 
 
 class _Tracker:
@@ -137,6 +114,7 @@ def pack(
     every: int = 1,
     max_frames: int | None = None,
     shuffle_clips: bool = False,
+    clip_list: str | None = None,
 ) -> PackResult:
     """Pack an ImageFolder tree or a flat folder of images into pre-resized uint8 shards.
 
@@ -168,7 +146,8 @@ def pack(
             with `"default"`, on a running cluster else a local one.
         within: the folder inside the archive `src` to pack (`"places365_standard/train"`),
             as if the archive had been extracted and that folder given; `"."`: its root.
-        clips: pack video clips (`clipplan.py`): with `every`, `max_frames`, `shuffle_clips`.
+        clips: pack video clips (`clipplan.py`): with `every`, `max_frames`, `shuffle_clips`,
+            and `clip_list` (only a benchmark list's clips, in its order).
 
     Returns:
         A `PackResult` with the manifest that was written.
@@ -185,7 +164,9 @@ def pack(
     options.update(block_size=block_size, seed=seed, shuffle=shuffle)
     check_options(size, crop, variants, shard_size, block_size, seed, labels)
     check_modes(resume, overwrite, part, finish, ray)
-    options["clips"] = check_clips(clips, crop, variants, every, max_frames, shuffle_clips)
+    options["clips"] = check_clips(
+        clips, crop, variants, every, max_frames, shuffle_clips, clip_list
+    )
     t0 = time.perf_counter()
     check_location(out)
     sink = _store_out(out, part)
