@@ -221,6 +221,10 @@ ERRORS = [
     "holds objects mixshard did not write",
     "was denied",
     "changed after it was packed",
+    "did not answer within",
+    "in the block cache is a symbolic link",
+    "the disk of cache_dir",
+    "cannot use the block cache under",
 ]
 
 
