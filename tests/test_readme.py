@@ -225,6 +225,9 @@ ERRORS = [
     "in the block cache is a symbolic link",
     "the disk of cache_dir",
     "cannot use the block cache under",
+    "4 attempts in 3.5 s",
+    "the server's body ended early",
+    "dataset must be the name of a pack folder",
 ]
 
 
