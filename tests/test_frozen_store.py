@@ -132,8 +132,9 @@ def test_a_reader_of_a_store_that_freezes_ends_in_a_shard_error(server, tmp_path
     url = new_bucket("s3") + "/p"
     make_tree(tmp_path / "src", classes=("a", "b"), per_class=16)
     mixshard.pack(tmp_path / "src", url, size=8, shard_size=8, block_size=4, workers=1)
-    block = Store(url).size("shard-000000.tar") // 4  # about one block (of 4 per shard)
-    stream = ShardStream(url, 4, order="block", cache_dir=tmp_path / "c", cache_limit=3 * block)
+    need = ShardStream(url, 4, cache_dir=tmp_path / "probe").pack.need  # type: ignore
+    # half the pack: blocks are fetched again all along
+    stream = ShardStream(url, 4, order="block", cache_dir=tmp_path / "c", cache_limit=need // 2)
     batches = iter(stream)
     next(batches)
     server.freeze()

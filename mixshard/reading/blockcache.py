@@ -232,10 +232,14 @@ class BlockCache:
             try:
                 fd = self._open(name, os.O_WRONLY)
                 try:
-                    os.pwrite(fd, data, start)
+                    done = 0  # a short write (a disk filling up) goes on until it raises
+                    while done < len(data):
+                        done += os.pwrite(fd, memoryview(data)[done:], start + done)
                 finally:
                     os.close(fd)
-                os.close(open_in(self._have, str(b), os.O_WRONLY | os.O_CREAT, self.folder))
+                os.close(
+                    open_in(self._have, str(b), os.O_WRONLY | os.O_CREAT, self.folder / "have")
+                )
             except OSError as exc:
                 if exc.errno in _FULL:
                     raise disk_full(self.folder, b, exc, self.used, self.limit) from None
