@@ -173,3 +173,15 @@ def test_the_limit_that_holds_the_whole_pack_counts_its_pages(url, tmp_path):
     assert os.statvfs(tmp_path).f_frsize == 4096
     assert pack.need == pages > pack.block_bytes  # type: ignore[union-attr]
     assert storepack.default_limit(pack.need, tmp_path) == pages  # type: ignore[union-attr]
+
+
+def test_a_cache_dir_that_cannot_be_made_is_one_line(url, tmp_path):
+    (tmp_path / "file").write_bytes(b"not a folder")
+    stream = ShardStream(url, 8, cache_dir=tmp_path / "file" / "c")
+    with pytest.raises(MixshardError) as err:
+        list(stream)
+    root = stream.pack.root  # type: ignore[union-attr]
+    assert str(err.value) == (
+        f"cannot use the block cache under {root}: Not a directory; give a cache_dir= where "
+        "this process can write (and a cache_limit= that fits)"
+    )
