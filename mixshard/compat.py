@@ -58,7 +58,12 @@ def pack_folder(
 
     Looked up in `$MIXSHARD_DATA`, else in `dirs` (the folders a code base lists for its
     datasets, e.g. DMC-GB2's `places_dirs`), as `<dataset>-<size>` then `<dataset>`.
+
+    Raises:
+        ValueError: `dataset` is not a plain folder name (a path, `..`, empty): nothing
+            outside those folders is read.
     """
+    check_dataset(dataset)
     data = os.environ.get(ENV)
     if data:
         roots = [Path(data)]
@@ -80,6 +85,18 @@ def pack_folder(
         raise MixshardError(_missing(roots, dataset, size, from_env=bool(data)))
     _found[key] = str(folder.resolve())
     return Path(_found[key])
+
+
+def check_dataset(dataset: object) -> None:
+    """Refuse a dataset that is not the plain name of a folder (`../x`, `/etc`, `a/b`)."""
+    if not isinstance(dataset, str):
+        raise TypeError(f"dataset must be a str (a pack folder's name), got {type(dataset)}")
+    if dataset in ("", ".", "..") or any(c in dataset for c in "/\\\0"):
+        raise ValueError(
+            f"dataset must be the name of a pack folder in {ENV} (such as "
+            f"'places365_standard' or 'coco'), without '/' or '..'; got {dataset!r}. To blend "
+            "a pack from another place, give its folder to mixshard.Overlay"
+        )
 
 
 def _missing(roots: list[Path], dataset: str, size: tuple[int, int], from_env: bool) -> str:
@@ -235,6 +252,7 @@ class RandomOverlay(torch.nn.Module):
         super().__init__()
         if not 0.0 <= alpha <= 1.0:
             raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+        check_dataset(dataset)
         self.max_batch_size, self.alpha, self.dataset = max_batch_size, alpha, dataset
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -136,7 +136,9 @@ def rates(pack: Path, url: str, tmp: Path, runs: int) -> list[list[object]]:
     return rows
 
 
-def fetched(url: str, tmp: Path, need: int, runs: int) -> list[list[object]]:
+def fetched(url: str, tmp: Path, need: int, data: int, runs: int) -> list[list[object]]:
+    """Bytes fetched per epoch over the pack's block bytes `data`, with caches of a fraction
+    of `need` (the blocks' pages on disk)."""
     rows = []
     for policy in ("future", "lru"):
         storepack.POLICY = policy
@@ -152,7 +154,7 @@ def fetched(url: str, tmp: Path, need: int, runs: int) -> list[list[object]]:
                 for _ in range(EPOCHS):
                     sum(len(b) for b in loader)
                     cache = loader.stream.pack.cache  # type: ignore[union-attr]
-                    row.append((cache.fetched_bytes - last) / need)
+                    row.append((cache.fetched_bytes - last) / data)
                     last = cache.fetched_bytes
                 assert cache.peak <= limit, (cache.peak, limit)
                 loader.close()
@@ -184,18 +186,19 @@ def main() -> None:
         pack = make_pack(tmp, count, args.size, args.block_size)
         url = "s3://bench-remote/pack"
         upload(pack, url)
-        need = storepack.StorePack(url, mixshard.core.manifest.Manifest.load(pack), tmp, None).need
+        probe = storepack.StorePack(url, mixshard.core.manifest.Manifest.load(pack), tmp, None)
+        need, data = probe.need, probe.block_bytes
         print(f"Command: python scripts/bench_remote.py {' '.join(sys.argv[1:])}")
         print(f"Machine: {machine()}; load average {os.getloadavg()[0]:.2f}")
         print(f"Pack: {count} images of {args.size} px, blocks of {args.block_size} "
-              f"({need / 1e6:.1f} MB of blocks), "
+              f"({data / 1e6:.1f} MB of blocks, {need / 1e6:.1f} MB in the cache's pages), "
               f"moto S3 server on {endpoint}; loader batch 256, order='block'\n")  # fmt: skip
         if not args.fetched_only:
             rows = rates(pack, url, tmp, runs)
             print(table(["read from", "img/s (median)", "vs local", "runs"], rows), flush=True)
         print(f"\nBytes fetched per epoch, as a share of the pack (median of {runs}):\n")
         head = ["eviction", "cache", *(f"epoch {e + 1}" for e in range(EPOCHS))]
-        print(table(head, fetched(url, tmp, need, runs)))
+        print(table(head, fetched(url, tmp, need, data, runs)))
         print("\nGoal at 50%: the second epoch fetches <= 60% of the pack (LRU: nearly all).")
     finally:
         proc.terminate()

@@ -275,3 +275,23 @@ def test_a_size_mismatch_warns_once_per_size(data):
         assert all(w.filename == __file__ for w in said)
     with pytest.warns(UserWarning, match="84x252 were asked for; .*packs are square"):
         overlay(obs(n=1, size=84)[..., :1].expand(1, 9, 84, 252))
+
+
+@pytest.mark.parametrize("name", ["../data/coco", "ABS/coco", "coco/", "..", "", "a\\b"])
+def test_a_dataset_that_is_not_a_plain_name_is_refused(data, name):
+    """`../x` or an absolute path would read a pack outside MIXSHARD_DATA (here the pack
+    reached that way exists: without the check it would be blended)."""
+    name = name.replace("ABS", str(data))
+    x = obs()
+    with pytest.raises(ValueError) as err:
+        random_overlay(x, dataset=name)
+    assert str(err.value) == (
+        "dataset must be the name of a pack folder in MIXSHARD_DATA (such as "
+        f"'places365_standard' or 'coco'), without '/' or '..'; got {name!r}. To blend a "
+        "pack from another place, give its folder to mixshard.Overlay"
+    )
+    with pytest.raises(ValueError, match="dataset must be the name of a pack folder"):
+        RandomOverlay(dataset=name)(x)
+    with pytest.raises(TypeError, match="dataset must be a str"):
+        random_overlay(x, dataset=data / "coco")  # type: ignore[arg-type]
+    assert not compat._overlays  # nothing was opened

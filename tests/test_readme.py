@@ -221,6 +221,13 @@ ERRORS = [
     "holds objects mixshard did not write",
     "was denied",
     "changed after it was packed",
+    "did not answer within",
+    "in the block cache is a symbolic link",
+    "the disk of cache_dir",
+    "cannot use the block cache under",
+    "4 attempts in 3.5 s",
+    "the server's body ended early",
+    "dataset must be the name of a pack folder",
 ]
 
 

@@ -10,11 +10,22 @@ from mixshard's options.
 `url_scheme` and `check_location` decide what a location is, for every command: a local path,
 a URL mixshard streams itself (`http(s)://`, `file://`, `pipe:`), or a store URL; a scheme that
 is none of these is an error, never a folder name.
+
+Every call to the store has a wall-clock deadline (`deadline`): `STORE_DEADLINE` seconds plus
+one second per `STORE_MIN_RATE` bytes it moves. A store that stops answering (a frozen server,
+a dead link) is a `ShardError` naming the object once it passes, never a thread waiting in
+fsspec for ever: an asynchronous protocol's call (s3fs, gcsfs) is cancelled in fsspec's loop,
+any other runs on a daemon thread that is left behind.
 """
 
 from __future__ import annotations
 
+import contextlib
+import inspect
+import os
 import re
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +34,11 @@ from .errors import ManifestError, MixshardError, ShardError
 
 STREAMED = ("http", "https", "file")  # URL schemes read by reading/remote.py itself
 EXTRA_OF = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}  # scheme -> pip extra
-STORE_TIMEOUT = 60.0  # seconds one request may wait (connect or read)
+STORE_DEADLINE = 60.0  # seconds any store call may take, plus ...
+STORE_MIN_RATE = 256 << 10  # ... one second per this many bytes it moves
+REQUEST_TIMEOUT = 20.0  # S3: seconds a request may wait to connect or for its next bytes ...
+ATTEMPTS = 3  # ... before it is tried again (all attempts within the call's deadline)
+STORE_CHUNK = 8 << 20  # bytes of one ranged read when an object is hashed
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
@@ -80,9 +95,9 @@ def _filesystem(url: str) -> tuple[Any, str]:
     options: dict[str, Any] = {}
     if extra == "s3":
         options["config_kwargs"] = {
-            "connect_timeout": STORE_TIMEOUT,
-            "read_timeout": STORE_TIMEOUT,
-            "retries": {"max_attempts": 3, "mode": "standard"},
+            "connect_timeout": REQUEST_TIMEOUT,
+            "read_timeout": REQUEST_TIMEOUT,
+            "retries": {"max_attempts": ATTEMPTS, "mode": "standard"},
         }
     try:
         return url_to_fs(url, **options)
@@ -95,8 +110,51 @@ def _filesystem(url: str) -> tuple[Any, str]:
         raise MixshardError(f"{url}: {exc}") from None
 
 
-def describe(exc: BaseException, url: str) -> str:
-    """One line for a store error on `url`, with the fix."""
+def deadline(nbytes: int = 0) -> float:
+    """Seconds a store call that moves `nbytes` bytes may take."""
+    return STORE_DEADLINE + max(0, nbytes) / STORE_MIN_RATE
+
+
+def bounded(fs: Any, method: str, seconds: float, *args: Any, **kwargs: Any) -> Any:
+    """`fs.<method>(*args, **kwargs)`, ended by `TimeoutError` after `seconds`.
+
+    fsspec's own sync wrapper of an asynchronous method is run through `fsspec.asyn.sync` with
+    a timeout, which cancels the request in fsspec's loop; any other callable (a synchronous
+    protocol, a stand-in) runs on a daemon thread, left behind when it does not return in
+    time (nothing else can stop a blocking call)."""
+    call = getattr(fs, method)
+    inner = getattr(fs, "_" + method, None)  # the coroutine fsspec's wrapper would run
+    loop = getattr(fs, "loop", None)
+    wrapper = inspect.iscoroutinefunction(getattr(call, "__wrapped__", None))  # not replaced
+    if wrapper and loop is not None and inspect.iscoroutinefunction(inner):
+        from fsspec.asyn import sync
+
+        return sync(loop, inner, *args, timeout=seconds, **kwargs)
+    return _on_thread(lambda: call(*args, **kwargs), seconds)
+
+
+def _on_thread(call: Callable[[], Any], seconds: float) -> Any:
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # re-raised in the caller
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="mixshard-store-call", daemon=True).start()
+    if not done.wait(seconds):
+        raise TimeoutError(f"no answer within {seconds} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def describe(exc: BaseException, url: str, seconds: float | None = None) -> str:
+    """One line for a store error on `url`, with the fix (`seconds`: the call's deadline)."""
     if isinstance(exc, FileNotFoundError):
         return f"{url} does not exist: check the bucket and prefix (and that the pack was uploaded)"
     if isinstance(exc, PermissionError):
@@ -105,7 +163,9 @@ def describe(exc: BaseException, url: str) -> str:
             "AWS_PROFILE; for GCS, GOOGLE_APPLICATION_CREDENTIALS) and the bucket's permissions"
         )
     if isinstance(exc, TimeoutError) or "timeout" in type(exc).__name__.lower():
-        return f"{url} did not answer within {STORE_TIMEOUT:.0f} s: check the endpoint or network"
+        waited = deadline() if seconds is None else seconds
+        shown = f"{waited:.0f}" if waited >= 10 else f"{waited:.1f}".rstrip("0").rstrip(".")
+        return f"{url} did not answer within {shown} s: check the endpoint or network"
     return f"cannot reach {url}: {type(exc).__name__}: {exc}"
 
 
@@ -128,13 +188,15 @@ class Store:
         url: `scheme://bucket/prefix` (a trailing `/` is ignored).
 
     Every method raises `ShardError` (one line naming the object's URL, from `describe`) when
-    the store fails; `size` answers None for an object that does not exist.
+    the store fails or does not answer within the call's `deadline`; `size` answers None for
+    an object that does not exist.
     """
 
     def __init__(self, url: str) -> None:
         self.url = url.rstrip("/")
         self.fs, self.root = _filesystem(self.url)
         self.root = self.root.rstrip("/")
+        self._sizes: dict[str, int] = {}  # objects' sizes last seen, for whole reads' deadlines
 
     def __repr__(self) -> str:
         return f"Store({self.url!r})"
@@ -146,25 +208,46 @@ class Store:
     def _path(self, name: str) -> str:
         return f"{self.root}/{name}"
 
-    def _fail(self, exc: BaseException, name: str) -> ShardError:
-        return ShardError(describe(exc, self.object_url(name)))
+    def _known(self, name: str) -> int:
+        """The size last seen of object `name` (0 when none was): the bytes its whole read or
+        download is given time for."""
+        return self._sizes.get(name, 0)
+
+    def _call(
+        self,
+        name: str,
+        method: str,
+        nbytes: int,
+        *args: Any,
+        passing: tuple[type[BaseException], ...] = (),
+        **kwargs: Any,
+    ) -> Any:
+        """`self.fs.<method>(...)` within the deadline of a call moving `nbytes`; a failure
+        is a `ShardError` naming object `name`, except the kinds in `passing` (raised as they
+        are, for the caller to answer)."""
+        seconds = deadline(nbytes)
+        try:
+            return bounded(self.fs, method, seconds, *args, **kwargs)
+        except passing:
+            raise
+        except Exception as exc:  # fsspec's protocols raise their own kinds: named in the line
+            raise ShardError(describe(exc, self.object_url(name), seconds)) from None
 
     def read(self, name: str, start: int | None = None, end: int | None = None) -> bytes:
         """Bytes `[start, end)` of object `name` (the whole object by default): one request."""
-        try:
-            return bytes(self.fs.cat_file(self._path(name), start=start, end=end))
-        except Exception as exc:  # fsspec's protocols raise their own kinds: named in the line
-            raise self._fail(exc, name) from None
+        nbytes = end - start if start is not None and end is not None else self._known(name)
+        return bytes(self._call(name, "cat_file", nbytes, self._path(name), start=start, end=end))
 
     def size(self, name: str) -> int | None:
         """Bytes of object `name`, or None when there is none."""
         try:
-            info = self.fs.info(self._path(name))
+            info = self._call(name, "info", 0, self._path(name), passing=(FileNotFoundError,))
         except FileNotFoundError:
             return None
-        except Exception as exc:
-            raise self._fail(exc, name) from None
-        return int(info["size"]) if info.get("type", "file") == "file" else None
+        if info.get("type", "file") != "file":
+            return None
+        self._sizes[name] = int(info["size"])
+        return self._sizes[name]
 
     def listing(self) -> dict[str, int]:
         """`{name: bytes}` of the objects directly under the prefix (empty when there are none)."""
@@ -173,88 +256,81 @@ class Store:
     def objects(self) -> dict[str, tuple[int, str | None]]:
         """`{name: (bytes, tag)}` of the objects directly under the prefix; the tag is the
         store's version of the object (`object_tag`)."""
+        self.fs.invalidate_cache(self.root)
         try:
-            self.fs.invalidate_cache(self.root)
-            entries = self.fs.ls(self.root, detail=True)
+            entries = self._call("", "ls", 0, self.root, detail=True, passing=(FileNotFoundError,))
         except FileNotFoundError:
             return {}
-        except Exception as exc:
-            raise self._fail(exc, "") from None
         out = {}
         for entry in entries:
             if entry.get("type") == "file":
                 name = entry["name"].rstrip("/").rsplit("/", 1)[-1]
                 out[name] = (int(entry["size"]), object_tag(entry))
+        self._sizes.update((name, size) for name, (size, _) in out.items())
         return out
 
     def sha256(self, name: str) -> str:
-        """The sha256 of object `name`, streamed in 8 MiB reads (nothing kept)."""
-        from .files import sha256_of
+        """The sha256 of object `name`, read in ranged reads of `STORE_CHUNK` bytes (each with
+        its own deadline; nothing kept)."""
+        import hashlib
 
-        try:
-            with self.fs.open(self._path(name), "rb", block_size=8 << 20) as f:
-                return sha256_of(f, 8 << 20)
-        except Exception as exc:
-            raise self._fail(exc, name) from None
+        total = self.size(name)
+        if total is None:
+            raise ShardError(describe(FileNotFoundError(name), self.object_url(name)))
+        sha = hashlib.sha256()
+        for start in range(0, total, STORE_CHUNK):
+            sha.update(self.read(name, start, min(total, start + STORE_CHUNK)))
+        return sha.hexdigest()
 
     def tag(self, name: str) -> str | None:
         """The store's version of object `name` (`object_tag`)."""
-        try:
-            return object_tag(self.fs.info(self._path(name)))
-        except Exception as exc:
-            raise self._fail(exc, name) from None
+        return object_tag(self._call(name, "info", 0, self._path(name)))
 
     def download(self, name: str, local: str | Path) -> None:
         """Copy object `name` to the local file `local`."""
-        try:
-            self.fs.get_file(self._path(name), str(local))
-        except Exception as exc:
-            raise self._fail(exc, name) from None
+        self._call(name, "get_file", self._known(name), self._path(name), str(local))
 
     def bucket_exists(self) -> bool:
         """Whether the bucket (the first part of the path) exists."""
-        try:
-            return bool(self.fs.exists(self.root.split("/", 1)[0]))
-        except Exception as exc:
-            raise self._fail(exc, "") from None
+        return bool(self._call("", "exists", 0, self.root.split("/", 1)[0]))
 
     def upload(self, local: str | Path, name: str) -> None:
         """Copy local file `local` to object `name` (replacing it)."""
         try:
-            self.fs.put_file(str(local), self._path(name))
-        except Exception as exc:
-            raise self._fail(exc, name) from None
+            nbytes = os.stat(local).st_size
+        except OSError:
+            nbytes = 0  # put_file says what is wrong with it
+        self._call(name, "put_file", nbytes, str(local), self._path(name))
         self.fs.invalidate_cache(self.root)
 
     def write(self, name: str, data: bytes) -> None:
         """Make object `name` hold `data`."""
-        try:
-            self.fs.pipe_file(self._path(name), data)
-        except Exception as exc:
-            raise self._fail(exc, name) from None
+        self._call(name, "pipe_file", len(data), self._path(name), data)
         self.fs.invalidate_cache(self.root)
 
     def create(self, name: str, data: bytes) -> bool:
         """Make object `name` hold `data` unless it exists (atomically where the store can:
         S3's conditional write); False when it existed."""
         try:
-            self.fs.pipe_file(self._path(name), data, mode="create")
+            self._call(
+                name,
+                "pipe_file",
+                len(data),
+                self._path(name),
+                data,
+                mode="create",
+                passing=(FileExistsError,),
+            )
         except FileExistsError:
             return False
-        except Exception as exc:
-            raise self._fail(exc, name) from None
         finally:
             self.fs.invalidate_cache(self.root)
         return True
 
     def remove(self, name: str) -> None:
         """Delete object `name`; nothing happens when there is none."""
-        try:
-            self.fs.rm_file(self._path(name))
-        except FileNotFoundError:
-            pass
-        except Exception as exc:
-            raise self._fail(exc, name) from None
+        with contextlib.suppress(FileNotFoundError):
+            self._call(name, "rm_file", 0, self._path(name), passing=(FileNotFoundError,))
         self.fs.invalidate_cache(self.root)
 
 
@@ -280,7 +356,7 @@ def load_manifest(store: Store) -> Any:
     if size > MAX_MANIFEST_BYTES:
         raise ManifestError(f"{url} is {size} bytes, more than a manifest may be")
     try:
-        data = store.read(MANIFEST_NAME)
+        data = store.read(MANIFEST_NAME)  # given time for the size just seen
     except ShardError as exc:
         raise ManifestError(f"cannot read the manifest: {exc}") from None
     return Manifest.loads(data, url)

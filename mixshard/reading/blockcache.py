@@ -12,14 +12,16 @@ limit.
 
 One process owns a cache folder (`part-N`, held with an `flock`), so two processes never drop
 each other's blocks; a later run takes a free part again and finds its blocks there.
+
+A block costs the file-system pages its span touches (`cachefiles.footprint`), freed again when
+it is dropped: the files never take more than the limit. Files are opened without following a
+link (`cachefiles.py`); a full disk is a `MixshardError` naming `cache_dir` and `cache_limit`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
-import fcntl
+import errno
 import hashlib
 import itertools
 import os
@@ -28,7 +30,6 @@ import weakref
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -36,45 +37,23 @@ from ..core import locks
 from ..core.errors import MixshardError, ShardError
 from ..core.stores import Store
 from . import eviction
+from .cachefiles import (
+    Pages,
+    claim_part,
+    disk_full,
+    footprint,
+    open_folder,
+    open_in,
+    page_size,
+    punch,
+)
 from .remote import MIN_RATE, RATE_GRACE
+
+__all__ = ["FETCH_THREADS", "BlockCache", "claim_part"]
 
 FETCH_THREADS = 8  # ranged reads in flight at once
 AHEAD = 256  # uses of the schedule looked at for prefetching
-_PUNCH = 0x01 | 0x02  # FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE
-
-
-def _fallocate() -> Any:
-    name = ctypes.util.find_library("c")
-    fn = getattr(ctypes.CDLL(name, use_errno=True), "fallocate", None) if name else None
-    if fn is not None:
-        fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
-    return fn
-
-
-_FALLOCATE = _fallocate()
-CAN_EVICT = _FALLOCATE is not None  # hole punching (Linux): blocks can be dropped again
-
-
-def punch(fd: int, start: int, length: int) -> None:
-    """Free bytes `[start, start + length)` of the file behind `fd` (they read as zeros)."""
-    if _FALLOCATE is None or _FALLOCATE(fd, _PUNCH, start, length) != 0:
-        raise OSError(ctypes.get_errno(), "cannot punch a hole in a cache file")
-
-
-def claim_part(root: Path) -> tuple[Path, int]:
-    """A part folder of `root` no other process holds: `(folder, fd of its held lock)`."""
-    root.mkdir(parents=True, exist_ok=True)
-    for n in range(1 << 10):
-        folder = root / f"part-{n}"
-        (folder / "have").mkdir(parents=True, exist_ok=True)
-        fd = os.open(folder / "lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            continue
-        return folder, fd
-    raise MixshardError(f"every part of the cache {root} is held by another process")
+_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 class BlockCache:
@@ -86,7 +65,7 @@ class BlockCache:
         spans: per block, `(shard slot, start, end)` in its shard (`layout.block_span`).
         digests: per block, the sha256 of its span.
         folder: this process's part folder (`claim_part`).
-        limit: bytes of blocks kept at most.
+        limit: bytes the kept blocks take on disk at most (`footprint`).
         policy: `"future"` (Belady) or `"lru"`.
         lock_fd: the descriptor holding `folder` (`claim_part`), closed with the cache.
     """
@@ -104,7 +83,8 @@ class BlockCache:
     ) -> None:
         self.store, self.shards, self.folder = store, shards, folder
         self.spans, self.digests, self.limit, self.policy = spans, digests, limit, policy
-        self.sizes = (spans[:, 2] - spans[:, 1]).astype(np.int64)
+        self.pages = Pages(spans, page_size(folder))
+        self.sizes = footprint(spans, self.pages.page)  # what each block costs on disk
         n = len(spans)
         self.present = np.zeros(n, bool)  # on disk, in this folder
         self.checked = np.zeros(n, bool)  # ... and checked by this process
@@ -125,20 +105,37 @@ class BlockCache:
         self.planned = False
         self._pool = ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="mixshard-fetch")
         self._closed = False
-        # the part folder is let go (its lock) on close(), when collected, or at exit
-        self._release = weakref.finalize(self, _let_go, self._pool, lock_fd)
-        for name, size in shards:
-            path = folder / name
-            with open(path, "ab") as f:
-                if f.tell() != size:
-                    f.truncate(size)
-        for entry in os.listdir(folder / "have"):
-            if entry.isdigit() and int(entry) < n:
-                self.present[int(entry)] = True
+        # the part folder is let go (its lock, its folders) on close(), when collected, or at
+        # exit; at once when it cannot be set up (a link planted in it, a file not ours)
+        self._folders: list[int] = []
+        self._release = weakref.finalize(self, _let_go, self._pool, lock_fd, self._folders)
+        try:
+            self._open_files(shards, n)
+        except BaseException:
+            self._release()
+            raise
         self.used = int(self.sizes[self.present].sum())
         with self._cond:
             self._make_room(0, demand=True)
         self.peak = self.used  # the most bytes kept and being fetched at once
+
+    def _open_files(self, shards: list[tuple[str, int]], n: int) -> None:
+        """Open the part's folders (files are opened relative to them, never through a link),
+        make its sparse shard files, and find the blocks an earlier run kept."""
+        self._dir = open_folder(self.folder)
+        self._folders.append(self._dir)
+        self._have = open_folder(self.folder / "have")
+        self._folders.append(self._have)
+        for name, size in shards:
+            fd = open_in(self._dir, name, os.O_RDWR | os.O_CREAT, self.folder)
+            try:
+                if os.fstat(fd).st_size != size:
+                    os.ftruncate(fd, size)
+            finally:
+                os.close(fd)
+        for entry in os.listdir(self._have):
+            if entry.isdigit() and int(entry) < n:
+                self.present[int(entry)] = True
 
     # ------------------------------------------------------------------ planning
     def plan(self, uses_of: Callable[[int], np.ndarray] | None, first: int) -> None:
@@ -183,13 +180,25 @@ class BlockCache:
         self.present[b] = self.checked[b] = False
         self.used -= int(self.sizes[b])
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.folder / "have" / str(b))
-        slot, start, end = (int(x) for x in self.spans[b])
-        fd = os.open(self.folder / self.shards[slot][0], os.O_RDWR)
-        try:
-            punch(fd, start, end - start)
-        finally:
-            os.close(fd)
+            os.unlink(str(b), dir_fd=self._have)
+        self._punch(b)
+
+    def _punch(self, b: int) -> None:
+        """Free block `b`'s bytes, and its edge pages where no kept block shares them."""
+        lo, hi = self.pages.hole(b, lambda c: bool(self.present[c]) or c in self._inflight)
+        if hi > lo:
+            fd = self._open(self.shards[int(self.spans[b, 0])][0], os.O_RDWR)
+            try:
+                punch(fd, lo, hi - lo)
+            finally:
+                os.close(fd)
+
+    def _open(self, name: str, flags: int) -> int:
+        return open_in(self._dir, name, flags, self.folder)
+
+    def open_shard(self, name: str) -> int:
+        """A read-only descriptor of the cache file of shard `name` (never through a link)."""
+        return self._open(name, os.O_RDONLY)
 
     def _pump(self) -> None:
         """Start fetches of the blocks needed next, as far as the limit and the threads allow."""
@@ -220,16 +229,27 @@ class BlockCache:
         try:
             data = self.store.read(name, start, end)
             self._check(b, data)
-            fd = os.open(self.folder / name, os.O_WRONLY)
             try:
-                os.pwrite(fd, data, start)
-            finally:
-                os.close(fd)
-            open(self.folder / "have" / str(b), "wb").close()
+                fd = self._open(name, os.O_WRONLY)
+                try:
+                    done = 0  # a short write (a disk filling up) goes on until it raises
+                    while done < len(data):
+                        done += os.pwrite(fd, memoryview(data)[done:], start + done)
+                finally:
+                    os.close(fd)
+                os.close(
+                    open_in(self._have, str(b), os.O_WRONLY | os.O_CREAT, self.folder / "have")
+                )
+            except OSError as exc:
+                if exc.errno in _FULL:
+                    raise disk_full(self.folder, b, exc, self.used, self.limit) from None
+                raise
         except BaseException:
             with self._cond:
                 self.used -= int(self.sizes[b])
                 self._inflight.pop(b, None)  # a reader waiting has the future: it raises
+                with contextlib.suppress(OSError, MixshardError):
+                    self._punch(b)  # what a write cut short left
                 self._cond.notify_all()
             raise
         with self._cond:
@@ -258,7 +278,7 @@ class BlockCache:
     def _recheck(self, b: int) -> bool:
         """A block found on disk from an earlier run: its span hashed again."""
         slot, start, end = (int(x) for x in self.spans[b])
-        fd = os.open(self.folder / self.shards[slot][0], os.O_RDONLY)
+        fd = self._open(self.shards[slot][0], os.O_RDONLY)
         try:
             data = os.pread(fd, end - start, start)
         finally:
@@ -364,7 +384,9 @@ class BlockCache:
         self._release()
 
 
-def _let_go(pool: ThreadPoolExecutor, lock_fd: int | None) -> None:
+def _let_go(pool: ThreadPoolExecutor, lock_fd: int | None, folders: list[int]) -> None:
     pool.shutdown(wait=False, cancel_futures=True)
+    for fd in folders:
+        os.close(fd)
     if lock_fd is not None:
         os.close(lock_fd)

@@ -3,12 +3,16 @@
 Memory is set by the manifest, never by the server: `index.json` is read up to a fixed size,
 each tar member up to the size the manifest gives its block, and every read of a shard is
 bounded by an overall deadline (a minimum rate), so a server that drips bytes or sends an
-endless body ends in a `ShardError`, not a hang or an out-of-memory kill.
+endless body ends in a `ShardError`, not a hang or an out-of-memory kill. A body cut short
+(a chunked transfer that ends early) is a `ShardError` too. An HTTP 5xx answer or a
+connection reset when a URL is opened is tried again after `HTTP_BACKOFF` seconds, doubling,
+`HTTP_ATTEMPTS` times in all; then it is the `ShardError`.
 """
 
 from __future__ import annotations
 
 import hashlib
+import http.client
 import os
 import posixpath
 import tarfile
@@ -36,6 +40,9 @@ URL_TIMEOUT = 60.0  # seconds a single read may wait for data
 MIN_RATE = 256 << 10  # bytes/s a shard or manifest must average ...
 RATE_GRACE = 60.0  # ... once this many seconds have passed since its first byte was asked for
 READ_CHUNK = 1 << 20
+HTTP_ATTEMPTS = 4  # tries of a URL that answers 5xx or resets the connection ...
+HTTP_BACKOFF = 0.5  # ... the first wait between them, in seconds, doubled each time (3.5 s)
+_RESETS = (ConnectionResetError, ConnectionAbortedError, BrokenPipeError)
 
 
 def expand_urls(source: str | list[str]) -> list[str]:
@@ -85,11 +92,50 @@ def manifest_url(shard_url: str) -> str:
     return shard_url[:cut] + MANIFEST_NAME + shard_url[cut + len(name) :]
 
 
+def _transient(exc: BaseException) -> bool:
+    """An HTTP answer or failure worth trying again: a 5xx, or a connection reset."""
+    if isinstance(exc, urllib.error.HTTPError):
+        return 500 <= exc.code < 600
+    if isinstance(exc, urllib.error.URLError):
+        exc = exc.reason if isinstance(exc.reason, BaseException) else exc
+    return isinstance(exc, _RESETS)
+
+
+def _open_http(url: str, timeout: float) -> BinaryIO:
+    """`urlopen`, tried again on a 5xx or a reset (`HTTP_ATTEMPTS`, backing off)."""
+    wait, waited = HTTP_BACKOFF, 0.0
+    for attempt in range(1, HTTP_ATTEMPTS + 1):
+        try:
+            return urllib.request.urlopen(url, timeout=timeout)  # noqa: S310 - user's URL
+        except (OSError, http.client.HTTPException) as exc:  # HTTPError, URLError among them
+            if isinstance(exc, urllib.error.HTTPError):
+                exc.close()  # its connection, not kept while waiting
+            if attempt < HTTP_ATTEMPTS and _transient(exc):
+                time.sleep(wait)
+                waited, wait = waited + wait, wait * 2
+                continue
+            if attempt == 1:
+                raise
+            raise ShardError(f"{_problem(url, exc)} ({attempt} attempts in {waited:g} s)") from None
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _problem(url: str, exc: BaseException) -> str:
+    """What went wrong opening `url`, in one line."""
+    if isinstance(exc, urllib.error.HTTPError):
+        return f"cannot read {url}: HTTP {exc.code} {exc.reason}"
+    if isinstance(exc, urllib.error.URLError):
+        return f"cannot reach {url}: {exc.reason}; check the URL and that the server is up"
+    if isinstance(exc, OSError):
+        return f"cannot read {url}: {exc.strerror or exc}"
+    return f"cannot read {url}: {type(exc).__name__}: {exc}"  # a reply the client refuses
+
+
 def open_url(url: str, timeout: float = URL_TIMEOUT) -> BinaryIO:
     """A readable binary stream for a path, `file://`, `http(s)://` or `pipe:` URL."""
     try:
         if url.startswith(("http://", "https://")):
-            return urllib.request.urlopen(url, timeout=timeout)  # noqa: S310 - user's URL
+            return _open_http(url, timeout)
         if url.startswith("file://"):
             return open(urllib.request.url2pathname(url[7:]), "rb")  # noqa: SIM115
         if "://" not in url and not url.startswith("pipe:"):
@@ -97,14 +143,8 @@ def open_url(url: str, timeout: float = URL_TIMEOUT) -> BinaryIO:
         from webdataset import gopen
 
         return gopen(url, "rb")
-    except urllib.error.HTTPError as exc:
-        raise ShardError(f"cannot read {url}: HTTP {exc.code} {exc.reason}") from None
-    except urllib.error.URLError as exc:
-        raise ShardError(
-            f"cannot reach {url}: {exc.reason}; check the URL and that the server is up"
-        ) from None
-    except OSError as exc:
-        raise ShardError(f"cannot read {url}: {exc.strerror or exc}") from None
+    except (OSError, http.client.HTTPException) as exc:
+        raise ShardError(_problem(url, exc)) from None
 
 
 class BoundedStream:
@@ -140,7 +180,13 @@ class BoundedStream:
         while want > 0:
             try:
                 data = self._read(min(want, READ_CHUNK))
-            except (OSError, ValueError) as exc:
+            except http.client.IncompleteRead as exc:
+                raise ShardError(
+                    f"cannot read {self.url}: the server's body ended early, after "
+                    f"{self.bytes + len(exc.partial)} bytes (the connection closed inside it); "
+                    "check the server, then read again"
+                ) from None
+            except (OSError, ValueError, http.client.HTTPException) as exc:
                 raise ShardError(f"cannot read {self.url}: {exc}") from None
             if not data:
                 break

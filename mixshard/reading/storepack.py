@@ -25,12 +25,12 @@ import numpy as np
 from torch.utils.data import get_worker_info
 
 from ..core import layout
-from ..core.errors import ManifestError, ShardError
-from ..core.files import open_regular
+from ..core.errors import ManifestError, MixshardError, ShardError
 from ..core.manifest import Manifest, ShardInfo
 from ..core.stores import Store
 from . import order
 from .blockcache import BlockCache, claim_part
+from .cachefiles import footprint, page_size
 from .local import LocalPack
 from .shardfiles import FileId, shard_path
 
@@ -65,9 +65,9 @@ def check_digests(manifest: Manifest, url: str) -> list[str]:
     return [str(d) for d in digests]
 
 
-def default_limit(manifest: Manifest, root: Path) -> int:
-    """The whole pack's blocks, or half the free space where the cache is, if less."""
-    need = int(np.diff(block_spans(manifest)[:, 1:], axis=1).sum())
+def default_limit(need: int, root: Path) -> int:
+    """`need` (the whole pack's blocks on disk), or half the free space where the cache is, if
+    less."""
     probe = root
     while not probe.exists() and probe.parent != probe:
         probe = probe.parent
@@ -81,7 +81,8 @@ class StorePack(LocalPack):
         url: the pack's store URL.
         manifest: its `index.json`, already read.
         cache_dir: the cache's root (default `default_cache_dir()`).
-        cache_limit: bytes the cache keeps at most (split among DataLoader workers).
+        cache_limit: bytes the cache takes on disk at most, counting each block's file-system
+            pages (split among DataLoader workers).
         on_error: as for `LocalPack` (a block whose digest differs always raises).
     """
 
@@ -97,9 +98,11 @@ class StorePack(LocalPack):
         self.digests = check_digests(manifest, url)
         identity = hashlib.sha256(url.encode() + b"\n" + manifest.dumps()).hexdigest()[:20]
         self.root = Path(cache_dir or default_cache_dir()) / identity
-        self.limit = default_limit(manifest, self.root) if cache_limit is None else cache_limit
         self.spans = block_spans(manifest)
-        self.need = int((self.spans[:, 2] - self.spans[:, 1]).sum())  # bytes of every block
+        self.block_bytes = int((self.spans[:, 2] - self.spans[:, 1]).sum())  # of every block
+        # ... and what they take in the cache's files, page by page: the limit that holds them
+        self.need = int(footprint(self.spans, page_size(self.root)).sum())
+        self.limit = default_limit(self.need, self.root) if cache_limit is None else cache_limit
         self.cache: BlockCache | None = None
         self._cache_pid = -1
         super().__init__(self.root, manifest, on_error)
@@ -113,12 +116,19 @@ class StorePack(LocalPack):
         if self.cache is None or self._cache_pid != os.getpid():
             info = get_worker_info()
             share = self.limit // (info.num_workers if info is not None else 1)
-            folder, lock_fd = claim_part(self.root)
-            self.folder = folder
             shards = [(s.name, s.bytes) for s in self.shards]
-            self.cache = BlockCache(
-                Store(self.url), shards, self.spans, self.digests, folder, share, POLICY, lock_fd
-            )
+            try:
+                folder, lock_fd = claim_part(self.root)
+                store = Store(self.url)
+                self.cache = BlockCache(
+                    store, shards, self.spans, self.digests, folder, share, POLICY, lock_fd
+                )
+            except OSError as exc:  # a link planted there is refused with its own error
+                raise MixshardError(
+                    f"cannot use the block cache under {self.root}: {exc.strerror or exc}; give "
+                    "a cache_dir= where this process can write (and a cache_limit= that fits)"
+                ) from None
+            self.folder = folder
             self._cache_pid = os.getpid()
         return self.cache
 
@@ -162,10 +172,10 @@ class StorePack(LocalPack):
 
     # the local reads, with their blocks held in the cache meanwhile
     def _open_checked(self, slot: int) -> int:
-        self.open_cache()
+        cache = self.open_cache()
         path = self.folder / self.shards[slot].name
         try:
-            return open_regular(path)
+            return cache.open_shard(self.shards[slot].name)  # never through a link
         except OSError as exc:
             raise ShardError(f"cannot open the cache file {path}: {exc.strerror}") from None
 

@@ -82,8 +82,9 @@ class ShardStream(IterableDataset):
             already local files in its cache). `memory_copy` tells.
         cache_dir: store URLs: the block cache's folder (default `~/.cache/mixshard`, or
             `$XDG_CACHE_HOME/mixshard`); its files are keyed by the pack's identity.
-        cache_limit: store URLs: bytes the cache keeps at most (default: the whole pack, or
-            half the free disk space there if less); DataLoader worker processes split it.
+        cache_limit: store URLs: bytes the cache takes on disk at most, each block counted
+            by the file-system pages it touches (default: the whole pack, or half the free
+            disk space there if less); DataLoader worker processes split it.
             Once full, the block whose next use is furthest away is dropped.
 
     Yields:
