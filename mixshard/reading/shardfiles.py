@@ -9,7 +9,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.errors import ManifestError, ShardError
+from ..core.errors import ManifestError, MixshardError, ShardError
 from ..core.files import open_regular
 from ..core.manifest import SHARD_NAME, ShardInfo
 
@@ -55,6 +55,23 @@ def stored_bytes(fd: int, size: int, need: int) -> int:
         if extents >= MAX_EXTENTS:
             return max(data, need)
     return data
+
+
+def too_many_files(path: Path) -> MixshardError:
+    """The error for a shard that could not be opened for want of descriptors: nothing is
+    wrong with the pack (not a `ShardError`: `on_error="skip"` must not leave it out)."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        limit = "no limit" if soft == resource.RLIM_INFINITY else f"at most {soft}"
+    except (ImportError, OSError, ValueError):
+        limit = "a limit"
+    return MixshardError(
+        f"cannot open shard {path}: too many open files (this process may hold {limit}, "
+        f"`ulimit -n`; the pack itself is fine); raise the limit (e.g. `ulimit -n 65536` "
+        f"before starting) or use fewer workers"
+    )
 
 
 def warn_bad(what: str, message: str) -> None:
@@ -109,6 +126,8 @@ class ShardChecks:
         try:
             fd = open_regular(path)
         except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                raise too_many_files(path) from None
             why = "missing" if isinstance(exc, FileNotFoundError) else exc.strerror
             raise ShardError(f"shard {path} is {why}; {self._fix()}") from None
         try:
@@ -138,6 +157,8 @@ class ShardChecks:
         try:
             fd = open_regular(path)
         except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                raise too_many_files(path) from None
             raise ShardError(f"cannot open shard {path}: {exc.strerror}; {self._fix()}") from None
         if not self.ids[self.shards[slot].name].matches(os.fstat(fd)):
             os.close(fd)
