@@ -12,6 +12,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from .inputs import check_weights
+
 
 def broadcast_mask(
     mask: object, n: int, k: int, h: int, w: int, device: torch.device
@@ -22,6 +24,7 @@ def broadcast_mask(
         raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
     if mask.device != device:
         raise ValueError(f"obs is on {device} but mask on {mask.device}")
+    check_weights("mask", mask, bool_ok=True)
     shape = tuple(mask.shape)
     if mask.dim() == 4 and shape[1] in (1, 3 * k):
         frames, chans = (1, 1) if shape[1] == 1 else (k, 3)
