@@ -20,6 +20,7 @@ from ..core.crops import RANDOM_CROP_SCALE
 from ..core.device import canonical, free_memory
 from ..core.env import rank_world
 from ..core.jobs import own, this_process
+from ..core.libc import trim_heap
 from ..reading.source import Source, resolve_source
 from .args import check_overlay_args
 from .caches import DeviceCache, StreamCache
@@ -280,6 +281,14 @@ class Overlay:
 
 
 def _close_caches(states: dict[torch.device, dict[str, Any]]) -> None:
+    pooled = any(state["mode"] == "pool" for state in states.values())
+    _close_sources(states)
+    if pooled:  # a pool's buffers, freed now, were allocated by its threads: give them back
+        trim_heap()
+
+
+def _close_sources(states: dict[torch.device, dict[str, Any]]) -> None:
+    """(Apart, so that no name here keeps a cache alive past the trim.)"""
     for state in states.values():
         state["source"].close()
     states.clear()
