@@ -131,3 +131,9 @@ def test_an_overlay_call_refuses_a_bad_mask(pack_dir, mask, error, message):
         ov(obs, mask=mask)
     assert str(err.value) == message
     ov.close()
+
+
+def test_the_constructor_refuses_an_integer_alpha_tensor_as_the_call_does(pack_dir):
+    with pytest.raises(TypeError) as err:
+        Overlay(pack_dir, alpha=torch.ones(N, dtype=torch.int64))
+    assert str(err.value) == FLOAT_ALPHA + "torch.int64"
