@@ -4,6 +4,8 @@ pack."""
 
 from __future__ import annotations
 
+import gc
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -100,3 +102,23 @@ def _soft_limit() -> int:
     import resource
 
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def test_a_mapping_holds_no_descriptor_and_goes_with_its_maps(many):
+    shard = str(many / "shard-000000.tar")
+    maps = mapped.ShardMaps(1)
+    fd = os.open(shard, os.O_RDONLY)
+    try:
+        assert maps.add(0, fd, os.path.getsize(shard))
+    finally:
+        os.close(fd)
+    assert len(maps) == 1
+    assert shard not in _open_files()
+    assert shard in Path("/proc/self/maps").read_text()
+    del maps  # collected: unmapped
+    gc.collect()
+    assert shard not in Path("/proc/self/maps").read_text()
+
+
+def _open_files() -> set[str]:
+    return {os.path.realpath(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")}

@@ -142,7 +142,9 @@ class ShardMaps:
 
     def __init__(self, shards: int) -> None:
         self._regions: dict[int, tuple[int, int]] = {}  # slot -> (address, length)
-        weakref.finalize(self, _unmap, self._regions)  # collected: unmapped
+        # collected: unmapped. Not at exit, where a daemon reader may still copy out of them
+        # (the process's end unmaps them anyway).
+        weakref.finalize(self, _unmap, self._regions).atexit = False
         self._bases = np.zeros(shards, np.uint64)  # address of each mapping, 0: not mapped
         self._lengths = np.zeros(shards, np.int64)
         self._mapped = np.zeros(shards, bool)
