@@ -219,8 +219,8 @@ def test_composite_refuses_masks_of_the_wrong_dtype_or_shape():
     with pytest.raises(TypeError) as err:
         composite(obs, bg, torch.ones(2, 3, 4, 4, dtype=torch.uint8))
     assert str(err.value) == (
-        "mask must be bool (true keeps the observation) or float 0..1, got torch.uint8: "
-        "pass mask.bool() for a 0/1 mask"
+        "mask must be a bool or float tensor (true or 1 keeps the observation), got torch.uint8; "
+        "for a 0/255 mask pass mask.bool(), or mask / 255 for partial weights"
     )
     with pytest.raises(ValueError, match=r"mask \(2, 2, 4, 4\) does not broadcast"):
         composite(obs, bg, torch.ones(2, 2, 4, 4, dtype=torch.bool))

@@ -13,11 +13,13 @@ def check_alpha(alpha: Any) -> None:
     """A blend weight: a number in [0, 1], `(lo, hi)` with 0 <= lo <= hi <= 1, or a tensor of
     weights in [0, 1] (checked once, here: a host sync; NaN fails)."""
     if isinstance(alpha, torch.Tensor):
-        if alpha.dim() > 1 or not (alpha.is_floating_point() or alpha.numel() == 0):
+        if alpha.dim() > 1:
             raise ValueError(
                 f"alpha must be a float tensor of 0 or 1 dimensions, got {alpha.dtype} "
                 f"of shape {tuple(alpha.shape)}"
             )
+        if not (alpha.is_floating_point() or alpha.numel() == 0):  # as at the call
+            raise TypeError(f"alpha must be a float tensor of weights in [0, 1], got {alpha.dtype}")
         if alpha.numel() and not bool(((alpha >= 0) & (alpha <= 1)).all()):
             raise ValueError(
                 f"alpha must be in [0, 1], got a tensor from {alpha.min().item()} to "

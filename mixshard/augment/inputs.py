@@ -72,3 +72,38 @@ def warn_if_unit_range(obs: torch.Tensor) -> None:
             f"random_overlay does: multiply them by 255, or the backgrounds dominate",
             stacklevel=user_stacklevel(),
         )
+
+
+def check_weights(name: str, weights: torch.Tensor, bool_ok: bool) -> None:
+    """A per-call weight tensor (`alpha`, or a `mask` when `bool_ok`): float (or bool for a
+    mask), and on the CPU every value in [0, 1], none NaN. On another device the values are
+    not checked: that would wait for the device on every call (a host sync).
+
+    Raises:
+        TypeError: an integer dtype (a 0/255 uint8 mask among them).
+        ValueError: a CPU tensor with a value outside [0, 1], or NaN.
+    """
+    if weights.dtype == torch.bool and bool_ok:
+        return
+    if not weights.is_floating_point():
+        if bool_ok:
+            raise TypeError(
+                f"{name} must be a bool or float tensor (true or 1 keeps the observation), got "
+                f"{weights.dtype}; for a 0/255 mask pass {name}.bool(), or {name} / 255 for "
+                "partial weights"
+            )
+        raise TypeError(f"{name} must be a float tensor of weights in [0, 1], got {weights.dtype}")
+    if weights.device.type != "cpu" or weights.numel() == 0:
+        return
+    values = weights.detach()
+    if bool(((values >= 0) & (values <= 1)).all()):
+        return
+    nan = values.isnan()
+    if bool(nan.any()):
+        raise ValueError(
+            f"{name} must be in [0, 1], got NaN ({int(nan.sum())} of {values.numel()} values)"
+        )
+    raise ValueError(
+        f"{name} must be in [0, 1], got a tensor from {values.min().item():g} to "
+        f"{values.max().item():g}"
+    )

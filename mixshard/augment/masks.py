@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from .greenscreen import PRESETS, keep_table
-from .inputs import check_obs
+from .inputs import check_obs, check_weights
 
 __all__ = [
     "blue_dominant",
@@ -45,13 +45,9 @@ def broadcast_mask(
     `(N, 1, H, W)` per pixel, `(N, 3k, H, W)` per channel or any 5-D shape that broadcasts."""
     if not isinstance(mask, torch.Tensor):
         raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
-    if mask.dtype != torch.bool and not mask.is_floating_point():
-        raise TypeError(
-            f"mask must be bool (true keeps the observation) or float 0..1, got {mask.dtype}: "
-            f"pass mask.bool() for a 0/1 mask"
-        )
     if mask.device != device:
         raise ValueError(f"obs is on {device} but mask on {mask.device}")
+    check_weights("mask", mask, bool_ok=True)
     shape = tuple(mask.shape)
     if mask.dim() == 4 and shape[1] in (1, k, 3 * k):
         # per pixel, per frame and pixel (what the builders below return), per channel

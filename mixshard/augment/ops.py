@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from ..core.crops import fallback_window
+from .inputs import check_weights
 from .masks import broadcast_mask
 
 _UINT8_CHUNK_BYTES = 8 << 20  # float scratch per chunk of the uint8 blend path
@@ -45,6 +46,7 @@ def _check(obs: torch.Tensor, imgs: torch.Tensor, alpha, out: torch.Tensor | Non
             raise ValueError(f"alpha must be a float or an (N,) tensor, got {tuple(alpha.shape)}")
         if alpha.device != obs.device:
             raise ValueError(f"obs is on {obs.device} but alpha on {alpha.device}")
+        check_weights("alpha", alpha, bool_ok=False)
     elif not 0.0 <= float(alpha) <= 1.0:
         raise ValueError(f"alpha must be in [0, 1], got {alpha}")
     if out is not None and (
@@ -73,14 +75,18 @@ def blend(
         obs: `(N, 3k, H, W)` frame-stacked observations: float32/float16/bfloat16 in 0..255,
             or uint8.
         imgs: `(N, 3, H, W)` backgrounds, uint8 (or float in 0..255).
-        alpha: a float in [0, 1] or an `(N,)` tensor (one weight per sample).
+        alpha: a float in [0, 1] or an `(N,)` float tensor (one weight per sample). A CPU
+            tensor's values are checked (in [0, 1], no NaN); on another device they are not
+            (that would wait for the device on every call): keep them in range there.
         out: where to write; `out=obs` blends in place.
 
     Returns:
         A tensor like `obs`: float obs give the obs dtype, uint8 obs give uint8 rounded half up.
 
     Raises:
-        ValueError: channels not a multiple of 3, mismatched N/H/W, or different devices.
+        TypeError: an integer alpha tensor.
+        ValueError: channels not a multiple of 3, mismatched N/H/W, different devices, or
+            alpha out of [0, 1] or NaN (a CPU tensor's values).
 
     The frames are broadcast through a view (never `repeat`) into one `torch.lerp` pass over
     obs. Its only scratch, the backgrounds in the obs dtype, is staged in the output on GPUs (a
@@ -350,12 +356,21 @@ def composite(
         mask: bool or float, broadcast against the observations: `(N, 1, H, W)` per pixel,
             `(N, 3k, H, W)` per channel, `(N, k, 1, H, W)` per frame and pixel (or any shape
             that broadcasts to `(N, k, 3, H, W)`; a leading 1 shares a mask across samples).
-        alpha: the backgrounds' weight where the mask is 0: a float or an `(N,)` tensor.
+            Float masks hold weights in [0, 1]; integer masks (a 0/255 uint8) are refused.
+        alpha: the backgrounds' weight where the mask is 0: a float or an `(N,)` float tensor.
         out: where to write (`out=obs` works in place); not when anything requires grad.
+
+    The values of a float mask and an alpha tensor are checked on the CPU (in [0, 1], no NaN);
+    on another device they are not, as that would wait for the device on every call.
 
     Returns:
         A tensor like `obs` (uint8 obs rounded half up). Differentiable in obs, imgs, mask and
         alpha when they require grad (out of place then).
+
+    Raises:
+        TypeError: mask not a tensor, or an integer mask or alpha tensor.
+        ValueError: shapes or devices that do not match, or (CPU tensors) a mask or alpha
+            value out of [0, 1] or NaN.
     """
     if mask is None:
         return blend(obs, imgs, alpha, out=out)

@@ -20,10 +20,11 @@ from ..core.crops import RANDOM_CROP_SCALE
 from ..core.device import canonical, free_memory
 from ..core.env import rank_world
 from ..core.jobs import own, this_process
+from ..core.libc import trim_heap
 from ..reading.source import Source, resolve_source
 from .args import check_overlay_args
 from .caches import DeviceCache, StreamCache
-from .inputs import check_obs, user_stacklevel, warn_if_unit_range
+from .inputs import check_obs, check_weights, user_stacklevel, warn_if_unit_range
 from .ops import (
     blend,
     composite,
@@ -264,15 +265,20 @@ class Overlay:
         Float obs (0..255) give the obs dtype; uint8 obs give uint8. An empty batch gives an
         empty result. `alpha` (any form the constructor takes) replaces the Overlay's for this
         call; with `mask`, the backgrounds show only where it is below 1 (`mixshard.composite`).
-        Every alpha and mask draws from the same cache.
+        Every alpha and mask draws from the same cache. The values of an alpha or mask tensor
+        are checked when it is on the CPU; on another device they are not (a host sync on
+        every call): keep them in [0, 1] there.
 
         Raises:
-            TypeError: obs not a torch.Tensor.
-            ValueError: obs not `(N, 3k, H, W)`, or channels-last.
+            TypeError: obs not a torch.Tensor; an integer alpha tensor or mask (bool is fine).
+            ValueError: obs not `(N, 3k, H, W)`, or channels-last; a CPU alpha or mask tensor
+                with a value out of [0, 1] or NaN.
         """
         check_obs(obs)
         if alpha is not None:
             _check_args("auto", None, alpha, 1.0)
+            if isinstance(alpha, torch.Tensor):  # where the caller keeps it (a CPU one is
+                check_weights("alpha", alpha, bool_ok=False)  # checked before it moves)
         if not self._range_checked and obs.numel():
             self._range_checked = True
             warn_if_unit_range(obs)
@@ -295,6 +301,14 @@ class Overlay:
 
 
 def _close_caches(states: dict[torch.device, dict[str, Any]]) -> None:
+    pooled = any(state["mode"] == "pool" for state in states.values())
+    _close_sources(states)
+    if pooled:  # a pool's buffers, freed now, were allocated by its threads: give them back
+        trim_heap()
+
+
+def _close_sources(states: dict[torch.device, dict[str, Any]]) -> None:
+    """(Apart, so that no name here keeps a cache alive past the trim.)"""
     for state in states.values():
         state["source"].close()
     states.clear()

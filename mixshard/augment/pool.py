@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -73,7 +74,9 @@ class PoolCache:
         self.filled = 0  # slots 0 .. filled-1 hold images
         self.rng = np.random.default_rng([seed, 5])
         # a full pool's draws: pieces of permutations of its slots
-        self._walk = PermutationWalk(self.size, lambda: self.rng.permutation(self.size), True)
+        # (a bound method, not a lambda over self: that made a cycle, so a dropped pool kept
+        # its images until the next full garbage collection, ~23 MB a pool in issue 40)
+        self._walk = PermutationWalk(self.size, partial(self.rng.permutation, self.size), True)
         self.draws = self.entered = self.retired = 0
         self.last_slots = np.zeros(0, np.int64)  # the slots the last call drew, in draw order
         self.lane = Lane(device, "mixshard-pool-write")

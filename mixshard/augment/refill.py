@@ -8,6 +8,7 @@ import functools
 import queue
 import threading
 import time
+import weakref
 from typing import Any
 
 import torch
@@ -39,7 +40,10 @@ class RefillFeed:
             source, batch, num_workers=2, infinite=True, seed=seed, pin_memory=pin, **kwargs
         )
         self._queue: queue.Queue = queue.Queue(REFILL_AHEAD)
-        self._carry: Carry[torch.Tensor] = Carry(self._next)
+        # through a weak reference: `Carry(self._next)` made a cycle, which kept a dropped
+        # feed (and the batches in its queue) until the next full garbage collection
+        me = weakref.ref(self)
+        self._carry: Carry[torch.Tensor] = Carry(lambda: _next_of(me))
         self._stop = threading.Event()
         self.waits, self.wait_seconds = 0, 0.0
         # the thread holds the loader, the queue and the event, not the feed: a feed nobody
@@ -82,6 +86,14 @@ class RefillFeed:
     def close(self) -> None:
         """Stop reading and wait for the reader thread to end."""
         self._closer()
+
+
+def _next_of(feed: weakref.ref[RefillFeed]) -> torch.Tensor:
+    """`feed()._next()`: the feed is alive while its `take` runs."""
+    alive = feed()
+    if alive is None:
+        raise MixshardError("the refill stream of the pool was closed")
+    return alive._next()
 
 
 def _feed(reader: Any, into: queue.Queue, stop: threading.Event) -> None:

@@ -148,14 +148,24 @@ class BlockFeed:
         batches' images, so they outlive the read whatever happens. (No batch before `k`
         needs a block of the run: it would have been read with that batch.)"""
         run = order.run_of(b // self._run, self._run, len(self.pack.block_count))
-        members = np.array([x for x in run if reads.state[x] == NOT_READ], np.int64)
+        # Only the run's blocks that feed a batch of ours: where the part of the epoch of a
+        # worker process or rank starts or ends inside the run, the blocks wholly on the other
+        # side are the other's (reading the whole run there made four process workers read
+        # 1.4x the pack an epoch, issue 40).
+        places: dict[int, tuple[np.ndarray, list]] = {}
+        for x in run:
+            if reads.state[x] == NOT_READ:
+                at, held = self._addresses(k, x, must_feed_k=x == b)
+                if held or x == b:
+                    places[x] = (at, held)
+        members = np.array(sorted(places), np.int64)
         shard = self.pack.block_shard[members]
-        for group in np.split(members, np.flatnonzero(np.diff(shard)) + 1):
+        cuts = (np.diff(shard) != 0) | (np.diff(members) != 1)  # one read: consecutive blocks
+        for group in np.split(members, np.flatnonzero(cuts) + 1):  # of one shard
             addresses, images = [], []
             for x in group.tolist():
-                at, held = self._addresses(k, x, must_feed_k=x == b)
-                addresses.append(at)
-                images += held
+                addresses.append(places[x][0])
+                images += places[x][1]
             reads.state[group] = READING
             self._jobs.put((reads, group.tolist(), addresses, images))
 

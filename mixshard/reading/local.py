@@ -374,7 +374,7 @@ class LocalPack(ShardChecks):
         sizes = [shard.bytes for shard in self.shards]
         try:
             return map_cached(self._maps, self._open_checked, sizes)
-        except ShardError:  # read with `pread`, which names what is wrong
+        except MixshardError:  # read with `pread`, which names what is wrong
             return False
 
     def _map_shard(self, slot: int) -> None:
@@ -382,7 +382,7 @@ class LocalPack(ShardChecks):
         that cannot be opened or mapped is read with `pread` (which names what is wrong)."""
         try:
             fd = self._open_checked(slot)
-        except ShardError:
+        except MixshardError:  # on the warm thread: the reads name it
             return
         try:
             self._maps.add(slot, fd, self.shards[slot].bytes)

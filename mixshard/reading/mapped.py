@@ -29,15 +29,17 @@ the same either way.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import mmap
 import os
+import weakref
 from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Optional
 
 import numpy as np
 
-from ..core import locks
+from ..core import libc, locks
 from ..core.env import available_memory
 from ..core.jobs import this_process
 from .warming import cache_misses, cache_samples
@@ -55,39 +57,81 @@ MAP_SHARE = 0.5  # a pack is mapped when its bytes are at most this share of the
 MISSES_ALLOWED = 0.01
 
 
+# The mappings are made with libc's mmap, not Python's `mmap.mmap`: that one keeps a duplicate
+# of the descriptor for the mapping's life, so a mapped pack of 1,100 shards held 1,100
+# descriptors on top of the open-shard cache and ran out under `ulimit -n 1024` (issue 40).
+# A mapping needs no descriptor once made.
+_mmap = libc.function(
+    "mmap",
+    ctypes.c_void_p,
+    (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long),
+)
+_munmap = libc.function("munmap", ctypes.c_int, (ctypes.c_void_p, ctypes.c_size_t))
+_madvise = libc.function("madvise", ctypes.c_int, (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int))
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+def map_file(fd: int, length: int) -> int | None:
+    """The address of a read-only shared mapping of the first `length` bytes of `fd`, which
+    holds no descriptor (`fd` may be closed at once); None when it cannot be made."""
+    if _mmap is None or _munmap is None or length <= 0:
+        return None
+    address = _mmap(None, length, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    if address is None or address == _MAP_FAILED:
+        return None
+    advice = getattr(mmap, "MADV_HUGEPAGE", None)
+    if advice is not None and _madvise is not None:  # where the page cache holds 2 MB folios
+        _madvise(address, length, advice)  # (read in sequentially), one fault maps 2 MB
+    return int(address)
+
+
+def _unmap(regions: dict[int, tuple[int, int]]) -> None:
+    """Unmap every `(address, length)` in `regions` (and forget them)."""
+    while regions:
+        _, (address, length) = regions.popitem()
+        if _munmap is not None:
+            _munmap(address, length)
+
+
 def mapping_wanted(pack_bytes: int) -> bool:
     """Whether a pack of `pack_bytes` is read through mappings: the extension built, not
     turned off (`MIXSHARD_MMAP=0`), and the pack within `MAP_SHARE` of the available memory
     (asked last: the only one of these that costs)."""
-    if _mapped is None or os.environ.get("MIXSHARD_MMAP") == "0":
+    if _mapped is None or _mmap is None or os.environ.get("MIXSHARD_MMAP") == "0":
         return False
     return pack_bytes <= MAP_SHARE * available_memory()
 
 
 def map_cached(maps: ShardMaps, open_shard: Callable[[int], int], sizes: list[int]) -> bool:
     """Map every shard into `maps` (shard `i`: `sizes[i]` bytes of `open_shard(i)`, a
-    descriptor closed here) when the pack is in the page cache, at most `MISSES_ALLOWED` of
-    a sample of its bytes out of it (`warming.cache_misses`), and `mapping_wanted`. The pages
+    descriptor closed here before the next is opened) when the pack is in the page cache, at
+    most `MISSES_ALLOWED` of a sample of its bytes out of it (`warming.cache_misses`), and
+    `mapping_wanted`. The pages
     still out are asked for ahead (`WILLNEED`); a copy that gets there first reads them.
     Returns True when every shard is mapped (errors of `open_shard` are raised)."""
     if not mapping_wanted(sum(sizes)):
         return False
     allowed = int(MISSES_ALLOWED * sum(cache_samples(size) for size in sizes))
-    fds: list[int] = []
     missed = 0
-    try:
-        for slot, size in enumerate(sizes):
-            fds.append(open_shard(slot))
-            misses = cache_misses(fds[-1], size, allowed - missed)
+    for slot, size in enumerate(sizes):  # one descriptor at a time: a pack may have more
+        fd = open_shard(slot)  # shards than this process may open
+        try:
+            misses = cache_misses(fd, size, allowed - missed)
             missed += misses
             if missed > allowed:
                 return False
             if misses:
-                os.posix_fadvise(fds[-1], 0, size, os.POSIX_FADV_WILLNEED)
-        return all(maps.add(slot, fd, size) for slot, (fd, size) in enumerate(zip(fds, sizes)))
-    finally:
-        for fd in fds:
+                os.posix_fadvise(fd, 0, size, os.POSIX_FADV_WILLNEED)
+        finally:
             os.close(fd)
+    mapped = True
+    for slot, size in enumerate(sizes):
+        fd = open_shard(slot)
+        try:
+            mapped = maps.add(slot, fd, size) and mapped
+        finally:
+            os.close(fd)
+    return mapped
 
 
 class ShardMaps:
@@ -96,7 +140,10 @@ class ShardMaps:
     mappings (inherited with the address space); an unpickled pack starts with none."""
 
     def __init__(self, shards: int) -> None:
-        self._maps: list[mmap.mmap | None] = [None] * shards
+        self._regions: dict[int, tuple[int, int]] = {}  # slot -> (address, length)
+        # collected: unmapped. Not at exit, where a daemon reader may still copy out of them
+        # (the process's end unmaps them anyway).
+        weakref.finalize(self, _unmap, self._regions).atexit = False
         self._bases = np.zeros(shards, np.uint64)  # address of each mapping, 0: not mapped
         self._lengths = np.zeros(shards, np.int64)
         self._mapped = np.zeros(shards, bool)
@@ -116,22 +163,15 @@ class ShardMaps:
     def add(self, slot: int, fd: int, length: int) -> bool:
         """Map the first `length` bytes of `fd` as shard `slot`; False when it cannot be
         mapped (then it is read with `pread`)."""
-        try:
-            mapping = mmap.mmap(fd, length, mmap.MAP_SHARED, mmap.PROT_READ)
-        except (OSError, ValueError):
+        address = map_file(fd, length)
+        if address is None:
             return False
-        if hasattr(mmap, "MADV_HUGEPAGE"):  # where the page cache holds 2 MB folios (read in
-            with contextlib.suppress(OSError):  # sequentially), one fault maps 2 MB, not 64 KB
-                mapping.madvise(mmap.MADV_HUGEPAGE)
-        view = np.frombuffer(mapping, np.uint8)
-        address = view.ctypes.data
-        del view  # no buffer left exported: the mapping can be closed
         self._here()
         with self._cond:
             if self._mapped[slot]:
-                mapping.close()
+                _unmap({slot: (address, length)})
                 return True
-            self._maps[slot] = mapping
+            self._regions[slot] = (address, length)
             self._bases[slot], self._lengths[slot] = address, length
             self._mapped[slot] = True
             self._count += 1
@@ -181,11 +221,8 @@ class ShardMaps:
         with self._cond:
             while self._users:
                 self._cond.wait()
-            maps = [m for m in self._maps if m is not None]
-            self._maps = [None] * len(self._maps)
+            _unmap(self._regions)
             self._bases[:] = 0
             self._lengths[:] = 0
             self._mapped[:] = False
             self._count = 0
-        for mapping in maps:
-            mapping.close()

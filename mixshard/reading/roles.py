@@ -7,8 +7,9 @@ window takes images of nearly every block of the window, so workers that each ma
 epoch instead (the `order.role_counts` batches after those of the roles before it), from an
 epoch sequence whose windows never cross the parts: runs of blocks in the per-epoch
 permutation of `order.block_sequence`, cut into the parts image by image, each part's images
-shuffled within windows of `window` blocks' worth of images. Only the run at a seam between
-two parts is read twice.
+shuffled within windows of `window` blocks' worth of images. A worker reads only the blocks
+of a run that feed its batches (`blockfeed.py`), so only the block a seam between two parts
+falls in is read twice.
 
 So with `nw > 1` process workers the batches of an epoch are other batches than with 0 or 1
 (and their order depends on `nw`); for a given `nw` they are fixed, and resumption is exact.

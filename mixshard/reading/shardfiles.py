@@ -3,12 +3,13 @@ open: shared by the local readers."""
 
 from __future__ import annotations
 
+import errno
 import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.errors import ShardError
+from ..core.errors import ManifestError, MixshardError, ShardError
 from ..core.files import open_regular
 from ..core.manifest import SHARD_NAME, ShardInfo
 
@@ -27,6 +28,50 @@ def _max_open_shards() -> int:
 
 
 MAX_OPEN_SHARDS = _max_open_shards()
+
+
+SPARSE_RATIO = 8  # a shard must store at least 1/SPARSE_RATIO of its bytes as data
+MAX_EXTENTS = 1 << 16  # data extents counted per shard at most (then it is taken as stored)
+
+
+def stored_bytes(fd: int, size: int, need: int) -> int:
+    """Bytes of the file behind `fd` (of `size` bytes) that are stored as data, not holes,
+    counted until `need` are found (`SEEK_DATA`/`SEEK_HOLE`; a file system without them
+    reports one data extent). A pack's writer writes every byte, so only a file made sparse
+    (`truncate`, `cp --sparse`, a file system that stores zero pages as holes) has holes.
+    """
+    data = at = extents = 0
+    while at < size and data < need:
+        try:
+            start = os.lseek(fd, at, os.SEEK_DATA)
+            end = os.lseek(fd, start, os.SEEK_HOLE)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # no data past `at`
+                return data
+            return size  # not supported here: every byte counts as stored
+        data += min(end, size) - start
+        at = end
+        extents += 1
+        if extents >= MAX_EXTENTS:
+            return max(data, need)
+    return data
+
+
+def too_many_files(path: Path) -> MixshardError:
+    """The error for a shard that could not be opened for want of descriptors: nothing is
+    wrong with the pack (not a `ShardError`: `on_error="skip"` must not leave it out)."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        limit = "no limit" if soft == resource.RLIM_INFINITY else f"at most {soft}"
+    except (ImportError, OSError, ValueError):
+        limit = "a limit"
+    return MixshardError(
+        f"cannot open shard {path}: too many open files (this process may hold {limit}, "
+        f"`ulimit -n`; the pack itself is fine); raise the limit (e.g. `ulimit -n 65536` "
+        f"before starting) or use fewer workers"
+    )
 
 
 def warn_bad(what: str, message: str) -> None:
@@ -99,16 +144,29 @@ class ShardChecks:
         try:
             fd = open_regular(path)
         except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                raise too_many_files(path) from None
             why = "missing" if isinstance(exc, FileNotFoundError) else exc.strerror
             raise ShardError(f"shard {path} is {why}; {self._fix()}") from None
         try:
             found = FileId.of(os.fstat(fd))
+            if found.size != shard.bytes:
+                raise ShardError(
+                    f"shard {path} is {found.size} bytes, index.json says {shard.bytes} "
+                    f"(truncated or altered); {self._fix()}"
+                )
+            need = shard.bytes // SPARSE_RATIO
+            stored = stored_bytes(fd, shard.bytes, need)
         finally:
             os.close(fd)
-        if found.size != shard.bytes:
-            raise ShardError(
-                f"shard {path} is {found.size} bytes, index.json says {shard.bytes} "
-                f"(truncated or altered); {self._fix()}"
+        if stored < need:
+            # A reader's bookkeeping grows with the images claimed (a permutation, labels), so
+            # a manifest claiming billions of tiny images in a file of holes would cost GBs of
+            # memory before its first read finds nothing there.
+            raise ManifestError(
+                f"index.json claims {shard.count} images ({shard.bytes} bytes) in shard {path}, "
+                f"but the file stores only {stored} bytes of data (a sparse file: holes where "
+                f"images should be); restore the pack from a full copy or repack it"
             )
         return found
 
@@ -117,6 +175,8 @@ class ShardChecks:
         try:
             fd = open_regular(path)
         except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                raise too_many_files(path) from None
             raise ShardError(f"cannot open shard {path}: {exc.strerror}; {self._fix()}") from None
         if not self.ids[self.shards[slot].name].matches(os.fstat(fd)):
             os.close(fd)

@@ -105,10 +105,22 @@ class StorePack(LocalPack):
         self.limit = default_limit(self.need, self.root) if cache_limit is None else cache_limit
         self.cache: BlockCache | None = None
         self._cache_pid = -1
+        self._listed: dict[str, int] | None = None
         super().__init__(self.root, manifest, on_error)
+        self._listed = None
 
     def _stat(self, shard: ShardInfo) -> FileId:
         shard_path(self.root, shard.name)  # a plain name, or a ShardError
+        if self._listed is None:  # one listing for all shards (issue 40: sizes were trusted)
+            self._listed = Store(self.url).listing()
+        found = self._listed.get(shard.name)
+        if found is None:
+            raise ShardError(f"shard {self.url}/{shard.name} is missing from the store; repack")
+        if found != shard.bytes:
+            raise ManifestError(
+                f"index.json says shard {self.url}/{shard.name} is {shard.bytes} bytes, the "
+                f"store's object is {found}; index.json does not describe this pack: repack it"
+            )
         return FileId(0, 0, shard.bytes, 0)  # the cache's files are written while read
 
     def open_cache(self) -> BlockCache:
