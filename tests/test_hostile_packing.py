@@ -16,10 +16,12 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from helpers import noise
+from helpers import files, make_tree, noise, run
 
 import mixshard
-from mixshard.core.errors import SkippedImagesError
+from mixshard import Manifest
+from mixshard.core.errors import OutputError, SkippedImagesError
+from mixshard.core.files import atomic_write, create_file, open_own
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -113,3 +115,150 @@ def test_a_zip_bomb_is_skipped_and_costs_no_memory(tmp_path):
         assert (base["count"], hit["count"]) == (GOOD, GOOD)
         grew = (hit[who] - base[who]) << 10
         assert grew < BOMB // 4, (workers, base, hit)
+
+
+# --- links planted in OUT and beside it (point 3, the packer's side) ---
+
+
+@pytest.fixture()
+def src(tmp_path) -> Path:
+    make_tree(tmp_path / "src", classes=("a", "b"), per_class=3)
+    return tmp_path / "src"
+
+
+@pytest.fixture()
+def victim(tmp_path) -> Path:
+    """A file outside OUT that a planted link points at: it must never change."""
+    path = tmp_path / "elsewhere" / "victim.txt"
+    path.parent.mkdir()
+    path.write_bytes(b"precious bytes\n" * 100)
+    return path
+
+
+def planted_message(path: Path, target: Path, what: str = "a file") -> str:
+    return (
+        f"{path} is a symbolic link (to {target}), where mixshard makes {what} of its own; "
+        "nothing was written through it. Remove it (and find out who made it), then run this "
+        "again"
+    )
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        ".mixshard-lock",
+        ".mixshard-pack.jsonl.tmp",
+        "index.json.tmp",
+        ".mixshard-pack.jsonl",
+        "shard-000000.tar.partial",
+        ".mixshard-pack-members.tmp",
+    ],
+)
+def test_a_link_planted_in_out_is_refused_and_its_target_untouched(src, victim, tmp_path, name):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / name).symlink_to(victim)
+    before = victim.read_bytes()
+    res = run("pack", src, out, "--size", 8, "--workers", 1, "--resume")
+    assert res.exit_code == 1, res.output
+    assert res.output == f"Error: {planted_message(out / name, victim)}\n"
+    assert victim.read_bytes() == before
+    assert os.listdir(out) == [name] and (out / name).is_symlink()
+
+
+def test_a_hard_link_planted_as_the_lock_file_is_refused(src, victim, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    os.link(victim, out / ".mixshard-lock")
+    before = victim.read_bytes()
+    with pytest.raises(OutputError) as err:
+        mixshard.pack(src, out, size=8, workers=1)
+    assert str(err.value).startswith(
+        f"{out / '.mixshard-lock'} is a file with 2 hard links, where mixshard makes a file "
+        "of its own; nothing was written through it."
+    )
+    assert victim.read_bytes() == before
+
+
+def test_a_link_planted_while_packing_is_never_written_through(src, victim, tmp_path):
+    """The names are checked before anything is written, and again when each file is made:
+    a link planted once the pack runs (here: as `index.json.tmp`) is refused there."""
+    out = tmp_path / "out"
+    before = victim.read_bytes()
+
+    def plant(progress):
+        if progress.done and not (out / "index.json.tmp").is_symlink():
+            (out / "index.json.tmp").symlink_to(victim)
+
+    with pytest.raises(OutputError) as err:
+        mixshard.pack(src, out, size=8, workers=1, progress=plant)
+    assert str(err.value) == planted_message(out / "index.json.tmp", victim)
+    assert victim.read_bytes() == before
+    assert not (out / "index.json").exists()
+
+
+def test_create_file_replaces_a_stale_file_and_refuses_links_and_fifos(tmp_path, victim):
+    stale = tmp_path / "x.tmp"
+    stale.write_bytes(b"left by a killed run")
+    os.link(stale, tmp_path / "other")  # removing the name leaves the other link's bytes
+    fd = create_file(stale)
+    os.write(fd, b"new")
+    os.close(fd)
+    assert stale.read_bytes() == b"new"
+    assert (tmp_path / "other").read_bytes() == b"left by a killed run"
+
+    (tmp_path / "l.tmp").symlink_to(victim)
+    with pytest.raises(OutputError, match="is a symbolic link"):
+        create_file(tmp_path / "l.tmp")
+    with pytest.raises(OutputError, match="is a symbolic link"):
+        atomic_write(tmp_path / "l", b"data")
+    os.mkfifo(tmp_path / "f.tmp")
+    with pytest.raises(OutputError, match="is not a regular file"):
+        create_file(tmp_path / "f.tmp")
+    with pytest.raises(OutputError, match="is not a regular file"):
+        open_own(tmp_path / "f.tmp", os.O_WRONLY)  # no reader: the open must not block
+    assert victim.read_bytes() == b"precious bytes\n" * 100
+
+
+@pytest.fixture()
+def old_pack(src, tmp_path) -> Path:
+    out = tmp_path / "out"
+    mixshard.pack(src, out, size=8, workers=1)
+    return out
+
+
+@pytest.mark.parametrize("kind", ["new", "old"])
+@pytest.mark.parametrize("target", ["folder", "file"])
+def test_a_linked_staging_folder_is_refused(old_pack, victim, tmp_path, src, kind, target):
+    out = old_pack
+    before = files(out)
+    if target == "folder":
+        victim = victim.parent / "empty"
+        victim.mkdir()
+    link = tmp_path / f".out.mixshard-{kind}"
+    link.symlink_to(victim)
+    res = run("pack", src, out, "--size", 10, "--workers", 1, "--overwrite")
+    assert res.exit_code == 1, res.output
+    assert res.output.startswith(f"Error: {planted_message(link, victim, 'a folder')}")
+    assert files(out) == before
+    assert link.is_symlink()
+    if target == "folder":
+        assert os.listdir(victim) == []
+    else:
+        assert victim.read_bytes() == b"precious bytes\n" * 100
+
+
+def test_overwrite_through_a_linked_out_replaces_the_pack_it_points_to(src, tmp_path):
+    real = tmp_path / "disk" / "pack"
+    mixshard.pack(src, real, size=8, workers=1)
+    link = tmp_path / "out"
+    link.symlink_to(real)
+    res = run("pack", src, link, "--size", 10, "--workers", 1, "--overwrite")
+    assert res.exit_code == 0, res.output
+    assert link.is_symlink() and os.readlink(link) == str(real)
+    assert Manifest.load(real).size == 10  # the new pack is where the link points
+    assert sorted(os.listdir(tmp_path / "disk")) == ["pack"]  # no old pack left beside it
+    assert not any(n.startswith(".out.mixshard") for n in os.listdir(tmp_path))
+    fresh = tmp_path / "fresh"
+    mixshard.pack(src, fresh, size=10, workers=1)
+    assert files(real) == files(fresh)

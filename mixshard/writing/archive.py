@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import ImageDecodeError, PackInterrupted, SourceError
+from ..core.files import create_file
 from .scanning import ScanResult, classify, is_image_name
 from .tarscan import Unusual, tar_members
 from .zipmembers import member_end, zip_data, zip_kind
@@ -354,7 +355,7 @@ def materialize(source: Source, out: Path, suffix: str) -> Source:
     import tarfile
 
     try:
-        with tarfile.open(archive, "r:*") as tf, open(path, "wb") as dst:
+        with tarfile.open(archive, "r:*") as tf, open(create_file(path), "wb") as dst:
             for info in _members(tf):
                 rel = wanted.get(info.name)
                 if rel is None or not info.isreg():

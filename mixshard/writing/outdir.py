@@ -29,7 +29,7 @@ from ..core.constants import (
     TMP_SUFFIX,
 )
 from ..core.errors import OutputError, WriteError
-from ..core.files import atomic_write, describe_holder
+from ..core.files import atomic_write, create_file, describe_holder, open_own, planted
 from ..core.packpath import tilde_hint
 from .plan import PackPlan
 from .shardwrite import DoneShard
@@ -85,7 +85,7 @@ class OutLock:
         so a lock taken on a file just removed is no lock: then again, on the new file."""
         while True:
             try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+                fd = open_own(path, os.O_RDWR | os.O_CREAT)  # never a planted link's target
             except OSError as exc:
                 raise OutputError(
                     f"cannot write to output folder {self.out}: {exc.strerror}"
@@ -210,13 +210,24 @@ def prepare_out(out: Path, resume: bool) -> None:
             f"output folder {out} is not empty; pass resume=True to finish an interrupted pack "
             "there or overwrite=True to replace it"
         )
+    linked = [n for n in names if _made_afresh(n) and os.path.islink(out / n)]
+    if linked:  # checked again when each file is made: this names them before any is written
+        raise planted(out / linked[0])
     try:
         # one name per process and thread: job-array parts probe the same folder at once
         probe = out / f".mixshard-write-test-{os.getpid()}-{threading.get_ident()}{TMP_SUFFIX}"
-        probe.write_bytes(b"")
+        os.close(create_file(probe))
         probe.unlink()
     except OSError as exc:
         raise OutputError(f"cannot write to output folder {out}: {exc.strerror}") from None
+
+
+def _made_afresh(name: str) -> bool:
+    """Whether `name` is a file a pack makes for itself in OUT (its journal, a temporary or lock
+    file), which a symbolic link must never stand in for. Shards and index.json are not: the
+    files of a finished pack may be links (spread over disks), and are only ever renamed over."""
+    shard = name.startswith(SHARD_PREFIX) and name.endswith(SHARD_SUFFIX)
+    return is_ours(name) and not shard and name != MANIFEST_NAME
 
 
 def check_out_path(out: Path) -> None:
@@ -345,7 +356,8 @@ class Journal:
         lines += [done[i].to_json() for i in sorted(done)]
         try:
             atomic_write(self.path, ("\n".join(lines) + "\n").encode("utf-8"))
-            self._f: TextIO = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - see close
+            fd = open_own(self.path, os.O_WRONLY | os.O_APPEND)
+            self._f: TextIO = open(fd, "a", encoding="utf-8")  # noqa: SIM115 - see close
         except OSError as exc:
             raise write_error(exc, self.path) from None
 

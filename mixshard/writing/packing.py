@@ -263,8 +263,10 @@ class _Job:
                 empty = True
             raise
         finally:
+            members = out / MEMBERS_FILE.format(part_suffix(part))
             with contextlib.suppress(OSError):
-                (out / MEMBERS_FILE.format(part_suffix(part))).unlink(missing_ok=True)
+                if not members.is_symlink():  # a planted one is refused, and left as found
+                    members.unlink(missing_ok=True)
             lock.release()
             if empty and created:
                 with contextlib.suppress(OSError):
