@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 import zipfile
 from pathlib import Path
 
@@ -262,3 +264,107 @@ def test_overwrite_through_a_linked_out_replaces_the_pack_it_points_to(src, tmp_
     fresh = tmp_path / "fresh"
     mixshard.pack(src, fresh, size=10, workers=1)
     assert files(real) == files(fresh)
+
+
+# --- Ctrl-C while the decode workers start (point 8) ---
+
+# Sends itself SIGINT from inside `start_pool`, as a Ctrl-C pressed while the workers are being
+# forked, then says whether the start noticed, and how many workers are left after a bound.
+_CTRL_C_AT_START = textwrap.dedent(
+    """
+    import multiprocessing, os, signal, sys, time
+    from concurrent.futures import ProcessPoolExecutor
+    from mixshard.writing import decodepool
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # also where pytest ignores it
+
+    real = ProcessPoolExecutor._spawn_process
+    def spawn(self):
+        real(self)
+        if len(self._processes) == 1:  # one worker forked, more to come
+            os.kill(os.getpid(), signal.SIGINT)
+
+    # a start without Ctrl-C: the workers ignore a SIGINT of their own and go on
+    pool, _ = decodepool.start_pool(2)
+    for pid in list(pool._processes):
+        os.kill(pid, signal.SIGINT)
+    time.sleep(0.2)
+    alive = all(p.is_alive() for p in pool._processes.values())
+    print("survived" if alive and pool.submit(os.getpid).result(10) else "died")
+    pool.shutdown()
+
+    ProcessPoolExecutor._spawn_process = spawn
+    try:
+        pool, _ = decodepool.start_pool(3)
+        print("lost")
+    except KeyboardInterrupt:
+        print("interrupted")
+    deadline = time.monotonic() + 20
+    while multiprocessing.active_children() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    print("left", len(multiprocessing.active_children()))
+    """
+)
+
+
+def test_ctrl_c_while_the_workers_start_is_not_lost():
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", _CTRL_C_AT_START], capture_output=True, text=True, timeout=60,
+        env=env,
+    )  # fmt: skip
+    assert done.stdout.split() == ["survived", "interrupted", "left", "0"], done.stderr
+    assert "Traceback" not in done.stderr
+
+
+# The `mixshard` command with each image's decode slowed down (a pack of 40 lasts ~0.5 s),
+# saying when it starts its decode workers.
+_SLOW_PACK = textwrap.dedent(
+    """
+    import signal, sys, time
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # also where pytest ignores it
+    from mixshard.writing import decodepool
+    real_load, real_start = decodepool.load_image, decodepool.start_pool
+    def slow(*args, **kwargs):
+        time.sleep(0.02)
+        return real_load(*args, **kwargs)
+    def start(*args, **kwargs):
+        print("starting", flush=True)
+        return real_start(*args, **kwargs)
+    decodepool.load_image, decodepool.start_pool = slow, start
+    from mixshard.cli import cli
+    cli.main(sys.argv[1:], prog_name="mixshard")
+    """
+)
+
+
+def test_ctrl_c_at_random_moments_of_a_pack_start_always_interrupts(tmp_path):
+    """Ctrl-C (SIGINT to the process group) 0-40 ms after the pack begins to start its
+    workers, while they are forked: every try ends as an interrupted pack (exit 130)."""
+    import random
+
+    make_tree(tmp_path / "src", classes=("a", "b"), per_class=20)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    rng = random.Random(40)
+    for attempt in range(10):
+        out = tmp_path / f"out{attempt}"
+        args = ["pack", tmp_path / "src", out, "--size", 8, "--shard-size", 10, "-q"]
+        child = subprocess.Popen(
+            [sys.executable, "-c", _SLOW_PACK, *map(str, args), "--workers", str(2 + attempt % 3)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            start_new_session=True,
+        )  # fmt: skip
+        try:
+            assert child.stdout is not None and child.stdout.readline() == "starting\n"
+            time.sleep(rng.uniform(0, 0.04))
+            os.killpg(child.pid, signal.SIGINT)
+            _, err = child.communicate(timeout=30)
+        finally:
+            if child.poll() is None:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait(10)
+        assert child.returncode == 130, (attempt, err)
+        assert err.endswith(
+            "Interrupted. Finished shards are kept: rerun the same command with --resume to "
+            "continue.\n"
+        ), (attempt, err)
+        assert "Traceback" not in err
