@@ -7,11 +7,13 @@ OUT byte for byte, the peak memory of a pack run in a subprocess.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
 import subprocess
 import sys
+import tarfile
 import textwrap
 import time
 import zipfile
@@ -24,6 +26,7 @@ import mixshard
 from mixshard import Manifest
 from mixshard.core.errors import OutputError, SkippedImagesError
 from mixshard.core.files import atomic_write, create_file, open_own
+from mixshard.writing.magic import NOT_AN_IMAGE
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -368,3 +371,166 @@ def test_ctrl_c_at_random_moments_of_a_pack_start_always_interrupts(tmp_path):
             "continue.\n"
         ), (attempt, err)
         assert "Traceback" not in err
+
+
+# --- large non-images in archives, and the scratch a .tar.gz needs (point 8) ---
+
+ZEROS = 4 << 20  # each "PNG" of zeros: over the 1 MB past which members are sniffed first
+
+
+def zeros_tree(root: Path) -> Path:
+    """`root/ds/set`: three 4 MB files of zeros named .png, four real images."""
+    folder = root / "ds" / "set"
+    folder.mkdir(parents=True)
+    for i in range(4):
+        noise(folder / f"img{i}.png", seed=i)
+    for i in range(3):
+        (folder / f"zero{i}.png").write_bytes(bytes(ZEROS))
+    return folder
+
+
+def archived(root: Path, kind: str) -> Path:
+    path = root / f"ds.{kind}"
+    if kind == "zip":
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+            for p in sorted((root / "ds").rglob("*")):
+                zf.write(p, p.relative_to(root))
+    else:
+        with tarfile.open(path, "w:gz" if kind == "tar.gz" else "w") as tf:
+            tf.add(root / "ds", arcname="ds")
+    return path
+
+
+@pytest.mark.parametrize("kind", ["tar", "tar.gz", "zip"])
+def test_huge_non_images_in_an_archive_are_skipped_from_their_first_bytes(
+    tmp_path, monkeypatch, kind
+):
+    folder = zeros_tree(tmp_path)
+    ref = tmp_path / "ref"
+    mixshard.pack(folder, ref, size=8, workers=1)
+    reasons = {s["path"]: s["reason"] for s in Manifest.load(ref).skipped}
+    assert reasons == {f"zero{i}.png": NOT_AN_IMAGE for i in range(3)}
+
+    from mixshard.writing import packing
+
+    copied: list[int] = []
+    real = packing.materialize
+
+    def measured(source, out, suffix):
+        made = real(source, out, suffix)
+        copied.append(os.path.getsize(made.reader.path) if made is not source else 0)
+        return made
+
+    monkeypatch.setattr(packing, "materialize", measured)
+    reads: list[int] = []
+    pread = os.pread
+
+    def counted(fd, n, offset):
+        reads.append(n)
+        return pread(fd, n, offset)
+
+    source = archived(tmp_path, kind)
+    monkeypatch.setattr(os, "pread", counted)
+    out = tmp_path / "out"
+    mixshard.pack(source, out, size=8, workers=1, within="ds/set")
+    assert files(out) == files(ref)  # the same skips, byte for byte
+    images = sum(p.stat().st_size for p in folder.glob("img*.png"))
+    # a .tar.gz's scratch file holds the images and 16 bytes of each file of zeros
+    assert copied == ([images + 3 * 16] if kind == "tar.gz" else [])
+    assert max(reads) < ZEROS  # no file of zeros is read whole
+    assert not any(n.startswith(".mixshard") for n in os.listdir(out))
+
+
+def test_the_scratch_of_a_tar_gz_is_counted_in_the_free_space_check(tmp_path, monkeypatch):
+    folder = zeros_tree(tmp_path)
+    gz = archived(tmp_path, "tar.gz")
+    from mixshard.writing import outdir
+
+    images = sum(p.stat().st_size for p in folder.glob("img*.png"))
+    scratch = images + 3 * ZEROS  # what the listing says it may copy: the members' sizes
+    pixels = 7 * (3 * 8 * 8 + outdir.PER_IMAGE_OVERHEAD)  # 7 planned images of 8x8
+    monkeypatch.setattr(outdir, "free_bytes", lambda _: pixels + scratch - 1)
+    with pytest.raises(OutputError) as err:
+        mixshard.pack(gz, tmp_path / "out", size=8, workers=1, within="ds/set")
+    assert str(err.value).startswith(
+        f"not enough free space for this pack in {tmp_path / 'out'}: its 7 images of 8x8 px "
+        f"(and {scratch:,} bytes of archive members copied there while it runs) need about "
+        f"{pixels + scratch:,} bytes"
+    )
+    assert not (tmp_path / "out").exists()
+    monkeypatch.setattr(outdir, "free_bytes", lambda _: pixels + scratch)
+    assert mixshard.pack(gz, tmp_path / "out", size=8, workers=1, within="ds/set").manifest
+
+
+# --- hard links in a tar (point 8) ---
+
+
+def linked_tree(root: Path) -> Path:
+    """`root/ds/train` with hard links: within the folder, to a hidden file, and to a file
+    outside it that the archive lists first (`ds/extra`)."""
+    train = root / "ds" / "train"
+    for sub in ("a", "b"):
+        (train / sub).mkdir(parents=True)
+    (root / "ds" / "extra").mkdir()
+    noise(train / "a" / "x.png", seed=1)
+    noise(train / ".hidden.png", seed=2)
+    noise(root / "ds" / "extra" / "z.png", seed=3)
+    noise(train / "b" / "own.png", seed=4)
+    os.link(train / "a" / "x.png", train / "b" / "y.png")
+    os.link(train / ".hidden.png", train / "a" / "h.png")
+    os.link(root / "ds" / "extra" / "z.png", train / "b" / "z.png")
+    return train
+
+
+@pytest.mark.parametrize("kind", ["tar", "tar.gz"])
+def test_hard_links_in_a_tar_pack_as_the_extracted_folder(tmp_path, kind):
+    train = linked_tree(tmp_path)
+    tar = archived(tmp_path, kind)
+    with tarfile.open(tar) as tf:
+        links = sorted(m.name for m in tf if m.islnk())
+    assert links == ["ds/train/a/h.png", "ds/train/b/y.png", "ds/train/b/z.png"]
+    ref, out = tmp_path / "ref", tmp_path / "out"
+    mixshard.pack(train, ref, size=8, workers=1)
+    mixshard.pack(tar, out, size=8, workers=1, within="ds/train")
+    assert Manifest.load(out).count == 5 and Manifest.load(out).skipped == ()
+    assert files(out) == files(ref)
+
+
+def test_a_hard_link_chain_and_a_link_to_nothing(tmp_path):
+    """A link to a link reads the file the first one reads; a link whose target the archive
+    does not hold (as a file, before it) is skipped, as extraction fails on it."""
+    from mixshard.writing import archive
+
+    good = noise(tmp_path / "g.png").read_bytes()
+    tar = tmp_path / "x.tar"
+    with tarfile.open(tar, "w", format=tarfile.GNU_FORMAT) as tf:
+        for name, data, link in [
+            ("other/first.png", good, None),
+            ("set/a.png", None, "other/first.png"),
+            ("set/b.png", None, "set/a.png"),
+            ("set/c.png", None, "nowhere.png"),
+            ("set/d.png", None, "set/e.png"),  # listed before its target
+            ("set/e.png", good, None),
+        ]:
+            info = tarfile.TarInfo(name)
+            if link is None:
+                info.size = len(data)
+                tf.addfile(info, io.BytesIO(data))
+            else:
+                info.type, info.linkname = tarfile.LNKTYPE, link
+                tf.addfile(info)
+    source, found = archive.open_source(tar, "set")
+    with tarfile.open(tar) as tf:
+        first = tf.getmember("other/first.png")
+    assert source.refs == {
+        "a.png": (first.offset_data, len(good)),
+        "b.png": (first.offset_data, len(good)),
+        "e.png": source.refs["e.png"],
+    }
+    reasons = {s["path"]: s["reason"] for s in found.skipped}
+    assert reasons == {
+        "c.png": "a hard link to nowhere.png, which the archive does not hold as a file before "
+        "it: not read",
+        "d.png": "a hard link to set/e.png, which the archive does not hold as a file before "
+        "it: not read",
+    }

@@ -102,3 +102,38 @@ def test_a_member_inflating_past_its_declared_size_is_refused(tmp_path, method):
         "corrupt archive member: it inflates past its declared size of 100 bytes (a zip "
         "bomb?); not read further"
     )
+
+
+@pytest.mark.parametrize("method", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2])
+def test_a_large_member_that_is_no_image_is_refused_from_its_first_bytes(tmp_path, method):
+    import tracemalloc
+
+    path = tmp_path / "z.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("zeros.png", bytes(32 << 20), compress_type=method)  # 32 MB, declared
+        zf.writestr("png.png", b"\x89PNG\r\n\x1a\n" + bytes(2 << 20), compress_type=method)
+    with zipfile.ZipFile(path) as zf:
+        zeros, png = zf.infolist()
+    tracemalloc.start()
+    try:
+        with pytest.raises(ImageDecodeError) as err:
+            fast_read(path, zeros)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert err.value.reason == "not an image PIL can read (cannot identify image file)"
+    assert peak < 3 << 20  # one compressed chunk at most, never the 32 MB
+    assert fast_read(path, png) == b"\x89PNG\r\n\x1a\n" + bytes(2 << 20)  # read whole
+
+
+def test_a_stream_whose_output_outlasts_its_input_is_read_whole(tmp_path):
+    """All the compressed bytes fit one read, and inflating them goes on after they are
+    consumed (zeros: ~1,000 bytes out per byte in); sniffing stops after 16 bytes."""
+    path = tmp_path / "z.zip"
+    data = b"\x89PNG\r\n\x1a\n" + bytes(5 << 20)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("a.png", data)
+    with zipfile.ZipFile(path) as zf:
+        (info,) = zf.infolist()
+    assert info.compress_size < 1 << 20
+    assert fast_read(path, info) == data

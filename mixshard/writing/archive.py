@@ -7,12 +7,16 @@ mapped to the relative paths extraction would create under `within`, and the fol
 (`scanning.classify`). Decode workers then read each member's bytes by its offset (a tar), by
 its index (a zip), so nothing is extracted and the pack is byte-identical to packing the
 extracted folder. A gzip stream has no random access: the members a `.tar.gz` pack needs are
-copied, still encoded, into one temporary file in OUT (`materialize`) and read from there.
+copied, still encoded, into one temporary file in OUT (`materialize`) and read from there;
+the free-space check counts that file, and a member whose first bytes are no image's is copied
+as those bytes only (`magic`). A hard link in a tar is read as the member it links to, as
+extraction makes it: the file that member wrote, or the one an earlier link resolved to.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -20,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.errors import ImageDecodeError, PackInterrupted, SourceError
 from ..core.files import create_file
+from .magic import HEAD, NOT_AN_IMAGE, SNIFF_FIRST, looks_like_image
 from .scanning import ScanResult, classify, is_image_name
 from .tarscan import Unusual, tar_members
 from .zipmembers import member_end, zip_data, zip_kind
@@ -64,7 +69,12 @@ class MemberReader:
             return os.path.join(self.path, key), None
         if self.kind == "raw":
             offset, size = ref
-            data = os.pread(_handle(self.path, "raw"), size, offset)
+            fd = _handle(self.path, "raw")
+            if size > SNIFF_FIRST:  # a huge non-image (zeros named .png) is never read whole
+                head = os.pread(fd, HEAD, offset)
+                if len(head) == HEAD and not looks_like_image(head):
+                    raise ImageDecodeError(NOT_AN_IMAGE)
+            data = os.pread(fd, size, offset)
             if len(data) != size:
                 raise ArchiveTruncated(
                     f"{self.path} ends inside member {key} ({len(data)} of {size} bytes): the "
@@ -112,7 +122,7 @@ class Source:
         label: how messages name it (the folder, or `archive.tar:within`).
         reader: what the decode workers read with.
         refs: key -> member reference (archives only); for a .tar.gz not yet materialized
-            (reader kind `"gz"`), the member's name.
+            (reader kind `"gz"`), `(the member's number in the archive, its size)`.
         archive: the archive file (absolute; empty for a folder), also once materialized.
     """
 
@@ -124,6 +134,13 @@ class Source:
     def task(self, keys: list[str]) -> tuple[MemberReader, list[Any]]:
         """The reader and the references of one decode task."""
         return self.reader, [self.refs.get(k) for k in keys]
+
+    def scratch_bytes(self) -> int:
+        """The most bytes `materialize` copies into OUT: the members of a .tar.gz the pack
+        reads, each once (0 for any other source)."""
+        if self.reader.kind != "gz":
+            return 0
+        return sum(size for _, size in set(self.refs.values()))
 
     def visible(self) -> bool:
         """Whether this machine sees the source (a Ray node checks before decoding)."""
@@ -165,9 +182,19 @@ class _Listing:
         self.found = False  # anything under `within`
         self.loose = False  # a file right under `within`
         self.roots: set[str] = set()  # the archive's own top-level entries
+        # hard links not resolved from `images`: relative path -> (target, member number)
+        self.pending: dict[str, tuple[str, int]] = {}
+        self.link_targets: set[str] = set()  # what any hard link of the archive names
+        self.members = 0  # members listed so far
 
-    def add(self, name: str, kind: str, ref: Any, size: int) -> None:
-        """One member: `kind` is "file", "dir", "link" or "other"."""
+    def add(self, name: str, kind: str, ref: Any, size: int, link: str = "") -> None:
+        """One member: `kind` is "file", "dir", "hardlink" (to the member named `link`),
+        "link" (symbolic) or "other"."""
+        number = self.members
+        self.members += 1
+        target = _norm(link) if kind == "hardlink" else None
+        if target:
+            self.link_targets.add(target)
         rel = _norm(name)
         if rel is None:
             if is_image_name(name):
@@ -188,6 +215,14 @@ class _Listing:
             return  # hidden entries are not read, as in a folder
         self.images.pop(rel, None)
         self.skipped.pop(rel, None)
+        self.pending.pop(rel, None)
+        if kind == "hardlink":
+            inside = _under(target, self.within) if target else None
+            found = self.images.get(inside) if inside else None
+            if found is None and target:  # resolved by a second pass (`resolve_links`)
+                self.pending[rel] = (target, number)
+                return
+            kind, ref, size = ("file", found, found[1]) if found else ("link", ref, size)
         if kind == "link":
             self.skipped[rel] = "a link inside the archive: not followed"
         elif kind != "file":
@@ -197,7 +232,21 @@ class _Listing:
         else:
             self.images[rel] = ref
 
+    def resolve(self, rel: str, ref: Any) -> None:
+        """A pending hard link's content: the member `ref` (from `resolve_links`)."""
+        del self.pending[rel]
+        if ref[1] > MAX_MEMBER_BYTES:
+            self.skipped[rel] = f"member too large for an image ({ref[1]} bytes): not read"
+        else:
+            self.images[rel] = ref
+
     def result(self, label: str, labels: str, explicit: bool) -> ScanResult:
+        for rel, (target, _) in self.pending.items():
+            self.skipped[rel] = (
+                f"a hard link to {target}, which the archive does not hold as a file before "
+                "it: not read"
+            )
+        self.pending = {}
         if not self.found:
             archive = label.rsplit(":", 1)[0] if self.within else label
             found = ", ".join(sorted(self.roots)[:10]) or "nothing"
@@ -220,7 +269,9 @@ def _tar_kind(info: tarfile.TarInfo) -> str:
         return "file"
     if info.isdir():
         return "dir"
-    return "link" if info.issym() or info.islnk() else "other"
+    if info.islnk():
+        return "hardlink"
+    return "link" if info.issym() else "other"
 
 
 def _members(tf: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
@@ -245,40 +296,73 @@ def _truncated(path: str, what: str) -> SourceError:
     )
 
 
+Entry = tuple[str, str, Any, int, str]  # name, kind, reference, size, hard link target
+
+
 def _list_tar(path: str, within: str, compressed: bool) -> _Listing:
-    """A tar's members under `within`: referenced by offset, or in a compressed one by name."""
-    if not compressed:
+    """A tar's members under `within`: referenced by offset, or in a compressed one by their
+    number in the archive; hard links resolved (a second pass when the first could not)."""
+    fast = not compressed
+    try:
+        listing = _listed(_tar_entries(path, compressed, fast), within)
+    except (Unusual, OSError):
+        if not fast:
+            raise
+        fast = False  # tarfile lists it afresh, and says what is wrong with it
+        listing = _listed(_tar_entries(path, compressed, fast), within)
+    if listing.pending:
+        resolve_links(listing, _tar_entries(path, compressed, fast))
+    return listing
+
+
+def _listed(entries: Iterator[Entry], within: str) -> _Listing:
+    listing = _Listing(within)
+    for name, kind, ref, size, link in entries:
+        listing.add(name, kind, ref, size, link)
+    return listing
+
+
+def resolve_links(listing: _Listing, entries: Iterator[Entry]) -> None:
+    """The hard links `listing` could not resolve as it went (their target outside `within`,
+    hidden, not named like an image, or itself such a link), from a second pass over the same
+    entries: each gets what its target held at that point of the archive, as extraction does.
+    Only the targets of links are followed, so the pass keeps little in memory."""
+    pending = {number: rel for rel, (_, number) in listing.pending.items()}
+    latest: dict[str, Any] = {}  # a link target -> the member it holds now (None: not a file)
+    for number, (name, kind, ref, _, link) in enumerate(entries):
+        rel = pending.get(number)
+        if rel is not None and (found := latest.get(listing.pending[rel][0])) is not None:
+            listing.resolve(rel, found)
+        norm = _norm(name)
+        if norm in listing.link_targets:
+            target = _norm(link) if kind == "hardlink" else None
+            latest[norm] = ref if kind == "file" else latest.get(target) if target else None
+
+
+def _tar_entries(path: str, compressed: bool, fast: bool) -> Iterator[Entry]:
+    """A tar's members in order: read from their headers (`fast`, uncompressed only), else by
+    `tarfile`, whose errors become `SourceError`s."""
+    if fast:
+        fd = os.open(path, os.O_RDONLY)
         try:
-            return _fast_tar(path, within)
-        except (Unusual, OSError):
-            pass  # tarfile lists it afresh, and says what is wrong with it
+            for name, kind, offset, n, link in tar_members(fd):
+                yield name, kind, (offset, n), n, link
+        finally:
+            os.close(fd)
+        return
     import tarfile
 
-    listing = _Listing(within)
     size = os.path.getsize(path)
-
     try:
         with tarfile.open(path, "r:*") as tf:
-            for info in _members(tf):
+            for number, info in enumerate(_members(tf)):
                 end = info.offset_data + info.size
                 if not compressed and info.isreg() and end > size:
                     raise _truncated(path, f"member {info.name} ends past the end of the file")
-                ref = info.name if compressed else (info.offset_data, info.size)
-                listing.add(info.name, _tar_kind(info), ref, info.size)
-        return listing
+                ref = (number, info.size) if compressed else (info.offset_data, info.size)
+                yield info.name, _tar_kind(info), ref, info.size, info.linkname
     except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
         raise _truncated(path, str(exc) or type(exc).__name__) from None
-
-
-def _fast_tar(path: str, within: str) -> _Listing:
-    listing = _Listing(within)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        for name, kind, offset, n in tar_members(fd):
-            listing.add(name, kind, (offset, n), n)
-    finally:
-        os.close(fd)
-    return listing
 
 
 def _list_zip(path: str, within: str) -> _Listing:
@@ -345,25 +429,41 @@ def open_source(
 
 def materialize(source: Source, out: Path, suffix: str) -> Source:
     """For a .tar.gz: copy the members the pack reads, still encoded, into one file in `out`
-    (one sequential pass; gzip cannot seek), and read them from there. Other sources as is."""
+    (one sequential pass; gzip cannot seek), and read them from there. A member is streamed
+    across in chunks, each once however many hard links read it; of one whose first bytes are
+    no image's, only those are copied (decoding them gives the reason it is skipped). Other
+    sources as is.
+
+    Raises:
+        OutputError: a symbolic link (or FIFO) stands where the file is made.
+        SourceError: the archive is damaged.
+        OSError: the copy could not be written.
+    """
     if source.reader.kind != "gz":
         return source
     path = (out / MEMBERS_FILE.format(suffix)).absolute()
-    wanted = {name: rel for rel, name in source.refs.items()}
+    wanted: dict[int, list[str]] = {}
+    for rel, (number, _) in source.refs.items():
+        wanted.setdefault(number, []).append(rel)
     refs: dict[str, Any] = {}
     archive = source.reader.path
     import tarfile
 
     try:
         with tarfile.open(archive, "r:*") as tf, open(create_file(path), "wb") as dst:
-            for info in _members(tf):
-                rel = wanted.get(info.name)
-                if rel is None or not info.isreg():
+            for number, info in enumerate(_members(tf)):
+                rels = wanted.get(number)
+                if rels is None or not info.isreg():
                     continue
                 member = tf.extractfile(info)
-                data = member.read() if member is not None else b""
-                refs[rel] = (dst.tell(), len(data))
-                dst.write(data)
+                start = dst.tell()
+                if member is not None:
+                    head = member.read(HEAD)
+                    dst.write(head)
+                    if looks_like_image(head):
+                        shutil.copyfileobj(member, dst, 1 << 20)
+                for rel in rels:
+                    refs[rel] = (start, dst.tell() - start)
     except (tarfile.TarError, EOFError, ValueError) as exc:
         raise _truncated(archive, str(exc) or type(exc).__name__) from None
     return replace(source, reader=MemberReader(str(path), "raw"), refs=refs)

@@ -269,18 +269,24 @@ def free_bytes(folder: Path) -> int:
     return shutil.disk_usage(folder).free
 
 
-def check_free_space(out: Path, images: int, size: int) -> None:
-    """Refuse a pack whose images cannot fit in the free space of OUT's file system.
+def check_free_space(out: Path, images: int, size: int, scratch: int = 0) -> None:
+    """Refuse a pack whose images cannot fit in the free space of OUT's file system, with
+    `scratch` bytes more that it writes there while it runs (a .tar.gz's members, copied out).
 
     Raises:
         OutputError: naming the bytes needed and the bytes free.
     """
-    need = images * (CHANNELS * size * size + PER_IMAGE_OVERHEAD)
+    need = images * (CHANNELS * size * size + PER_IMAGE_OVERHEAD) + scratch
     free = free_bytes(out)
     if need > free:
+        copied = (
+            f" (and {scratch:,} bytes of archive members copied there while it runs)"
+            if scratch
+            else ""
+        )
         raise OutputError(
             f"not enough free space for this pack in {out}: its {images} images of {size}x{size} "
-            f"px need about {need:,} bytes ({need / 1e9:.2f} GB), and {free:,} bytes "
+            f"px{copied} need about {need:,} bytes ({need / 1e9:.2f} GB), and {free:,} bytes "
             f"({free / 1e9:.2f} GB) are free; free some space or choose an output folder on "
             "another disk. Nothing was written"
         )

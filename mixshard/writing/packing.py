@@ -238,8 +238,9 @@ class _Job:
                 del done[i]
             todo = [i for i in ours if i not in done]
             images = sum(len(plan.shard_items(i)) for i in todo) * plan.options["variants"]
+            scratch = plan.source.scratch_bytes() if plan.source is not None and todo else 0
             check_free_space(
-                out, self.sink.staged(images, plan) if self.sink else images, plan.size
+                out, self.sink.staged(images, plan) if self.sink else images, plan.size, scratch
             )
             plan = _materialized(plan, out, part, todo)
             fresh, empty = not done, False

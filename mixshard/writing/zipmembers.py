@@ -9,6 +9,7 @@ import zlib
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import ImageDecodeError
+from .magic import HEAD, NOT_AN_IMAGE, SNIFF_FIRST, looks_like_image
 
 if TYPE_CHECKING:
     import zipfile
@@ -45,9 +46,11 @@ def zip_data(fd: int, info: zipfile.ZipInfo) -> bytes | None:
 
     A compressed member is inflated a chunk at a time and never past its declared size: a zip
     bomb (4 KB declared, 1 GB inflated from 1 MB) costs no more memory than its declaration.
+    A member over 1 MB whose first bytes are no image's is not read (or inflated) further.
 
     Raises:
-        ImageDecodeError: the member inflates past its declared size (the file is skipped).
+        ImageDecodeError: the member inflates past its declared size, or is large and no image
+            (the file is skipped).
     """
     if info.flag_bits & 1 or info.compress_type not in (_STORED, _DEFLATED, _BZIP2):
         return None
@@ -61,6 +64,8 @@ def zip_data(fd: int, info: zipfile.ZipInfo) -> bytes | None:
     if int.from_bytes(head[26:28], "little") != len(name):
         return None
     if info.compress_type == _STORED:
+        if info.file_size > SNIFF_FIRST:
+            _sniff(os.pread(fd, HEAD, start))
         data: bytes | None = os.pread(fd, info.compress_size, start)
     else:
         data = _inflate(fd, start, info)
@@ -70,6 +75,11 @@ def zip_data(fd: int, info: zipfile.ZipInfo) -> bytes | None:
 
 
 _CHUNK = 1 << 20  # compressed bytes read at a time
+
+
+def _sniff(head: bytes) -> None:
+    if len(head) == HEAD and not looks_like_image(head):
+        raise ImageDecodeError(NOT_AN_IMAGE)
 
 
 def _inflate(fd: int, start: int, info: zipfile.ZipInfo) -> bytes | None:
@@ -82,17 +92,25 @@ def _inflate(fd: int, start: int, info: zipfile.ZipInfo) -> bytes | None:
     limit = info.file_size + 1  # never 0: a max_length of 0 means "no limit"
     parts: list[bytes] = []
     got, read, pending = 0, 0, b""
+    sniff = info.file_size > SNIFF_FIRST
     try:
         while not inflater.eof:
-            if not pending and (deflated or inflater.needs_input):
+            more = read < info.compress_size
+            if not pending and more and (deflated or inflater.needs_input):
                 pending = os.pread(fd, min(_CHUNK, info.compress_size - read), start + read)
                 if not pending:
-                    return None  # the stream ends early
+                    return None  # the file ends early
                 read += len(pending)
-            part = inflater.decompress(pending, limit - got)
+            # while sniffing, only the first bytes: a non-image is refused without inflating it
+            part = inflater.decompress(pending, HEAD - got if sniff else limit - got)
             pending = inflater.unconsumed_tail if deflated else b""
+            if not part and not pending and read >= info.compress_size:
+                return None  # all of it read, nothing more comes out: the stream ends early
             parts.append(part)
             got += len(part)
+            if sniff and got >= HEAD:
+                sniff = False
+                _sniff(b"".join(parts)[:HEAD])
             if got > info.file_size:
                 raise ImageDecodeError(
                     f"corrupt archive member: it inflates past its declared size of "
