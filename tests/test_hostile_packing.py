@@ -534,3 +534,28 @@ def test_a_hard_link_chain_and_a_link_to_nothing(tmp_path):
         "d.png": "a hard link to set/e.png, which the archive does not hold as a file before "
         "it: not read",
     }
+
+
+def test_a_ctrl_c_python_drops_is_raised_again(monkeypatch):
+    """A KeyboardInterrupt raised in a `__del__` (or an import's weakref callback, where a
+    Ctrl-C at the start of a pack landed 1 time in 80) is dropped by Python; `CtrlC` saw it,
+    and the pack loop's next progress report raises it."""
+    from mixshard.writing.ctrlc import CtrlC
+
+    class Dropper:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGINT)
+
+    dropped = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda what: dropped.append(what.exc_type))
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with CtrlC() as ctrl_c:
+            Dropper()  # made and dropped at once: the interrupt goes nowhere
+            assert ctrl_c.seen == 1
+            with pytest.raises(KeyboardInterrupt):
+                ctrl_c.check()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert dropped == [KeyboardInterrupt]  # what Python did with it

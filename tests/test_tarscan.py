@@ -8,7 +8,7 @@ import tarfile
 
 import pytest
 
-from mixshard.writing import archive, tarscan
+from mixshard.writing import archive, archivelist, tarscan
 from mixshard.writing.tarscan import Unusual, tar_members
 
 FORMATS = {"gnu": tarfile.GNU_FORMAT, "pax": tarfile.PAX_FORMAT, "ustar": tarfile.USTAR_FORMAT}
@@ -45,7 +45,7 @@ def members(tf: tarfile.TarFile, fmt: str) -> None:
 def reference(path) -> list[tuple[str, str, int, int, str]]:
     with tarfile.open(path, "r:") as tf:
         return [
-            (i.name, archive._tar_kind(i), i.offset_data, i.size, i.linkname if i.islnk() else "")
+            (i.name, archivelist.tar_kind(i), i.offset_data, i.size, i.islnk() and i.linkname or "")
             for i in tf
         ]
 
@@ -85,7 +85,7 @@ def test_a_pack_lists_the_same_images_with_or_without_tarfile(tmp_path, monkeypa
         used.append(fd)
         raise Unusual("as if")
 
-    monkeypatch.setattr(archive, "tar_members", unusual)
+    monkeypatch.setattr(archivelist, "tar_members", unusual)
     slow = archive.open_source(path, "ds")
     assert used and quick == slow
     assert sorted(quick[0].refs) == sorted(["a/1.jpg", "a/block.jpg", "a/empty.jpg", "a/hard.jpg",
