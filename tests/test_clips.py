@@ -341,7 +341,9 @@ def test_clip_flags_that_do_not_go_together_are_refused(videos, tmp_path):
     assert res.exit_code == 2 and "--labels does not apply to --clips" in res.output
     with pytest.raises(ValueError, match="crop='center' or crop='full'"):
         pack(videos, out, clips=True, crop="random")
-    with pytest.raises(ValueError, match="every, max_frames, shuffle_clips and clip_list apply to clips"):
+    with pytest.raises(
+        ValueError, match="every, max_frames, shuffle_clips and clip_list apply to clips"
+    ):
         pack(videos, out, max_frames=3)
     assert not out.exists()
 

@@ -202,11 +202,11 @@ def test_a_lock_taken_on_a_removed_lock_file_is_taken_again(tmp_path, monkeypatc
     """A run that releases removes its lock file: a run that opened that file just before
     must not think it holds OUT (a third run would lock the new file too)."""
     from mixshard.core.constants import LOCK_NAME
-    from mixshard.writing import outdir
+    from mixshard.writing import outlock
 
     out = tmp_path / "out"
     out.mkdir()
-    real, calls = outdir.fcntl.flock, []
+    real, calls = outlock.fcntl.flock, []
 
     def flock(fd, mode):
         calls.append(mode)
@@ -215,8 +215,8 @@ def test_a_lock_taken_on_a_removed_lock_file_is_taken_again(tmp_path, monkeypatc
             (out / LOCK_NAME).write_text("{}")  # and the next run creates a new one
         return real(fd, mode)
 
-    monkeypatch.setattr(outdir.fcntl, "flock", flock)
-    lock = outdir.OutLock(out)
+    monkeypatch.setattr(outlock.fcntl, "flock", flock)
+    lock = outlock.OutLock(out)
     (fd,) = lock.fds
     assert len(calls) == 2  # locked again, on the file that the name now gives
     assert os.fstat(fd).st_ino == os.stat(out / LOCK_NAME).st_ino

@@ -223,8 +223,12 @@ def test_a_jpeg_is_read_whole_or_in_two_reads_with_the_same_pixels(tmp_path, mon
     monkeypatch.setattr(image, "_WHOLE", 10)  # larger files: the first bytes, then the rest
     assert image._read_jpeg(path) == path.read_bytes()
     assert np.array_equal(load_image(path, 32), whole)
-    (tmp_path / "b.png").write_bytes(b"\x89PNG not really")
+    (tmp_path / "b.png").write_bytes(b"\x89PNG\r\n\x1a\n not really")
     assert image._read_jpeg(tmp_path / "b.png") is None  # left to PIL
+    (tmp_path / "zeros.png").write_bytes(bytes(100))  # no image's first bytes: not read further
+    with pytest.raises(ImageDecodeError) as err:
+        image._read_jpeg(tmp_path / "zeros.png")
+    assert err.value.reason == "not an image PIL can read (cannot identify image file)"
 
 
 def test_a_folder_named_like_an_image_is_refused_as_open_refuses_it(tmp_path):

@@ -8,7 +8,7 @@ import tarfile
 
 import pytest
 
-from mixshard.writing import archive, tarscan
+from mixshard.writing import archive, archivelist, tarscan
 from mixshard.writing.tarscan import Unusual, tar_members
 
 FORMATS = {"gnu": tarfile.GNU_FORMAT, "pax": tarfile.PAX_FORMAT, "ustar": tarfile.USTAR_FORMAT}
@@ -42,12 +42,15 @@ def members(tf: tarfile.TarFile, fmt: str) -> None:
         add(tf, "ds/b/caf\udce9.jpg", b"latin-1 name")
 
 
-def reference(path) -> list[tuple[str, str, int, int]]:
+def reference(path) -> list[tuple[str, str, int, int, str]]:
     with tarfile.open(path, "r:") as tf:
-        return [(i.name, archive._tar_kind(i), i.offset_data, i.size) for i in tf]
+        return [
+            (i.name, archivelist.tar_kind(i), i.offset_data, i.size, i.islnk() and i.linkname or "")
+            for i in tf
+        ]
 
 
-def fast(path) -> list[tuple[str, str, int, int]]:
+def fast(path) -> list[tuple[str, str, int, int, str]]:
     fd = os.open(path, os.O_RDONLY)
     try:
         return list(tar_members(fd))
@@ -64,8 +67,9 @@ def test_the_members_are_the_ones_tarfile_lists(tmp_path, fmt):
     expected = reference(path)
     assert len(expected) == (13 if fmt == "pax" else 14)
     assert fast(path) == expected
-    kinds = {name: kind for name, kind, _, _ in expected}
-    assert kinds["ds/a/link.jpg"] == kinds["ds/a/hard.jpg"] == "link"
+    kinds = {name: kind for name, kind, _, _, _ in expected}
+    assert (kinds["ds/a/link.jpg"], kinds["ds/a/hard.jpg"]) == ("link", "hardlink")
+    assert {e[0]: e[4] for e in expected}["ds/a/hard.jpg"] == "ds/a/1.jpg"
     assert kinds["ds/a/fifo.jpg"] == kinds["ds/a/dev.jpg"] == "other"
     assert kinds["ds"] == "dir" and kinds["ds/b/" + LONG] == "file"
 
@@ -81,11 +85,13 @@ def test_a_pack_lists_the_same_images_with_or_without_tarfile(tmp_path, monkeypa
         used.append(fd)
         raise Unusual("as if")
 
-    monkeypatch.setattr(archive, "tar_members", unusual)
+    monkeypatch.setattr(archivelist, "tar_members", unusual)
     slow = archive.open_source(path, "ds")
     assert used and quick == slow
-    assert sorted(quick[0].refs) == sorted(["a/1.jpg", "a/block.jpg", "a/empty.jpg", "b/" + LONG,
-                                            "b/caf\udce9.jpg", "b/t.jpg", "b/été.jpg"])  # fmt: skip
+    assert sorted(quick[0].refs) == sorted(["a/1.jpg", "a/block.jpg", "a/empty.jpg", "a/hard.jpg",
+                                            "b/" + LONG, "b/caf\udce9.jpg", "b/t.jpg",
+                                            "b/été.jpg"])  # fmt: skip
+    assert quick[0].refs["a/hard.jpg"] == quick[0].refs["a/1.jpg"]  # a hard link reads its target
 
 
 def corrupt(data: bytearray, fmt: str) -> None:

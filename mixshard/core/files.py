@@ -1,5 +1,6 @@
-"""File helpers both sides use: atomic writes, durable renames, hashing, and opening only
-regular files (a FIFO named like a shard would block a reader forever)."""
+"""File helpers both sides use: atomic writes, durable renames, hashing, opening only
+regular files (a FIFO named like a shard would block a reader forever), and creating the
+files a pack writes for itself never through a link someone planted under their names."""
 
 from __future__ import annotations
 
@@ -15,18 +16,107 @@ from pathlib import Path
 from typing import BinaryIO
 
 from .constants import LOCK_NAME
+from .errors import OutputError
 from .jobs import JobThread
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+def planted(
+    path: str | os.PathLike, st: os.stat_result | None = None, what: str = "a file"
+) -> OutputError:
+    """The error of a name where mixshard writes a file of its own that holds something else:
+    a symbolic link (writing through it would overwrite its target, wherever it points), a
+    file with other hard links, a FIFO or a folder."""
+    path = os.fspath(path)
+    if st is None:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            st = None
+    if st is not None and stat.S_ISLNK(st.st_mode):
+        try:
+            found = f"a symbolic link (to {os.readlink(path)})"
+        except OSError:
+            found = "a symbolic link"
+    elif st is not None and stat.S_ISREG(st.st_mode):
+        found = f"a file with {st.st_nlink} hard links"
+    elif st is not None and stat.S_ISDIR(st.st_mode):
+        found = "a folder"
+    else:
+        found = "not a regular file"
+    return OutputError(
+        f"{path} is {found}, where mixshard makes {what} of its own; nothing was written "
+        "through it. Remove it (and find out who made it), then run this again"
+    )
+
+
+def open_own(path: str | os.PathLike, flags: int, mode: int = 0o644) -> int:
+    """`os.open(path, flags)` (`O_CREAT` allowed) of a file mixshard writes for itself: never
+    through a symbolic link, and only a regular file with no other hard link (a lock file, a
+    journal), so that no other file is ever truncated or written. Opened non-blocking (a FIFO
+    planted there must not hang the open), then blocking again.
+
+    Raises:
+        OutputError: `path` is a symbolic link, a FIFO, a folder or a file with other links.
+        OSError: the open failed otherwise (permissions, ENOSPC).
+    """
+    try:
+        fd = os.open(path, flags | _NOFOLLOW | _CLOEXEC | os.O_NONBLOCK, mode)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
+            raise planted(path) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+            raise planted(path, st)
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def create_file(path: str | os.PathLike, mode: int = 0o644) -> int:
+    """Create `path` as a new, empty regular file and open it for writing (`O_EXCL |
+    O_NOFOLLOW`): a temporary file mixshard writes, then renames. A regular file left there
+    (by a killed run) is removed first: removing a name never changes another file, even one
+    it is hard-linked to. A symbolic link, a FIFO or a folder is refused.
+
+    Raises:
+        OutputError: `path` is a symbolic link, a FIFO or a folder.
+        OSError: the file could not be created (permissions, ENOSPC).
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC
+    for _ in range(3):
+        try:
+            return os.open(path, flags, mode)
+        except FileExistsError:
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                raise planted(path, st) from None
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+    raise OSError(errno.EEXIST, "made again each time it was removed", os.fspath(path))
 
 
 def atomic_write(path: Path, data: bytes) -> None:
     """Write `data` to `path` so that readers see the old file or the whole new one, never part.
+    The temporary file is created afresh (`create_file`), never through a planted link.
 
     Raises:
+        OutputError: a symbolic link (or a FIFO, a folder) has the temporary file's name.
         OSError: the write failed (e.g. ENOSPC); the temporary file is removed first.
     """
     tmp = path.with_name(path.name + ".tmp")
+    fd = create_file(tmp)
     try:
-        with open(tmp, "wb") as f:
+        with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())

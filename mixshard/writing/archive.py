@@ -1,38 +1,44 @@
 """The sources `pack` reads images from: a folder, or a tar / zip archive read in place.
 
 An archive is listed once (one sequential pass over a tar's headers; a zip's central
-directory) into the same `ScanResult` `scan` makes of the extracted folder: member names are
-mapped to the relative paths extraction would create under `within`, and the folder rules
-(hidden entries, extensions, class folders, natural order) are the scanner's own
+directory) into the same `ScanResult` `scan` makes of the extracted folder (`archivelist`):
+member names are mapped to the relative paths extraction would create under `within`, and the
+folder rules (hidden entries, extensions, class folders, natural order) are the scanner's own
 (`scanning.classify`). Decode workers then read each member's bytes by its offset (a tar), by
 its index (a zip), so nothing is extracted and the pack is byte-identical to packing the
 extracted folder. A gzip stream has no random access: the members a `.tar.gz` pack needs are
-copied, still encoded, into one temporary file in OUT (`materialize`) and read from there.
+copied, still encoded, into one temporary file in OUT (`materialize`) and read from there;
+the free-space check counts that file, and a member whose first bytes are no image's is copied
+as those bytes only (`magic`). A hard link in a tar is read as the member it links to, as
+extraction makes it: the file that member wrote, or the one an earlier link resolved to.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-import posixpath
-from collections.abc import Iterator
+import shutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..core.errors import ImageDecodeError, PackInterrupted, SourceError
+from ..core.files import create_file
 from ..core.packpath import tilde_hint
+from .archivelist import (
+    extracted_path,
+    list_tar,
+    list_zip,
+    tar_infos,
+    truncated,
+)
 from .handles import handle as _handle
-from .scanning import ScanResult, classify, is_image_name, split_folders
-from .tarscan import Unusual, tar_members
-from .zipmembers import member_end, zip_data, zip_kind
-
-if TYPE_CHECKING:  # imported where used: a folder pack starts without them
-    import tarfile
-    from collections.abc import Callable
+from .magic import HEAD, NOT_AN_IMAGE, SNIFF_FIRST, looks_like_image
+from .scanning import ScanResult
+from .zipmembers import member_end, zip_data
 
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz")
 ARCHIVE_SUFFIXES = (*TAR_SUFFIXES, ".zip")
-MAX_MEMBER_BYTES = 512 << 20  # no image is larger; a bigger member is not read into memory
 MEMBERS_FILE = ".mixshard-pack-members{}.tmp"  # a .tar.gz's needed members, while packing
 
 
@@ -67,7 +73,12 @@ class MemberReader:
             return os.path.join(self.path, key), None
         if self.kind == "raw":
             offset, size = ref
-            data = os.pread(_handle(self.path, "raw"), size, offset)
+            fd = _handle(self.path, "raw")
+            if size > SNIFF_FIRST:  # a huge non-image (zeros named .png) is never read whole
+                head = os.pread(fd, HEAD, offset)
+                if len(head) == HEAD and not looks_like_image(head):
+                    raise ImageDecodeError(NOT_AN_IMAGE)
+            data = os.pread(fd, size, offset)
             if len(data) != size:
                 raise ArchiveTruncated(
                     f"{self.path} ends inside member {key} ({len(data)} of {size} bytes): the "
@@ -100,7 +111,7 @@ class Source:
         label: how messages name it (the folder, or `archive.tar:within`).
         reader: what the decode workers read with.
         refs: key -> member reference (archives only); for a .tar.gz not yet materialized
-            (reader kind `"gz"`), the member's name.
+            (reader kind `"gz"`), `(the member's number in the archive, its size)`.
         archive: the archive file (absolute; empty for a folder), also once materialized.
     """
 
@@ -113,6 +124,13 @@ class Source:
         """The reader and the references of one decode task."""
         return self.reader, [self.refs.get(k) for k in keys]
 
+    def scratch_bytes(self) -> int:
+        """The most bytes `materialize` copies into OUT: the members of a .tar.gz the pack
+        reads, each once (0 for any other source)."""
+        if self.reader.kind != "gz":
+            return 0
+        return sum(size for _, size in set(self.refs.values()))
+
     def visible(self) -> bool:
         """Whether this machine sees the source (a Ray node checks before decoding)."""
         return (
@@ -122,182 +140,12 @@ class Source:
         )
 
 
-def _norm(name: str) -> str | None:
-    """The relative path extraction makes of a member name, or None when it would escape
-    the extraction folder (absolute, or a `..` component)."""
-    name = name.replace("\\", "/") if "/" not in name else name
-    if name.startswith("/") or (len(name) > 1 and name[1] == ":"):
-        return None
-    parts = [p for p in name.split("/") if p not in ("", ".")]
-    if ".." in parts:
-        return None
-    return "/".join(parts)
-
-
-def _under(rel: str, within: str) -> str | None:
-    if not within:
-        return rel
-    if rel == within or not rel.startswith(within + "/"):
-        return None
-    return rel[len(within) + 1 :]
-
-
-class _Listing:
-    """Collects members as the folder walk would see them after extraction."""
-
-    def __init__(self, within: str, accept: Callable[[str], bool] = is_image_name) -> None:
-        self.within, self.accept = within, accept
-        self.images: dict[str, Any] = {}  # relative path -> reference (last member wins)
-        self.skipped: dict[str, str] = {}
-        self.tops: set[str] = set()  # top-level folders under `within`
-        self.found = False  # anything under `within`
-        self.loose = False  # a file right under `within`
-        self.roots: set[str] = set()  # the archive's own top-level entries
-
-    def add(self, name: str, kind: str, ref: Any, size: int) -> None:
-        """One member: `kind` is "file", "dir", "link" or "other"."""
-        rel = _norm(name)
-        if rel is None:
-            if self.accept(name):
-                self.skipped[name] = "unsafe member name (absolute or with '..'): not read"
-            return
-        if rel:
-            self.roots.add(rel.split("/", 1)[0])
-        rel = _under(rel, self.within) if rel else None
-        if not rel:
-            return
-        self.found = True
-        parts = rel.split("/")
-        if len(parts) > 1 or kind == "dir":
-            self.tops.add(parts[0])
-        else:
-            self.loose = True
-        if any(p.startswith(".") for p in parts) or kind == "dir" or not self.accept(rel):
-            return  # hidden entries are not read, as in a folder
-        self.images.pop(rel, None)
-        self.skipped.pop(rel, None)
-        if kind == "link":
-            self.skipped[rel] = "a link inside the archive: not followed"
-        elif kind != "file":
-            self.skipped[rel] = "not a regular file"
-        elif size > MAX_MEMBER_BYTES:
-            self.skipped[rel] = f"member too large for an image ({size} bytes): not read"
-        else:
-            self.images[rel] = ref
-
-    def result(self, label: str, labels: str, explicit: bool) -> ScanResult:
-        if not self.found:
-            archive = label.rsplit(":", 1)[0] if self.within else label
-            found = ", ".join(sorted(self.roots)[:10]) or "nothing"
-            what = f"no folder {self.within!r}" if self.within else "no files"
-            raise SourceError(f"{archive} holds {what}; its top level holds: {found}")
-        images = list(self.images)
-        top = min(self.tops) if len(self.tops) == 1 else ""
-
-        def where(sub: str) -> str:
-            return f"within={posixpath.join(self.within, sub)!r}"
-
-        if not explicit and top and not self.loose:
-            below, splits = split_folders([p.split("/", 1)[1] for p in images if "/" in p])
-            if splits and not below:
-                pick = next((n for n in splits if n.startswith("train")), splits[0])
-                raise SourceError(
-                    f"{label} holds one folder, {top}/, of dataset splits ({', '.join(splits)}): "
-                    f"pass {where(f'{top}/{pick}')} to pack one split, as if the archive had been "
-                    "extracted and that folder given"
-                )
-            raise SourceError(
-                f"{label} holds one folder, {top}/: pass {where(top)} (or a folder inside it, "
-                "as if the archive had been extracted and that folder given), or within='.' to "
-                "pack the archive's root"
-            )
-        skipped = [{"path": p, "reason": r} for p, r in self.skipped.items()]
-        return classify(label, images, skipped, sorted(self.tops), labels, where)
-
-
-def _tar_kind(info: tarfile.TarInfo) -> str:
-    if info.isreg():
-        return "file"
-    if info.isdir():
-        return "dir"
-    return "link" if info.issym() or info.islnk() else "other"
-
-
-def _members(tf: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
-    """A tar's members in order, one pass, without keeping them (1.8M would take a GB)."""
-    while (info := tf.next()) is not None:
-        tf.members = []  # type: ignore[attr-defined]  # TarFile's list of what it has read
-        yield info
-
-
 def _compressed(path: str) -> bool:
     """Whether a tar file is compressed (gzip, bzip2, xz, zstd), whatever its name says."""
     with open(path, "rb") as f:
         head = f.read(6)
     magics = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ", b"\x28\xb5\x2f\xfd")
     return head.startswith(magics)
-
-
-def _truncated(path: str, what: str) -> SourceError:
-    return SourceError(
-        f"{path} is truncated or damaged ({what}); download it again (or check it against its "
-        "published checksum)"
-    )
-
-
-def _list_tar(
-    path: str, within: str, compressed: bool, accept: Callable[[str], bool] = is_image_name
-) -> _Listing:
-    """A tar's members under `within`: referenced by offset, or in a compressed one by name."""
-    if not compressed:
-        try:
-            return _fast_tar(path, within, accept)
-        except (Unusual, OSError):
-            pass  # tarfile lists it afresh, and says what is wrong with it
-    import tarfile
-
-    listing = _Listing(within, accept)
-    size = os.path.getsize(path)
-
-    try:
-        with tarfile.open(path, "r:*") as tf:
-            for info in _members(tf):
-                end = info.offset_data + info.size
-                if not compressed and info.isreg() and end > size:
-                    raise _truncated(path, f"member {info.name} ends past the end of the file")
-                ref = info.name if compressed else (info.offset_data, info.size)
-                listing.add(info.name, _tar_kind(info), ref, info.size)
-        return listing
-    except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
-        raise _truncated(path, str(exc) or type(exc).__name__) from None
-
-
-def _fast_tar(path: str, within: str, accept: Callable[[str], bool]) -> _Listing:
-    listing = _Listing(within, accept)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        for name, kind, offset, n in tar_members(fd):
-            listing.add(name, kind, (offset, n), n)
-    finally:
-        os.close(fd)
-    return listing
-
-
-def _list_zip(path: str, within: str, accept: Callable[[str], bool] = is_image_name) -> _Listing:
-    listing = _Listing(within, accept)
-    import zipfile
-
-    size = os.path.getsize(path)
-    try:
-        with zipfile.ZipFile(path) as zf:
-            for i, info in enumerate(zf.infolist()):
-                kind = "other" if info.flag_bits & 1 else zip_kind(info)  # encrypted
-                if member_end(info) > size:
-                    raise _truncated(path, f"member {info.filename} ends past the end of the file")
-                listing.add(info.filename, kind, i, info.file_size)
-        return listing
-    except (zipfile.BadZipFile, OSError, ValueError) as exc:
-        raise _truncated(path, str(exc)) from None
 
 
 def check_within(src: str | os.PathLike, within: str | None) -> str:
@@ -314,7 +162,7 @@ def check_within(src: str | os.PathLike, within: str | None) -> str:
             f"within={within!r} picks a folder inside an archive, but SRC {src} is a folder: "
             f"pass the folder itself as SRC ({inside}) and no within"
         )
-    rel = _norm(within)
+    rel = extracted_path(within)
     if rel is None:
         raise ValueError(
             f"within={within!r} must be a folder inside the archive, as a relative path without "
@@ -356,11 +204,11 @@ def open_source(
         return Source(path, MemberReader(path, "folder")), found
     label = f"{path}:{rel}" if rel else path
     if path.lower().endswith(".zip"):
-        listing = _list_zip(path, rel)
+        listing = list_zip(path, rel)
         kind = "zip"
     else:
         kind = "gz" if _compressed(path) else "raw"
-        listing = _list_tar(path, rel, kind == "gz")
+        listing = list_tar(path, rel, kind == "gz")
     found = listing.result(label, labels, within is not None)
     # absolute: a Ray task or a forked worker may run in another folder
     full = os.path.abspath(path)
@@ -369,25 +217,50 @@ def open_source(
 
 def materialize(source: Source, out: Path, suffix: str) -> Source:
     """For a .tar.gz: copy the members the pack reads, still encoded, into one file in `out`
-    (one sequential pass; gzip cannot seek), and read them from there. Other sources as is."""
+    (one sequential pass; gzip cannot seek), and read them from there. A member is streamed
+    across in chunks, each once however many hard links read it; of one whose first bytes are
+    no image's, only those are copied (decoding them gives the reason it is skipped). Other
+    sources as is.
+
+    Raises:
+        OutputError: a symbolic link (or FIFO) stands where the file is made.
+        SourceError: the archive is damaged.
+        OSError: the copy could not be written.
+    """
     if source.reader.kind != "gz":
         return source
     path = (out / MEMBERS_FILE.format(suffix)).absolute()
-    wanted = {name: rel for rel, name in source.refs.items()}
+    wanted: dict[int, list[str]] = {}
+    for rel, (number, _) in source.refs.items():
+        wanted.setdefault(number, []).append(rel)
     refs: dict[str, Any] = {}
     archive = source.reader.path
     import tarfile
 
     try:
-        with tarfile.open(archive, "r:*") as tf, open(path, "wb") as dst:
-            for info in _members(tf):
-                rel = wanted.get(info.name)
-                if rel is None or not info.isreg():
+        with tarfile.open(archive, "r:*") as tf, open(create_file(path), "wb") as dst:
+            for number, info in enumerate(tar_infos(tf)):
+                rels = wanted.get(number)
+                if rels is None or not info.isreg():
                     continue
                 member = tf.extractfile(info)
-                data = member.read() if member is not None else b""
-                refs[rel] = (dst.tell(), len(data))
-                dst.write(data)
+                start = dst.tell()
+                if member is not None:
+                    head = member.read(HEAD)
+                    dst.write(head)
+                    if looks_like_image(head):
+                        shutil.copyfileobj(member, dst, 1 << 20)
+                for rel in rels:
+                    refs[rel] = (start, dst.tell() - start)
     except (tarfile.TarError, EOFError, ValueError) as exc:
-        raise _truncated(archive, str(exc) or type(exc).__name__) from None
+        raise truncated(archive, str(exc) or type(exc).__name__) from None
     return replace(source, reader=MemberReader(str(path), "raw"), refs=refs)
+
+
+def remove_members(out: Path, suffix: str) -> None:
+    """Remove the copy of a .tar.gz's members a run made in `out` (a link planted under its
+    name was refused, and is left as found)."""
+    members = out / MEMBERS_FILE.format(suffix)
+    with contextlib.suppress(OSError):
+        if not members.is_symlink():
+            members.unlink(missing_ok=True)

@@ -22,7 +22,10 @@ from ..core.errors import ImageDecodeError, SourceError
 from ..core.packpath import tilde_hint
 
 # the archive listing's own parts: a clip pack lists an archive as an image pack does
-from .archive import MemberReader, Source, _compressed, _list_tar, _list_zip, _norm, is_archive
+from .archive import MemberReader, Source, _compressed, is_archive
+from .archivelist import extracted_path as _norm
+from .archivelist import list_tar as _list_tar
+from .archivelist import list_zip as _list_zip
 from .scanning import natural_key, path_key, refuse_pack_source, walk
 from .video import probe_video
 

@@ -19,6 +19,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 from ..core.constants import CROP_MODES
 from ..core.crops import Box, crop_rng, random_resized_box
 from ..core.errors import ImageDecodeError
+from .magic import HEAD, NOT_AN_IMAGE, looks_like_image
 from .resample import resize_into
 
 try:
@@ -123,11 +124,11 @@ _EXIF_ID = b"Exif\0\0"
 
 
 def _read_jpeg(path: str | os.PathLike) -> bytes | None:
-    """The bytes of a file that starts like a JPEG; None for any other file (left to PIL).
-    Four system calls (open, fstat, read, close), where Python's file objects make eight.
+    """The bytes of a file that starts like a JPEG; None for any other image file (left to
+    PIL). Four system calls (open, fstat, read, close), where Python's file objects make eight.
 
     Raises:
-        ImageDecodeError: the file is empty.
+        ImageDecodeError: the file is empty, or its first bytes are no image's (`magic`).
         OSError: it cannot be opened or read.
     """
     fd = os.open(path, os.O_RDONLY)
@@ -138,7 +139,9 @@ def _read_jpeg(path: str | os.PathLike) -> bytes | None:
         if info.st_size == 0:
             raise ImageDecodeError("empty file (0 bytes)")
         # a small file whole (one read); of a large one the first bytes, then the rest
-        data = os.read(fd, info.st_size if info.st_size <= _WHOLE else len(_SOI))
+        data = os.read(fd, info.st_size if info.st_size <= _WHOLE else HEAD)
+        if not looks_like_image(data[:HEAD]):
+            raise ImageDecodeError(NOT_AN_IMAGE)  # the rest of a large one is never read
         if not data.startswith(_SOI):
             return None
         while len(data) < info.st_size and (more := os.read(fd, info.st_size - len(data))):
@@ -274,6 +277,8 @@ def load_image(
     try:
         if data is not None and not data:
             raise ImageDecodeError("empty file (0 bytes)")
+        if data is not None and not looks_like_image(data[:HEAD]):
+            raise ImageDecodeError(NOT_AN_IMAGE)  # as `_read_jpeg` says of such a file
         name = key or os.path.basename(path)
         data = _read_jpeg(path) if data is None else data
         if data is not None:
@@ -291,7 +296,7 @@ def load_image(
     except Image.DecompressionBombError as exc:
         raise ImageDecodeError(f"decompression bomb: {exc}") from None
     except UnidentifiedImageError:
-        raise ImageDecodeError("not an image PIL can read (cannot identify image file)") from None
+        raise ImageDecodeError(NOT_AN_IMAGE) from None
     except PermissionError as exc:
         raise ImageDecodeError(f"unreadable: {exc.strerror}") from None
     except OSError as exc:

@@ -120,8 +120,8 @@ class LocalRun:
                 )
             except OSError as exc:
                 raise cannot_start(self.workers, exc) from None
-        self.on_chunk(0, 0)  # the first progress report, once the workers are forked
         try:
+            self.on_chunk(0, 0)  # the first progress report, once the workers are forked
             while self.tasks or self.pending:
                 while self.tasks and len(self.pending) < ahead:
                     self._submit()

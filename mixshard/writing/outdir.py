@@ -1,20 +1,18 @@
-"""The output folder of `pack`: its lock, what may be replaced, and the journals that let an
-interrupted pack resume. A shard is in a journal only once its file is complete under its final
-name; journal lines may come in any order (Ray tasks and job-array parts finish out of order).
+"""The output folder of `pack`: what may be written or replaced, its free space, and the
+journals that let an interrupted pack resume (its lock: `outlock.py`). A shard is in a journal
+only once its file is complete under its final name; journal lines may come in any order (Ray
+tasks and job-array parts finish out of order).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import fnmatch
 import json
 import os
 import shutil
-import sys
 import threading
-import time
 from pathlib import Path
 from typing import TextIO
 
@@ -29,8 +27,10 @@ from ..core.constants import (
     TMP_SUFFIX,
 )
 from ..core.errors import OutputError, WriteError
-from ..core.files import atomic_write, describe_holder
+from ..core.files import atomic_write, create_file, open_own, planted
 from ..core.packpath import tilde_hint
+from .outlock import OutLock as OutLock  # where callers import it from
+from .outlock import part_suffix
 from .plan import PackPlan
 from .shardwrite import DoneShard
 
@@ -42,115 +42,6 @@ def write_error(exc: OSError, where: Path) -> WriteError:
         f"cannot write {where}: {exc.strerror}; {hint} pack again with resume=True to continue "
         "(finished shards are kept)"
     )
-
-
-def part_suffix(part: tuple[int, int] | None) -> str:
-    return "" if part is None else f".part-{part[0]}-of-{part[1]}"
-
-
-class OutLock:
-    """An exclusive lock on OUT for a whole pack, or for one job-array part (shared on OUT,
-    exclusive on the part), held until `release`. The lock files name their holder."""
-
-    def __init__(self, out: Path, part: tuple[int, int] | None = None) -> None:
-        self.out = out
-        self._held: list[tuple[int, Path]] = []
-        try:
-            try:
-                out.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise OutputError(f"cannot write to output folder {out}: {exc.strerror}") from None
-            self._take(out / LOCK_NAME, fcntl.LOCK_SH if part else fcntl.LOCK_EX)
-            if part is not None:
-                self._take(out / (LOCK_NAME + part_suffix(part)), fcntl.LOCK_EX)
-        except BaseException:
-            self.release()
-            raise
-
-    def _take(self, path: Path, mode: int) -> None:
-        fd = self._lock_file(path, mode)
-        if mode == fcntl.LOCK_EX:
-            holder = {
-                "pid": os.getpid(),
-                "host": os.uname().nodename,  # gethostname, without importing socket
-                "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-                "command": _command(),
-            }
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps(holder).encode("utf-8", "backslashreplace"), 0)
-        self._held.append((fd, path))
-
-    def _lock_file(self, path: Path, mode: int) -> int:
-        """A descriptor of `path`, locked with `mode`. A holder that releases removes the file,
-        so a lock taken on a file just removed is no lock: then again, on the new file."""
-        while True:
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
-            except OSError as exc:
-                raise OutputError(
-                    f"cannot write to output folder {self.out}: {exc.strerror}"
-                ) from None
-            try:
-                fcntl.flock(fd, mode | fcntl.LOCK_NB)
-            except OSError as exc:
-                os.close(fd)
-                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    raise OutputError(f"cannot lock {path}: {exc.strerror}") from None
-                raise OutputError(
-                    f"{self.out} is in use by another mixshard pack ({_holders(self.out)}); "
-                    "wait for it to finish or stop it, then run this again"
-                ) from None
-            if _same_file(fd, path):
-                return fd
-            os.close(fd)
-
-    @property
-    def fds(self) -> tuple[int, ...]:
-        """The lock's descriptors (child processes must close them)."""
-        return tuple(fd for fd, _ in self._held)
-
-    def release(self) -> None:
-        """Unlock and remove the lock files this run wrote."""
-        for fd, path in reversed(self._held):
-            if path.name != LOCK_NAME or not _shared_by_others(fd):
-                with contextlib.suppress(OSError):
-                    path.unlink()
-            os.close(fd)
-        self._held = []
-
-
-def _command() -> str:
-    """This process's command line, as the user typed it (`python -m mixshard` shows as
-    `mixshard`)."""
-    first = os.path.basename(sys.argv[0]) if sys.argv else "python"
-    if first in ("__main__.py", "mixshard"):
-        first = "mixshard"
-    return " ".join([first, *sys.argv[1:]])
-
-
-def _same_file(fd: int, path: Path) -> bool:
-    """True when `path` still names the file open as `fd`."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return False
-    held = os.fstat(fd)
-    return (held.st_dev, held.st_ino) == (st.st_dev, st.st_ino)
-
-
-def _shared_by_others(fd: int) -> bool:
-    """True when another process also holds the main lock (job-array parts share it)."""
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return True
-    return False
-
-
-def _holders(out: Path) -> str:
-    names = sorted(p.name for p in out.glob(LOCK_NAME + "*"))
-    found = [describe_holder(out / name) for name in names]
-    return "; ".join(h for h in found if h) or "holder unknown"
 
 
 def is_ours(name: str) -> bool:
@@ -210,13 +101,24 @@ def prepare_out(out: Path, resume: bool) -> None:
             f"output folder {out} is not empty; pass resume=True to finish an interrupted pack "
             "there or overwrite=True to replace it"
         )
+    linked = [n for n in names if _made_afresh(n) and os.path.islink(out / n)]
+    if linked:  # checked again when each file is made: this names them before any is written
+        raise planted(out / linked[0])
     try:
         # one name per process and thread: job-array parts probe the same folder at once
         probe = out / f".mixshard-write-test-{os.getpid()}-{threading.get_ident()}{TMP_SUFFIX}"
-        probe.write_bytes(b"")
+        os.close(create_file(probe))
         probe.unlink()
     except OSError as exc:
         raise OutputError(f"cannot write to output folder {out}: {exc.strerror}") from None
+
+
+def _made_afresh(name: str) -> bool:
+    """Whether `name` is a file a pack makes for itself in OUT (its journal, a temporary or lock
+    file), which a symbolic link must never stand in for. Shards and index.json are not: the
+    files of a finished pack may be links (spread over disks), and are only ever renamed over."""
+    shard = name.startswith(SHARD_PREFIX) and name.endswith(SHARD_SUFFIX)
+    return is_ours(name) and not shard and name != MANIFEST_NAME
 
 
 def check_out_path(out: Path) -> None:
@@ -258,18 +160,24 @@ def free_bytes(folder: Path) -> int:
     return shutil.disk_usage(folder).free
 
 
-def check_free_space(out: Path, images: int, size: int) -> None:
-    """Refuse a pack whose images cannot fit in the free space of OUT's file system.
+def check_free_space(out: Path, images: int, size: int, scratch: int = 0) -> None:
+    """Refuse a pack whose images cannot fit in the free space of OUT's file system, with
+    `scratch` bytes more that it writes there while it runs (a .tar.gz's members, copied out).
 
     Raises:
         OutputError: naming the bytes needed and the bytes free.
     """
-    need = images * (CHANNELS * size * size + PER_IMAGE_OVERHEAD)
+    need = images * (CHANNELS * size * size + PER_IMAGE_OVERHEAD) + scratch
     free = free_bytes(out)
     if need > free:
+        copied = (
+            f" (and {scratch:,} bytes of archive members copied there while it runs)"
+            if scratch
+            else ""
+        )
         raise OutputError(
             f"not enough free space for this pack in {out}: its {images} images of {size}x{size} "
-            f"px need about {need:,} bytes ({need / 1e9:.2f} GB), and {free:,} bytes "
+            f"px{copied} need about {need:,} bytes ({need / 1e9:.2f} GB), and {free:,} bytes "
             f"({free / 1e9:.2f} GB) are free; free some space or choose an output folder on "
             "another disk. Nothing was written"
         )
@@ -345,7 +253,8 @@ class Journal:
         lines += [done[i].to_json() for i in sorted(done)]
         try:
             atomic_write(self.path, ("\n".join(lines) + "\n").encode("utf-8"))
-            self._f: TextIO = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - see close
+            fd = open_own(self.path, os.O_WRONLY | os.O_APPEND)
+            self._f: TextIO = open(fd, "a", encoding="utf-8")  # noqa: SIM115 - see close
         except OSError as exc:
             raise write_error(exc, self.path) from None
 

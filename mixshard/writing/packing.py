@@ -22,8 +22,9 @@ from ..core.env import usable_cpus
 from ..core.errors import OutputError, SkippedImagesError, SourceError
 from ..core.manifest import Manifest
 from ..core.stores import check_location, is_store_url
-from .archive import MEMBERS_FILE, materialize, open_source
+from .archive import MEMBERS_FILE, materialize, open_source, remove_members
 from .clipplan import check_clips, finish_clips, plan_clips
+from .ctrlc import CtrlC
 from .outdir import (
     Journal,
     OutLock,
@@ -63,12 +64,14 @@ class _Tracker:
         self.count = sum(len(plan.shard_items(i)) for i in done) * self.variants
         self.skipped = sum(len(d.skipped) for d in done.values())
         self.written = 0
+        self.ctrl_c = CtrlC()
 
     def report(self) -> None:
         if self.progress:
             self.progress(PackProgress(self.total, self.count, self.skipped))
 
     def chunk(self, images: int, skipped: int) -> None:
+        self.ctrl_c.check()  # a Ctrl-C Python dropped (see `CtrlC`) ends the run here
         self.count += images * self.variants
         self.skipped += skipped
         self.report()
@@ -227,10 +230,7 @@ class _Job:
             for i in changed:  # a source file changed since it was packed: write it again
                 del done[i]
             todo = [i for i in ours if i not in done]
-            images = sum(len(plan.shard_items(i)) for i in todo) * plan.options["variants"]
-            check_free_space(
-                out, self.sink.staged(images, plan) if self.sink else images, plan.size
-            )
+            self._check_space(out, todo)
             plan = _materialized(plan, out, part, todo)
             fresh, empty = not done, False
             fds = lock.fds + held
@@ -253,16 +253,24 @@ class _Job:
                 empty = True
             raise
         finally:
-            with contextlib.suppress(OSError):
-                (out / MEMBERS_FILE.format(part_suffix(part))).unlink(missing_ok=True)
+            remove_members(out, part_suffix(part))
             lock.release()
             if empty and created:
                 with contextlib.suppress(OSError):
                     out.rmdir()
 
+    def _check_space(self, out: Path, todo: list[int]) -> None:
+        """Refuse a run whose shards `todo` (and a .tar.gz's members, copied into OUT while it
+        runs) cannot fit in OUT's free space."""
+        plan = self.plan
+        images = sum(len(plan.shard_items(i)) for i in todo) * plan.options["variants"]
+        scratch = plan.source.scratch_bytes() if plan.source is not None and todo else 0
+        staged = self.sink.staged(images, plan) if self.sink else images
+        check_free_space(out, staged, plan.size, scratch)
+
 
 def _materialized(plan: PackPlan, out: Path, part, todo: list[int]) -> PackPlan:
-    """The plan reading a .tar.gz's members from one file in OUT (see `archive.materialize`)."""
+    """The plan reading a .tar.gz's members from one file in OUT (`archive.materialize`)."""
     if plan.source is None or plan.source.reader.kind != "gz" or not todo:
         return plan
     try:
@@ -294,13 +302,14 @@ def _run(plan, out, done, todo, part, progress, workers, ray, lock_fds, sink=Non
     journal = Journal(out, plan.fingerprint, done, part)
     tracker = _Tracker(plan, done, progress, journal)
     on_shard = tracker.shard if sink is None else sink.start(tracker, uploaded=ray is not None)
-    from .shardpool import WholeShards, whole_shards  # imports concurrent.futures
-
-    cpus = workers or usable_cpus()
-    whole = ray is None and whole_shards(cpus, len(todo), plan.options["variants"])
-    if not whole:  # whole-shard tasks stamp their own shard's files (in parallel)
-        tracker.stamps = {i: plan_stamps(plan, i) for i in todo}
     try:
+        tracker.ctrl_c.__enter__()  # before the imports below (see `CtrlC`)
+        from .shardpool import WholeShards, whole_shards  # imports concurrent.futures
+
+        cpus = workers or usable_cpus()
+        whole = ray is None and whole_shards(cpus, len(todo), plan.options["variants"])
+        if not whole:  # whole-shard tasks stamp their own shard's files (in parallel)
+            tracker.stamps = {i: plan_stamps(plan, i) for i in todo}
         if ray is not None:
             from .raypack import run_on_ray
 
@@ -315,6 +324,7 @@ def _run(plan, out, done, todo, part, progress, workers, ray, lock_fds, sink=Non
     except OSError as exc:
         raise write_error(exc, Path(exc.filename) if exc.filename else out) from None
     finally:
+        tracker.ctrl_c.__exit__()
         if sink is not None:
             sink.stop()
         journal.close()

@@ -1,6 +1,11 @@
 """`overwrite`: a new pack is written beside the old one, in a staging folder, and swapped in
 by two renames only once it is complete; so a failed, strict or interrupted run leaves the old
-pack whole. Rerunning the same command continues the staged pack (its journal)."""
+pack whole. Rerunning the same command continues the staged pack (its journal).
+
+An OUT that is a symbolic link is resolved first: the pack in the folder it points to is
+replaced (staged beside that folder) and the link is kept, still pointing at the new pack. A
+staging or old-pack name beside it that is a symbolic link is refused: a run would otherwise
+write into, or delete, whatever it points to."""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from ..core.errors import MixshardError, OutputError
+from ..core.files import planted
 from .outdir import OutLock, check_replaceable, load_done
 
 R = TypeVar("R")
@@ -35,6 +41,13 @@ def _fsync_dir(folder: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def _refuse_links(*paths: Path) -> None:
+    """Raises `OutputError` naming the first of `paths` that is a symbolic link."""
+    for path in paths:
+        if path.is_symlink():
+            raise planted(path, what="a folder")
 
 
 def _keep_or_clear(staging: Path, fingerprint: str) -> None:
@@ -77,7 +90,9 @@ def swap_in(staging: Path, out: Path) -> None:
         OutputError: a rename failed; `out` then still holds the old pack.
     """
     old = _old_path(out)
-    if old.exists():
+    if old.is_symlink() or old.is_file():
+        old.unlink()  # the name only, never what a link points to
+    elif old.exists():
         shutil.rmtree(old)
     if _exchange(staging, out):  # one step: a reader opening `out` finds one pack or the other
         _fsync_dir(out.parent)
@@ -103,14 +118,20 @@ def replace_pack(out: Path, fingerprint: str, write: Callable[[Path, tuple[int, 
     """Replace the pack (or interrupted pack) in `out` with the one `write(staging, fds)`
     makes, holding `out`'s lock throughout (`fds`: its descriptors, which workers close).
 
+    `out` may be a symbolic link: the pack in the folder it points to is replaced (staged
+    beside that folder), and the link is left as it is.
+
     Raises:
-        OutputError: `out` holds files mixshard did not write (nothing is deleted).
+        OutputError: `out` holds files mixshard did not write (nothing is deleted), or the
+            staging or old-pack name beside it is a symbolic link.
         MixshardError: whatever `write` raised, with a note that `out` is unchanged.
     """
+    given, out = out, Path(os.path.realpath(out))  # the folder that holds the pack
     lock = OutLock(out)
     try:
         check_replaceable(out)
         staging = staging_path(out)
+        _refuse_links(staging, _old_path(out))
         _keep_or_clear(staging, fingerprint)
         try:
             result = write(staging, lock.fds)
@@ -127,7 +148,7 @@ def replace_pack(out: Path, fingerprint: str, write: Callable[[Path, tuple[int, 
                     "pack again with resume=True", "rerun the same command with overwrite=True"
                 )
             )
-            exc.args = (f"{message}. {out} still holds the earlier pack, unchanged{kept}",)
+            exc.args = (f"{message}. {given} still holds the earlier pack, unchanged{kept}",)
             exc.resumable = False  # a resume of `out` would not continue this run
             raise
         swap_in(staging, out)

@@ -126,8 +126,8 @@ class WholeShards:
             raise cannot_start(self.workers, exc) from None
         assert isinstance(job, ShardJob)  # forked: `whole_shards`
         free = deque(range(slots))
-        self.on_chunk(0, 0)
         try:
+            self.on_chunk(0, 0)
             while self.todo or self.pending:
                 while self.todo and free:
                     self._submit(pool, job, free.popleft())

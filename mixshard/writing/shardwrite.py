@@ -15,7 +15,7 @@ import numpy as np
 
 from ..core.constants import TMP_SUFFIX
 from ..core.errors import SkippedImagesError
-from ..core.files import Flusher, fsync_dir
+from ..core.files import Flusher, create_file, fsync_dir
 from ..core.manifest import ShardInfo, dump_json, shard_from_dict, shard_to_dict
 from .plan import PackPlan
 from .tarwriter import ShardWriter
@@ -155,7 +155,8 @@ class ShardBuilder:
             order = np.random.default_rng(self.spread_seed).permutation(len(images))
             images, labels, keys = images[order], labels[order], [keys[i] for i in order]
         if self._writer is None or self._file is None:
-            self._file = open(self.tmp, "wb")  # noqa: SIM115 - closed in finish or abort
+            # created afresh, never through a link planted under its name
+            self._file = open(create_file(self.tmp), "wb")  # noqa: SIM115 - finish or abort
             self._writer = ShardWriter(self._file)
             self._flusher = Flusher(self._file.fileno())
         file = self._file

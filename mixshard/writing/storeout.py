@@ -90,7 +90,7 @@ class Marker:
     """
 
     def __init__(self, store: Store, part: tuple[int, int] | None) -> None:
-        from .outdir import _command
+        from .outlock import _command
 
         self.store, self.name = store, LOCK_NAME + part_suffix(part)
         self.holder = {

@@ -23,7 +23,7 @@ _ZEROS = bytes(BLOCK)
 _ENCODING = sys.getfilesystemencoding()  # as tarfile decodes header names
 _KINDS = {
     b"0": "file", b"\0": "file", b"7": "file",
-    b"5": "dir", b"1": "link", b"2": "link", b"3": "other", b"4": "other", b"6": "other",
+    b"5": "dir", b"1": "hardlink", b"2": "link", b"3": "other", b"4": "other", b"6": "other",
 }  # fmt: skip
 _GNU_TYPES = (b"L", b"K", b"S")  # a ustar prefix is not applied to these
 
@@ -81,10 +81,11 @@ def _pax(data: bytes) -> dict[bytes, bytes]:
     return records
 
 
-def tar_members(fd: int) -> Iterator[tuple[str, str, int, int]]:
-    """`(name, kind, data offset, size)` of each member of the uncompressed tar open as `fd`,
-    in order, one at a time (1.8M members kept in a list would take hundreds of MB); `kind` is
-    "file", "dir", "link" or "other".
+def tar_members(fd: int) -> Iterator[tuple[str, str, int, int, str]]:
+    """`(name, kind, data offset, size, link)` of each member of the uncompressed tar open as
+    `fd`, in order, one at a time (1.8M members kept in a list would take hundreds of MB);
+    `kind` is "file", "dir", "hardlink", "link" (symbolic) or "other"; `link` is the member
+    name a hard link names (else empty).
 
     Raises:
         Unusual: a header to leave to `tarfile` (which also reports a damaged archive); the
@@ -128,6 +129,11 @@ def _extended(kind: bytes, extra: bytes) -> dict[str, str | int]:
             ahead["name"] = pax[b"path"].decode("utf-8")
         except UnicodeDecodeError:
             raise Unusual("a PAX path that is not UTF-8") from None
+    if b"linkpath" in pax:
+        try:
+            ahead["link"] = pax[b"linkpath"].decode("utf-8")
+        except UnicodeDecodeError:
+            raise Unusual("a PAX linkpath that is not UTF-8") from None
     if b"size" in pax:
         try:
             ahead["size"] = int(pax[b"size"])  # decimal, unlike the header's octal
@@ -138,7 +144,7 @@ def _extended(kind: bytes, extra: bytes) -> dict[str, str | int]:
 
 def _member(
     buf: bytes, kind: bytes, size: int, data: int, ahead: dict[str, str | int]
-) -> tuple[str, str, int, int]:
+) -> tuple[str, str, int, int, str]:
     """One member's header, with what the extended header before it said."""
     what = _KINDS.get(kind)
     if what is None:
@@ -152,4 +158,5 @@ def _member(
         name = f"{prefix}/{name}"
     name = str(ahead.get("name", name))
     size = int(ahead.get("size", size))
-    return name, what, data, size
+    link = str(ahead.get("link", _text(buf[157:257]))) if what == "hardlink" else ""
+    return name, what, data, size, link
