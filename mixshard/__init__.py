@@ -37,6 +37,7 @@ _LAZY: dict[str, str] = {
     "ShardStream": "reading.stream",
     "prefetch": "reading.prefetcher",
     "Overlay": "augment.overlay",
+    "Backgrounds": "augment.backgrounds",
     "blend": "augment.ops",
     "composite": "augment.ops",
 }
@@ -62,11 +63,13 @@ __all__ = [
     "ShardStream",
     "prefetch",
     "Overlay",
+    "Backgrounds",
     "blend",
     "composite",
 ]
 
 if TYPE_CHECKING:  # what type checkers and IDEs see
+    from .augment.backgrounds import Backgrounds
     from .augment.ops import blend, composite
     from .augment.overlay import Overlay
     from .core.errors import (
