@@ -380,22 +380,53 @@ def composite(
     n, _, h, w = obs.shape
     five = (n, k, 3, h, w)
     dtype = obs.dtype if obs.is_floating_point() else torch.float32
-    keep = broadcast_mask(mask, n, k, h, w, obs.device).to(dtype)
-    src = obs.view(five) if obs.dtype == dtype else obs.view(five).to(dtype)
+    keep = broadcast_mask(mask, n, k, h, w, obs.device)
+    grad = torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in (obs, imgs, mask, alpha)
+    )
+    if grad:
+        if out is not None:
+            raise ValueError("out= cannot be used when obs, imgs, mask or alpha require grad")
+        return _composite_rows(obs.view(five), imgs, keep, alpha, dtype).view(obs.shape)
+    result = torch.empty_like(obs) if out is None else out
+    # On a CPU, chunks of samples, so that each chunk's float backgrounds and weights stay in
+    # cache (as `blend` does); elsewhere one chunk of all.
+    frames = imgs.shape[1] // 3
+    rows = n
+    if obs.device.type == "cpu":
+        rows = max(1, CPU_SCRATCH_BYTES // (3 * frames * h * w * torch.finfo(dtype).bits // 8))
+    for lo in range(0, n, rows):
+        hi = min(lo + rows, n)
+        part = slice(lo, hi)
+        m = keep[part] if keep.shape[0] != 1 else keep
+        a = alpha[part] if isinstance(alpha, torch.Tensor) else alpha
+        dst = result.view(five)[part]
+        if obs.dtype == dtype:
+            _composite_rows(obs.view(five)[part], imgs[part], m, a, dtype, out=dst)
+        else:
+            mixed = _composite_rows(obs.view(five)[part], imgs[part], m, a, dtype)
+            dst.copy_(mixed.add_(0.5).floor_())
+    return result
+
+
+def _composite_rows(
+    src: torch.Tensor,
+    imgs: torch.Tensor,
+    keep: torch.Tensor,
+    alpha: float | torch.Tensor,
+    dtype: torch.dtype,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """`lerp(obs, img, alpha * (1 - mask))` of some samples: `src` `(n, k, 3, H, W)`."""
+    n, _, _, h, w = src.shape
+    src = src if src.dtype == dtype else src.to(dtype)
     background = _frames_of(imgs.to(dtype), n, h, w)  # one frame: broadcast through the view
+    keep = keep.to(dtype)
     if isinstance(alpha, torch.Tensor) or float(alpha) != 1.0:
         a = alpha.to(dtype).reshape(-1, 1, 1, 1, 1) if isinstance(alpha, torch.Tensor) else alpha
         start, end, weight = src, background, (1 - keep) * a
     else:  # the plain paste: lerp(img, obs, mask), the mask itself the weight (no temporary)
         start, end, weight = background, src, keep
-    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (obs, imgs, weight))
-    if grad:
-        if out is not None:
-            raise ValueError("out= cannot be used when obs, imgs, mask or alpha require grad")
-        return torch.lerp(start, end, weight).view(obs.shape)
-    result = torch.empty_like(obs) if out is None else out
-    if obs.dtype == dtype:
-        torch.lerp(start, end, weight, out=result.view(five))
-    else:
-        result.view(five).copy_(torch.lerp(start, end, weight).add_(0.5).floor_())
-    return result
+    if out is None:
+        return torch.lerp(start, end, weight)
+    return torch.lerp(start, end, weight, out=out)
