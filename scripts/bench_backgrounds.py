@@ -147,6 +147,11 @@ def measure(pack: Path, video: Path, args: argparse.Namespace) -> list[list[obje
     cells = [
         ("composite, no mask, alpha 0.5", lambda: bg.composite(obs, alpha=0.5), 2.0),
         ("composite, per-pixel bool mask (green screen)", lambda: bg.composite(obs, keep), 2.0),
+        (
+            "composite, per-pixel bool mask, in place (out=obs)",
+            lambda: bg.composite(obs, keep, out=obs),
+            None,
+        ),
         ("step + images", lambda: step_images(bg), 1.0),
         ("step + images, flip=True", lambda: step_images(flipping), None),
     ]

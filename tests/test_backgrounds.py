@@ -282,6 +282,11 @@ def test_composite_pastes_blends_and_keeps_exactly(clips):
     assert torch.equal(got8.long(), (101 + bg.images().long() + 1) // 2)  # halves round up
     obs16 = obs.half()
     assert bg.composite(obs16).dtype == torch.float16
+    inplace = obs.clone()
+    assert bg.composite(inplace, keep, out=inplace) is inplace
+    assert torch.equal(inplace, pasted)
+    with pytest.raises(ValueError, match="out must have the shape, dtype and device of obs"):
+        bg.composite(obs, out=obs8)
 
 
 def test_composite_resizes_obs_of_another_size_and_says_so_once(clips):
@@ -356,3 +361,32 @@ def test_readme_vectorised_loop(clips):
         bg.step()
         bg.reset(done)
     assert out.shape == obs.shape
+
+
+@pytest.mark.cuda
+def test_cuda_plays_what_the_cpu_plays_without_a_host_sync(clips):
+    words = torch.tensor([0, 1, -1, 2**62, -(2**63)], dtype=torch.int64)
+    assert torch.equal(mix64(words.cuda()).cpu(), mix64(words))
+    kwargs = {"frames": 3, "playback": "pingpong", "flip": True, "seed": 9}
+    cpu = mixshard.Backgrounds(clips, 6, **kwargs)
+    gpu = mixshard.Backgrounds(clips, 6, device="cuda", **kwargs)
+    g = torch.Generator().manual_seed(0)
+    obs = torch.rand(6, 9, 8, 8, generator=g) * 255
+    keep = torch.rand(6, 1, 8, 8, generator=g) < 0.5
+    masks = [torch.rand(6, generator=g) < 0.4 for _ in range(8)]
+    obs_gpu, keep_gpu, masks_gpu = obs.cuda(), keep.cuda(), [m.cuda() for m in masks]
+    gpu.composite(obs_gpu, keep_gpu)  # warm-up
+    torch.cuda.synchronize()
+    outs = []
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for mask in masks_gpu:
+            gpu.reset(mask)
+            gpu.step()
+            outs.append(gpu.composite(obs_gpu, keep_gpu, alpha=0.5))
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    for mask, out in zip(masks, outs):
+        cpu.reset(mask)
+        cpu.step()
+        assert torch.allclose(out.cpu(), cpu.composite(obs, keep, alpha=0.5), atol=1e-4)

@@ -110,7 +110,8 @@ class Backgrounds:
         if m.clips is None and playback != "loop":
             raise ValueError(
                 f"playback={playback!r} plays clips, but {m.origin} is an image pack (each image "
-                f"a still background): use playback='loop', or pack videos with --clips"
+                f"a still background): use playback='loop', or a clip pack (`mixshard pack "
+                f"VIDEOS OUT --clips`)"
             )
         self.num_envs, self.frames, self.playback = num_envs, frames, playback
         self.speed, self.seed, self.flip = speed, seed, flip
@@ -294,6 +295,8 @@ class Backgrounds:
         obs: torch.Tensor,
         mask: torch.Tensor | None = None,
         alpha: float | torch.Tensor = 1.0,
+        *,
+        out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Each environment's backgrounds behind its observations, in one fused pass
         (`mixshard.composite` over `images()`).
@@ -306,6 +309,8 @@ class Backgrounds:
                 observation, false (0) shows the background, fractions blend.
             alpha: the backgrounds' weight where they show: a float in [0, 1] or a
                 `(num_envs,)` tensor.
+            out: where to write (shape, dtype and device of obs); `out=obs` works in place,
+                which on a CPU saves reading the output's memory before writing it.
 
         Returns:
             `lerp(obs, background, alpha * (1 - mask))`, like obs.
@@ -342,7 +347,12 @@ class Backgrounds:
                 f"device at each call (pack with --size {h} to avoid it)",
                 stacklevel=user_stacklevel(),
             )
-        index, result = self._index(), torch.empty_like(obs)
+        if out is not None and (
+            out.shape != obs.shape or out.dtype != obs.dtype or out.device != obs.device
+        ):
+            raise ValueError("out must have the shape, dtype and device of obs")
+        index = self._index()
+        result = torch.empty_like(obs) if out is None else out
         # On a CPU, groups of environments whose backgrounds stay in cache from their gather
         # to their blend (else all 65 MB of 1,024 environments' are written, then read back);
         # elsewhere one group of all.

@@ -175,6 +175,8 @@ class ClipPool:
             if not needed:
                 self.dropped += 1
                 return -1
+            # (not met with `slots >= min(num_envs, clips)`, which `Backgrounds` checks: a
+            # reset frees its environments' slots before it takes new ones)
             raise MixshardError(
                 f"the clip pool is full: its {self.slots} slots all hold clips environments "
                 f"play; pass a larger pool= (at least the number of environments, or of clips)"
