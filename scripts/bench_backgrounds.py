@@ -171,8 +171,13 @@ def measure(pack: Path, video: Path, args: argparse.Namespace) -> list[list[obje
     mask = torch.zeros(n, dtype=torch.bool)
     mask[torch.randperm(n, generator=g)[:reset_n]] = True
     index = torch.nonzero(mask).squeeze(1)
-    for name, envs in (("bool mask", mask), ("index tensor", index)):
-        sec = call_seconds(lambda envs=envs: bg.reset(envs), runs * 4)
+    pooled = mixshard.Backgrounds(pack, n, frames=K, playback="pingpong", cache="pool")
+    for name, envs, b in (
+        ("bool mask", mask, bg),
+        ("index tensor", index, bg),
+        ("bool mask, cache='pool'", mask, pooled),
+    ):
+        sec = call_seconds(lambda envs=envs, b=b: b.reset(envs), runs * 4)
         rows.append(
             [
                 threads,

@@ -193,7 +193,7 @@ class Backgrounds:
             envs = np.arange(self.num_envs)
             if (self._slot >= 0).any():
                 self._pool.release(self._slot[self._slot >= 0])
-                self._pool.wanted.clear()
+                self._pool.forget_wanted()
             self._use_slots(self._pool, envs, was_next=False)
 
     def _use_slots(self, pool: ClipPool, envs: np.ndarray, was_next: bool) -> None:

@@ -61,18 +61,18 @@ class ClipPool:
             (slots * self.span, 3, m.size, m.size), dtype=torch.uint8, device=device
         )
         self.clip_of = np.full(slots, -1, np.int64)  # the clip in each slot
-        self.slot_of: dict[int, int] = {}
+        self.slot_of = np.full(len(first), -1, np.int64)  # the slot of each clip, or -1
         self.users = np.zeros(slots, np.int64)  # environments playing each slot's clip
         self.used = np.zeros(slots, np.int64)  # when each slot was last given out
         self.clock = 0
-        self.wanted: dict[int, int] = {}  # clip -> environments whose next episode plays it
+        self.wanted = np.zeros(len(first), np.int64)  # environments whose next episode plays it
         self.loads = self.waits = self.dropped = 0
         self.wait_seconds = 0.0
         self._pin = wants_pinned(device)
         self._pack = source.open_pack()
         self._requests: queue.Queue = queue.Queue()
         self._done: queue.Queue = queue.Queue()
-        self._asked: set[int] = set()  # read ahead, not yet put in a slot
+        self._asked = np.zeros(len(first), bool)  # read ahead, not yet put in a slot
         self._stop = threading.Event()
         self._job = Job(self._reader_loop(), "mixshard-clip-reader")
         self._closer = own(self, _stop_reader, self._stop, self._requests, self._job, self._pack)
@@ -100,17 +100,16 @@ class ClipPool:
 
     def acquire(self, clips: np.ndarray) -> np.ndarray:
         """The slot of each clip (one per environment that starts playing it), read in first
-        where it is missing (a wait: counted)."""
+        where it is missing (a wait: counted). Array operations, but a read per missing clip."""
         self._drain(block=False)
-        slots = np.empty(len(clips), np.int64)
-        for i, clip in enumerate(clips.tolist()):
-            slot = self.slot_of.get(clip)
-            if slot is None:
-                slot = self._wait_for(clip)
-            self.users[slot] += 1
-            self.clock += 1
-            self.used[slot] = self.clock
-            slots[i] = slot
+        present = self.slot_of[clips] >= 0
+        np.add.at(self.users, self.slot_of[clips[present]], 1)  # now never evicted
+        missing, counts = np.unique(clips[~present], return_counts=True)
+        for clip, count in zip(missing.tolist(), counts.tolist()):
+            self.users[self._wait_for(clip)] += count
+        slots = self.slot_of[clips]
+        self.clock += 1
+        self.used[slots] = self.clock
         return slots
 
     def release(self, slots: np.ndarray) -> None:
@@ -120,24 +119,25 @@ class ClipPool:
     def want(self, clips: np.ndarray, add: int) -> None:
         """Count (`add=1`) or uncount (`-1`) clips as some environments' next clips; a clip
         newly wanted and not in the pool is read ahead."""
-        for clip in clips.tolist():
-            left = self.wanted.get(clip, 0) + add
-            if left > 0:
-                self.wanted[clip] = left
-            else:
-                self.wanted.pop(clip, None)
-            if add > 0 and clip not in self.slot_of and clip not in self._asked:
-                self._asked.add(clip)
+        np.add.at(self.wanted, clips, add)
+        if add > 0:
+            new = np.unique(clips[(self.slot_of[clips] < 0) & ~self._asked[clips]])
+            self._asked[new] = True
+            for clip in new.tolist():
                 self._requests.put(clip)
+
+    def forget_wanted(self) -> None:
+        """No clip is anyone's next any more (a state is being loaded)."""
+        self.wanted[:] = 0
 
     def _wait_for(self, clip: int) -> int:
         self.waits += 1
         t0 = time.perf_counter()
         try:
-            while clip in self._asked:  # being read ahead: wait for it
+            while self._asked[clip]:  # being read ahead: wait for it
                 self._drain(block=True)
-                if clip in self.slot_of:
-                    return self.slot_of[clip]
+                if self.slot_of[clip] >= 0:
+                    return int(self.slot_of[clip])
             return self._place(clip, self._read(clip), needed=True)
         finally:
             self.wait_seconds += time.perf_counter() - t0
@@ -155,8 +155,8 @@ class ClipPool:
                     self._job.raise_error()
                     raise MixshardError("the clip pool's reader ended") from None
                 return
-            self._asked.discard(clip)
-            if clip not in self.slot_of:
+            self._asked[clip] = False
+            if self.slot_of[clip] < 0:
                 self._place(clip, host, needed=False)
             block = False
 
@@ -165,10 +165,7 @@ class ClipPool:
         only read ahead (dropped: read again at its reset)."""
         unused = self.users == 0
         free = unused.copy()
-        for c in self.wanted:
-            s = self.slot_of.get(c)
-            if s is not None:
-                free[s] = False
+        free[self.slot_of[(self.wanted > 0) & (self.slot_of >= 0)]] = False
         if not free.any() and needed:  # a clip needed now goes before one wanted later
             free = unused
         if not free.any():
@@ -184,7 +181,7 @@ class ClipPool:
         slot = int(np.flatnonzero(free)[np.argmin(self.used[free])])
         old = int(self.clip_of[slot])
         if old >= 0:
-            del self.slot_of[old]
+            self.slot_of[old] = -1
         lo = slot * self.span
         self.frames[lo : lo + len(host)].copy_(move(host, self.device))
         self.clip_of[slot], self.slot_of[clip] = clip, slot
