@@ -39,7 +39,7 @@ _LAZY: dict[str, str] = {
     "Overlay": "augment.overlay",
     "Backgrounds": "augment.backgrounds",
     "blend": "augment.ops",
-    "composite": "augment.ops",
+    "composite": "augment.pasting",
 }
 
 __all__ = [
@@ -70,8 +70,9 @@ __all__ = [
 
 if TYPE_CHECKING:  # what type checkers and IDEs see
     from .augment.backgrounds import Backgrounds
-    from .augment.ops import blend, composite
+    from .augment.ops import blend
     from .augment.overlay import Overlay
+    from .augment.pasting import composite
     from .core.errors import (
         ManifestError,
         MixshardError,

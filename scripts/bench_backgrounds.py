@@ -129,11 +129,21 @@ def paired(fn, base, runs: int) -> tuple[float, float, float]:
 
 def measure(pack: Path, video: Path, args: argparse.Namespace) -> list[list[object]]:
     """The rows of the table, at the current torch thread count."""
-    n, reset_n, runs = args.envs, args.reset, args.runs
+    n = args.envs
     g = torch.Generator().manual_seed(0)
+    bg = mixshard.Backgrounds(pack, n, frames=K, playback="pingpong", cache="device")
+    rows, step_images_sec = per_call_rows(pack, bg, g, args)
+    rows += reset_rows(pack, bg, g, args)
+    return rows + episode_rows(pack, video, bg, step_images_sec, args)
+
+
+def per_call_rows(
+    pack: Path, bg: mixshard.Backgrounds, g: torch.Generator, args: argparse.Namespace
+) -> tuple[list[list[object]], float]:
+    """composite and step + images against obs.clone(); and step + images' seconds."""
+    n, threads = args.envs, torch.get_num_threads()
     obs = torch.rand(n, 3 * K, SIZE, SIZE, generator=g) * 255
     keep = torch.rand(n, 1, SIZE, SIZE, generator=g) < 0.3
-    bg = mixshard.Backgrounds(pack, n, frames=K, playback="pingpong", cache="device")
     flipping = mixshard.Backgrounds(pack, n, frames=K, playback="pingpong", flip=True)
     for _ in range(7):
         bg.step()
@@ -143,7 +153,6 @@ def measure(pack: Path, video: Path, args: argparse.Namespace) -> list[list[obje
         b.step()
         return b.images()
 
-    threads = torch.get_num_threads()
     cells = [
         ("composite, no mask, alpha 0.5", lambda: bg.composite(obs, alpha=0.5), 2.0),
         ("composite, per-pixel bool mask (green screen)", lambda: bg.composite(obs, keep), 2.0),
@@ -151,69 +160,72 @@ def measure(pack: Path, video: Path, args: argparse.Namespace) -> list[list[obje
             "composite, per-pixel bool mask, in place (out=obs)",
             lambda: bg.composite(obs, keep, out=obs),
             None,
-        ),
+        ),  # noqa: E501
         ("step + images", lambda: step_images(bg), 1.0),
         ("step + images, flip=True", lambda: step_images(flipping), None),
     ]
     rows: list[list[object]] = []
-    clones = []
+    clones, seconds = [], {}
     for name, fn, goal in cells:
-        sec, clone, ratio = paired(fn, obs.clone, runs)
+        seconds[name], clone, ratio = paired(fn, obs.clone, args.runs)
         clones.append(clone)
-        if name == "step + images":
-            step_images_sec = sec
         mark = "" if goal is None else verdict(ratio <= goal, f"<= {goal:g}x")
-        rows.append([threads, name, ms(sec), f"{ratio:.2f}x", mark])
+        rows.append([threads, name, ms(seconds[name]), f"{ratio:.2f}x", mark])
     shape = f"{n} x {3 * K} x {SIZE} x {SIZE} float32"
-    rows.insert(
-        0, [threads, f"obs.clone() ({shape}), median", ms(statistics.median(clones)), "1.00x", ""]
-    )
+    clone_row = [threads, f"obs.clone() ({shape}), median", ms(statistics.median(clones))]
+    return [[*clone_row, "1.00x", ""], *rows], seconds["step + images"]
+
+
+def reset_rows(
+    pack: Path, bg: mixshard.Backgrounds, g: torch.Generator, args: argparse.Namespace
+) -> list[list[object]]:
+    """A reset of `args.reset` environments: by mask, by index, and with the pool."""
+    n, k, threads = args.envs, args.reset, torch.get_num_threads()
     mask = torch.zeros(n, dtype=torch.bool)
-    mask[torch.randperm(n, generator=g)[:reset_n]] = True
+    mask[torch.randperm(n, generator=g)[:k]] = True
     index = torch.nonzero(mask).squeeze(1)
     pooled = mixshard.Backgrounds(pack, n, frames=K, playback="pingpong", cache="pool")
+    rows: list[list[object]] = []
     for name, envs, b in (
         ("bool mask", mask, bg),
         ("index tensor", index, bg),
         ("bool mask, cache='pool'", mask, pooled),
     ):
-        sec = call_seconds(lambda envs=envs, b=b: b.reset(envs), runs * 4)
+        sec = call_seconds(lambda envs=envs, b=b: b.reset(envs), args.runs * 4)
         rows.append(
-            [
-                threads,
-                f"reset of {reset_n} of {n}, {name}",
-                ms(sec),
-                "",
-                verdict(sec <= 1e-3, "<= 1 ms"),
-            ]
-        )
+            [threads, f"reset of {k} of {n}, {name}", ms(sec), "", verdict(sec <= 1e-3, "<= 1 ms")]
+        )  # noqa: E501
+    pooled.close()
+    return rows
+
+
+def episode_rows(
+    pack: Path,
+    video: Path,
+    bg: mixshard.Backgrounds,
+    step_images_sec: float,
+    args: argparse.Namespace,
+) -> list[list[object]]:
+    """An episode of DMC-GB's video background against Backgrounds'."""
+    n, steps, threads = args.envs, args.steps, torch.get_num_threads()
+    reps = max(3, args.runs // 3)
     one = mixshard.Backgrounds(pack, 1, frames=K, playback="pingpong", cache="device")
-    steps, reps = args.steps, max(3, runs // 3)
     theirs = statistics.median(dmcgb_episode(video, steps) for _ in range(args.video_runs))
-    rows.append(
-        [
-            threads,
-            f"DMC-GB: decode the clip + {steps} x F.interpolate, per env",
-            ms(theirs),
-            "1.00x",
-            "",
-        ]
-    )
+    name = f"DMC-GB: decode the clip + {steps} x F.interpolate, per env"
+    rows: list[list[object]] = [[threads, name, ms(theirs), "1.00x", ""]]
     plain = statistics.median(backgrounds_episode(one, steps, False) for _ in range(reps))
     full = statistics.median(backgrounds_episode(one, steps, True) for _ in range(reps))
     # n environments share each call: an episode's share of one environment, from the
     # medians above (reset of all n, then `steps` x step + images)
-    reset_all = call_seconds(bg.reset, runs)
-    shared = (reset_all + steps * step_images_sec) / n
+    shared = (call_seconds(bg.reset, args.runs) + steps * step_images_sec) / n
     for name, sec in (
         (f"Backgrounds: reset + {steps} x step, 1 env", plain),
         (f"Backgrounds: reset + {steps} x (step + images), 1 env", full),
         (f"Backgrounds: reset + {steps} x (step + images), per env of {n}", shared),
     ):
         speedup = theirs / sec
-        rows.append(
-            [threads, name, ms(sec), f"{speedup:,.0f}x faster", verdict(speedup >= 100, ">= 100x")]
-        )
+        mark = verdict(speedup >= 100, ">= 100x")
+        rows.append([threads, name, ms(sec), f"{speedup:,.0f}x faster", mark])
     return rows
 
 

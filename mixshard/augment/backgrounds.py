@@ -33,13 +33,14 @@ from ..core.errors import MixshardError
 from ..reading.source import Source, resolve_source
 from .caches import read_pack_to
 from .clippool import ClipPool
-from .inputs import check_obs, user_stacklevel
-from .keyed import below, keyed, seed_key
-from .ops import composite, flip, resize
+from .envargs import check_composite_args, env_mask, frame_mask
+from .inputs import user_stacklevel
+from .keyed import seed_key
+from .ops import flip, resize
+from .pasting import composite
+from .playback import PLAYBACKS, draw, draw_clips, positions
 
-PLAYBACKS = ("loop", "pingpong", "random")
 CACHES = ("auto", "device", "pool")
-_CLIP, _START, _FLIP = 0, 1, 2  # the streams of the draws
 CPU_GROUP_BYTES = 4 << 20  # backgrounds gathered and blended at a time on a CPU
 
 
@@ -166,23 +167,13 @@ class Backgrounds:
     # -- the draws -------------------------------------------------------------------------
 
     def _draw(self, envs: torch.Tensor, episode: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """(clip, start, flipped) of these environments' episodes: a pure function of
-        `(seed, env, episode)`, on the tensors' device."""
-        clip = below(keyed(self._key, envs, episode, _CLIP), self.clips)
-        if self.playback == "random":
-            start = below(keyed(self._key, envs, episode, _START), self._length[clip])
-        else:
-            start = torch.zeros_like(clip)
-        if self.flip:
-            flipped = (keyed(self._key, envs, episode, _FLIP) & 1).bool()
-        else:
-            flipped = torch.zeros_like(clip, dtype=torch.bool)
-        return clip, start, flipped
+        """(clip, start, flipped) of these environments' episodes (`playback.draw`)."""
+        return draw(self._key, envs, episode, self._length, self.playback, self.flip)
 
     def _draw_host(self, envs: np.ndarray, episode: np.ndarray) -> np.ndarray:
         """The clips of these episodes, computed on the CPU (the same function as `_draw`)."""
         e, ep = torch.from_numpy(envs), torch.from_numpy(episode)
-        return below(keyed(self._key, e, ep, _CLIP), self.clips).numpy()
+        return draw_clips(self._key, e, ep, self.clips).numpy()
 
     def _set_all(self) -> None:
         """Every environment's draws from its episode counter (construction, a loaded
@@ -221,7 +212,7 @@ class Backgrounds:
         Raises:
             ValueError, TypeError: a mask of another shape or dtype, indices out of range.
         """
-        mask = self._mask(envs, "reset")
+        mask = env_mask(envs, self.num_envs, self.device, "reset")
         if self._pool is not None:
             self._reset_pool(self._pool, mask)
             return
@@ -256,7 +247,7 @@ class Backgrounds:
 
     def step(self, envs: torch.Tensor | list[int] | None = None) -> None:
         """Advance these environments' clips by `speed` frames (envs as for `reset`)."""
-        mask = self._mask(envs, "step")
+        mask = env_mask(envs, self.num_envs, self.device, "step")
         if mask is None:
             self.played += self.speed
         else:
@@ -265,14 +256,8 @@ class Backgrounds:
     def positions(self) -> torch.Tensor:
         """`(num_envs, frames)` int64: each environment's frame numbers within its clip, of
         the frames `images()` gives (oldest first)."""
-        played = (self.played.unsqueeze(1) - self._lags).clamp_(min=0)
-        at = self.start.unsqueeze(1) + played
-        length = self._length[self.clip].unsqueeze(1)
-        if self.playback != "pingpong":
-            return at % length
-        period = (2 * (length - 1)).clamp_(min=1)
-        phase = at % period
-        return torch.where(phase < length, phase, period - phase)
+        length = self._length[self.clip]
+        return positions(self.start, self.played, self._lags, length, self.playback)
 
     def images(self) -> torch.Tensor:
         """`(num_envs, 3 * frames, H, W)` uint8: each environment's last `frames` background
@@ -315,30 +300,9 @@ class Backgrounds:
         Returns:
             `lerp(obs, background, alpha * (1 - mask))`, like obs.
         """
-        check_obs(obs)
-        n, c, h, w = obs.shape
-        if n != self.num_envs:
-            raise ValueError(f"obs hold {n} environments, Backgrounds has num_envs={self.num_envs}")
-        if c != 3 * self.frames:
-            raise ValueError(
-                f"obs have {c} channels ({c // 3} stacked frames) but Backgrounds has "
-                f"frames={self.frames} ({3 * self.frames} channels): pass frames={c // 3}"
-            )
-        if obs.device != self.device:
-            raise ValueError(
-                f"obs are on {obs.device} but Backgrounds on {self.device}: pass "
-                f"device={str(obs.device)!r}"
-            )
+        n, c, h, w = check_composite_args(obs, self.num_envs, self.frames, self.device, alpha, out)
         if mask is not None:
-            mask = self._frame_mask(mask, h, w)
-        if isinstance(alpha, torch.Tensor):
-            if alpha.shape != (n,) or not alpha.is_floating_point():
-                raise ValueError(
-                    f"alpha must be a float or a float tensor of shape ({n},), got "
-                    f"{alpha.dtype} {tuple(alpha.shape)}"
-                )
-        elif not is_number(alpha) or not 0 <= alpha <= 1:
-            raise ValueError(f"alpha must be in [0, 1], got {alpha!r}")
+            mask = frame_mask(mask, self.num_envs, self.frames, h, w, self.device)
         s = self.manifest.size
         if (h, w) != (s, s) and (h, w) not in self._warned_sizes:
             self._warned_sizes.add((h, w))
@@ -347,10 +311,6 @@ class Backgrounds:
                 f"device at each call (pack with --size {h} to avoid it)",
                 stacklevel=user_stacklevel(),
             )
-        if out is not None and (
-            out.shape != obs.shape or out.dtype != obs.dtype or out.device != obs.device
-        ):
-            raise ValueError("out must have the shape, dtype and device of obs")
         index = self._index()
         result = torch.empty_like(obs) if out is None else out
         # On a CPU, groups of environments whose backgrounds stay in cache from their gather
@@ -372,69 +332,6 @@ class Backgrounds:
                 out=result[lo:hi],
             )
         return result
-
-    def _frame_mask(self, mask: Any, h: int, w: int) -> torch.Tensor:
-        if not isinstance(mask, torch.Tensor):
-            raise TypeError(f"mask must be a torch.Tensor or None, got {type(mask).__name__}")
-        if not (mask.dtype == torch.bool or mask.is_floating_point()):
-            raise ValueError(f"mask must be bool or float, got {mask.dtype}")
-        want = f"({self.num_envs}, {self.frames} or 1, {h}, {w})"
-        if mask.dim() != 4 or mask.shape[0] != self.num_envs or mask.shape[2:] != (h, w):
-            raise ValueError(
-                f"mask must be {want} (num_envs, frames or 1, H, W), got {tuple(mask.shape)}"
-            )
-        if mask.shape[1] not in (1, self.frames):
-            raise ValueError(
-                f"mask must be {want} (num_envs, frames or 1, H, W), got {tuple(mask.shape)}"
-            )
-        if mask.device != self.device:
-            raise ValueError(f"mask is on {mask.device} but Backgrounds on {self.device}")
-        return mask.unsqueeze(2)  # (N, frames or 1, 1, H, W): the same on the 3 channels
-
-    def _mask(self, envs: Any, what: str) -> torch.Tensor | None:
-        """`envs` as a bool mask on the device (None: all), checked."""
-        if envs is None:
-            return None
-        n = self.num_envs
-        if isinstance(envs, (list, tuple, range)):
-            index = np.asarray(envs, dtype=np.int64) if len(envs) else np.zeros(0, np.int64)
-            if index.ndim != 1:
-                raise ValueError(f"{what}: envs must be a flat list of indices")
-            if len(index) and (index.min() < 0 or index.max() >= n):
-                raise ValueError(
-                    f"{what}: environment indices must be in [0, {n}), got {index.min()} .. "
-                    f"{index.max()}"
-                )
-            mask = torch.zeros(n, dtype=torch.bool)
-            mask[torch.from_numpy(index)] = True
-            return mask.to(self.device)
-        if not isinstance(envs, torch.Tensor):
-            raise TypeError(
-                f"{what}: envs must be None, a bool mask, an index tensor or a list, got "
-                f"{type(envs).__name__}"
-            )
-        if envs.dtype == torch.bool:
-            if envs.shape != (n,):
-                raise ValueError(
-                    f"{what}: a bool mask must have shape ({n},) (num_envs), got "
-                    f"{tuple(envs.shape)}"
-                )
-            return envs.to(self.device, non_blocking=True)
-        if envs.is_floating_point() or envs.is_complex():
-            raise ValueError(
-                f"{what}: envs must be a bool mask or integer indices, got {envs.dtype} "
-                f"(a float `done` converts with done.bool())"
-            )
-        if envs.dim() != 1:
-            raise ValueError(f"{what}: indices must be 1-D, got shape {tuple(envs.shape)}")
-        if envs.numel():
-            lo, hi = torch.aminmax(envs)
-            if int(lo) < 0 or int(hi) >= n:  # one sync on an accelerator
-                raise ValueError(
-                    f"{what}: environment indices must be in [0, {n}), got {int(lo)} .. {int(hi)}"
-                )
-        mask = torch.zeros(n, dtype=torch.bool, device=self.device)
-        return mask.index_fill_(0, envs.to(self.device, torch.int64), True)
 
     # -- state -----------------------------------------------------------------------------
 

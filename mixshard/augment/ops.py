@@ -12,13 +12,12 @@ import torch
 import torch.nn.functional as F
 
 from ..core.crops import fallback_window
-from .masks import broadcast_mask
 
 _UINT8_CHUNK_BYTES = 8 << 20  # float scratch per chunk of the uint8 blend path
 CPU_SCRATCH_BYTES = 3 << 19  # 1.5 MB: the float backgrounds of 16 samples at 84 px
 
 
-def _check(obs: torch.Tensor, imgs: torch.Tensor, alpha, out: torch.Tensor | None) -> int:
+def check_blend_args(obs: torch.Tensor, imgs: torch.Tensor, alpha, out: torch.Tensor | None) -> int:
     if obs.dim() != 4 or imgs.dim() != 4:
         raise ValueError(
             f"obs must be (N, 3k, H, W) and imgs (N, 3, H, W) or (N, 3k, H, W); got "
@@ -57,7 +56,7 @@ def _check(obs: torch.Tensor, imgs: torch.Tensor, alpha, out: torch.Tensor | Non
     return c // 3
 
 
-def _frames_of(imgs: torch.Tensor, n: int, h: int, w: int) -> torch.Tensor:
+def frames_of(imgs: torch.Tensor, n: int, h: int, w: int) -> torch.Tensor:
     """`imgs` as `(n, 1 or k, 3, h, w)`: one background for all frames, or one per frame."""
     return imgs.reshape(n, imgs.shape[1] // 3, 3, h, w)
 
@@ -97,7 +96,7 @@ def blend(
     call allocates just the output) and, on CPUs, in a small buffer reused over chunks of
     samples, which stays in cache (no extra trip to memory).
     """
-    k = _check(obs, imgs, alpha, out)
+    k = check_blend_args(obs, imgs, alpha, out)
     if obs.dtype == torch.uint8:
         return _blend_uint8(obs, imgs, alpha, out, k)
     if torch.is_grad_enabled() and (obs.requires_grad or imgs.requires_grad or _needs_grad(alpha)):
@@ -120,7 +119,7 @@ def _blend_autograd(obs, imgs, alpha, k) -> torch.Tensor:
     """The same blend, out of place, so autograd can differentiate it (a fused `out=` write
     cannot be recorded)."""
     n, _, h, w = obs.shape
-    background = _frames_of(imgs.to(obs.dtype), n, h, w)
+    background = frames_of(imgs.to(obs.dtype), n, h, w)
     return torch.lerp(obs.view(n, k, 3, h, w), background, _weight(alpha, n, obs.dtype)).view(
         n, 3 * k, h, w
     )
@@ -132,10 +131,10 @@ def _blend_one_pass(obs, imgs, alpha, result, k) -> None:
     weight = _weight(alpha, n, obs.dtype)
     src, dst = obs.view(n, k, 3, h, w), result.view(n, k, 3, h, w)
     if result.data_ptr() == obs.data_ptr():  # in place: obs is the output, stage elsewhere
-        src.lerp_(_frames_of(imgs.to(obs.dtype), n, h, w), weight)
+        src.lerp_(frames_of(imgs.to(obs.dtype), n, h, w), weight)
         return
     if imgs.shape[1] != 3:  # a background per frame: all staged in the output
-        dst.copy_(_frames_of(imgs, n, h, w))
+        dst.copy_(frames_of(imgs, n, h, w))
         torch.lerp(src, dst, weight, out=dst)
         return
     # Frames 1..k-1 read the backgrounds from frame 0, then frame 0 is blended in place
@@ -159,7 +158,7 @@ def _blend_chunked(obs, imgs, alpha, result, k) -> None:
     for lo in range(0, n, rows):
         hi = min(lo + rows, n)
         background = scratch[: hi - lo]
-        background.copy_(_frames_of(imgs[lo:hi], hi - lo, h, w))
+        background.copy_(frames_of(imgs[lo:hi], hi - lo, h, w))
         part = weight[lo:hi] if isinstance(weight, torch.Tensor) else weight
         torch.lerp(src[lo:hi], background, part, out=dst[lo:hi])
 
@@ -173,7 +172,7 @@ def _blend_uint8(obs, imgs, alpha, out, k):
         hi = min(lo + rows, n)
         part = obs[lo:hi].view(hi - lo, k, 3, h, w).float()
         a = alpha[lo:hi] if isinstance(alpha, torch.Tensor) and alpha.dim() else alpha
-        background = _frames_of(imgs[lo:hi].float(), hi - lo, h, w)
+        background = frames_of(imgs[lo:hi].float(), hi - lo, h, w)
         part.lerp_(background, _weight(a, hi - lo, torch.float32))
         result[lo:hi].view(hi - lo, k, 3, h, w).copy_(part.add_(0.5).floor_())
     return result
@@ -344,89 +343,3 @@ def resize(imgs: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     """Antialiased bilinear resize of a uint8 or float batch; returns float32 in 0..255."""
     src = imgs if imgs.is_floating_point() else imgs.float()
     return F.interpolate(src, size=size, mode="bilinear", align_corners=False, antialias=True)
-
-
-def composite(
-    obs: torch.Tensor,
-    imgs: torch.Tensor,
-    mask: torch.Tensor | None = None,
-    alpha: float | torch.Tensor = 1.0,
-    *,
-    out: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Paste backgrounds behind the masked part of frame-stacked observations, in one pass.
-
-    Each output pixel is `lerp(obs, img, alpha * (1 - mask))`: where `mask` is 1 the
-    observation stays exactly, where it is 0 the background shows (weight `alpha`), fractional
-    masks blend. `mask=None` is `blend(obs, imgs, alpha)`.
-
-    Args:
-        obs: `(N, 3k, H, W)` float in 0..255, or uint8.
-        imgs: `(N, 3, H, W)` backgrounds, uint8 or float 0..255, the same on every frame; or
-            `(N, 3k, H, W)`, a background per frame.
-        mask: bool or float, broadcast against the observations: `(N, 1, H, W)` per pixel,
-            `(N, 3k, H, W)` per channel, `(N, k, 1, H, W)` per frame and pixel (or any shape
-            that broadcasts to `(N, k, 3, H, W)`; a leading 1 shares a mask across samples).
-        alpha: the backgrounds' weight where the mask is 0: a float or an `(N,)` tensor.
-        out: where to write (`out=obs` works in place); not when anything requires grad.
-
-    Returns:
-        A tensor like `obs` (uint8 obs rounded half up). Differentiable in obs, imgs, mask and
-        alpha when they require grad (out of place then).
-    """
-    if mask is None:
-        return blend(obs, imgs, alpha, out=out)
-    k = _check(obs, imgs, alpha, out)
-    n, _, h, w = obs.shape
-    five = (n, k, 3, h, w)
-    dtype = obs.dtype if obs.is_floating_point() else torch.float32
-    keep = broadcast_mask(mask, n, k, h, w, obs.device)
-    grad = torch.is_grad_enabled() and any(
-        isinstance(t, torch.Tensor) and t.requires_grad for t in (obs, imgs, mask, alpha)
-    )
-    if grad:
-        if out is not None:
-            raise ValueError("out= cannot be used when obs, imgs, mask or alpha require grad")
-        return _composite_rows(obs.view(five), imgs, keep, alpha, dtype).view(obs.shape)
-    result = torch.empty_like(obs) if out is None else out
-    # On a CPU, chunks of samples, so that each chunk's float backgrounds and weights stay in
-    # cache (as `blend` does); elsewhere one chunk of all.
-    frames = imgs.shape[1] // 3
-    rows = n
-    if obs.device.type == "cpu":
-        rows = max(1, CPU_SCRATCH_BYTES // (3 * frames * h * w * torch.finfo(dtype).bits // 8))
-    for lo in range(0, n, rows):
-        hi = min(lo + rows, n)
-        part = slice(lo, hi)
-        m = keep[part] if keep.shape[0] != 1 else keep
-        a = alpha[part] if isinstance(alpha, torch.Tensor) else alpha
-        dst = result.view(five)[part]
-        if obs.dtype == dtype:
-            _composite_rows(obs.view(five)[part], imgs[part], m, a, dtype, out=dst)
-        else:
-            mixed = _composite_rows(obs.view(five)[part], imgs[part], m, a, dtype)
-            dst.copy_(mixed.add_(0.5).floor_())
-    return result
-
-
-def _composite_rows(
-    src: torch.Tensor,
-    imgs: torch.Tensor,
-    keep: torch.Tensor,
-    alpha: float | torch.Tensor,
-    dtype: torch.dtype,
-    out: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """`lerp(obs, img, alpha * (1 - mask))` of some samples: `src` `(n, k, 3, H, W)`."""
-    n, _, _, h, w = src.shape
-    src = src if src.dtype == dtype else src.to(dtype)
-    background = _frames_of(imgs.to(dtype), n, h, w)  # one frame: broadcast through the view
-    keep = keep.to(dtype)
-    if isinstance(alpha, torch.Tensor) or float(alpha) != 1.0:
-        a = alpha.to(dtype).reshape(-1, 1, 1, 1, 1) if isinstance(alpha, torch.Tensor) else alpha
-        start, end, weight = src, background, (1 - keep) * a
-    else:  # the plain paste: lerp(img, obs, mask), the mask itself the weight (no temporary)
-        start, end, weight = background, src, keep
-    if out is None:
-        return torch.lerp(start, end, weight)
-    return torch.lerp(start, end, weight, out=out)
