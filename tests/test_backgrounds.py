@@ -183,8 +183,9 @@ def test_flip_is_drawn_per_episode_and_kept_through_it(clips):
     assert flipped == {True, False}
 
 
-def test_state_dict_continues_exactly(clips):
-    kwargs = {"frames": 3, "playback": "pingpong", "flip": True, "seed": 5}
+@pytest.mark.parametrize("cache", ["device", "pool"])
+def test_state_dict_continues_exactly(clips, cache):
+    kwargs = {"frames": 3, "playback": "pingpong", "flip": True, "seed": 5, "cache": cache}
     bg = mixshard.Backgrounds(clips, 6, **kwargs)
     run_env_1(bg, others=3)
     buf = io.BytesIO()
@@ -199,6 +200,8 @@ def test_state_dict_continues_exactly(clips):
         mixshard.Backgrounds(clips, 7, **kwargs).load_state_dict(bg.state_dict())
     with pytest.raises(ValueError, match="state_dict was saved with playback='pingpong'"):
         mixshard.Backgrounds(clips, 6, playback="loop").load_state_dict(bg.state_dict())
+    for b in (bg, other):
+        b.close()
 
 
 def wait_for_reads_ahead(bg: mixshard.Backgrounds) -> None:
