@@ -315,6 +315,8 @@ def test_bad_arguments_say_what_is_wrong(clips):
         mixshard.Backgrounds(clips, 0)
     with pytest.raises(TypeError, match="frames must be an integer"):
         mixshard.Backgrounds(clips, 2, frames=2.5)
+    with pytest.raises(TypeError, match="flip must be True or False, got 0.5"):
+        mixshard.Backgrounds(clips, 2, flip=0.5)
     with pytest.raises(ValueError, match="cache_fraction must be in"):
         mixshard.Backgrounds(clips, 2, cache_fraction=0)
     bg = mixshard.Backgrounds(clips, 4, frames=3)

@@ -56,7 +56,8 @@ class Backgrounds:
             background frames per environment.
         playback: `"loop"` (from the first frame, wrapping to it), `"pingpong"` (from the
             first frame forwards, then backwards, as the Distracting Control Suite plays its
-            clips; it shows the end frames once per turn, where the DCS repeats the last) or
+            clips; it shows the end frames once per turn, where the DCS repeats the last, and
+            starts at the first frame, where the DCS starts anywhere, either way) or
             `"random"` (a random start frame at each reset, then loop). An image pack takes
             only `"loop"`.
         speed: frames a `step` advances (0: a still frame per episode).
@@ -95,6 +96,8 @@ class Backgrounds:
         check_int("seed", seed, 0)
         if pool is not None:
             check_int("pool", pool, 1)
+        if not isinstance(flip, bool):
+            raise TypeError(f"flip must be True or False, got {flip!r}")
         if playback not in PLAYBACKS:
             raise ValueError(f"playback must be one of {', '.join(PLAYBACKS)}, got {playback!r}")
         if cache not in CACHES:
