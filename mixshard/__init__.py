@@ -37,8 +37,9 @@ _LAZY: dict[str, str] = {
     "ShardStream": "reading.stream",
     "prefetch": "reading.prefetcher",
     "Overlay": "augment.overlay",
+    "Backgrounds": "augment.backgrounds",
     "blend": "augment.ops",
-    "composite": "augment.ops",
+    "composite": "augment.pasting",
 }
 
 # name -> a submodule exported whole, as a namespace of builders (`mixshard.masks.green_screen`)
@@ -67,6 +68,7 @@ __all__ = [
     "ShardStream",
     "prefetch",
     "Overlay",
+    "Backgrounds",
     "blend",
     "composite",
     "masks",
@@ -74,8 +76,10 @@ __all__ = [
 
 if TYPE_CHECKING:  # what type checkers and IDEs see
     from .augment import masks as masks
-    from .augment.ops import blend, composite
+    from .augment.backgrounds import Backgrounds
+    from .augment.ops import blend
     from .augment.overlay import Overlay
+    from .augment.pasting import composite
     from .core.errors import (
         ManifestError,
         MixshardError,

@@ -10,7 +10,9 @@
 # writes its outputs under $OUT (default ./gpu-out): machine.txt, pytest_cuda.txt,
 # sync_debug.txt, bench_overlay_cuda.txt (Overlay per call at N=128 and 256 with the device
 # cache, the pool and the stream), bench_compat_cuda.txt, prefetch.txt, masks.txt
-# (masks.green_screen + composite at 4,096 environments, issue 39).
+# (masks.green_screen + composite at 4,096 environments, issue 39), backgrounds_cuda.txt
+# (Backgrounds at 4,096 environments: composite, step + images and a reset, against
+# obs.clone(), under set_sync_debug_mode("error")).
 #
 # webdataset and braceexpand may be missing where torch is: put their wheels in .whl/ and they
 # are installed into /tmp/site first, e.g.
@@ -68,4 +70,36 @@ for label, fn in [("obs.clone()", obs.clone), ("green_screen + composite", step)
     for _ in range(50): fn()
     torch.cuda.set_sync_debug_mode(0); torch.cuda.synchronize()
     print(f"{label}: {(time.perf_counter() - t0) / 50 * 1e3:.3f} ms per call, 4096 envs")
+PY
+python3 - <<'PY' 2>&1 | tee "$OUT/backgrounds_cuda.txt"
+# Backgrounds at 4,096 environments on CUDA, every call under set_sync_debug_mode("error")
+import sys, tempfile, time, torch, mixshard
+from pathlib import Path
+sys.path.insert(0, "tests")
+from helpers import clip_pack
+DEV = sys.argv[1] if len(sys.argv) > 1 else "cuda"
+pack = clip_pack(Path(tempfile.mkdtemp()), [50] * 20, size=84, block_size=64)
+n = 4096
+bg = mixshard.Backgrounds(pack, n, frames=3, playback="pingpong", flip=True, device=DEV)
+obs = torch.rand(n, 9, 84, 84, device=DEV) * 255
+keep = torch.rand(n, 1, 84, 84, device=DEV) < 0.3
+done = torch.rand(n, device=DEV) < 256 / n
+sync = torch.cuda.synchronize if DEV == "cuda" else (lambda: None)
+def seconds(fn, runs=50):
+    for _ in range(5): fn()
+    sync(); t0 = time.perf_counter()
+    for _ in range(runs): fn()
+    sync(); return (time.perf_counter() - t0) / runs
+clone = seconds(obs.clone)
+if DEV == "cuda": torch.cuda.set_sync_debug_mode("error")
+try:
+    rows = {"composite, per-pixel bool mask": seconds(lambda: bg.composite(obs, keep)),
+            "composite, no mask, alpha 0.5": seconds(lambda: bg.composite(obs, alpha=0.5)),
+            "step + images": seconds(lambda: (bg.step(), bg.images())),
+            "reset of ~256 (bool mask)": seconds(lambda: bg.reset(done))}
+finally:
+    if DEV == "cuda": torch.cuda.set_sync_debug_mode("default")
+print(f"obs.clone() of {n} x 9 x 84 x 84 float32: {clone * 1e3:.3f} ms")
+for name, sec in rows.items():
+    print(f"Backgrounds {name}: {sec * 1e3:.3f} ms ({sec / clone:.2f}x obs.clone())")
 PY

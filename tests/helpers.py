@@ -202,3 +202,32 @@ def bad_images(root: Path) -> None:
     (root / "b" / "tmp.jpg").unlink()
     (root / "b" / "cut.jpg").write_bytes(good[: len(good) // 3])
     png_header_only(root / "b" / "bomb.png", 30000, 30000)
+
+
+def clip_pack(root: Path, lengths: list[int], size: int = 8, block_size: int = 4) -> Path:
+    """`root/clips`: a clip pack (format version 2) of `len(lengths)` clips of those frame
+    counts, `size` px. Frame `f` of clip `c` is red `c`, green `f`, blue `30 * x` in column `x`
+    (so a flip shows), packed exactly (solid rows survive the resize) with the image packer in
+    play order, then its index.json rewritten as the clip packer writes it."""
+    from mixshard import pack
+
+    src = root / "clip-frames"
+    src.mkdir(parents=True)
+    for c, count in enumerate(lengths):
+        for f in range(count):
+            frame = np.zeros((size, size, 3), np.uint8)
+            frame[..., 0], frame[..., 1] = c, f
+            frame[..., 2] = (np.arange(size) * 30) % 256
+            Image.fromarray(frame).save(src / f"c{c:03d}_f{f:04d}.png")
+    out = root / "clips"
+    pack(src, out, size=size, shuffle=False, labels="none", workers=1, block_size=block_size)
+    data = json.loads((out / "index.json").read_text())
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).tolist()
+    data["version"] = 2
+    data["classes"] = [f"clip{c}" for c in range(len(lengths))]
+    data["clips"] = [
+        {"name": f"clip{c}", "start": int(s), "count": n, "fps": 25.0}
+        for c, (s, n) in enumerate(zip(starts, lengths))
+    ]
+    Manifest.from_dict(data, "clip_pack").save(out)
+    return out

@@ -121,3 +121,18 @@ def test_bench_clips_quick(tmp_path):
     assert "| PyAV decode + PIL resize + np.save, a loop | 40 | " in out
     assert "| mixshard pack --clips --workers 1 | 40 | " in out
     assert "| baseline .npy files | 846,976 | 21,174 |" in out  # two 128-byte .npy headers
+
+
+def test_bench_backgrounds_quick(tmp_path):
+    out = quick("bench_backgrounds.py", tmp_path)
+    assert "| torch threads | what | ms per call | vs baseline | goal |" in out
+    assert "Clip pack: 1 clips, 40 frames of 84 px" in out
+    for row in (
+        "composite, no mask, alpha 0.5",
+        "composite, per-pixel bool mask (green screen)",
+        "step + images",
+        "reset of 8 of 64, bool mask",
+        "DMC-GB: decode the clip + 40 x F.interpolate, per env",
+        "Backgrounds: reset + 40 x (step + images), per env of 64",
+    ):
+        assert f"| {row} |" in out, row

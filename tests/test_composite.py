@@ -126,3 +126,21 @@ def test_obs_checks_name_the_fix():
         "obs must be a torch.Tensor of shape (N, 3k, H, W), got numpy.ndarray "
         "(torch.from_numpy(obs) converts a numpy array)"
     )
+
+
+def test_cpu_chunks_give_what_one_pass_gives(monkeypatch):
+    """On a CPU composite works through chunks of samples; the chunks change nothing."""
+    from mixshard.augment import ops
+
+    obs, imgs, g = data(n=7)
+    per_frame = torch.randint(0, 256, (7, 9, 5, 6), generator=g, dtype=torch.uint8)
+    mask = torch.rand(7, 3, 1, 5, 6, generator=g)
+    shared = torch.rand(1, 1, 5, 6, generator=g) < 0.5
+    alpha = torch.rand(7, generator=g)
+    cases = [(imgs, mask, 1.0), (per_frame, mask, alpha), (per_frame, shared, 0.4)]
+    whole = [composite(obs, i, m, a) for i, m, a in cases]
+    whole8 = [composite(obs.round().to(torch.uint8), i, m, a) for i, m, a in cases]
+    monkeypatch.setattr(ops, "CPU_SCRATCH_BYTES", 2 * 9 * 5 * 6 * 4)  # 2-sample chunks
+    for (i, m, a), want, want8 in zip(cases, whole, whole8):
+        assert torch.equal(composite(obs, i, m, a), want)
+        assert torch.equal(composite(obs.round().to(torch.uint8), i, m, a), want8)

@@ -96,6 +96,28 @@ def test_uint8_rounds_half_up(device, k):
     assert torch.equal(inplace.double(), got)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_background_per_frame_blends_each_frame_with_its_own(device, path):
+    obs, _, alpha = data(k=3, device=device)
+    g = torch.Generator().manual_seed(1)
+    per_frame = torch.randint(0, 256, (6, 9, 10, 12), generator=g, dtype=torch.uint8).to(device)
+    want = torch.cat(
+        [
+            reference(obs[:, 3 * j : 3 * j + 3], per_frame[:, 3 * j : 3 * j + 3], alpha)
+            for j in range(3)
+        ],
+        1,
+    )
+    assert (blend(obs, per_frame, alpha).double() - want).abs().max() < 1e-3
+    inplace = obs.clone()
+    assert blend(inplace, per_frame, alpha, out=inplace) is inplace
+    assert (inplace.double() - want).abs().max() < 1e-3
+    exact = blend(obs.round().to(torch.uint8), per_frame, 0.5)
+    assert torch.equal(exact.long(), (obs.round().long() + per_frame.long() + 1) // 2)
+    grad = obs.clone().requires_grad_()
+    assert (blend(grad, per_frame, alpha).detach().double() - want).abs().max() < 1e-3
+
+
 def test_one_ulp_tie_cases_round_up():
     obs = torch.tensor([[[[1]], [[3]], [[254]]]], dtype=torch.uint8)
     imgs = torch.tensor([[[[2]], [[4]], [[255]]]], dtype=torch.uint8)
@@ -132,7 +154,7 @@ def test_blend_errors():
     with pytest.raises(ValueError, match=r"alpha must be in \[0, 1\], got 1.5"):
         blend(obs, imgs, 1.5)
     with pytest.raises(ValueError, match="imgs must have 3 channels"):
-        blend(obs, obs)
+        blend(obs, obs[:, :6])  # neither one background nor one per frame
     with pytest.raises(ValueError, match="out must have the shape, dtype and device of obs"):
         blend(obs, imgs, out=torch.empty(1))
 

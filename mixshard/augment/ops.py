@@ -13,23 +13,25 @@ import torch.nn.functional as F
 
 from ..core.crops import fallback_window
 from .inputs import check_weights
-from .masks import broadcast_mask
 
 _UINT8_CHUNK_BYTES = 8 << 20  # float scratch per chunk of the uint8 blend path
 CPU_SCRATCH_BYTES = 3 << 19  # 1.5 MB: the float backgrounds of 16 samples at 84 px
 
 
-def _check(obs: torch.Tensor, imgs: torch.Tensor, alpha, out: torch.Tensor | None) -> int:
+def check_blend_args(obs: torch.Tensor, imgs: torch.Tensor, alpha, out: torch.Tensor | None) -> int:
     if obs.dim() != 4 or imgs.dim() != 4:
         raise ValueError(
-            f"obs must be (N, 3k, H, W) and imgs (N, 3, H, W); got "
+            f"obs must be (N, 3k, H, W) and imgs (N, 3, H, W) or (N, 3k, H, W); got "
             f"{tuple(obs.shape)} and {tuple(imgs.shape)}"
         )
     n, c, h, w = obs.shape
     if c % 3 or c == 0:
         raise ValueError(f"obs has {c} channels, not a multiple of 3 (frame-stacked RGB)")
-    if imgs.shape[1] != 3:
-        raise ValueError(f"imgs must have 3 channels, got {imgs.shape[1]}")
+    if imgs.shape[1] not in (3, c):
+        raise ValueError(
+            f"imgs must have 3 channels (one background for every frame) or {c}, as obs (one "
+            f"per frame), got {imgs.shape[1]}"
+        )
     if imgs.shape[0] != n or imgs.shape[2:] != (h, w):
         raise ValueError(
             f"imgs {tuple(imgs.shape)} do not match obs {tuple(obs.shape)} in N, H "
@@ -56,6 +58,11 @@ def _check(obs: torch.Tensor, imgs: torch.Tensor, alpha, out: torch.Tensor | Non
     return c // 3
 
 
+def frames_of(imgs: torch.Tensor, n: int, h: int, w: int) -> torch.Tensor:
+    """`imgs` as `(n, 1 or k, 3, h, w)`: one background for all frames, or one per frame."""
+    return imgs.reshape(n, imgs.shape[1] // 3, 3, h, w)
+
+
 def _weight(alpha, n: int, dtype: torch.dtype):
     if isinstance(alpha, torch.Tensor):
         return alpha.to(dtype).reshape(-1, 1, 1, 1, 1).expand(n, 1, 1, 1, 1)
@@ -69,12 +76,14 @@ def blend(
     *,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """`(1 - alpha) * obs + alpha * imgs`, the same background on every stacked frame.
+    """`(1 - alpha) * obs + alpha * imgs`, the same background on every stacked frame (or one
+    per frame).
 
     Args:
         obs: `(N, 3k, H, W)` frame-stacked observations: float32/float16/bfloat16 in 0..255,
             or uint8.
-        imgs: `(N, 3, H, W)` backgrounds, uint8 (or float in 0..255).
+        imgs: `(N, 3, H, W)` backgrounds, uint8 (or float in 0..255), or `(N, 3k, H, W)`: a
+            background per frame (`Backgrounds.images()`).
         alpha: a float in [0, 1] or an `(N,)` float tensor (one weight per sample). A CPU
             tensor's values are checked (in [0, 1], no NaN); on another device they are not
             (that would wait for the device on every call): keep them in range there.
@@ -93,7 +102,7 @@ def blend(
     call allocates just the output) and, on CPUs, in a small buffer reused over chunks of
     samples, which stays in cache (no extra trip to memory).
     """
-    k = _check(obs, imgs, alpha, out)
+    k = check_blend_args(obs, imgs, alpha, out)
     if obs.dtype == torch.uint8:
         return _blend_uint8(obs, imgs, alpha, out, k)
     if torch.is_grad_enabled() and (obs.requires_grad or imgs.requires_grad or _needs_grad(alpha)):
@@ -116,7 +125,7 @@ def _blend_autograd(obs, imgs, alpha, k) -> torch.Tensor:
     """The same blend, out of place, so autograd can differentiate it (a fused `out=` write
     cannot be recorded)."""
     n, _, h, w = obs.shape
-    background = imgs.to(obs.dtype).unsqueeze(1)
+    background = frames_of(imgs.to(obs.dtype), n, h, w)
     return torch.lerp(obs.view(n, k, 3, h, w), background, _weight(alpha, n, obs.dtype)).view(
         n, 3 * k, h, w
     )
@@ -128,7 +137,11 @@ def _blend_one_pass(obs, imgs, alpha, result, k) -> None:
     weight = _weight(alpha, n, obs.dtype)
     src, dst = obs.view(n, k, 3, h, w), result.view(n, k, 3, h, w)
     if result.data_ptr() == obs.data_ptr():  # in place: obs is the output, stage elsewhere
-        src.lerp_(imgs.to(obs.dtype).unsqueeze(1), weight)
+        src.lerp_(frames_of(imgs.to(obs.dtype), n, h, w), weight)
+        return
+    if imgs.shape[1] != 3:  # a background per frame: all staged in the output
+        dst.copy_(frames_of(imgs, n, h, w))
+        torch.lerp(src, dst, weight, out=dst)
         return
     # Frames 1..k-1 read the backgrounds from frame 0, then frame 0 is blended in place
     # (each element read before it is written; no input partly overlaps the output).
@@ -143,14 +156,15 @@ def _blend_chunked(obs, imgs, alpha, result, k) -> None:
     """The same lerp over chunks of samples, each chunk's float backgrounds staged in one
     buffer small enough to stay in cache (CPUs: 1.2-1.5x faster than staging them all)."""
     n, _, h, w = obs.shape
-    rows = max(1, CPU_SCRATCH_BYTES // (3 * h * w * obs.element_size()))
+    frames = imgs.shape[1] // 3  # 1, or a background per frame
+    rows = max(1, CPU_SCRATCH_BYTES // (3 * frames * h * w * obs.element_size()))
     weight = _weight(alpha, n, obs.dtype)
     src, dst = obs.view(n, k, 3, h, w), result.view(n, k, 3, h, w)
-    scratch = torch.empty((min(rows, n), 1, 3, h, w), dtype=obs.dtype, device=obs.device)
+    scratch = torch.empty((min(rows, n), frames, 3, h, w), dtype=obs.dtype, device=obs.device)
     for lo in range(0, n, rows):
         hi = min(lo + rows, n)
         background = scratch[: hi - lo]
-        background[:, 0].copy_(imgs[lo:hi])
+        background.copy_(frames_of(imgs[lo:hi], hi - lo, h, w))
         part = weight[lo:hi] if isinstance(weight, torch.Tensor) else weight
         torch.lerp(src[lo:hi], background, part, out=dst[lo:hi])
 
@@ -164,7 +178,8 @@ def _blend_uint8(obs, imgs, alpha, out, k):
         hi = min(lo + rows, n)
         part = obs[lo:hi].view(hi - lo, k, 3, h, w).float()
         a = alpha[lo:hi] if isinstance(alpha, torch.Tensor) and alpha.dim() else alpha
-        part.lerp_(imgs[lo:hi].float().unsqueeze(1), _weight(a, hi - lo, torch.float32))
+        background = frames_of(imgs[lo:hi].float(), hi - lo, h, w)
+        part.lerp_(background, _weight(a, hi - lo, torch.float32))
         result[lo:hi].view(hi - lo, k, 3, h, w).copy_(part.add_(0.5).floor_())
     return result
 
@@ -334,66 +349,3 @@ def resize(imgs: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     """Antialiased bilinear resize of a uint8 or float batch; returns float32 in 0..255."""
     src = imgs if imgs.is_floating_point() else imgs.float()
     return F.interpolate(src, size=size, mode="bilinear", align_corners=False, antialias=True)
-
-
-def composite(
-    obs: torch.Tensor,
-    imgs: torch.Tensor,
-    mask: torch.Tensor | None = None,
-    alpha: float | torch.Tensor = 1.0,
-    *,
-    out: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Paste backgrounds behind the masked part of frame-stacked observations, in one pass.
-
-    Each output pixel is `lerp(obs, img, alpha * (1 - mask))`: where `mask` is 1 the
-    observation stays exactly, where it is 0 the background shows (weight `alpha`), fractional
-    masks blend. `mask=None` is `blend(obs, imgs, alpha)`.
-
-    Args:
-        obs: `(N, 3k, H, W)` float in 0..255, or uint8.
-        imgs: `(N, 3, H, W)` backgrounds, uint8 or float 0..255; the same on every frame.
-        mask: bool or float, broadcast against the observations: `(N, 1, H, W)` per pixel,
-            `(N, 3k, H, W)` per channel, `(N, k, 1, H, W)` per frame and pixel (or any shape
-            that broadcasts to `(N, k, 3, H, W)`; a leading 1 shares a mask across samples).
-            Float masks hold weights in [0, 1]; integer masks (a 0/255 uint8) are refused.
-        alpha: the backgrounds' weight where the mask is 0: a float or an `(N,)` float tensor.
-        out: where to write (`out=obs` works in place); not when anything requires grad.
-
-    The values of a float mask and an alpha tensor are checked on the CPU (in [0, 1], no NaN);
-    on another device they are not, as that would wait for the device on every call.
-
-    Returns:
-        A tensor like `obs` (uint8 obs rounded half up). Differentiable in obs, imgs, mask and
-        alpha when they require grad (out of place then).
-
-    Raises:
-        TypeError: mask not a tensor, or an integer mask or alpha tensor.
-        ValueError: shapes or devices that do not match, or (CPU tensors) a mask or alpha
-            value out of [0, 1] or NaN.
-    """
-    if mask is None:
-        return blend(obs, imgs, alpha, out=out)
-    k = _check(obs, imgs, alpha, out)
-    n, _, h, w = obs.shape
-    five = (n, k, 3, h, w)
-    dtype = obs.dtype if obs.is_floating_point() else torch.float32
-    keep = broadcast_mask(mask, n, k, h, w, obs.device).to(dtype)
-    src = obs.view(five) if obs.dtype == dtype else obs.view(five).to(dtype)
-    background = imgs.to(dtype).unsqueeze(1)  # frames broadcast through the view
-    if isinstance(alpha, torch.Tensor) or float(alpha) != 1.0:
-        a = alpha.to(dtype).reshape(-1, 1, 1, 1, 1) if isinstance(alpha, torch.Tensor) else alpha
-        start, end, weight = src, background, (1 - keep) * a
-    else:  # the plain paste: lerp(img, obs, mask), the mask itself the weight (no temporary)
-        start, end, weight = background, src, keep
-    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (obs, imgs, weight))
-    if grad:
-        if out is not None:
-            raise ValueError("out= cannot be used when obs, imgs, mask or alpha require grad")
-        return torch.lerp(start, end, weight).view(obs.shape)
-    result = torch.empty_like(obs) if out is None else out
-    if obs.dtype == dtype:
-        torch.lerp(start, end, weight, out=result.view(five))
-    else:
-        result.view(five).copy_(torch.lerp(start, end, weight).add_(0.5).floor_())
-    return result

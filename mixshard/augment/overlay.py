@@ -27,7 +27,6 @@ from .caches import DeviceCache, StreamCache
 from .inputs import check_obs, check_weights, user_stacklevel, warn_if_unit_range
 from .ops import (
     blend,
-    composite,
     crop_resample,
     crop_resize,
     flip,
@@ -35,6 +34,7 @@ from .ops import (
     random_flip_mask,
     resize,
 )
+from .pasting import composite
 from .pool import PoolCache, check_pool_args, pool_size
 
 _RATIO = (3.0 / 4.0, 4.0 / 3.0)

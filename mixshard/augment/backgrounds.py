@@ -1,0 +1,392 @@
+"""`Backgrounds`: a background clip per environment, kept through its episode, on the device.
+
+Each environment holds one clip (of a clip pack; one image of an image pack) and a frame
+position from its reset until its next reset. The state is four int64 tensors of `num_envs`
+(episode, frames played since the reset, clip, start frame) and a bool one (flipped), on the
+device; the frames themselves are the whole pack on the device (`cache="device"`) or a pool of
+whole clips (`cache="pool"`, `clippool.py`).
+
+Every draw (clip, start frame, flip) is a pure function of `(seed, environment, episode)`
+(`keyed.py`), so environment `i` plays the same backgrounds whatever `num_envs` is and whatever
+the other environments do, and `state_dict` is the counters and the seed. A reset by a bool mask
+is a handful of tensor ops over all environments (no Python loop, no host sync); `images()` is
+one gather of `frames` frames per environment; `composite` is `mixshard.composite` over it.
+
+Frame history: `images()` gives the `frames` most recent background frames, oldest first, so
+each stacked observation frame gets its own background frame. Frames before the episode's
+first one are the first frame, as a frame stack starts with copies of the first observation
+(DMC-GB's `FrameStack`): right after a reset every frame shows the first background frame.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..core.checks import check_int, is_number
+from ..core.device import canonical, free_memory, move_index
+from ..core.errors import MixshardError
+from ..reading.source import Source, resolve_source
+from .caches import read_pack_to
+from .clippool import ClipPool
+from .envargs import check_composite_args, env_mask, frame_mask
+from .inputs import user_stacklevel
+from .keyed import seed_key
+from .ops import flip, resize
+from .pasting import composite
+from .playback import PLAYBACKS, draw, draw_clips, positions
+
+CACHES = ("auto", "device", "pool")
+CPU_GROUP_BYTES = 4 << 20  # backgrounds gathered and blended at a time on a CPU
+
+
+class Backgrounds:
+    """A background per environment for vectorised environments, on the device.
+
+    Args:
+        source: a clip pack (`mixshard pack SRC OUT --clips`) or an image pack (each image a
+            still "clip" of one frame): its folder, a store URL or a resolved source.
+        num_envs: environments.
+        device: where the state, the frames and the results live (default the CPU).
+        frames: stacked frames per observation: `images()` gives that many consecutive
+            background frames per environment.
+        playback: `"loop"` (from the first frame, wrapping to it), `"pingpong"` (from the
+            first frame forwards, then backwards, as the Distracting Control Suite plays its
+            clips; it shows the end frames once per turn, where the DCS repeats the last, and
+            starts at the first frame, where the DCS starts anywhere, either way) or
+            `"random"` (a random start frame at each reset, then loop). An image pack takes
+            only `"loop"`.
+        speed: frames a `step` advances (0: a still frame per episode).
+        seed: the seed of every draw.
+        flip: flip each episode's background horizontally with probability 1/2.
+        cache: `"device"` (every frame on the device), `"pool"` (a pool of whole clips, read
+            ahead: `clippool.py`) or `"auto"`: device when the pack fits in `cache_fraction`
+            of the free device memory (RAM on a CPU), else pool.
+        cache_fraction: share of the free device memory `"auto"` and a default pool may use.
+        pool: clips the pool holds (default as many as fit in `cache_fraction`).
+
+    Raises:
+        ValueError, TypeError: a bad argument.
+        ManifestError: the source is not a finished pack.
+        MixshardError: the pool cannot hold a clip per environment.
+    """
+
+    def __init__(
+        self,
+        source: str | os.PathLike | list[str] | Source,
+        num_envs: int,
+        *,
+        device: str | torch.device | None = None,
+        frames: int = 3,
+        playback: str = "loop",
+        speed: int = 1,
+        seed: int = 0,
+        flip: bool = False,
+        cache: str = "auto",
+        cache_fraction: float = 0.25,
+        pool: int | None = None,
+    ) -> None:
+        check_int("num_envs", num_envs, 1)
+        check_int("frames", frames, 1)
+        check_int("speed", speed, 0)
+        check_int("seed", seed, 0)
+        if pool is not None:
+            check_int("pool", pool, 1)
+        if not isinstance(flip, bool):
+            raise TypeError(f"flip must be True or False, got {flip!r}")
+        if playback not in PLAYBACKS:
+            raise ValueError(f"playback must be one of {', '.join(PLAYBACKS)}, got {playback!r}")
+        if cache not in CACHES:
+            raise ValueError(f"cache must be one of {', '.join(CACHES)}, got {cache!r}")
+        if not is_number(cache_fraction) or not 0 < cache_fraction <= 1:
+            raise ValueError(f"cache_fraction must be in (0, 1], got {cache_fraction!r}")
+        self.source = resolve_source(source)
+        m = self.manifest = self.source.manifest
+        if self.source.count != m.count:
+            raise ValueError(
+                f"Backgrounds needs every shard of the pack ({m.count} frames); the shard URLs "
+                f"given hold {self.source.count}: pass the pack folder or all its shards"
+            )
+        if m.clips is None and playback != "loop":
+            raise ValueError(
+                f"playback={playback!r} plays clips, but {m.origin} is an image pack (each image "
+                f"a still background): use playback='loop', or a clip pack (`mixshard pack "
+                f"VIDEOS OUT --clips`)"
+            )
+        self.num_envs, self.frames, self.playback = num_envs, frames, playback
+        self.speed, self.seed, self.flip = speed, seed, flip
+        self.device = canonical(device if device is not None else "cpu")
+        if m.clips is None:
+            first, length = np.arange(m.count, dtype=np.int64), np.ones(m.count, np.int64)
+        else:
+            first = np.array([c.start for c in m.clips], np.int64)
+            length = np.array([c.count for c in m.clips], np.int64)
+        self.clips = len(first)
+        self._first_np, self._length_np = first, length
+        dev = self.device
+        self._first = torch.from_numpy(first).to(dev)
+        self._length = torch.from_numpy(length).to(dev)
+        self._key = seed_key(seed)
+        self._envs = torch.arange(num_envs, device=dev)
+        self._lags = torch.arange(frames - 1, -1, -1, device=dev) * speed  # oldest first
+        self.mode = self._choose(cache, cache_fraction, pool)
+        self._warned_sizes: set[tuple[int, int]] = set()
+        zeros = torch.zeros(num_envs, dtype=torch.int64, device=dev)
+        self.episode, self.played = zeros.clone(), zeros.clone()
+        self._episode_host = np.zeros(num_envs, np.int64)  # the pool's copy (no syncs)
+        self._slot = np.full(num_envs, -1, np.int64)  # the pool slot each env plays
+        self._set_all()
+
+    def _choose(self, cache: str, fraction: float, pool: int | None) -> str:
+        m = self.manifest
+        need = m.count * m.image_bytes
+        budget = int(fraction * free_memory(self.device))
+        mode = cache if cache != "auto" else ("device" if need <= budget else "pool")
+        if mode == "device":
+            shape = (m.count, 3, m.size, m.size)
+            self._frames = torch.empty(shape, dtype=torch.uint8, device=self.device)
+            read_pack_to(self.source, self._frames)
+            self._pool: ClipPool | None = None
+            return mode
+        clip_bytes = int(self._length_np.max()) * m.image_bytes
+        slots = pool if pool is not None else budget // clip_bytes
+        least = min(self.num_envs, self.clips)
+        if slots < least:
+            raise MixshardError(
+                f"no room for a pool of clips: {slots} clips of {clip_bytes} bytes fit, "
+                f"{self.num_envs} environments may play {least} at once; free memory, raise "
+                f"cache_fraction or pass pool=N (N >= {least})"
+            )
+        self._pool = ClipPool(
+            self.source, self.device, min(slots, self.clips), self._first_np, self._length_np
+        )
+        self._frames = self._pool.frames
+        return mode
+
+    # -- the draws -------------------------------------------------------------------------
+
+    def _draw(self, envs: torch.Tensor, episode: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """(clip, start, flipped) of these environments' episodes (`playback.draw`)."""
+        return draw(self._key, envs, episode, self._length, self.playback, self.flip)
+
+    def _draw_host(self, envs: np.ndarray, episode: np.ndarray) -> np.ndarray:
+        """The clips of these episodes, computed on the CPU (the same function as `_draw`)."""
+        e, ep = torch.from_numpy(envs), torch.from_numpy(episode)
+        return draw_clips(self._key, e, ep, self.clips).numpy()
+
+    def _set_all(self) -> None:
+        """Every environment's draws from its episode counter (construction, a loaded
+        state)."""
+        self.clip, self.start, self.flipped = self._draw(self._envs, self.episode)
+        self.base = self._first[self.clip]
+        if self._pool is not None:
+            envs = np.arange(self.num_envs)
+            if (self._slot >= 0).any():
+                self._pool.release(self._slot[self._slot >= 0])
+                self._pool.forget_wanted()
+            self._use_slots(self._pool, envs, was_next=False)
+
+    def _use_slots(self, pool: ClipPool, envs: np.ndarray, was_next: bool) -> None:
+        """Pool: these environments start their current episodes: their clips' slots, and
+        their next clips read ahead. `was_next`: the clips were wanted as their next ones."""
+        clips = self._draw_host(envs, self._episode_host[envs])
+        slots = pool.acquire(clips)  # (still wanted here, so never evicted for another)
+        self._slot[envs] = slots
+        if was_next:
+            pool.want(clips, -1)
+        pool.want(self._draw_host(envs, self._episode_host[envs] + 1), +1)
+        index = move_index(envs, self.device)
+        self.base.index_copy_(0, index, move_index(pool.base(slots), self.device))
+
+    # -- the public calls ------------------------------------------------------------------
+
+    def reset(self, envs: torch.Tensor | list[int] | None = None) -> None:
+        """Start a new episode in these environments: a new clip, start frame and flip.
+
+        Args:
+            envs: None (all), a bool mask `(num_envs,)`, or environment indices (an integer
+                tensor or a list; one listed twice resets once). A bool mask on the device
+                makes no host sync; an index tensor on CUDA is checked with one (range).
+
+        Raises:
+            ValueError, TypeError: a mask of another shape or dtype, indices out of range.
+        """
+        mask = env_mask(envs, self.num_envs, self.device, "reset")
+        if self._pool is not None:
+            self._reset_pool(self._pool, mask)
+            return
+        if mask is None:
+            self.episode += 1
+            self.played.zero_()
+        else:
+            self.episode += mask
+            self.played.masked_fill_(mask, 0)
+        # every environment's draws again: those of the others come out as they were (a pure
+        # function of their unchanged episodes), so no select is needed
+        self.clip, self.start, self.flipped = self._draw(self._envs, self.episode)
+        self.base = self._first[self.clip]
+
+    def _reset_pool(self, pool: ClipPool, mask: torch.Tensor | None) -> None:
+        """The pool's reset: which environments reset is read to the host (a sync on CUDA),
+        where the pool's bookkeeping is; the draws are the device cache's."""
+        envs = np.arange(self.num_envs) if mask is None else np.flatnonzero(mask.cpu().numpy())
+        if len(envs) == 0:
+            return
+        pool.release(self._slot[envs])
+        self._episode_host[envs] += 1
+        index = move_index(envs, self.device)
+        episode = torch.from_numpy(self._episode_host[envs]).to(self.device)
+        self.episode.index_copy_(0, index, episode)
+        clip, start, flipped = self._draw(index, episode)
+        self.clip.index_copy_(0, index, clip)
+        self.start.index_copy_(0, index, start)
+        self.flipped.index_copy_(0, index, flipped)
+        self.played.index_fill_(0, index, 0)
+        self._use_slots(pool, envs, was_next=True)
+
+    def step(self, envs: torch.Tensor | list[int] | None = None) -> None:
+        """Advance these environments' clips by `speed` frames (envs as for `reset`)."""
+        mask = env_mask(envs, self.num_envs, self.device, "step")
+        if mask is None:
+            self.played += self.speed
+        else:
+            self.played += mask * self.speed
+
+    def positions(self) -> torch.Tensor:
+        """`(num_envs, frames)` int64: each environment's frame numbers within its clip, of
+        the frames `images()` gives (oldest first)."""
+        length = self._length[self.clip]
+        return positions(self.start, self.played, self._lags, length, self.playback)
+
+    def images(self) -> torch.Tensor:
+        """`(num_envs, 3 * frames, H, W)` uint8: each environment's last `frames` background
+        frames, oldest first (one gather)."""
+        return self._gather(self._index(), 0, self.num_envs)
+
+    def _index(self) -> torch.Tensor:
+        """`(num_envs, frames)`: where in the frame store `images()` gathers from."""
+        return self.base.unsqueeze(1) + self.positions()
+
+    def _gather(self, index: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+        """The backgrounds of environments `lo .. hi - 1` (`index` of all environments)."""
+        s = self.manifest.size
+        out = self._frames.index_select(0, index[lo:hi].reshape(-1))
+        out = out.view(hi - lo, 3 * self.frames, s, s)
+        return flip(out, self.flipped[lo:hi]) if self.flip else out
+
+    def composite(
+        self,
+        obs: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        alpha: float | torch.Tensor = 1.0,
+        *,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Each environment's backgrounds behind its observations, in one fused pass
+        (`mixshard.composite` over `images()`).
+
+        Args:
+            obs: `(num_envs, 3 * frames, H, W)`, float (0..255) or uint8; the dtype comes back.
+                Another size than the pack's is resized on the device (warned once).
+            mask: None (blend everywhere: random overlay with a background per environment),
+                or bool or float `(num_envs, frames or 1, H, W)`: true (1) keeps the
+                observation, false (0) shows the background, fractions blend.
+            alpha: the backgrounds' weight where they show: a float in [0, 1] or a
+                `(num_envs,)` tensor.
+            out: where to write (shape, dtype and device of obs); `out=obs` works in place,
+                which on a CPU saves reading the output's memory before writing it.
+
+        Returns:
+            `lerp(obs, background, alpha * (1 - mask))`, like obs.
+        """
+        n, c, h, w = check_composite_args(obs, self.num_envs, self.frames, self.device, alpha, out)
+        if mask is not None:
+            mask = frame_mask(mask, self.num_envs, self.frames, h, w, self.device)
+        s = self.manifest.size
+        if (h, w) != (s, s) and (h, w) not in self._warned_sizes:
+            self._warned_sizes.add((h, w))
+            warnings.warn(
+                f"mixshard: pack frames are {s}x{s} but the obs {h}x{w}; resizing on the "
+                f"device at each call (pack with --size {h} to avoid it)",
+                stacklevel=user_stacklevel(),
+            )
+        index = self._index()
+        result = torch.empty_like(obs) if out is None else out
+        # On a CPU, groups of environments whose backgrounds stay in cache from their gather
+        # to their blend (else all 65 MB of 1,024 environments' are written, then read back);
+        # elsewhere one group of all.
+        rows = n
+        if self.device.type == "cpu":
+            rows = max(1, CPU_GROUP_BYTES // (self.frames * self.manifest.image_bytes))
+        for lo in range(0, n, rows):
+            hi = min(lo + rows, n)
+            imgs = self._gather(index, lo, hi)
+            if (h, w) != (s, s):
+                imgs = resize(imgs.view(-1, 3, s, s), (h, w)).view(hi - lo, c, h, w)
+            composite(
+                obs[lo:hi],
+                imgs,
+                None if mask is None else mask[lo:hi],
+                alpha[lo:hi] if isinstance(alpha, torch.Tensor) else alpha,
+                out=result[lo:hi],
+            )
+        return result
+
+    # -- state -----------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """The counters (episode, frames played) per environment and the seed: with the same
+        pack and arguments, `load_state_dict` continues exactly."""
+        return {
+            "seed": self.seed,
+            "num_envs": self.num_envs,
+            "clips": self.clips,
+            "count": self.manifest.count,
+            "playback": self.playback,
+            "speed": self.speed,
+            "episode": self.episode.clone(),
+            "played": self.played.clone(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from a `state_dict` (the seed comes from it).
+
+        Raises:
+            ValueError: a state of another number of environments, pack or playback.
+        """
+        if not isinstance(state, dict):
+            raise TypeError(f"state must be a dict from state_dict(), got {type(state).__name__}")
+        mine = {
+            "num_envs": self.num_envs,
+            "clips": self.clips,
+            "count": self.manifest.count,
+            "playback": self.playback,
+            "speed": self.speed,
+        }
+        for key, value in mine.items():
+            if state.get(key) != value:
+                raise ValueError(
+                    f"state_dict was saved with {key}={state.get(key)!r}, this Backgrounds has "
+                    f"{key}={value!r}: make it with the same pack and arguments"
+                )
+        check_int("seed", state.get("seed"), 0)
+        self.seed, self._key = state["seed"], seed_key(state["seed"])
+        self.episode = state["episode"].to(self.device, torch.int64).clone()
+        self.played = state["played"].to(self.device, torch.int64).clone()
+        self._episode_host = self.episode.cpu().numpy().copy()
+        self._set_all()
+
+    def stats(self) -> dict[str, Any]:
+        """Which cache (`"device"` or `"pool"`) and, for a pool, its counters."""
+        if self._pool is None:
+            return {"mode": "device", "frames": self.manifest.count}
+        return self._pool.stats()
+
+    def close(self) -> None:
+        """Stop the pool's reader (a device cache holds no thread)."""
+        if self._pool is not None:
+            self._pool.close()

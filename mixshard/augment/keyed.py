@@ -1,0 +1,65 @@
+"""Counter-based draws: random numbers that are a pure function of a key, on any device.
+
+`Backgrounds` draws each environment's clip, start frame and flip from `(seed, environment,
+episode, stream)` alone, so environment `i`'s backgrounds are the same whatever the number of
+environments and whatever the others do, and a state is restored from counters alone. A
+stateful generator (`torch.Generator`) cannot give that: its draws depend on how many numbers
+were drawn before, by anyone.
+
+The mix is SplitMix64's finaliser (Steele, Lea and Flood, 2014), a bijection of 64-bit words
+with full avalanche, written with int64 tensor ops (adds and multiplies wrap modulo 2**64, right
+shifts are masked into logical ones), so the CPU and CUDA give the same bits; the pure-Python
+`mix64_int` is its reference.
+"""
+
+from __future__ import annotations
+
+import torch
+
+_MASK64 = (1 << 64) - 1
+_GAMMA = 0x9E3779B97F4A7C15
+_M1 = 0xBF58476D1CE4E5B9
+_M2 = 0x94D049BB133111EB
+
+
+def _signed(x: int) -> int:
+    """A 64-bit word as the int64 value with the same bits."""
+    x &= _MASK64
+    return x - (1 << 64) if x >> 63 else x
+
+
+def mix64_int(x: int) -> int:
+    """The mix of one word, in Python integers (unsigned): the reference of `mix64`."""
+    z = (x + _GAMMA) & _MASK64
+    z = ((z ^ (z >> 30)) * _M1) & _MASK64
+    z = ((z ^ (z >> 27)) * _M2) & _MASK64
+    return z ^ (z >> 31)
+
+
+def _shr(z: torch.Tensor, bits: int) -> torch.Tensor:
+    """Logical right shift of int64 words (torch's `>>` is arithmetic)."""
+    return (z >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def mix64(x: torch.Tensor) -> torch.Tensor:
+    """`mix64_int` of every element of an int64 tensor (bits as int64)."""
+    z = x + _signed(_GAMMA)
+    z = (z ^ _shr(z, 30)) * _signed(_M1)
+    z = (z ^ _shr(z, 27)) * _signed(_M2)
+    return z ^ _shr(z, 31)
+
+
+def seed_key(seed: int) -> int:
+    """The int64 key of a seed (mixed once, so that seeds 0, 1, 2 are unrelated words)."""
+    return _signed(mix64_int(seed))
+
+
+def keyed(key: int, env: torch.Tensor, episode: torch.Tensor, stream: int) -> torch.Tensor:
+    """64 random bits (int64) per element: a pure function of `(key, env, episode, stream)`."""
+    return mix64(mix64(mix64(env + key) + episode) + stream)
+
+
+def below(bits: torch.Tensor, n: torch.Tensor | int) -> torch.Tensor:
+    """Integers in `[0, n)` from random words: the top 32 bits scaled by `n` (no modulo bias
+    beyond n / 2**32; `n` below 2**31)."""
+    return (_shr(bits, 32) * n) >> 32

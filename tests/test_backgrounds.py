@@ -1,0 +1,398 @@
+"""mixshard.Backgrounds: a background clip per environment, kept through its episode.
+
+The packs are tiny clip packs (`helpers.clip_pack`) whose pixels say which clip (red), which
+frame (green) and which column (blue, so a flip shows) they are, so every assertion is exact.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import clip_pack, make_flat
+
+import mixshard
+from mixshard.augment.keyed import mix64, mix64_int, seed_key
+
+LENGTHS = [3, 5, 2, 4, 1, 6]
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory) -> Path:
+    return clip_pack(tmp_path_factory.mktemp("bg"), LENGTHS)
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("bgimages")
+    make_flat(root / "src", n=5, ext=".png")
+    mixshard.pack(root / "src", root / "pack", size=8, workers=1, labels="none")
+    return root / "pack"
+
+
+def shown(bg: mixshard.Backgrounds) -> list[tuple[int, list[int]]]:
+    """Per environment: (its clip, the frame numbers of its `frames` background frames)."""
+    imgs = bg.images()
+    return [(int(imgs[e, 0, 0, 0]), imgs[e, 1::3, 0, 0].tolist()) for e in range(bg.num_envs)]
+
+
+def test_the_draws_are_splitmix64_on_every_word():
+    assert mix64_int(0) == 0xE220A8397B1DCDAF  # SplitMix64's first output for seed 0
+    words = [0, 1, 2, 12345, -1, 2**62, -(2**63), 2**63 - 1]
+    got = mix64(torch.tensor(words, dtype=torch.int64)).tolist()
+    assert [g % 2**64 for g in got] == [mix64_int(w % 2**64) for w in words]
+    assert seed_key(0) != seed_key(1)
+
+
+def test_loop_plays_the_drawn_clip_from_its_first_frame_and_wraps(clips):
+    bg = mixshard.Backgrounds(clips, 8, frames=1, playback="loop")
+    first = shown(bg)
+    assert len({c for c, _ in first}) > 2  # the environments drew different clips
+    for k in range(13):
+        for clip, frames in shown(bg):
+            assert frames == [k % LENGTHS[clip]]
+        bg.step()
+    assert [c for c, _ in shown(bg)] == [c for c, _ in first]  # a clip lasts the episode
+
+
+def test_pingpong_plays_forwards_then_backwards(clips):
+    bg = mixshard.Backgrounds(clips, 16, frames=1, playback="pingpong")
+    seen = {}
+    for _ in range(14):
+        for clip, frames in dict(shown(bg)).items():  # environments playing one clip agree
+            seen.setdefault(clip, []).append(frames[0])
+        bg.step()
+    assert seen[1] == [0, 1, 2, 3, 4, 3, 2, 1, 0, 1, 2, 3, 4, 3]  # 5 frames
+    assert seen[2] == [0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1]  # 2 frames
+    assert seen[4] == [0] * 14  # a clip of one frame
+    fast = mixshard.Backgrounds(clips, 16, frames=1, playback="pingpong", speed=3)
+    seq = []
+    for _ in range(6):
+        seq.append(dict(shown(fast)).get(1))
+        fast.step()
+    assert [f[0] for f in seq] == [0, 3, 2, 1, 4, 1]  # 0, 3, 6 -> 2, 9 -> 1, 12 -> 4, 15 -> 1
+
+
+def test_random_starts_each_episode_at_a_drawn_frame_then_loops(clips):
+    bg = mixshard.Backgrounds(clips, 32, frames=1, playback="random", seed=3)
+    starts = set()
+    for _ in range(4):
+        begin = shown(bg)
+        for k in range(1, 8):
+            bg.step()
+            for (clip, frames), (_, first) in zip(shown(bg), begin):
+                assert frames == [(first[0] + k) % LENGTHS[clip]]
+        starts |= {(c, f[0]) for c, f in begin}
+        bg.reset()
+    assert len({f for c, f in starts if c == 5}) > 3  # start frames vary (clip 5: 6 frames)
+    assert all(0 <= f < LENGTHS[c] for c, f in starts)
+
+
+def test_stacked_frames_are_consecutive_oldest_first_and_start_on_the_first_frame(clips):
+    bg = mixshard.Backgrounds(clips, 16, frames=3, playback="loop", speed=2)
+    history = []
+    for _ in range(4):
+        history.append(dict(shown(bg))[5])  # clip 5 has 6 frames
+        bg.step()
+    assert history == [[0, 0, 0], [0, 0, 2], [0, 2, 4], [2, 4, 0]]
+    assert bg.images().shape == (16, 9, 8, 8) and bg.images().dtype == torch.uint8
+
+
+def test_an_image_pack_repeats_each_image_and_takes_only_loop(images):
+    bg = mixshard.Backgrounds(images, 4, frames=2)
+    before = bg.images().clone()
+    assert torch.equal(before[:, :3], before[:, 3:])  # both frames one image
+    for _ in range(3):
+        bg.step()
+    assert torch.equal(bg.images(), before)
+    for playback in ("pingpong", "random"):
+        with pytest.raises(ValueError, match=f"playback='{playback}' plays clips.*image pack"):
+            mixshard.Backgrounds(images, 4, playback=playback)
+
+
+def test_a_reset_by_mask_by_index_or_by_list_resets_those_environments_only(clips):
+    results = []
+    for envs in (
+        torch.tensor([True, False, True, False, False]),
+        torch.tensor([0, 2]),
+        torch.tensor([2, 0, 2]),  # listed twice: reset once
+        [0, 2],
+    ):
+        bg = mixshard.Backgrounds(clips, 5, frames=1, seed=7)
+        for _ in range(3):
+            bg.step()
+        before = shown(bg)
+        bg.reset(envs)
+        after = shown(bg)
+        assert after[1] == before[1] and after[3] == before[3] and after[4] == before[4]
+        assert after[0][1] == [0] and after[2][1] == [0]
+        assert bg.episode.tolist() == [1, 0, 1, 0, 0]
+        bg.step(torch.tensor([False, True, False, False, False]))
+        bg.step([4])
+        results.append((after, shown(bg), bg.played.tolist()))
+    assert all(r == results[0] for r in results)
+    assert results[0][2] == [0, 4, 0, 3, 4]
+    bg.reset(torch.zeros(5, dtype=torch.bool))  # nobody
+    assert bg.episode.tolist() == [1, 0, 1, 0, 0]
+
+
+def run_env_1(bg: mixshard.Backgrounds, others: int) -> list:
+    """Environment 1's backgrounds over 30 steps; it resets at steps 5 and 12, the others
+    (in a pattern that depends on `others`) whenever they like."""
+    g = torch.Generator().manual_seed(others)
+    seq = []
+    for t in range(30):
+        mask = torch.rand(bg.num_envs, generator=g) < 0.3
+        mask[1] = t in (5, 12)
+        bg.reset(mask)
+        if t % 2:
+            steps = torch.rand(bg.num_envs, generator=g) < 0.8
+            steps[1] = t % 3 != 0
+            bg.step(steps)
+        else:
+            bg.step()
+        seq.append(bg.images()[1].clone())
+    return seq
+
+
+def test_an_environment_plays_the_same_whatever_num_envs_and_the_others_do(clips):
+    kwargs = {"frames": 2, "playback": "random", "flip": True, "seed": 11}
+    a = run_env_1(mixshard.Backgrounds(clips, 3, **kwargs), others=1)
+    b = run_env_1(mixshard.Backgrounds(clips, 17, **kwargs), others=2)
+    assert len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
+    other_seed = run_env_1(mixshard.Backgrounds(clips, 3, **{**kwargs, "seed": 12}), others=1)
+    assert not all(torch.equal(x, y) for x, y in zip(a, other_seed))
+
+
+def test_flip_is_drawn_per_episode_and_kept_through_it(clips):
+    bg = mixshard.Backgrounds(clips, 32, frames=1, flip=True)
+    cols = [30 * x for x in range(8)]
+    flipped = set()
+    for _ in range(3):
+        rows = bg.images()[:, 2, 0].tolist()
+        for _ in range(2):
+            bg.step()
+            assert bg.images()[:, 2, 0].tolist() == rows  # the same flip through the episode
+        assert all(r in (cols, cols[::-1]) for r in rows)
+        flipped |= {r == cols[::-1] for r in rows}
+        bg.reset()
+    assert flipped == {True, False}
+
+
+@pytest.mark.parametrize("cache", ["device", "pool"])
+def test_state_dict_continues_exactly(clips, cache):
+    kwargs = {"frames": 3, "playback": "pingpong", "flip": True, "seed": 5, "cache": cache}
+    bg = mixshard.Backgrounds(clips, 6, **kwargs)
+    run_env_1(bg, others=3)
+    buf = io.BytesIO()
+    torch.save(bg.state_dict(), buf)
+    went_on = run_env_1(bg, others=4)
+    other = mixshard.Backgrounds(clips, 6, **{**kwargs, "seed": 0})
+    buf.seek(0)
+    other.load_state_dict(torch.load(buf))
+    assert other.seed == 5
+    assert all(torch.equal(x, y) for x, y in zip(went_on, run_env_1(other, others=4)))
+    with pytest.raises(ValueError, match="state_dict was saved with num_envs=6.*num_envs=7"):
+        mixshard.Backgrounds(clips, 7, **kwargs).load_state_dict(bg.state_dict())
+    with pytest.raises(ValueError, match="state_dict was saved with playback='pingpong'"):
+        mixshard.Backgrounds(clips, 6, playback="loop").load_state_dict(bg.state_dict())
+    for b in (bg, other):
+        b.close()
+
+
+def wait_for_reads_ahead(bg: mixshard.Backgrounds) -> None:
+    pool = bg._pool
+    deadline = time.monotonic() + 10
+    while pool._asked.any() and time.monotonic() < deadline:
+        pool._drain(block=False)
+        time.sleep(0.005)
+    assert not pool._asked.any()
+
+
+@pytest.mark.parametrize("num_envs,slots", [(4, 4), (2, 2), (9, 6)])
+def test_the_pool_plays_what_the_device_cache_plays(clips, num_envs, slots):
+    kwargs = {"frames": 3, "playback": "random", "flip": True, "seed": 2}
+    device = mixshard.Backgrounds(clips, num_envs, cache="device", **kwargs)
+    pool = mixshard.Backgrounds(clips, num_envs, cache="pool", pool=slots, **kwargs)
+    try:
+        assert device.stats()["mode"] == "device" and pool.stats()["mode"] == "pool"
+        assert pool._frames.shape[0] == slots * max(LENGTHS)  # slots of the longest clip
+        a, b = run_env_1(device, others=5), run_env_1(pool, others=5)
+        assert all(torch.equal(x, y) for x, y in zip(a, b))
+        assert torch.equal(device.images(), pool.images())
+        stats = pool.stats()
+        assert stats["slots"] == slots and stats["loads"] >= len(LENGTHS)  # clips came and went
+    finally:
+        pool.close()
+
+
+def test_a_pool_reset_finds_the_next_clips_read_ahead(clips):
+    bg = mixshard.Backgrounds(clips, 2, cache="pool", pool=6, seed=1)
+    try:
+        waits = bg.stats()["waits"]  # construction reads the first clips in: waits
+        for _ in range(3):
+            wait_for_reads_ahead(bg)
+            bg.reset()
+            assert bg.stats()["waits"] == waits  # every next clip was in the pool
+        assert bg.stats()["loads"] >= 3
+    finally:
+        bg.close()
+
+
+def test_a_pool_too_small_for_a_clip_per_environment_is_refused(clips):
+    with pytest.raises(mixshard.MixshardError, match="no room for a pool of clips.*pool=N"):
+        mixshard.Backgrounds(clips, 4, cache="pool", pool=3)
+
+
+def test_auto_keeps_a_small_pack_on_the_device(clips):
+    assert mixshard.Backgrounds(clips, 2).stats() == {"mode": "device", "frames": sum(LENGTHS)}
+
+
+def frame_values(bg: mixshard.Backgrounds) -> torch.Tensor:
+    return bg.images().float()
+
+
+def test_composite_pastes_blends_and_keeps_exactly(clips):
+    bg = mixshard.Backgrounds(clips, 3, frames=2, playback="loop", seed=4)
+    bg.step()
+    back = frame_values(bg)
+    obs = torch.full((3, 6, 8, 8), 100.0)
+    assert torch.equal(bg.composite(obs), back)  # mask None, alpha 1: the backgrounds
+    half = bg.composite(obs, alpha=0.5)
+    assert torch.equal(half, 100.0 + 0.5 * (back - 100.0))
+    alpha = torch.tensor([0.0, 0.5, 1.0])
+    per_env = bg.composite(obs, alpha=alpha)
+    assert torch.equal(per_env[0], obs[0]) and torch.equal(per_env[2], back[2])
+    assert torch.equal(per_env[1], half[1])
+    keep = torch.zeros(3, 1, 8, 8, dtype=torch.bool)
+    keep[:, :, :, :4] = True  # keep the left half of every frame
+    pasted = bg.composite(obs, keep)
+    assert torch.equal(pasted[..., :4], obs[..., :4]) and torch.equal(
+        pasted[..., 4:], back[..., 4:]
+    )
+    per_frame = torch.zeros(3, 2, 8, 8, dtype=torch.bool)
+    per_frame[:, 1] = True  # keep frame 1 whole, frame 0 all background
+    out = bg.composite(obs, per_frame)
+    assert torch.equal(out[:, :3], back[:, :3]) and torch.equal(out[:, 3:], obs[:, 3:])
+    soft = bg.composite(obs, torch.full((3, 1, 8, 8), 0.5), alpha=alpha)
+    assert torch.allclose(soft, obs + alpha.view(3, 1, 1, 1) * 0.5 * (back - obs))
+    obs8 = torch.full((3, 6, 8, 8), 101, dtype=torch.uint8)
+    got8 = bg.composite(obs8, alpha=0.5)
+    assert got8.dtype == torch.uint8
+    assert torch.equal(got8.long(), (101 + bg.images().long() + 1) // 2)  # halves round up
+    obs16 = obs.half()
+    assert bg.composite(obs16).dtype == torch.float16
+    inplace = obs.clone()
+    assert bg.composite(inplace, keep, out=inplace) is inplace
+    assert torch.equal(inplace, pasted)
+    with pytest.raises(ValueError, match="out must have the shape, dtype and device of obs"):
+        bg.composite(obs, out=obs8)
+
+
+def test_composite_resizes_obs_of_another_size_and_says_so_once(clips):
+    bg = mixshard.Backgrounds(clips, 2, frames=1)
+    obs = torch.zeros(2, 3, 16, 16)
+    with pytest.warns(UserWarning, match="pack frames are 8x8 but the obs 16x16"):
+        out = bg.composite(obs)
+    assert out.shape == (2, 3, 16, 16)
+    # a solid red and green survive the resize exactly
+    assert torch.equal(out[:, :2], bg.images().float()[:, :2, :1, :1].expand(2, 2, 16, 16))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        bg.composite(obs)
+
+
+def test_bad_arguments_say_what_is_wrong(clips):
+    with pytest.raises(ValueError, match="playback must be one of loop, pingpong, random"):
+        mixshard.Backgrounds(clips, 2, playback="bounce")
+    with pytest.raises(ValueError, match="cache must be one of auto, device, pool"):
+        mixshard.Backgrounds(clips, 2, cache="stream")
+    with pytest.raises(ValueError, match="num_envs must be >= 1"):
+        mixshard.Backgrounds(clips, 0)
+    with pytest.raises(TypeError, match="frames must be an integer"):
+        mixshard.Backgrounds(clips, 2, frames=2.5)
+    with pytest.raises(TypeError, match="flip must be True or False, got 0.5"):
+        mixshard.Backgrounds(clips, 2, flip=0.5)
+    with pytest.raises(ValueError, match="cache_fraction must be in"):
+        mixshard.Backgrounds(clips, 2, cache_fraction=0)
+    bg = mixshard.Backgrounds(clips, 4, frames=3)
+    with pytest.raises(
+        ValueError, match=r"reset: environment indices must be in \[0, 4\), got 1 .. 4"
+    ):
+        bg.reset(torch.tensor([1, 4]))
+    with pytest.raises(ValueError, match=r"step: environment indices must be in \[0, 4\)"):
+        bg.step([-1])
+    with pytest.raises(ValueError, match=r"a bool mask must have shape \(4,\) \(num_envs\)"):
+        bg.reset(torch.ones(5, dtype=torch.bool))
+    with pytest.raises(ValueError, match="bool mask or integer indices, got torch.float32"):
+        bg.reset(torch.ones(4))
+    with pytest.raises(TypeError, match="envs must be None, a bool mask"):
+        bg.step("all")
+    obs = torch.zeros(4, 9, 8, 8)
+    with pytest.raises(ValueError, match="obs hold 3 environments, Backgrounds has num_envs=4"):
+        bg.composite(obs[:3])
+    with pytest.raises(ValueError, match=r"obs have 6 channels \(2 stacked frames\).*frames=2"):
+        bg.composite(obs[:, :6])
+    with pytest.raises(ValueError, match=r"mask must be \(4, 3 or 1, 8, 8\)"):
+        bg.composite(obs, torch.ones(4, 2, 8, 8, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"mask must be \(4, 3 or 1, 8, 8\)"):
+        bg.composite(obs, torch.ones(4, 1, 4, 8, dtype=torch.bool))
+    with pytest.raises(ValueError, match="mask must be bool or float, got torch.int64"):
+        bg.composite(obs, torch.ones(4, 1, 8, 8, dtype=torch.int64))
+    with pytest.raises(
+        ValueError, match=r"alpha must be a float or a float tensor of shape \(4,\)"
+    ):
+        bg.composite(obs, alpha=torch.ones(3))
+    with pytest.raises(ValueError, match=r"alpha must be in \[0, 1\], got 2"):
+        bg.composite(obs, alpha=2)
+    with pytest.raises(ValueError, match="look channels-last"):
+        bg.composite(torch.zeros(4, 16, 16, 9))
+    with pytest.raises(ValueError, match="obs are on meta but Backgrounds on cpu"):
+        bg.composite(obs.to("meta"))
+
+
+def test_readme_vectorised_loop(clips):
+    """What the README's `Backgrounds` loop does (a clip pack cannot be made there yet)."""
+    num_envs = 8
+    bg = mixshard.Backgrounds(clips, num_envs, frames=3, playback="pingpong", flip=True)
+    obs = torch.rand(num_envs, 9, 8, 8) * 255  # rendered on a green screen
+    keep = obs[:, 1::3] < 200  # (num_envs, frames, H, W): not green: the agent
+    for _ in range(20):
+        out = bg.composite(obs, keep)  # each env behind its own clip
+        done = torch.rand(num_envs) < 0.1
+        bg.step()
+        bg.reset(done)
+    assert out.shape == obs.shape
+
+
+@pytest.mark.cuda
+def test_cuda_plays_what_the_cpu_plays_without_a_host_sync(clips):
+    words = torch.tensor([0, 1, -1, 2**62, -(2**63)], dtype=torch.int64)
+    assert torch.equal(mix64(words.cuda()).cpu(), mix64(words))
+    kwargs = {"frames": 3, "playback": "pingpong", "flip": True, "seed": 9}
+    cpu = mixshard.Backgrounds(clips, 6, **kwargs)
+    gpu = mixshard.Backgrounds(clips, 6, device="cuda", **kwargs)
+    g = torch.Generator().manual_seed(0)
+    obs = torch.rand(6, 9, 8, 8, generator=g) * 255
+    keep = torch.rand(6, 1, 8, 8, generator=g) < 0.5
+    masks = [torch.rand(6, generator=g) < 0.4 for _ in range(8)]
+    obs_gpu, keep_gpu, masks_gpu = obs.cuda(), keep.cuda(), [m.cuda() for m in masks]
+    gpu.composite(obs_gpu, keep_gpu)  # warm-up
+    torch.cuda.synchronize()
+    outs = []
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for mask in masks_gpu:
+            gpu.reset(mask)
+            gpu.step()
+            outs.append(gpu.composite(obs_gpu, keep_gpu, alpha=0.5))
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    for mask, out in zip(masks, outs):
+        cpu.reset(mask)
+        cpu.step()
+        assert torch.allclose(out.cpu(), cpu.composite(obs, keep, alpha=0.5), atol=1e-4)
