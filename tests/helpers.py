@@ -137,12 +137,14 @@ def read_pack(out: Path):
 def files(folder: Path) -> dict[str, bytes]:
     """Every file of a folder (not recursive): name -> bytes; of `index.json`, all but the
     `source` it records (where the pack was made from: a folder and its archive differ)."""
-    return {p.name: _sourceless(p) for p in sorted(folder.iterdir()) if p.is_file()}
+    return {
+        p.name: sourceless(p.name, p.read_bytes()) for p in sorted(folder.iterdir()) if p.is_file()
+    }
 
 
-def _sourceless(path: Path) -> bytes:
-    data = path.read_bytes()
-    if path.name != "index.json":
+def sourceless(name: str, data: bytes) -> bytes:
+    """A pack file's bytes as `files` compares them: `index.json` without its `source`."""
+    if name != "index.json":
         return data
     doc = json.loads(data)
     doc.pop("source", None)

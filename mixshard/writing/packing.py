@@ -220,7 +220,8 @@ class _Job:
             # a finished pack is never rewritten by a resumed run or a resubmitted part
             finished = finished_pack(out, plan) if resume else None
             if finished is not None:
-                check_source(out, finished, plan)
+                if part is None:  # a job-array part resubmitted after the finish is a no-op
+                    check_source(out, finished, plan)
                 seconds = time.perf_counter() - self.t0
                 return PackResult(finished, out, seconds, len(finished.shards), True)
             sizes = self.sink.sizes if self.sink else None  # a store: its objects, not files
