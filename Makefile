@@ -146,7 +146,7 @@ dmcgb-videos: $(RUNTIME)
 	$(PY) scripts/check_clips.py "$(DATA)/dmcgb-video_easy$(SUFFIX)" dmcgb-video_easy
 	$(REPACK_HINT) $(PY) -m mixshard pack "$(SRC)/video_hard" "$(DATA)/dmcgb-video_hard$(SUFFIX)" $(DMCGB_CLIP_ARGS)
 	$(PY) scripts/check_clips.py "$(DATA)/dmcgb-video_hard$(SUFFIX)" dmcgb-video_hard
-	@echo "Use it: export MIXSHARD_DATA=$(DATA)"
+	@echo "Use it: export MIXSHARD_DATA=$(abspath $(DATA))"
 
 davis: $(RUNTIME)
 	@$(PY) scripts/make_check.py $@ "$(SRC)" "$(DATA)" davis17-train$(SUFFIX) davis17-val$(SUFFIX)
@@ -159,7 +159,7 @@ davis: $(RUNTIME)
 	$(PY) scripts/check_clips.py "$(DATA)/davis17-train$(SUFFIX)" davis17-train
 	$(REPACK_HINT) $(PY) -m mixshard pack $(DAVIS_FRAMES) "$(DATA)/davis17-val$(SUFFIX)" --clips --clip-list davis17-val $(PACK_MODE) $(SIZE_ARG) $(PACK_ARGS)
 	$(PY) scripts/check_clips.py "$(DATA)/davis17-val$(SUFFIX)" davis17-val
-	@echo "Use it: export MIXSHARD_DATA=$(DATA)"
+	@echo "Use it: export MIXSHARD_DATA=$(abspath $(DATA))"
 
 clean:
 	rm -rf demo bench-out .pytest_cache .ruff_cache

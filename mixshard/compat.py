@@ -6,6 +6,8 @@
     from mixshard.compat import attribution_augmentation  # was: def attribution_augmentation
     # DMC-GB2:
     from mixshard.compat import RandomOverlay as random_overlay   # was: class random_overlay
+    # DMC-GB's video evaluation (src/env/wrappers.py):
+    from mixshard.compat import VideoWrapper                      # was: class VideoWrapper
 
 The pack for a dataset and `size x size` observations is `$MIXSHARD_DATA/<dataset>-<size>`
 when it exists, else `$MIXSHARD_DATA/<dataset>` (`make places365 [SIZE=96]`, `make coco`).
@@ -29,6 +31,15 @@ from .core.constants import DEFAULT_SIZE, MANIFEST_NAME
 from .core.env import data_is_a_pack, find_pack, sized_pack_name
 from .core.errors import MixshardError
 from .core.packpath import packs_in
+from .dmcgb import VideoWrapper
+
+__all__ = [
+    "RandomOverlay",
+    "VideoWrapper",
+    "attribution_augmentation",
+    "attribution_random_patch_augmentation",
+    "random_overlay",
+]
 
 ENV = "MIXSHARD_DATA"
 METHODS = ("default", "splice")
@@ -36,6 +47,8 @@ _MAKE = {
     "places365_standard": "make places365 SRC=<...>/places365_standard DATA={data}",
     "places365_standard_val": "make places365 SRC=<...>/places365_standard DATA={data}",
     "coco": "make coco SRC=<...>/val2017 DATA={data}",
+    "dmcgb-video_easy": "make dmcgb-videos SRC=<DMC-GB checkout>/src/env/data DATA={data}",
+    "dmcgb-video_hard": "make dmcgb-videos SRC=<DMC-GB checkout>/src/env/data DATA={data}",
 }
 _overlays: dict[str, Overlay] = {}
 _found: dict[tuple, str] = {}  # (roots, dataset, size) -> pack folder, once it was found

@@ -1,0 +1,126 @@
+"""A drop-in for DMControl-GB's video evaluation (`src/env/wrappers.py`, `VideoWrapper`).
+
+DMC-GB decodes a whole mp4 with OpenCV at every reset and replaces the green pixels of each
+frame in a per-pixel Python loop. This wrapper plays the same clips in the same order from a
+clip pack (`make dmcgb-videos`, read from `$MIXSHARD_DATA/dmcgb-video_easy` or
+`dmcgb-video_hard`): a reset reads the clip's frames, already decoded and resized, from the
+pack; a step keys out the green screen (`masks.green_screen`, DMC-GB's exact rule) and pastes
+the frame behind it in one pass (`composite`). Its interface is DMC-GB's: `VideoWrapper(env,
+mode, seed)` around a dmc2gym environment whose observations are `(3, H, W)` uint8 frames.
+
+    # src/env/wrappers.py, in make_env:   env = VideoWrapper(env, mode, seed)
+    from mixshard.compat import VideoWrapper
+
+As DMC-GB's: the first reset plays clip 1, each reset the next (`(index + 1) % n`); step `t` of
+an episode shows frame `t % len(clip)`; other modes pass observations through. The pack's
+frames are squashed to the pack's size (`--crop full`, as DMC-GB resizes the whole frame); a
+pack of another size than the observations is resized as DMC-GB resizes its frames
+(`F.interpolate`, bilinear, then truncated to uint8).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .augment import masks
+from .augment.pasting import composite
+from .core.presets import check_clip_pack
+from .reading.source import resolve_source
+
+MODES = ("video_easy", "video_hard")
+
+
+class VideoWrapper:
+    """DMC-GB's `VideoWrapper(env, mode, seed)`, playing its videos from a clip pack.
+
+    Attributes other than its own are the wrapped environment's (as a `gym.Wrapper`'s are).
+
+    Raises:
+        MixshardError: the pack for `mode` is missing (the message names `make dmcgb-videos`),
+            is an image pack, or lacks some of the benchmark's clips.
+    """
+
+    def __init__(self, env: Any, mode: str, seed: int) -> None:
+        self.env = env
+        self._mode, self._seed = mode, seed
+        self._random_state = np.random.RandomState(seed)  # as DMC-GB's (unused there too)
+        self._index = 0
+        self._current_frame = 0
+        self._frames: torch.Tensor | None = None
+        self._max_episode_steps = getattr(env, "_max_episode_steps", None)
+        self._clips: list[tuple[int, int]] = []  # (first frame, frames) in DMC-GB's order
+        if "video" in mode:
+            self._open(mode)
+
+    def _open(self, mode: str) -> None:
+        from .compat import pack_folder
+
+        if mode not in MODES:
+            raise ValueError(f'received unknown mode "{mode}" (video modes: {", ".join(MODES)})')
+        name = f"dmcgb-{mode}"
+        self._source = resolve_source(pack_folder(name))
+        manifest = self._source.manifest
+        clips = manifest.clips or ()
+        order = check_clip_pack(manifest, str(self._source.folder), name)
+        self._clips = [(clips[i].start, clips[i].count) for i in order]
+        self._pack = self._source.open_pack()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "env":
+            raise AttributeError(name)
+        return getattr(self.env, name)
+
+    @property
+    def _num_videos(self) -> int:
+        return len(self._clips)
+
+    def _reset_video(self) -> None:
+        self._index = (self._index + 1) % self._num_videos
+        start, count = self._clips[self._index]
+        m = self._pack.manifest
+        out = np.empty((count, 3, m.size, m.size), np.uint8)
+        self._pack.read_images(np.arange(start, start + count), out)
+        self._frames = torch.from_numpy(out)
+
+    def reset(self) -> Any:
+        if "video" in self._mode:
+            self._reset_video()
+        self._current_frame = 0
+        return self._greenscreen(self.env.reset())
+
+    def step(self, action: Any) -> tuple[Any, Any, Any, Any]:
+        self._current_frame += 1
+        obs, reward, done, info = self.env.step(action)
+        return self._greenscreen(obs), reward, done, info
+
+    def _background(self, size: tuple[int, int]) -> torch.Tensor:
+        """This step's frame at the observations' size, `(1, 3, H, W)` uint8."""
+        if self._frames is None:
+            raise RuntimeError("VideoWrapper: call reset() before step()")
+        bg = self._frames[self._current_frame % len(self._frames)].unsqueeze(0)
+        if tuple(bg.shape[-2:]) != size:  # as DMC-GB's _interpolate_bg
+            bg = F.interpolate(bg.float() / 255.0, size=size, mode="bilinear", align_corners=False)
+            bg = (bg * 255.0).byte()
+        return bg
+
+    def _greenscreen(self, obs: np.ndarray) -> np.ndarray:
+        """DMC-GB's green screen of one `(3, H, W)` uint8 frame, when a video mode is set."""
+        if "video" not in self._mode:
+            return obs
+        frame = torch.from_numpy(np.ascontiguousarray(obs)).unsqueeze(0)
+        keep = masks.green_screen(frame)
+        bg = self._background((frame.shape[-2], frame.shape[-1]))
+        return composite(frame, bg, keep)[0].numpy()
+
+    def apply_to(self, obs: np.ndarray) -> np.ndarray:
+        """The green screen of this step on `obs`, channels first or last (as DMC-GB's)."""
+        obs = obs.copy()
+        last = obs.shape[-1] == 3
+        if last:
+            obs = np.ascontiguousarray(obs.transpose(2, 0, 1))
+        obs = self._greenscreen(obs)
+        return np.ascontiguousarray(obs.transpose(1, 2, 0)) if last else obs
