@@ -356,17 +356,23 @@ def test_bad_arguments_say_what_is_wrong(clips):
 
 
 def test_readme_vectorised_loop(clips):
-    """What the README's `Backgrounds` loop does (a clip pack cannot be made there yet)."""
+    """What the README's `Backgrounds` loop does (DMC-GB's green screen, batched): the agent's
+    pixels stay, every green one shows that environment's own clip frame."""
     num_envs = 8
-    bg = mixshard.Backgrounds(clips, num_envs, frames=3, playback="pingpong", flip=True)
-    obs = torch.rand(num_envs, 9, 8, 8) * 255  # rendered on a green screen
-    keep = obs[:, 1::3] < 200  # (num_envs, frames, H, W): not green: the agent
+    bg = mixshard.Backgrounds(clips, num_envs, frames=3, playback="loop")
+    g = torch.Generator().manual_seed(0)
+    obs = torch.rand(num_envs, 9, 8, 8, generator=g) * 255
+    obs.view(num_envs, 3, 3, 8, 8)[:, :, :, :4] = torch.tensor([20.0, 200.0, 20.0]).view(3, 1, 1)
     for _ in range(20):
+        keep = mixshard.masks.green_screen(obs)  # DMC-GB's rule, (num_envs, 3, H, W)
         out = bg.composite(obs, keep)  # each env behind its own clip
-        done = torch.rand(num_envs) < 0.1
+        shown = bg.images().float().view(num_envs, 3, 3, 8, 8)
+        five, kept = out.view(num_envs, 3, 3, 8, 8), keep.unsqueeze(2).expand(-1, -1, 3, -1, -1)
+        assert torch.equal(five[kept], obs.view(num_envs, 3, 3, 8, 8)[kept])
+        assert torch.equal(five[~kept], shown[~kept]) and not kept[:, :, :, :4].any()
+        done = torch.rand(num_envs, generator=g) < 0.1
         bg.step()
         bg.reset(done)
-    assert out.shape == obs.shape
 
 
 @pytest.mark.cuda
