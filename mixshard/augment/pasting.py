@@ -61,6 +61,9 @@ def composite(
             raise ValueError("out= cannot be used when obs, imgs, mask or alpha require grad")
         return _composite_rows(obs.view(five), imgs, keep, alpha, dtype).view(obs.shape)
     result = torch.empty_like(obs) if out is None else out
+    # a bool mask at full weight is a plain paste: a select, exact, with no float temporaries
+    paste = keep.dtype == torch.bool and not isinstance(alpha, torch.Tensor) and alpha == 1.0
+    paste = paste and imgs.dtype in (obs.dtype, torch.uint8)
     # On a CPU, chunks of samples, so that each chunk's float backgrounds and weights stay in
     # cache (as `blend` does); elsewhere one chunk of all.
     frames = imgs.shape[1] // 3
@@ -73,7 +76,10 @@ def composite(
         m = keep[part] if keep.shape[0] != 1 else keep
         a = alpha[part] if isinstance(alpha, torch.Tensor) else alpha
         dst = result.view(five)[part]
-        if obs.dtype == dtype:
+        if paste:
+            background = frames_of(imgs[part].to(obs.dtype), hi - lo, h, w)
+            torch.where(m, obs.view(five)[part], background, out=dst)
+        elif obs.dtype == dtype:
             _composite_rows(obs.view(five)[part], imgs[part], m, a, dtype, out=dst)
         else:
             mixed = _composite_rows(obs.view(five)[part], imgs[part], m, a, dtype)
