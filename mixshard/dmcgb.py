@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from .augment import masks
 from .augment.pasting import composite
 from .core.presets import check_clip_pack
+from .datasets import pack_folder
 from .reading.source import resolve_source
 
 MODES = ("video_easy", "video_hard")
@@ -57,8 +58,6 @@ class VideoWrapper:
             self._open(mode)
 
     def _open(self, mode: str) -> None:
-        from .compat import pack_folder
-
         if mode not in MODES:
             raise ValueError(f'received unknown mode "{mode}" (video modes: {", ".join(MODES)})')
         name = f"dmcgb-{mode}"

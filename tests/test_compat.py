@@ -13,7 +13,7 @@ from helpers import make_tree, read_pack
 from PIL import Image
 
 import mixshard
-from mixshard import compat
+from mixshard import compat, datasets
 from mixshard.augment.masks import hsv_above
 from mixshard.compat import (
     RandomOverlay,
@@ -44,7 +44,7 @@ def data(tmp_path_factory) -> Path:
 def env(data, monkeypatch):
     monkeypatch.setenv("MIXSHARD_DATA", str(data))
     compat._overlays.clear()
-    compat._found.clear()
+    datasets._found.clear()
     RandomOverlay.places_dirs = None
     yield
     RandomOverlay.places_dirs = None
@@ -202,7 +202,7 @@ def test_places_dirs_are_used_when_mixshard_data_is_unset(data, tmp_path, monkey
     RandomOverlay.places_dirs = [str(tmp_path / "absent"), str(data)]  # add_aug_directory
     assert RandomOverlay()(obs(n=2)).shape == (2, 9, 12, 12)
     RandomOverlay.places_dirs = [str(tmp_path)]
-    compat._found.clear()
+    datasets._found.clear()
     with pytest.raises(mixshard.MixshardError) as err:
         RandomOverlay()(obs(n=2, size=84))
     assert str(err.value) == (

@@ -305,3 +305,22 @@ def test_files_helper_compares_all_but_the_source(tmp_path):
     assert (tmp_path / "a" / "index.json").read_bytes() != (
         tmp_path / "b" / "index.json"
     ).read_bytes()
+
+
+def test_an_interrupted_pack_of_another_source_names_what_changed(tmp_path):
+    src, out = tmp_path / "src", tmp_path / "out"
+    paths = make_image_folder(src, classes=2, per_class=3, max_side=64)
+    mixshard.pack(src, out, size=8, workers=1, shard_size=2, part=(0, 2))  # half a pack
+    kept = snapshot(out)
+    (paths[0].parent / "extra.png").write_bytes(paths[0].read_bytes())
+    res = run("pack", src, out, *ARGS, "--shard-size", "2", "--resume")
+    assert res.exit_code == 1
+    assert res.output == (
+        f"Error: {out} holds an interrupted pack of another source or other options "
+        ".mixshard-pack.part-0-of-2.jsonl: 6 source files then, 7 now); pack again with the same "
+        "SRC and options to resume it, or pass --overwrite to start over (a different list of "
+        "source files shuffles into other shards: none of the finished ones can be kept)\n"
+    ).replace("options .mixshard", "options (.mixshard")
+    res = run("pack", src, out, *ARGS, "--shard-size", "2", "--seed", "3", "--resume")
+    assert "7 now; seed 0 -> 3)" in res.output
+    assert snapshot(out) == kept

@@ -193,12 +193,17 @@ def remove_run(out: Path) -> None:
 
 
 def load_done(
-    out: Path, fingerprint: str, redo_skipped: bool = False, sizes: dict[str, int] | None = None
+    out: Path,
+    fingerprint: str,
+    redo_skipped: bool = False,
+    sizes: dict[str, int] | None = None,
+    run: dict | None = None,
 ) -> dict[int, DoneShard]:
     """Shards recorded by earlier runs of the same plan (any journal in OUT: an interrupted
     pack, job-array parts) whose files are intact, by plan index; with `redo_skipped`, not
     those that skipped a file (a strict run decodes them again: the file may be fixed).
-    `sizes` (`{name: bytes}` of a store's objects) stands in for the files in OUT.
+    `sizes` (`{name: bytes}` of a store's objects) stands in for the files in OUT. `run`
+    (`sourceid.run_summary`) names what changed when a journal is of another plan.
 
     Raises:
         OutputError: a journal of another plan (other SRC or options) is in OUT.
@@ -213,8 +218,9 @@ def load_done(
         if not isinstance(header, dict) or header.get("fingerprint") != fingerprint:
             raise OutputError(
                 f"{out} holds an interrupted pack of another source or other options "
-                f"({path.name}); pack again with the same SRC and options to resume it, or "
-                "pass overwrite=True to start over"
+                f"({path.name}{_changes(header, run)}); pack again with the same SRC and options "
+                "to resume it, or pass overwrite=True to start over (a different list of source "
+                "files shuffles into other shards: none of the finished ones can be kept)"
             )
         for line in lines[1:]:
             try:
@@ -241,15 +247,44 @@ def _intact(path: Path, size: int) -> bool:
     return path.is_file() and st.st_size == size
 
 
+def _changes(header: object, run: dict | None) -> str:
+    """`: SRC had N files, now M; options ...` between a journal's run and this one."""
+    old = header.get("run") if isinstance(header, dict) else None
+    if not isinstance(old, dict) or run is None:
+        return ""
+    said = []
+    if old.get("src") != run["src"]:
+        said.append(f"started from {old.get('src')}, now {run['src']}")
+    if old.get("files") != run["files"]:
+        said.append(f"{old.get('files')} source files then, {run['files']} now")
+    before, now = old.get("options") or {}, run["options"]
+    said += [
+        f"{k} {before.get(k)} -> {now.get(k)}"
+        for k in sorted(set(before) | set(now))
+        if before.get(k) != now.get(k)
+    ]
+    return f": {'; '.join(said) or 'the same number of files, renamed or reclassified'}"
+
+
 class Journal:
     """The journal of one run: rewritten with the shards it may reuse, then appended to."""
 
     def __init__(
-        self, out: Path, fingerprint: str, done: dict[int, DoneShard], part: tuple[int, int] | None
+        self,
+        out: Path,
+        fingerprint: str,
+        done: dict[int, DoneShard],
+        part: tuple[int, int] | None,
+        run: dict | None = None,
     ) -> None:
         name = JOURNAL_NAME.replace(".jsonl", part_suffix(part) + ".jsonl")
         self.path = out / name
-        lines = [json.dumps({"fingerprint": fingerprint})]
+        head: dict = (
+            {"fingerprint": fingerprint}
+            if run is None
+            else {"fingerprint": fingerprint, "run": run}
+        )
+        lines = [json.dumps(head)]
         lines += [done[i].to_json() for i in sorted(done)]
         try:
             atomic_write(self.path, ("\n".join(lines) + "\n").encode("utf-8"))

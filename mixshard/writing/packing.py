@@ -46,7 +46,7 @@ from .replace import replace_pack
 from .results import PackProgress, PackResult
 from .scanning import path_key
 from .shardwrite import DoneShard, plan_stamps, strict_error
-from .sourceid import check_source, source_record
+from .sourceid import check_source, run_summary, source_record
 
 if TYPE_CHECKING:
     from .storeout import StoreOut
@@ -225,7 +225,9 @@ class _Job:
                 seconds = time.perf_counter() - self.t0
                 return PackResult(finished, out, seconds, len(finished.shards), True)
             sizes = self.sink.sizes if self.sink else None  # a store: its objects, not files
-            done = load_done(out, plan.fingerprint, redo_skipped=self.strict, sizes=sizes)
+            done = load_done(
+                out, plan.fingerprint, redo_skipped=self.strict, sizes=sizes, run=run_summary(plan)
+            )
             ours = [i for i in range(plan.n_shards) if part is None or i % part[1] == part[0]]
             changed = [i for i in ours if i in done and not _unchanged(plan, done[i])]
             for i in changed:  # a source file changed since it was packed: write it again
@@ -300,7 +302,7 @@ def _run(plan, out, done, todo, part, progress, workers, ray, lock_fds, sink=Non
     """Write the shards `todo`, journalling each (into a store: uploading each, then the
     journal); returns the run's counters."""
     remove_partials(out, {plan.shard_name(i) for i in todo})
-    journal = Journal(out, plan.fingerprint, done, part)
+    journal = Journal(out, plan.fingerprint, done, part, run_summary(plan))
     tracker = _Tracker(plan, done, progress, journal)
     on_shard = tracker.shard if sink is None else sink.start(tracker, uploaded=ray is not None)
     try:
@@ -385,7 +387,7 @@ def _finish(
         if finished is not None:
             check_source(out, finished, plan)
             return PackResult(finished, out, time.perf_counter() - t0, len(finished.shards), True)
-        done = load_done(out, plan.fingerprint, sizes=sizes)
+        done = load_done(out, plan.fingerprint, sizes=sizes, run=run_summary(plan))
         manifest = _finalize(plan, out, done)
         return PackResult(manifest, out, time.perf_counter() - t0, len(done))
     finally:

@@ -47,6 +47,14 @@ def source_record(plan: PackPlan, done: dict[int, DoneShard] | None = None) -> d
             "newest": newest}  # fmt: skip
 
 
+def run_summary(plan: PackPlan) -> dict[str, Any]:
+    """What a journal's header says of its run, for naming what changed when another run finds
+    it (no stat of the files: a run starts without one): SRC, its file count, the options."""
+    files = len(plan.items) + len(plan.scan_skipped)
+    options = {**plan.options, "size": plan.size, "block_size": plan.block_size}
+    return {"src": plan.src, "files": files, "options": options}
+
+
 def _within(label: str) -> str:
     """`:places365_standard/train` of an archive's label `ARCHIVE:within` ("" for its root)."""
     head, sep, tail = label.rpartition(":")
