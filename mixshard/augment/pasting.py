@@ -61,9 +61,10 @@ def composite(
             raise ValueError("out= cannot be used when obs, imgs, mask or alpha require grad")
         return _composite_rows(obs.view(five), imgs, keep, alpha, dtype).view(obs.shape)
     result = torch.empty_like(obs) if out is None else out
-    # a bool mask at full weight is a plain paste: a select, exact, with no float temporaries
+    # uint8 obs under a bool mask at full weight: a plain paste, a select with no float math
+    # (for float obs the lerp below, the mask its weight, measured faster than a select)
     paste = keep.dtype == torch.bool and not isinstance(alpha, torch.Tensor) and alpha == 1.0
-    paste = paste and imgs.dtype in (obs.dtype, torch.uint8)
+    paste = paste and obs.dtype == imgs.dtype == torch.uint8
     # On a CPU, chunks of samples, so that each chunk's float backgrounds and weights stay in
     # cache (as `blend` does); elsewhere one chunk of all.
     frames = imgs.shape[1] // 3
