@@ -5,8 +5,9 @@ frame in a per-pixel Python loop. This wrapper plays the same clips in the same 
 clip pack (`make dmcgb-videos`, read from `$MIXSHARD_DATA/dmcgb-video_easy` or
 `dmcgb-video_hard`): a reset reads the clip's frames, already decoded and resized, from the
 pack; a step keys out the green screen (`masks.green_screen`, DMC-GB's exact rule) and pastes
-the frame behind it in one pass (`composite`). Its interface is DMC-GB's: `VideoWrapper(env,
-mode, seed)` around a dmc2gym environment whose observations are `(3, H, W)` uint8 frames.
+the frame behind it (a select: `composite` at full weight). Its interface is DMC-GB's:
+`VideoWrapper(env, mode, seed)` around a dmc2gym environment whose observations are `(3, H, W)`
+uint8 frames.
 
     # src/env/wrappers.py, in make_env:   env = VideoWrapper(env, mode, seed)
     from mixshard.compat import VideoWrapper
@@ -27,7 +28,6 @@ import torch
 import torch.nn.functional as F
 
 from .augment import masks
-from .augment.pasting import composite
 from .core.presets import check_clip_pack
 from .datasets import pack_folder
 from .reading.source import resolve_source
@@ -111,9 +111,9 @@ class VideoWrapper:
         if "video" not in self._mode:
             return obs
         frame = torch.from_numpy(np.ascontiguousarray(obs)).unsqueeze(0)
-        keep = masks.green_screen(frame)
-        bg = self._background((frame.shape[-2], frame.shape[-1]))
-        return composite(frame, bg, keep)[0].numpy()
+        keep = masks.green_screen(frame)[0].numpy()  # (1, H, W): true on the agent
+        bg = self._background((frame.shape[-2], frame.shape[-1]))[0].numpy()
+        return np.where(keep, obs, bg)  # `composite` at alpha 1, without its checks per frame
 
     def apply_to(self, obs: np.ndarray) -> np.ndarray:
         """The green screen of this step on `obs`, channels first or last (as DMC-GB's)."""
