@@ -27,7 +27,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .augment import masks
+from .augment.greenscreen import keep_table
 from .core.presets import check_clip_pack
 from .datasets import pack_folder
 from .reading.source import resolve_source
@@ -52,6 +52,7 @@ class VideoWrapper:
         self._index = 0
         self._current_frame = 0
         self._frames: torch.Tensor | None = None
+        self._table: np.ndarray | None = None  # the green-screen table, on the first step
         self._max_episode_steps = getattr(env, "_max_episode_steps", None)
         self._clips: list[tuple[int, int]] = []  # (first frame, frames) in DMC-GB's order
         if "video" in mode:
@@ -110,10 +111,14 @@ class VideoWrapper:
         """DMC-GB's green screen of one `(3, H, W)` uint8 frame, when a video mode is set."""
         if "video" not in self._mode:
             return obs
-        frame = torch.from_numpy(np.ascontiguousarray(obs)).unsqueeze(0)
-        keep = masks.green_screen(frame)[0].numpy()  # (1, H, W): true on the agent
-        bg = self._background((frame.shape[-2], frame.shape[-1]))[0].numpy()
-        return np.where(keep, obs, bg)  # `composite` at alpha 1, without its checks per frame
+        if self._table is None:
+            self._table = keep_table("dmcgb", torch.device("cpu")).numpy()
+        # `masks.green_screen`'s lookup (the same table of DMC-GB's rule over all colours) on
+        # one numpy frame, and `composite`'s paste at full weight: no tensor op per step
+        rgb = obs.astype(np.int32)
+        keep = self._table[(rgb[0] << 16) | (rgb[1] << 8) | rgb[2]]  # (H, W): the agent
+        bg = self._background((obs.shape[-2], obs.shape[-1]))[0].numpy()
+        return np.where(keep, obs, bg)
 
     def apply_to(self, obs: np.ndarray) -> np.ndarray:
         """The green screen of this step on `obs`, channels first or last (as DMC-GB's)."""
