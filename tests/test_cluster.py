@@ -133,8 +133,8 @@ def test_parts_refuse_bad_numbers_and_other_options(source, tmp_path):
     assert res.exit_code == 1
     assert res.output == (
         f"Error: {out} holds an interrupted pack of another source or other options "
-        "(.mixshard-pack.part-0-of-2.jsonl); pack again with the same SRC and options to "
-        "resume it, or pass --overwrite to start over\n"
+        "(.mixshard-pack.part-0-of-2.jsonl: block_size 4 -> 256; size 12 -> 16); pack again "
+        "with the same SRC and options to resume it, or pass --overwrite to start over\n"
     )
     res = run("pack", source, out, *ARGS, "--part", "1/2", "--overwrite")
     assert res.exit_code == 2 and "--part cannot be combined with --overwrite" in res.output

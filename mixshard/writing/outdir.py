@@ -219,8 +219,7 @@ def load_done(
             raise OutputError(
                 f"{out} holds an interrupted pack of another source or other options "
                 f"({path.name}{_changes(header, run)}); pack again with the same SRC and options "
-                "to resume it, or pass overwrite=True to start over (a different list of source "
-                "files shuffles into other shards: none of the finished ones can be kept)"
+                "to resume it, or pass overwrite=True to start over"
             )
         for line in lines[1:]:
             try:
@@ -256,7 +255,10 @@ def _changes(header: object, run: dict | None) -> str:
     if old.get("src") != run["src"]:
         said.append(f"started from {old.get('src')}, now {run['src']}")
     if old.get("files") != run["files"]:
-        said.append(f"{old.get('files')} source files then, {run['files']} now")
+        said.append(
+            f"{old.get('files')} source files then, {run['files']} now: the shuffle puts every "
+            "image elsewhere, so no finished shard can be kept"
+        )
     before, now = old.get("options") or {}, run["options"]
     said += [
         f"{k} {before.get(k)} -> {now.get(k)}"
