@@ -58,8 +58,9 @@ def test_more_shards_than_descriptors_are_read_mapped_for_epochs(many, order):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     seen = eval(done.stdout)  # [(batches, mapped shards, open descriptors)] per epoch
-    # every epoch whole; the warm pass maps every shard, sooner or later on a loaded machine
-    assert [s[0] for s in seen] == [12] * 4 and seen[-1][1] == SHARDS, seen
+    # every epoch whole; more shards mapped than the process may hold descriptors (a mapping
+    # holds none); how many the paced warm pass has mapped by then depends on the page cache
+    assert [s[0] for s in seen] == [12] * 4 and seen[-1][1] > LIMIT, seen
     assert [s[1] for s in seen] == sorted(s[1] for s in seen), seen
     # the open-shard cache keeps max(16, LIMIT // 4) = 16; the mappings hold none
     assert all(fds < LIMIT - 16 for _, _, fds in seen), seen
