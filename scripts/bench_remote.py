@@ -186,7 +186,7 @@ def main() -> None:
         pack = make_pack(tmp, count, args.size, args.block_size)
         url = "s3://bench-remote/pack"
         upload(pack, url)
-        probe = storepack.StorePack(url, mixshard.core.manifest.Manifest.load(pack), tmp, None)
+        probe = storepack.StoreFiles(url, mixshard.core.manifest.Manifest.load(pack), tmp, None)
         need, data = probe.need, probe.block_bytes
         print(f"Command: python scripts/bench_remote.py {' '.join(sys.argv[1:])}")
         print(f"Machine: {machine()}; load average {os.getloadavg()[0]:.2f}")

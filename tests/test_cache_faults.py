@@ -69,7 +69,7 @@ def test_a_link_planted_in_the_cache_is_refused_and_its_target_untouched(
     url, tmp_path, victim, planted
 ):
     stream = ShardStream(url, 8, order="block", cache_dir=tmp_path / "c")
-    root = stream.pack.root  # type: ignore[union-attr]  # cache_dir/<pack identity>
+    root = stream.pack.files.root  # cache_dir/<pack identity>
     link = root / planted
     link.parent.mkdir(parents=True, exist_ok=True)
     target = victim[0] if "." in planted or planted.endswith("lock") else victim[0].parent
@@ -88,7 +88,7 @@ def test_a_link_planted_in_the_cache_is_refused_and_its_target_untouched(
 
 def test_a_link_among_the_kept_blocks_is_removed_never_followed(url, pack_dir, tmp_path, victim):
     first = ShardStream(url, 8, order="block", cache_dir=tmp_path / "c")
-    root = first.pack.root  # type: ignore[union-attr]
+    root = first.pack.files.root
     (root / "part-0" / "have").mkdir(parents=True)
     (root / "part-0" / "have" / "0").symlink_to(victim[0])  # "block 0 is kept": it is not
     assert _same(batches(first), batches(ShardStream(pack_dir, 8, order="block")))
@@ -149,30 +149,30 @@ def test_a_cache_on_a_small_disk_by_default_never_fills_it(url, pack_dir, tmp_pa
     with small_disk(tmp_path / "small", "72k") as disk:
         stream = ShardStream(url, 8, order="block", cache_dir=disk)
         pack = stream.pack
-        assert pack.limit == (72 << 10) // 2 < pack.need  # type: ignore[union-attr]
+        assert pack.files.limit == (72 << 10) // 2 < pack.files.need
         local = ShardStream(pack_dir, 8, order="block")
         for epoch in range(3):
             stream.set_epoch(epoch)
             local.set_epoch(epoch)
             assert _same(batches(stream), batches(local))
         used = os.statvfs(disk)
-        assert (used.f_blocks - used.f_bfree) * used.f_frsize <= pack.limit  # type: ignore
+        assert (used.f_blocks - used.f_bfree) * used.f_frsize <= pack.files.limit
         # a limit larger than the disk fills it: the error names the fix
         big = ShardStream(url, 8, order="block", cache_dir=disk / "big", cache_limit=1 << 20)
         with pytest.raises(MixshardError, match=r"^the disk of cache_dir .*/big is full"):
             list(big)
-        big.pack.cache.close()  # type: ignore[union-attr]
-        stream.pack.cache.close()  # type: ignore[union-attr]
+        big.pack.files.cache.close()
+        stream.pack.files.cache.close()
 
 
 def test_the_limit_that_holds_the_whole_pack_counts_its_pages(url, tmp_path):
     stream = ShardStream(url, 8, cache_dir=tmp_path / "c")
     pack = stream.pack
-    spans = pack.spans  # type: ignore[union-attr]
+    spans = pack.files.spans
     pages = sum(((end + 4095) // 4096 - start // 4096) * 4096 for _, start, end in spans.tolist())
     assert os.statvfs(tmp_path).f_frsize == 4096
-    assert pack.need == pages > pack.block_bytes  # type: ignore[union-attr]
-    assert storepack.default_limit(pack.need, tmp_path) == pages  # type: ignore[union-attr]
+    assert pack.files.need == pages > pack.files.block_bytes
+    assert storepack.default_limit(pack.files.need, tmp_path) == pages  # type: ignore[union-attr]
 
 
 def test_a_cache_dir_that_cannot_be_made_is_one_line(url, tmp_path):
@@ -180,7 +180,7 @@ def test_a_cache_dir_that_cannot_be_made_is_one_line(url, tmp_path):
     stream = ShardStream(url, 8, cache_dir=tmp_path / "file" / "c")
     with pytest.raises(MixshardError) as err:
         list(stream)
-    root = stream.pack.root  # type: ignore[union-attr]
+    root = stream.pack.files.root
     assert str(err.value) == (
         f"cannot use the block cache under {root}: Not a directory; give a cache_dir= where "
         "this process can write (and a cache_limit= that fits)"

@@ -134,11 +134,11 @@ def test_a_reader_of_a_store_that_freezes_ends_in_a_shard_error(server, tmp_path
     url = new_bucket("s3") + "/p"
     make_tree(tmp_path / "src", classes=("a", "b"), per_class=16)
     mixshard.pack(tmp_path / "src", url, size=8, shard_size=8, block_size=4, workers=1)
-    need = ShardStream(url, 4, cache_dir=tmp_path / "probe").pack.need  # type: ignore
+    need = ShardStream(url, 4, cache_dir=tmp_path / "probe").pack.files.need
     # half the pack: blocks are fetched again all along
     stream = ShardStream(url, 4, order="block", cache_dir=tmp_path / "c", cache_limit=need // 2)
     assert len(list(stream)) == 8  # epoch 0; half of its blocks stay in the cache
-    cache = stream.pack.cache  # type: ignore[union-attr]
+    cache = stream.pack.files.cache
     limit = time.monotonic() + 30
     while cache._inflight and time.monotonic() < limit:  # fetches ahead for epoch 1 end
         time.sleep(0.05)

@@ -64,13 +64,13 @@ def test_the_loader_reads_gcs_as_the_local_pack(url, reference, tmp_path):
     kw = dict(pin_memory=False, order="block", infinite=False, seed=3)
     local = torch.cat(list(mixshard.loader(reference, 4, **kw)))
     probe = mixshard.ShardStream(url, 4, cache_dir=tmp_path / "probe").pack
-    need = probe.need  # the blocks' pages on disk
+    need = probe.files.need  # the blocks' pages on disk
     # a cache of half the blocks: blocks are dropped to make room, and the batches are the same
     remote = mixshard.loader(url, 4, cache_dir=tmp_path / "c", cache_limit=need // 2, **kw)
     assert torch.equal(torch.cat(list(remote)), local)
-    cache = remote.stream.pack.cache
+    cache = remote.stream.pack.files.cache
     assert cache.peak <= need // 2
-    assert cache.fetched_bytes >= probe.block_bytes  # every block, once or more
+    assert cache.fetched_bytes >= probe.files.block_bytes  # every block, once or more
 
 
 def test_an_object_changed_on_gcs_is_refused(url, tmp_path):

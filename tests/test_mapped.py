@@ -18,7 +18,7 @@ from helpers import copy_pack, read_pack
 
 import mixshard
 from mixshard.core.errors import ShardError
-from mixshard.reading import mapped, warming
+from mixshard.reading import mapped, plan, warming
 from mixshard.reading import stream as stream_mod
 from mixshard.reading.local import LocalPack
 
@@ -35,8 +35,9 @@ def open_pack(folder) -> LocalPack:
 
 
 def warmed(folder) -> LocalPack:
+    """A pack after its warm pass, mapped as the read plan `"auto"` maps it."""
     pack = open_pack(folder)
-    pack.warm(threading.Event())
+    pack.warm(threading.Event(), plan.maps_after_warm("auto", pack.manifest.total_bytes))
     return pack
 
 
@@ -56,7 +57,10 @@ def test_shards_are_mapped_by_the_warm_pass_and_read_the_same_bytes(pack_dir):
     assert pack.mapped_shards == 0  # nothing is mapped before the warm pass has read it in
     assert pack.read_images(index, out) is None
     assert np.array_equal(out, images[index])
-    pack.warm(threading.Event())
+    pack.warm(threading.Event())  # warm only: mapped when the plan asks
+    assert pack.mapped_shards == 0
+    pack.close()
+    pack.warm(threading.Event(), then_map=True)
     assert pack.mapped_shards == 4 == len(pack.shards)
     out[:] = 0
     assert pack.read_images(index, out) is None
@@ -68,21 +72,34 @@ def test_shards_are_mapped_by_the_warm_pass_and_read_the_same_bytes(pack_dir):
     pack.close()
     assert pack.mapped_shards == 0
     assert pack.read_images(index, out) is None  # read with pread again, then mapped again
-    pack.warm(threading.Event())
+    pack.warm(threading.Event(), then_map=True)
     assert pack.mapped_shards == 4
     pack.close()
 
 
 @needs_mapping
-def test_some_shards_mapped_and_others_read(pack_dir):
+def test_a_pack_is_mapped_whole_or_not_at_all(pack_dir, monkeypatch):
     images = read_pack(pack_dir)[0]
+    real, calls = mapped._mmap, []
+
+    def third_fails(*args):  # the third shard's mapping refused (vm.max_map_count reached)
+        calls.append(args)
+        return mapped._MAP_FAILED if len(calls) == 3 else real(*args)
+
+    unmapped = []
+    monkeypatch.setattr(mapped, "_mmap", third_fails)
+    monkeypatch.setattr(mapped, "_munmap", lambda a, n: unmapped.append(n) or 0)
     pack = open_pack(pack_dir)
-    pack._map_shard(1)
-    pack._map_shard(3)
-    pack._map_shard(3)  # mapped once
-    assert pack.mapped_shards == 2
+    assert not pack.map_all(resident_only=False)
+    assert pack.mapped_shards == 0 and len(unmapped) == 2  # the two made are undone
     index = np.random.default_rng(7).permutation(96)
     out = np.empty((96, 3, 8, 8), np.uint8)
+    assert pack.read_images(index, out) is None
+    assert np.array_equal(out, images[index])
+    monkeypatch.undo()
+    assert pack.map_all(resident_only=False) and pack.map_all(resident_only=True)
+    assert pack.mapped_shards == 4
+    out[:] = 0
     assert pack.read_images(index, out) is None
     assert np.array_equal(out, images[index])
     pack.close()
@@ -116,8 +133,8 @@ def test_a_shard_that_cannot_be_mapped_is_read(pack_dir, tmp_path, monkeypatch):
     data = replaced.read_bytes()
     replaced.unlink()
     replaced.write_bytes(data)
-    pack.warm(threading.Event())
-    assert pack.mapped_shards == 3  # it is left to the reads, which name it
+    pack.warm(threading.Event(), then_map=True)
+    assert pack.mapped_shards == 0  # whole or none: left to the reads, which name it
     with pytest.raises(ShardError, match="shard-000001.tar changed after the pack was opened"):
         pack.read_images(np.arange(96), np.empty((96, 3, 8, 8), np.uint8))
     pack.close()
@@ -290,15 +307,14 @@ def test_a_fault_outside_a_copy_goes_to_the_handler_before_ours(tmp_path, order)
 
 @needs_mapping
 def test_the_loader_reads_the_same_batches_mapped_or_not(pack_dir, monkeypatch):
-    def two_epochs() -> list[np.ndarray]:
-        batches = mixshard.loader(pack_dir, 8, order="global", num_workers=2, seed=3)
+    def two_epochs(read: str) -> list[np.ndarray]:
+        batches = mixshard.loader(pack_dir, 8, order="global", num_workers=2, seed=3, read=read)
         return [b.numpy().copy() for _ in range(2) for b in batches]
 
-    mapped_run = two_epochs()
-    monkeypatch.setenv("MIXSHARD_MMAP", "0")
-    plain_run = two_epochs()
-    assert len(mapped_run) == len(plain_run) == 24
+    mapped_run, auto_run, plain_run = two_epochs("mapped"), two_epochs("auto"), two_epochs("pread")
+    assert len(mapped_run) == len(plain_run) == len(auto_run) == 24
     assert all(np.array_equal(a, b) for a, b in zip(mapped_run, plain_run))
+    assert all(np.array_equal(a, b) for a, b in zip(auto_run, plain_run))
 
 
 @needs_mapping
@@ -367,10 +383,18 @@ def test_cache_misses_counts_sampled_bytes_out_of_the_page_cache(tmp_path, monke
     assert warming.cache_misses(0, size, 5, step) == 6
 
 
-def block_run(folder, workers: int) -> tuple[list[np.ndarray], int]:
+def block_run(folder, workers: int, read: str) -> tuple[list[np.ndarray], int]:
     """Three epochs of the block order (images and labels as rows), and the shards mapped."""
     loader = mixshard.loader(
-        folder, 8, order="block", window=3, run=2, num_workers=workers, seed=4, labels=True
+        folder,
+        8,
+        order="block",
+        window=3,
+        run=2,
+        num_workers=workers,
+        seed=4,
+        labels=True,
+        read=read,
     )
     rows = [
         np.concatenate([images.numpy().reshape(8, -1), labels.numpy()[:, None]], 1)
@@ -387,9 +411,8 @@ def block_run(folder, workers: int) -> tuple[list[np.ndarray], int]:
 def test_the_block_order_of_a_warm_pack_is_copied_out_of_mappings_as_the_same_batches(
     pack_dir, monkeypatch, workers
 ):
-    mapped_run, mapped_now = block_run(pack_dir, workers)
-    monkeypatch.setenv("MIXSHARD_MMAP", "0")
-    fed_run, fed_now = block_run(pack_dir, workers)
+    mapped_run, mapped_now = block_run(pack_dir, workers, "auto")
+    fed_run, fed_now = block_run(pack_dir, workers, "feed")
     assert (mapped_now, fed_now) == (4, 0)
     assert len(mapped_run) == len(fed_run) == 36
     assert all(np.array_equal(a, b) for a, b in zip(mapped_run, fed_run))
@@ -450,3 +473,25 @@ def test_the_block_order_reads_ahead_unless_the_whole_pack_is_in_memory_and_fits
     with monkeypatch.context() as patch:
         patch.setenv("MIXSHARD_MMAP", "0")
         assert reads_ahead(pack_dir) == (True, 0)
+
+
+@needs_mapping
+def test_the_read_plan_is_named_or_chosen(pack_dir, tmp_path):
+    stream = mixshard.ShardStream(pack_dir, 8, order="global", read="mapped")
+    reader = stream.reader(range(0, 2))
+    assert (reader.plan, stream.pack.mapped_shards) == ("mapped", 4)  # at open, not after warm
+    reader.close()
+    for order, read, plan_ in (("global", "pread", "pread"), ("block", "feed", "feed")):
+        stream = mixshard.ShardStream(pack_dir, 8, order=order, read=read)
+        reader = stream.reader(range(0, 2))
+        assert (reader.plan, reader.reads_ahead, stream.pack.mapped_shards) == (
+            plan_,
+            read == "feed",
+            0,
+        )
+        reader.get(0)
+        reader.close()
+    with pytest.raises(ValueError, match="read must be one of auto, mapped, feed, pread, got 'io'"):
+        mixshard.ShardStream(pack_dir, 8, read="io")
+    with pytest.raises(ValueError, match="read='feed' reads whole blocks: it needs order='block'"):
+        mixshard.ShardStream(pack_dir, 8, order="global", read="feed")

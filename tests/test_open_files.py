@@ -110,11 +110,7 @@ def _soft_limit() -> int:
 def test_a_mapping_holds_no_descriptor_and_goes_with_its_maps(many):
     shard = str(many / "shard-000000.tar")
     maps = mapped.ShardMaps(1)
-    fd = os.open(shard, os.O_RDONLY)
-    try:
-        assert maps.add(0, fd, os.path.getsize(shard))
-    finally:
-        os.close(fd)
+    assert maps.map_all(lambda slot: os.open(shard, os.O_RDONLY), [os.path.getsize(shard)])
     assert len(maps) == 1
     assert shard not in _open_files()
     assert shard in Path("/proc/self/maps").read_text()

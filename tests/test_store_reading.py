@@ -43,7 +43,7 @@ def url(pack_dir, s3_bucket) -> str:
 
 
 def need_of(url: str, tmp_path: Path) -> int:
-    return ShardStream(url, 8, cache_dir=tmp_path / "probe").pack.need  # type: ignore[union-attr]
+    return ShardStream(url, 8, cache_dir=tmp_path / "probe").pack.files.need
 
 
 def stack(batches) -> list[torch.Tensor]:
@@ -98,25 +98,25 @@ def test_state_dict_resumes_over_s3(pack_dir, url, tmp_path):
 
 def test_the_byte_limit_is_never_passed_and_a_second_run_fetches_nothing(url, tmp_path):
     need = need_of(url, tmp_path)  # the blocks' pages on disk
-    data = ShardStream(url, 8, cache_dir=tmp_path / "probe").pack.block_bytes  # type: ignore
+    data = ShardStream(url, 8, cache_dir=tmp_path / "probe").pack.files.block_bytes
     for limit in (need // 4, need // 2):
         stream = ShardStream(url, 8, cache_dir=tmp_path / f"c{limit}", cache_limit=limit)
         for epoch in range(3):
             stream.set_epoch(epoch)
             assert len(list(stream)) == N // 8
-        cache = stream.pack.cache  # type: ignore[union-attr]
+        cache = stream.pack.files.cache
         assert cache.peak <= limit and cache.fetched_bytes > data
         on_disk = sum(os.stat(p).st_blocks * 512 for p in (tmp_path / f"c{limit}").rglob("s*"))
         assert on_disk <= limit  # pages of blocks dropped are freed, edges included
     first = ShardStream(url, 8, cache_dir=tmp_path / "full", cache_limit=need)
     want = stack(first)
-    assert first.pack.cache.fetched_bytes == data  # type: ignore[union-attr]
+    assert first.pack.files.cache.fetched_bytes == data  # type: ignore[union-attr]
     on_disk = sum(os.stat(p).st_blocks * 512 for p in (tmp_path / "full").rglob("shard-*.tar"))
     assert data < on_disk <= need
-    first.pack.cache.close()  # type: ignore[union-attr]  # (a run's end lets its part go)
+    first.pack.files.cache.close()  # (a run's end lets its part go)
     second = ShardStream(url, 8, cache_dir=tmp_path / "full", cache_limit=need)
     assert same(stack(second), want)
-    assert second.pack.cache.fetched_bytes == 0  # type: ignore[union-attr]
+    assert second.pack.files.cache.fetched_bytes == 0  # type: ignore[union-attr]
 
 
 def test_a_changed_pack_gets_a_new_cache_folder(pack_dir, url, tmp_path):
@@ -127,9 +127,9 @@ def test_a_changed_pack_gets_a_new_cache_folder(pack_dir, url, tmp_path):
     Store(url).write("index.json", json.dumps(meta).encode())
     b = ShardStream(url, 8, cache_dir=tmp_path / "c")
     list(b)
-    assert a.pack.root != b.pack.root  # type: ignore[union-attr]
+    assert a.pack.files.root != b.pack.files.root
     assert len(list((tmp_path / "c").iterdir())) == 2
-    assert b.pack.cache.fetched_bytes == b.pack.block_bytes  # type: ignore[union-attr]
+    assert b.pack.files.cache.fetched_bytes == b.pack.files.block_bytes
 
 
 def test_an_object_changed_after_the_manifest_was_read_is_refused(pack_dir, url, tmp_path):

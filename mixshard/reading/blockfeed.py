@@ -104,9 +104,11 @@ class BlockFeed:
         self._stop = False
         self._error: BaseException | None = None
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
-        expect = getattr(pack, "expect", None)  # a store's cache fetches in this order
-        if expect is not None:
-            expect(sequence_of, per_epoch, rank, batch_size, batches, run)
+        blocks = len(pack.block_count)  # a store's cache fetches, and evicts, in this order
+        uses_of = order.block_uses(
+            pack.block_of, blocks, sequence_of, per_epoch, rank, batch_size, batches, run
+        )
+        pack.files.expect(uses_of, batches.start // per_epoch)
         self._readers = [Job(self._read_all, f"mixshard-read-{i}") for i in range(threads)]
         self._planner = Job(self._plan_all, "mixshard-plan")
         # the threads hold the feed until closed: by its reader, or at interpreter exit

@@ -1,12 +1,14 @@
-"""A local pack folder opened for reading by byte offset (torch-free).
+"""A pack opened for reading by byte offset (torch-free), through a backend that opens its
+shard files: a folder's (`shardfiles.FolderFiles`) or a store's block cache
+(`storepack.StoreFiles`).
 
-Images are read straight into the caller's memory: single images (global order: a batch per
-io_uring call, `uring.py`, or copied out of a mapping of each shard the warm job has read in,
-`mapped.py`), runs of whole blocks (block order, one `preadv`, `blockrun.py`). A shard is only
-mapped where the copy out of it survives the file being truncated under it (`_mapped.c`): a
-short read, a fault in a mapping and a changed file all raise `ShardError`. Opening does one
-`stat` per shard; a block's `.npy` header is checked, and its labels kept, on its first read.
-Descriptors are opened on first use, cached, and only for regular files in the pack folder.
+Images are read straight into the caller's memory: single images (one `pread` each, or copied
+out of mappings of every shard, `mapped.py`: `plan.py` chooses), runs of whole blocks (block
+order, one `preadv`, `blockrun.py`). A shard is only mapped where the copy out of it survives
+the file being truncated under it (`_mapped.c`): a short read, a fault in a mapping and a
+changed file all raise `ShardError`. Opening does one `stat` per shard; a block's `.npy` header
+is checked, and its labels kept, on its first read. Descriptors are opened on first use,
+cached, and only for regular files in the pack folder.
 """
 
 from __future__ import annotations
@@ -22,17 +24,15 @@ from ..core import layout, locks
 from ..core.errors import MixshardError, ShardError
 from ..core.manifest import Manifest, ShardInfo
 from .blockrun import RunPlan
-from .mapped import ShardMaps, map_cached, mapping_wanted
+from .mapped import ShardMaps, resident
 from .openshards import OpenShards
 from .rawio import read_iov
-from .shardfiles import FileId, ShardChecks, warn_bad
-from .uring import RingPool, read_rows
-from .warming import warm_files
+from .shardfiles import FileId, FolderFiles, warn_bad
 
 CHECK_LOCKS = 64  # locks striped over the blocks: a block's first read is checked once
 
 
-class LocalPack(ShardChecks):
+class LocalPack:
     """A pack folder opened for random access. Image `i` is the `i`-th image of the usable
     shards (bad ones skipped with `on_error="skip"`), in stored order. Thread-safe.
 
@@ -45,6 +45,8 @@ class LocalPack(ShardChecks):
         manifest: its loaded `index.json`.
         on_error: `"raise"`: a bad shard or block raises `ShardError`; `"skip"`: a shard found
             bad at open is left out, a block found bad when read is reported by `read_*`.
+        ids: the shards' identities as already found (`source.consistent_pack`).
+        files: the backend that opens the shard files (default: the folder's own).
     """
 
     def __init__(
@@ -53,14 +55,15 @@ class LocalPack(ShardChecks):
         manifest: Manifest,
         on_error: str = "raise",
         ids: dict[str, FileId | ShardError] | None = None,
+        files: FolderFiles | None = None,
     ) -> None:
-        self.folder = Path(folder)
+        self.files = FolderFiles(folder) if files is None else files
         self.manifest = manifest
         self.on_error = on_error
         self.shards: list[ShardInfo] = []
         self.ids: dict[str, FileId] = {}
         # the shards as found when the manifest was read (`source.consistent_pack`), else now
-        found = self.stat_shards(manifest.shards) if ids is None else ids
+        found = self.files.stat_shards(manifest.shards) if ids is None else ids
         for shard in manifest.shards:
             fid = found[shard.name]
             if isinstance(fid, ShardError):
@@ -89,13 +92,40 @@ class LocalPack(ShardChecks):
         self._lock = locks.Lock()
         self._check_locks = [locks.Lock() for _ in range(CHECK_LOCKS)]
         self._warming = False
-        self._rings = RingPool()  # io_uring for the global order's reads
-        self._maps = ShardMaps(len(self.shards))  # ... or mappings, once warm (`mapped.py`)
+        self._maps = ShardMaps(len(self.shards))  # every shard mapped, or none (`plan.py`)
+
+    @property
+    def folder(self) -> Path:
+        """Where the shard files are read (a store pack's: this process's cache part)."""
+        return self.files.folder
 
     # ------------------------------------------------------------------ files
     def _open(self, slot: int) -> contextlib.AbstractContextManager[list[int]]:
         """`[fd]` of shard `slot`, held open while the caller uses it."""
         return self._files.held([slot], self._open_checked)
+
+    def _open_checked(self, slot: int) -> int:
+        name = self.shards[slot].name
+        return self.files.open(name, self.ids[name])
+
+    def _check_same(self, slot: int, fd: int) -> None:
+        name = self.shards[slot].name
+        self.files.check_same(name, fd, self.ids[name])
+
+    def _pread(self, slot: int, fd: int, buf: memoryview, offset: int) -> None:
+        try:
+            got = os.preadv(fd, [buf], offset)
+        except OSError as exc:
+            raise self._unreadable(slot, exc) from None
+        if got != len(buf):
+            self._short(slot, fd)
+
+    def _unreadable(self, slot: int, exc: OSError) -> ShardError:
+        return self.files.unreadable(self.shards[slot].name, exc)
+
+    def _short(self, slot: int, fd: int) -> None:
+        name = self.shards[slot].name
+        self.files.short(name, fd, self.ids[name])
 
     def check_shard(self, slot: int) -> None:
         """Raise `ShardError` when shard `slot` changed since the pack was opened."""
@@ -109,21 +139,20 @@ class LocalPack(ShardChecks):
 
     @property
     def mapped_shards(self) -> int:
-        """Shards the global order now copies out of a mapping (`mapped.py`)."""
+        """Shards now copied out of a mapping (`mapped.py`): all of them, or 0."""
         return len(self._maps)
 
     def close(self) -> None:
         """Close the cached descriptors and unmap the shards (a later read opens them again;
         a later warm pass maps them again)."""
         self._files.close()
-        self._rings.close()
         self._maps.close()
         with self._lock:
             self._warming = False
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        for name in ("_files", "_rings", "_maps", "_lock", "_check_locks"):
+        for name in ("_files", "_maps", "_lock", "_check_locks"):
             state[name] = None
         return state
 
@@ -131,7 +160,7 @@ class LocalPack(ShardChecks):
         self.__dict__.update(state)
         self._lock = locks.Lock()
         self._check_locks = [locks.Lock() for _ in range(CHECK_LOCKS)]
-        self._files, self._rings = OpenShards(), RingPool()
+        self._files = OpenShards()
         self._maps = ShardMaps(len(self.shards))
 
     def __del__(self) -> None:
@@ -156,7 +185,7 @@ class LocalPack(ShardChecks):
         loff = layout.labels_offset_for(offset, count, size)
         llen = layout.labels_header_len(count)
         head, raw = bytearray(hlen), bytearray(llen + 4 * count)
-        with self._open(slot) as (fd,):
+        with self.files.held([b]), self._open(slot) as (fd,):
             self._pread(slot, fd, memoryview(head), offset - hlen)
             self._pread(slot, fd, memoryview(raw), loff - llen)
         self._judge(b, bytes(head), bytes(raw))
@@ -175,7 +204,7 @@ class LocalPack(ShardChecks):
             slot = int(self.block_shard[b])
             where = f"shard {self.folder / self.shards[slot].name} block {self._keys[b]}"
             if self.on_error != "skip":
-                raise ShardError(f"{where}: {problem} (altered); {self._fix()}")
+                raise ShardError(f"{where}: {problem} (altered); {self.files.fix()}")
             warn_bad("block", f"{where}: {problem}")
             self.bad[b] = True
         self._checked[b] = True
@@ -202,7 +231,7 @@ class LocalPack(ShardChecks):
         )
         scratch = np.empty(plan.scratch_bytes, np.uint8)
         iov = plan.iov(addresses, scratch.ctypes.data, self.manifest.image_bytes)
-        with self._open(slot) as (fd,):
+        with self.files.held(blocks), self._open(slot) as (fd,):
             try:
                 got = read_iov(fd, iov, plan.start)
             except OSError as exc:
@@ -258,10 +287,9 @@ class LocalPack(ShardChecks):
 
     def read_images(self, index: np.ndarray, out: np.ndarray) -> np.ndarray | None:
         """Read images `index` into `out` (uint8, `(len(index), 3, size, size)`, contiguous):
-        copied out of the shards' mappings where the warm pass has mapped them (`mapped.py`),
-        else one read each, grouped by shard, the batch's reads in one io_uring call where it
-        can be used (`uring.py`), else one `pread` each. Returns a bool mask of images that
-        come from bad, skipped blocks, or None when every one was read."""
+        copied out of the shards' mappings where every shard is mapped (`mapped.py`), in the
+        batch's order, else one `pread` each, grouped by shard. Returns a bool mask of images
+        that come from bad, skipped blocks, or None when every one was read."""
         index = np.asarray(index, dtype=np.int64)
         if not out.flags.c_contiguous or out.nbytes < len(index) * self.manifest.image_bytes:
             raise ValueError(f"out must be C-contiguous with room for {len(index)} images")
@@ -276,40 +304,23 @@ class LocalPack(ShardChecks):
         good = np.arange(len(index)) if bad is None else np.flatnonzero(~bad)
         shards = np.unique(slot_of[good])  # each read's file is checked after the batch
         files = self._files.held(shards.tolist(), self._open_checked)
-        with files as held, self._maps.held() as mapped:
-            if mapped is not None and mapped[shards].all():  # in the batch's order: the rows
-                fd_at = dict(zip(shards.tolist(), held))  # written one after the next
-                self._copy_mapped(out, good, slot_of[good], offset_of[good], fd_at)
+        with self.files.held(blocks.tolist()), files as held, self._maps.held() as mapped:
+            if mapped:  # in the batch's order: the rows written one after the next
+                self._copy_mapped(out, good, slot_of[good], offset_of[good], shards, held)
             else:  # grouped by shard, as the kernel's reads go fastest
                 rows = good[np.argsort(slot_of[good], kind="stable")]
-                slots, offsets = slot_of[rows], offset_of[rows]
-                fd_of = np.array(held, np.int32)[np.searchsorted(shards, slots)]
-                on_map = None if mapped is None else mapped[slots]
-                if on_map is not None and on_map.any():  # some shards mapped, others not yet
-                    fd_at = dict(zip(shards.tolist(), held))
-                    self._copy_mapped(out, rows[on_map], slots[on_map], offsets[on_map], fd_at)
-                    rest = ~on_map
-                    rows, slots, fd_of = rows[rest], slots[rest], fd_of[rest]
-                    offsets = offsets[rest]
-                self._read_rows(out, rows, slots, fd_of, offsets)
+                fds = np.array(held, np.int64)[np.searchsorted(shards, slot_of[rows])]
+                flat = out.reshape(-1).data
+                for j, row in enumerate(rows.tolist()):
+                    self._pread(
+                        int(slot_of[row]),
+                        int(fds[j]),
+                        flat[row * size : (row + 1) * size],
+                        int(offset_of[row]),
+                    )
             for slot, fd in zip(shards.tolist(), held):
                 self._check_same(slot, fd)
         return bad
-
-    def _read_rows(
-        self,
-        out: np.ndarray,
-        rows: np.ndarray,
-        slots: np.ndarray,
-        fds: np.ndarray,
-        offsets: np.ndarray,
-    ) -> None:
-        """Read image `j` (at `offsets[j]` of shard `slots[j]`, open as `fds[j]`) into row
-        `rows[j]` of `out`, for every `j`: io_uring where it can, else one `pread` each."""
-        size = self.manifest.image_bytes
-        for j in read_rows(self._rings, out, rows, fds, offsets, size):  # again, to raise
-            view = out.reshape(-1).data[rows[j] * size : (rows[j] + 1) * size]  # the right
-            self._pread(int(slots[j]), int(fds[j]), view, int(offsets[j]))  # error
 
     def _copy_mapped(
         self,
@@ -317,20 +328,23 @@ class LocalPack(ShardChecks):
         rows: np.ndarray,
         slots: np.ndarray,
         offsets: np.ndarray,
-        fd_at: dict[int, int],
+        shards: np.ndarray,
+        fds: list[int],
     ) -> None:
-        """As `_read_rows`, out of the shards' mappings (held by the caller); `fd_at`: each
-        shard's descriptor, for the error."""
+        """Copy image `j` (at `offsets[j]` of shard `slots[j]`) into row `rows[j]` of `out`,
+        for every `j`, out of the mappings (held by the caller); `fds`: the descriptors of
+        `shards`, for the error."""
         status, j = self._maps.copy(out, rows, slots, offsets, self.manifest.image_bytes)
         if status == 0:
             return
         slot = int(slots[j])
+        fd_at = dict(zip(shards.tolist(), fds))
         if status == 1:  # past the shard's end: as a short read
             self._short(slot, fd_at[slot])
         self._check_same(slot, fd_at[slot])  # truncated or copied over under the mapping
         raise ShardError(
             f"cannot read shard {self.folder / self.shards[slot].name}: a page of it could not "
-            f"be read (a disk error); {self._fix()}"
+            f"be read (a disk error); {self.files.fix()}"
         )
 
     def labels(self, index: np.ndarray) -> np.ndarray:
@@ -351,40 +365,33 @@ class LocalPack(ShardChecks):
             raise ShardError(f"images of {self.folder} come from bad blocks")
         return out
 
-    def warm(self, stop: threading.Event) -> None:
-        """Read every shard into the page cache, paced (`warming.py`), and map each one read
-        in when the pack fits in memory (`mapped.py`). Runs on a background thread. Once per
-        pack: later calls return at once; stopped early, the next reader starts over (cached
-        pages cost nothing)."""
+    def warm(self, stop: threading.Event, then_map: bool = False) -> None:
+        """Read every shard into the page cache, paced (`warming.py`), then map every shard
+        if `then_map` (`plan.maps_after_warm`). Runs on a background thread. Once per pack:
+        later calls return at once; stopped early, the next reader starts over (cached pages
+        cost nothing). A store pack's backend fetches every block ahead instead."""
         with self._lock:
-            if self._warming or not hasattr(os, "posix_fadvise"):
+            if self._warming:
                 return
             self._warming = True
         files = [(self.folder / shard.name, shard.bytes) for shard in self.shards]
-        maps = mapping_wanted(self.manifest.total_bytes)
-        if not warm_files(files, stop, self._map_shard if maps else None):
+        if not self.files.warm(files, stop):
             self._warming = False
+        elif then_map:
+            self.map_all(resident_only=False)
 
-    def map_resident(self) -> bool:
-        """Map every shard now when the pack is in the page cache and fits in memory
-        (`mapped.map_cached`): any batch is then copied out of the mappings (`read_images`),
-        as the block order does for a warm pack. Returns True when every shard is mapped."""
+    def map_all(self, resident_only: bool) -> bool:
+        """Map every shard (or none, `mapped.py`); with `resident_only`, only when the pack is
+        in the page cache. Returns True when every shard is mapped: any batch is then copied
+        out of the mappings (`read_images`)."""
         if self.mapped_shards == len(self.shards):
             return True
+        if not self.files.mappable:
+            return False
         sizes = [shard.bytes for shard in self.shards]
         try:
-            return map_cached(self._maps, self._open_checked, sizes)
+            if resident_only and not resident(self._open_checked, sizes):
+                return False
+            return self._maps.map_all(self._open_checked, sizes)
         except MixshardError:  # read with `pread`, which names what is wrong
             return False
-
-    def _map_shard(self, slot: int) -> None:
-        """Map shard `slot`, now in the page cache, for the global order's copies; a shard
-        that cannot be opened or mapped is read with `pread` (which names what is wrong)."""
-        try:
-            fd = self._open_checked(slot)
-        except MixshardError:  # on the warm thread: the reads name it
-            return
-        try:
-            self._maps.add(slot, fd, self.shards[slot].bytes)
-        finally:
-            os.close(fd)

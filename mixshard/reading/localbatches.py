@@ -1,6 +1,6 @@
-"""The batches of a stream over a local pack folder: single-image reads (global order, and the
-block order of a pack in the page cache: copies out of mappings of its shards, `mapped.py`) or
-whole blocks read ahead (block order, `blockfeed.py`).
+"""The batches of a stream over a local pack: single images copied out of mappings of its
+shards or read one by one (`mapped.py`, either order), or whole blocks read ahead (block order,
+`blockfeed.py`), as the read plan chooses once per reader (`plan.py`).
 
 Batch `k` is the same whoever makes it (`order.py`), so `LocalBatches` makes any batch from
 any number of threads or processes; `BatchReader` makes a range of them, reading ahead.
@@ -20,9 +20,8 @@ from ..core import locks
 from ..core.device import host_empty, pinned
 from ..core.errors import MixshardError
 from ..core.jobs import Job, check_process, own, this_process
-from . import order
+from . import order, plan
 from .blockfeed import BlockFeed
-from .inmemory import MemoryCopy
 from .local import LocalPack
 from .recycle import Recycler
 from .roles import role_batches
@@ -40,8 +39,7 @@ class LocalBatches:
         labels: batches are `(images, labels)`.
         drop_cache: block order: drop blocks from the page cache once read (a pack larger
             than memory).
-        copy: global order: the copy of the pack's images in memory to gather from
-            (`inmemory.py`), or None: every image is read with `pread`.
+        read: the read plan asked for (`plan.READS`).
     """
 
     def __init__(
@@ -51,9 +49,9 @@ class LocalBatches:
         batch_size: int,
         labels: bool,
         drop_cache: bool,
-        copy: MemoryCopy | None = None,
+        read: str = "auto",
     ) -> None:
-        self.pack, self.epochs, self.copy = pack, epochs, copy
+        self.pack, self.epochs, self.read = pack, epochs, read
         self.batch_size, self.labels, self.drop_cache = batch_size, labels, drop_cache
 
     def batch_index(self, k: int, nb: int, rank: int) -> np.ndarray:
@@ -99,10 +97,11 @@ class BatchReader:
         self._jobs: list[tuple[Job, int]] = []  # (job, batches this reader makes before it)
         self._made = 0
         epochs = batches_of.epochs
-        # the block order reads whole blocks ahead, unless the pack is in the page cache and
-        # mapped: then its batches are copied out of the mappings like the global order's
-        # (the same batches; no window of batch buffers to fill before the first one)
-        if epochs.kind == "block" and (batches_of.drop_cache or not self.pack.map_resident()):
+        pack_bytes = self.pack.manifest.total_bytes
+        self.plan = plan.choose(
+            self.pack, epochs.kind, batches_of.read, batches_of.drop_cache, pack_bytes
+        )
+        if self.plan == "feed":
             window_images = int(np.sort(self.pack.block_count)[-epochs.window :].sum())
             self._feed = BlockFeed(
                 self.pack,
@@ -117,9 +116,13 @@ class BatchReader:
                 run=epochs.run,
             )
         else:
-            self._read = self.pack.read_images
-            if epochs.kind != "block":
-                self._global_jobs(nb)
+            if self.plan == "pread":
+                # Warm a cold pack with sequential reads, so the first epoch is not a seek
+                # storm; started once the first batch is read, which would otherwise queue
+                # behind it. Once warm, the pack is mapped if the plan allows
+                then_map = plan.maps_after_warm(batches_of.read, pack_bytes)
+                warm = functools.partial(self.pack.warm, self._stop, then_map)
+                self._jobs.append((Job(warm, "mixshard-warm", False), 0))
             self._jobs_lock = locks.Lock()
             # a fresh 5 MB buffer per batch costs ~1,300 page faults: use dropped ones again
             m = self.pack.manifest
@@ -128,24 +131,9 @@ class BatchReader:
         jobs = [job for job, _ in self._jobs]
         self._closer = own(self, _close_reader, self._stop, self._feed, jobs)
 
-    def _global_jobs(self, nb: int) -> None:
-        """The global order's background jobs: warm the pack, fill the memory copy."""
-        # Warm a cold pack with sequential reads, so the first epoch is not a seek storm;
-        # started once the first batch is read, which would otherwise queue behind it
-        warm = Job(functools.partial(self.pack.warm, self._stop), "mixshard-warm", False)
-        self._jobs.append((warm, 0))
-        copy = self.source.copy
-        if copy is not None and copy.usable:  # not in a forked or unpickled worker
-            # the memory copy is filled after an epoch: from the page cache then, and a
-            # run shorter than an epoch (or a benchmark's one pass) never pays for it
-            fill = Job(functools.partial(copy.load, self._stop, True), "mixshard-fill", False)
-            self._jobs.append((fill, nb))
-            self._read = copy.read_images
-
     @property
     def reads_ahead(self) -> bool:
-        """True when batches are read ahead on the reader's own threads (the block order,
-        unless the pack is mapped: `LocalPack.map_resident`)."""
+        """True when batches are read ahead on the reader's own threads (the plan `"feed"`)."""
         return self._feed is not None
 
     @property
@@ -172,7 +160,7 @@ class BatchReader:
                 else (torch.from_numpy(buffer).view(shape))
             )
             index = self.source.batch_index(k, self._nb, self._rank)
-            bad = self._read(index, images.numpy())
+            bad = self.pack.read_images(index, images.numpy())
             if buffer is not None:
                 self._recycler.lend(buffer)
             self._start_jobs()

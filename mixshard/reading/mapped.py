@@ -1,7 +1,7 @@
-"""The global order's reads out of memory mappings of the shards, where it is safe.
+"""Reads out of memory mappings of a pack's shards, where it is safe.
 
-A batch of the global order is one image from each of 256 random places. Read with `pread` (or
-io_uring) the kernel does per-page work for every image: on the 2-core VMs this was measured
+A batch of the global order is one image from each of 256 random places. Read with `pread` the
+kernel does per-page work for every image: on the 2-core VMs this was measured
 on, two reader threads spent ~9 µs of system time per 21 KB image. Out of a mapping it is one
 memcpy per image in user space (`_mapped.c`), in the batch's order: on a 4.2 GB pack in the page
 cache 1.36x the reads over a fresh process's first pass (its page faults map the pages: 2 MB a
@@ -13,17 +13,16 @@ mapped (or a disk error paging it in) raises SIGBUS on the access, which would e
 `_mapped.copy_rows` catches that fault and the reader raises `ShardError` naming the shard,
 as a short `pread` does. A shard rewritten in place is noticed as before, by the identity check
 after each batch (`LocalPack._check_same`). Where the extension was not built (no C compiler at
-install), or with `MIXSHARD_MMAP=0`, nothing is mapped.
+install), nothing is mapped.
 
-A shard is mapped once the warm job has read it into the page cache (`warming.py`), and only
-when the whole pack fits in half the available memory: a fault on a page not in the cache reads
+A pack is mapped whole or not at all (`plan.py` decides), and only when it is in the page
+cache and fits in half the available memory: a fault on a page not in the cache reads
 it synchronously, one at a time, where `pread`s queue hundreds at once, so a cold shard or a
 pack larger than memory stays on `pread`. Mappings share the page cache's pages: they add no
 memory, though the pages a process has touched count in its RSS (as shared file pages).
 
-The block order maps a pack only when its reader opens and finds the pack already in the page
-cache (`map_cached`); otherwise it reads whole blocks ahead (`blockfeed.py`). Its batches are
-the same either way.
+Either order's reader maps a pack it finds in the page cache when it opens; the global order
+maps it again once its warm pass has read it in. Its batches are the same either way.
 """
 
 from __future__ import annotations
@@ -93,28 +92,16 @@ def _unmap(regions: dict[int, tuple[int, int]]) -> None:
             _munmap(address, length)
 
 
-def mapping_wanted(pack_bytes: int) -> bool:
-    """Whether a pack of `pack_bytes` is read through mappings: the extension built, not
-    turned off (`MIXSHARD_MMAP=0`), and the pack within `MAP_SHARE` of the available memory
-    (asked last: the only one of these that costs)."""
-    if _mapped is None or _mmap is None or os.environ.get("MIXSHARD_MMAP") == "0":
-        return False
-    return pack_bytes <= MAP_SHARE * available_memory()
-
-
-def map_cached(maps: ShardMaps, open_shard: Callable[[int], int], sizes: list[int]) -> bool:
-    """Map every shard into `maps` (shard `i`: `sizes[i]` bytes of `open_shard(i)`, a
-    descriptor closed here before the next is opened) when the pack is in the page cache, at
-    most `MISSES_ALLOWED` of a sample of its bytes out of it (`warming.cache_misses`), and
-    `mapping_wanted`. The pages
-    still out are asked for ahead (`WILLNEED`); a copy that gets there first reads them.
-    Returns True when every shard is mapped (errors of `open_shard` are raised)."""
-    if not mapping_wanted(sum(sizes)):
-        return False
+def resident(open_shard: Callable[[int], int], sizes: list[int]) -> bool:
+    """Whether a pack whose shard `i` is `sizes[i]` bytes of `open_shard(i)` (a descriptor,
+    closed here before the next is opened: a pack may have more shards than this process may
+    open) is in the page cache: at most `MISSES_ALLOWED` of a sample of its bytes out of it
+    (`warming.cache_misses`). The pages still out are asked for ahead (`WILLNEED`); a copy
+    that gets there first reads them."""
     allowed = int(MISSES_ALLOWED * sum(cache_samples(size) for size in sizes))
     missed = 0
-    for slot, size in enumerate(sizes):  # one descriptor at a time: a pack may have more
-        fd = open_shard(slot)  # shards than this process may open
+    for slot, size in enumerate(sizes):
+        fd = open_shard(slot)
         try:
             misses = cache_misses(fd, size, allowed - missed)
             missed += misses
@@ -124,74 +111,74 @@ def map_cached(maps: ShardMaps, open_shard: Callable[[int], int], sizes: list[in
                 os.posix_fadvise(fd, 0, size, os.POSIX_FADV_WILLNEED)
         finally:
             os.close(fd)
-    mapped = True
-    for slot, size in enumerate(sizes):
-        fd = open_shard(slot)
-        try:
-            mapped = maps.add(slot, fd, size) and mapped
-        finally:
-            os.close(fd)
-    return mapped
+    return True
 
 
 class ShardMaps:
-    """Read-only mappings of some of a pack's shards, and the copies out of them. Thread-safe:
-    a mapping is never unmapped while a copy holds it. A forked child keeps the parent's
-    mappings (inherited with the address space); an unpickled pack starts with none."""
+    """Read-only mappings of every shard of a pack, or of none, and the copies out of them.
+    Thread-safe: the mappings are never unmapped while a copy holds them. A forked child keeps
+    the parent's mappings (inherited with the address space); an unpickled pack starts with
+    none."""
 
     def __init__(self, shards: int) -> None:
         self._regions: dict[int, tuple[int, int]] = {}  # slot -> (address, length)
         # collected: unmapped. Not at exit, where a daemon reader may still copy out of them
         # (the process's end unmaps them anyway).
         weakref.finalize(self, _unmap, self._regions).atexit = False
-        self._bases = np.zeros(shards, np.uint64)  # address of each mapping, 0: not mapped
+        self._bases = np.zeros(shards, np.uint64)  # address of each mapping
         self._lengths = np.zeros(shards, np.int64)
-        self._mapped = np.zeros(shards, bool)
-        self._count = 0
+        self._all = False
         self._users = 0  # copies holding the mappings
         self._cond = locks.Condition()
         self._pid = this_process()
 
     def __len__(self) -> int:
-        return self._count
+        return len(self._bases) if self._all else 0
 
     def _here(self) -> None:
         """In a forked child: no users (those were the parent's threads)."""
         if self._pid != this_process():
             self._users, self._pid = 0, this_process()  # (the lock is renewed by core.locks)
 
-    def add(self, slot: int, fd: int, length: int) -> bool:
-        """Map the first `length` bytes of `fd` as shard `slot`; False when it cannot be
-        mapped (then it is read with `pread`)."""
-        address = map_file(fd, length)
-        if address is None:
-            return False
+    def map_all(self, open_shard: Callable[[int], int], sizes: list[int]) -> bool:
+        """Map shard `i`: the first `sizes[i]` bytes of `open_shard(i)` (closed here), for
+        every `i`; False, and none mapped, when one cannot be (then every image is read with
+        `pread`). Errors of `open_shard` are raised."""
         self._here()
         with self._cond:
-            if self._mapped[slot]:
-                _unmap({slot: (address, length)})
+            if self._all:
                 return True
-            self._regions[slot] = (address, length)
-            self._bases[slot], self._lengths[slot] = address, length
-            self._mapped[slot] = True
-            self._count += 1
+            regions: dict[int, tuple[int, int]] = {}
+            try:
+                for slot, size in enumerate(sizes):
+                    fd = open_shard(slot)
+                    try:
+                        address = map_file(fd, size)
+                    finally:
+                        os.close(fd)
+                    if address is None:
+                        return False
+                    regions[slot] = (address, size)
+            finally:
+                if len(regions) < len(sizes):
+                    _unmap(regions)
+            self._regions.update(regions)
+            for slot, (address, size) in regions.items():
+                self._bases[slot], self._lengths[slot] = address, size
+            self._all = True
         return True
 
     @contextlib.contextmanager
-    def held(self) -> Iterator[np.ndarray | None]:
-        """Which shards are mapped (a bool per shard), kept mapped until the block ends; None
-        when none is."""
+    def held(self) -> Iterator[bool]:
+        """Whether the shards are mapped, kept mapped until the block ends."""
         self._here()
         with self._cond:
-            if not self._count:
-                mapped = None
-            else:
-                mapped = self._mapped.copy()
-                self._users += 1
+            mapped = self._all
+            self._users += mapped
         try:
             yield mapped
         finally:
-            if mapped is not None:
+            if mapped:
                 with self._cond:
                     self._users -= 1
                     self._cond.notify_all()
@@ -199,12 +186,12 @@ class ShardMaps:
     def copy(
         self, out: np.ndarray, rows: np.ndarray, slots: np.ndarray, offsets: np.ndarray, size: int
     ) -> tuple[int, int]:
-        """Copy `size` bytes at `offsets[j]` of mapped shard `slots[j]` into row `rows[j]` of
-        `out`, for every `j`, with the GIL released; the caller holds the mappings (`held`).
-        Returns `(0, n)`, or `(1, j)`: item `j` lies past the end of its shard, `(2, j)`: the
-        file failed under item `j` (truncated, or a page that could not be read); the items
-        before `j` are copied."""
-        assert _mapped is not None  # only shards mapped by `add` are copied from
+        """Copy `size` bytes at `offsets[j]` of shard `slots[j]` into row `rows[j]` of `out`,
+        for every `j`, with the GIL released; the caller holds the mappings (`held`). Returns
+        `(0, n)`, or `(1, j)`: item `j` lies past the end of its shard, `(2, j)`: the file
+        failed under item `j` (truncated, or a page that could not be read); the items before
+        `j` are copied."""
+        assert _mapped is not None  # only shards mapped by `map_all` are copied from
         return _mapped.copy_rows(
             out,
             np.ascontiguousarray(rows, np.int64),
@@ -224,5 +211,15 @@ class ShardMaps:
             _unmap(self._regions)
             self._bases[:] = 0
             self._lengths[:] = 0
-            self._mapped[:] = False
-            self._count = 0
+            self._all = False
+
+
+def can_map(pack_bytes: int) -> bool:
+    """Whether mappings can be made here (the extension built) and a pack of `pack_bytes`
+    fits in `MAP_SHARE` of the available memory (asked last: the one of these that costs)."""
+    if _mapped is None or _mmap is None:
+        return False
+    try:
+        return pack_bytes <= MAP_SHARE * available_memory()
+    except OSError:  # no descriptor left to ask with: read with `pread`, which names that
+        return False

@@ -1,17 +1,24 @@
-"""What identifies a shard file, how it is checked and named in errors, and how many are kept
-open: shared by the local readers."""
+"""A pack folder's shard files: what identifies one, how it is opened, checked and named in
+errors (`FolderFiles`, the backend `LocalPack` reads through), how many are kept open."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import threading
 import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
+
+import numpy as np
 
 from ..core.errors import ManifestError, MixshardError, ShardError
 from ..core.files import open_regular
 from ..core.manifest import SHARD_NAME, ShardInfo
+from .warming import warm_files
 
 
 def _max_open_shards() -> int:
@@ -118,28 +125,36 @@ def shard_path(folder: Path, name: str) -> Path:
     return folder / name
 
 
-class ShardChecks:
-    """A local pack's shard files checked against what they were when it was opened: each
-    shard's `FileId` in `ids` (by name), its reads' errors naming the file and the fix."""
+class FolderFiles:
+    """The backend a `LocalPack` reads a pack folder's shard files through: each opened only as
+    a regular file of the folder and checked against its `FileId` from when the pack was
+    opened; its reads' errors name the file and the fix. A store pack's backend
+    (`storepack.StoreFiles`) is handed to `LocalPack` in its place."""
 
-    folder: Path
-    shards: list[ShardInfo]
-    ids: dict[str, FileId]
+    mappable = True  # its files may be mapped (`mapped.py`)
+    need = 0  # bytes a cache must hold for the whole pack (a folder has no cache)
 
-    def _fix(self) -> str:
+    def __init__(self, folder: str | os.PathLike) -> None:
+        self.folder = Path(folder)
+
+    def fix(self) -> str:
         return f"run `mixshard verify {self.folder}`, then repack or restore the file"
+
+    def fits(self) -> bool:
+        """Whether the whole pack can be held where it is read (a store's cache may not)."""
+        return True
 
     def stat_shards(self, shards: tuple[ShardInfo, ...]) -> dict[str, FileId | ShardError]:
         """Each shard's `FileId`, or the `ShardError` that names what is wrong with it."""
         found: dict[str, FileId | ShardError] = {}
         for shard in shards:
             try:
-                found[shard.name] = self._stat(shard)
+                found[shard.name] = self.stat(shard)
             except ShardError as exc:
                 found[shard.name] = exc
         return found
 
-    def _stat(self, shard: ShardInfo) -> FileId:
+    def stat(self, shard: ShardInfo) -> FileId:
         path = shard_path(self.folder, shard.name)
         try:
             fd = open_regular(path)
@@ -147,13 +162,13 @@ class ShardChecks:
             if exc.errno in (errno.EMFILE, errno.ENFILE):
                 raise too_many_files(path) from None
             why = "missing" if isinstance(exc, FileNotFoundError) else exc.strerror
-            raise ShardError(f"shard {path} is {why}; {self._fix()}") from None
+            raise ShardError(f"shard {path} is {why}; {self.fix()}") from None
         try:
             found = FileId.of(os.fstat(fd))
             if found.size != shard.bytes:
                 raise ShardError(
                     f"shard {path} is {found.size} bytes, index.json says {shard.bytes} "
-                    f"(truncated or altered); {self._fix()}"
+                    f"(truncated or altered); {self.fix()}"
                 )
             need = shard.bytes // SPARSE_RATIO
             stored = stored_bytes(fd, shard.bytes, need)
@@ -170,48 +185,51 @@ class ShardChecks:
             )
         return found
 
-    def _open_checked(self, slot: int) -> int:
-        path = self.folder / self.shards[slot].name
+    def open(self, name: str, fid: FileId) -> int:
+        """A descriptor of shard `name`, which must still be the file `fid`."""
+        path = self.folder / name
         try:
             fd = open_regular(path)
         except OSError as exc:
             if exc.errno in (errno.EMFILE, errno.ENFILE):
                 raise too_many_files(path) from None
-            raise ShardError(f"cannot open shard {path}: {exc.strerror}; {self._fix()}") from None
-        if not self.ids[self.shards[slot].name].matches(os.fstat(fd)):
+            raise ShardError(f"cannot open shard {path}: {exc.strerror}; {self.fix()}") from None
+        if not fid.matches(os.fstat(fd)):
             os.close(fd)
-            raise self._changed(path)
+            raise self.changed(name)
         return fd
 
-    def _changed(self, path: Path) -> ShardError:
+    def changed(self, name: str) -> ShardError:
         # A new pack written over this one may reuse the inode numbers: say both causes.
         return ShardError(
-            f"shard {path} changed after the pack was opened (a new pack written over it, or "
-            f"the file copied over or truncated); open the pack again (and run `mixshard verify "
-            f"{self.folder}` unless a new pack was written)"
+            f"shard {self.folder / name} changed after the pack was opened (a new pack written "
+            f"over it, or the file copied over or truncated); open the pack again (and run "
+            f"`mixshard verify {self.folder}` unless a new pack was written)"
         )
 
-    def _check_same(self, slot: int, fd: int) -> None:
-        """Raise when the shard behind `fd` was written to since it was opened."""
-        shard = self.shards[slot]
-        if not self.ids[shard.name].matches(os.fstat(fd)):
-            raise self._changed(self.folder / shard.name)
+    def check_same(self, name: str, fd: int, fid: FileId) -> None:
+        """Raise when the shard behind `fd` was written to since the pack was opened."""
+        if not fid.matches(os.fstat(fd)):
+            raise self.changed(name)
 
-    def _pread(self, slot: int, fd: int, buf: memoryview, offset: int) -> None:
-        try:
-            got = os.preadv(fd, [buf], offset)
-        except OSError as exc:
-            raise self._unreadable(slot, exc) from None
-        if got != len(buf):
-            self._short(slot, fd)
+    def unreadable(self, name: str, exc: OSError) -> ShardError:
+        return ShardError(f"cannot read shard {self.folder / name}: {exc.strerror}")
 
-    def _unreadable(self, slot: int, exc: OSError) -> ShardError:
-        path = self.folder / self.shards[slot].name
-        return ShardError(f"cannot read shard {path}: {exc.strerror}")
-
-    def _short(self, slot: int, fd: int) -> None:
+    def short(self, name: str, fd: int, fid: FileId) -> NoReturn:
         """A read ended early: the file changed, or was truncated."""
-        self._check_same(slot, fd)
-        raise ShardError(
-            f"shard {self.folder / self.shards[slot].name} ends early (truncated); {self._fix()}"
-        )
+        self.check_same(name, fd, fid)
+        raise ShardError(f"shard {self.folder / name} ends early (truncated); {self.fix()}")
+
+    @contextlib.contextmanager
+    def held(self, blocks: list[int]) -> Iterator[None]:
+        """Blocks `blocks` stay readable until the block ends (a folder's always are)."""
+        yield
+
+    def expect(self, uses_of: Callable[[int], np.ndarray], first_epoch: int) -> None:
+        """A block feed tells the blocks it will read, per epoch (a store's cache fetches
+        and evicts by them; a folder needs nothing)."""
+
+    def warm(self, files: list[tuple[Path, int]], stop: threading.Event) -> bool:
+        """Read the shard files into the page cache (paced, `warming.py`); True once all are
+        in."""
+        return hasattr(os, "posix_fadvise") and warm_files(files, stop)

@@ -22,7 +22,7 @@ from ..core.packpath import pack_dir
 from ..core.stores import Store, check_location, is_store_url, load_manifest
 from .local import LocalPack
 from .remote import is_folder, resolve_urls
-from .shardfiles import FileId, ShardChecks, file_id
+from .shardfiles import FileId, FolderFiles, file_id
 
 SWAP_TRIES = 5  # reads of a pack folder whose index.json changed while it was read
 
@@ -70,9 +70,11 @@ class Source:
             TypeError: a source of shard URLs (they are streamed whole).
         """
         if self.store is not None:
-            from .storepack import StorePack
+            from .storepack import open_store_pack
 
-            return StorePack(self.store, self.manifest, self.cache_dir, self.cache_limit, on_error)
+            return open_store_pack(
+                self.store, self.manifest, self.cache_dir, self.cache_limit, on_error
+            )
         if self.folder is None:
             raise TypeError("shard URLs are streamed, not opened by byte offset")
         return LocalPack(self.folder, self.manifest, on_error, self.ids)
@@ -148,8 +150,7 @@ def consistent_pack(folder: str | os.PathLike) -> tuple[Manifest, dict[str, File
         ManifestError: as `Manifest.load`, when the folder holds no readable pack.
     """
     index = Path(folder) / MANIFEST_NAME
-    probe = ShardChecks()
-    probe.folder = Path(folder)
+    probe = FolderFiles(folder)
     for attempt in range(SWAP_TRIES):
         before = file_id(index)
         try:

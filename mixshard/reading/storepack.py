@@ -1,11 +1,11 @@
 """A pack on an object store (`s3://`, `gs://`), read as a local pack through a block cache.
 
-`StorePack` is a `LocalPack` whose shard files are the sparse files of a `BlockCache`
-(`blockcache.py`): every read first holds the blocks it touches (fetched and checked if they
-are not there yet), then reads them with the local pack's own `preadv` paths. So the orders,
-the rank split, the epoch contract and `state_dict` resume are exactly the local ones. A block
-feed tells the pack the blocks it will read (`expect`), and the cache fetches them ahead in
-that order and evicts by it.
+`StoreFiles` is the backend a `LocalPack` is handed in place of a folder's: its shard files are
+the sparse files of a `BlockCache` (`blockcache.py`), and every read first holds the blocks it
+touches (fetched and checked if they are not there yet), then reads them with the local pack's
+own `preadv` paths. So the orders, the rank split, the epoch contract and `state_dict` resume
+are exactly the local ones. A block feed tells the backend the blocks it will read (`expect`),
+and the cache fetches them ahead in that order and evicts by it.
 
 The cache lives under `cache_dir/<pack identity>/`, the identity a digest of the URL and of
 `index.json` (which holds every shard's and block's sha256): a changed pack gets a new folder
@@ -15,11 +15,13 @@ DataLoader worker opens its own part, with its share of the byte limit).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from torch.utils.data import get_worker_info
@@ -28,11 +30,10 @@ from ..core import layout
 from ..core.errors import ManifestError, MixshardError, ShardError
 from ..core.manifest import Manifest, ShardInfo
 from ..core.stores import Store
-from . import order
 from .blockcache import BlockCache, claim_part
 from .cachefiles import footprint, page_size
 from .local import LocalPack
-from .shardfiles import FileId, shard_path
+from .shardfiles import FileId, FolderFiles, shard_path
 
 POLICY = "future"  # eviction policy of new caches ("lru": for the benchmark's comparison)
 
@@ -74,8 +75,10 @@ def default_limit(need: int, root: Path) -> int:
     return min(need, shutil.disk_usage(probe).free // 2)
 
 
-class StorePack(LocalPack):
-    """A pack at `url` read through a block cache.
+class StoreFiles(FolderFiles):
+    """The backend a `LocalPack` reads a store pack at `url` through: its shard files are the
+    sparse files of this process's `BlockCache`, and every read holds the blocks it touches
+    (fetched and checked by digest first if they are not there yet).
 
     Args:
         url: the pack's store URL.
@@ -83,8 +86,9 @@ class StorePack(LocalPack):
         cache_dir: the cache's root (default `default_cache_dir()`).
         cache_limit: bytes the cache takes on disk at most, counting each block's file-system
             pages (split among DataLoader workers).
-        on_error: as for `LocalPack` (a block whose digest differs always raises).
     """
+
+    mappable = False  # a cache file holds only the blocks fetched so far
 
     def __init__(
         self,
@@ -92,12 +96,13 @@ class StorePack(LocalPack):
         manifest: Manifest,
         cache_dir: str | os.PathLike | None,
         cache_limit: int | None,
-        on_error: str = "raise",
     ) -> None:
         self.url = url
         self.digests = check_digests(manifest, url)
         identity = hashlib.sha256(url.encode() + b"\n" + manifest.dumps()).hexdigest()[:20]
-        self.root = Path(cache_dir or default_cache_dir()) / identity
+        super().__init__(Path(cache_dir or default_cache_dir()) / identity)
+        self.root = self.folder
+        self.shards = [(s.name, s.bytes) for s in manifest.shards]
         self.spans = block_spans(manifest)
         self.block_bytes = int((self.spans[:, 2] - self.spans[:, 1]).sum())  # of every block
         # ... and what they take in the cache's files, page by page: the limit that holds them
@@ -106,10 +111,11 @@ class StorePack(LocalPack):
         self.cache: BlockCache | None = None
         self._cache_pid = -1
         self._listed: dict[str, int] | None = None
-        super().__init__(self.root, manifest, on_error)
-        self._listed = None
 
-    def _stat(self, shard: ShardInfo) -> FileId:
+    def fits(self) -> bool:
+        return self.need <= self.limit
+
+    def stat(self, shard: ShardInfo) -> FileId:
         shard_path(self.root, shard.name)  # a plain name, or a ShardError
         if self._listed is None:  # one listing for all shards (issue 40: sizes were trusted)
             self._listed = Store(self.url).listing()
@@ -126,14 +132,14 @@ class StorePack(LocalPack):
     def open_cache(self) -> BlockCache:
         """This process's cache (opened on first use)."""
         if self.cache is None or self._cache_pid != os.getpid():
+            self._listed = None
             info = get_worker_info()
             share = self.limit // (info.num_workers if info is not None else 1)
-            shards = [(s.name, s.bytes) for s in self.shards]
             try:
                 folder, lock_fd = claim_part(self.root)
                 store = Store(self.url)
                 self.cache = BlockCache(
-                    store, shards, self.spans, self.digests, folder, share, POLICY, lock_fd
+                    store, self.shards, self.spans, self.digests, folder, share, POLICY, lock_fd
                 )
             except OSError as exc:  # a link planted there is refused with its own error
                 raise MixshardError(
@@ -144,99 +150,54 @@ class StorePack(LocalPack):
             self._cache_pid = os.getpid()
         return self.cache
 
-    def expect(
-        self,
-        sequence_of: Any,
-        per_epoch: int,
-        rank: int,
-        batch_size: int,
-        batches: range,
-        run: int = 1,
-    ) -> None:
-        """A block feed will make `batches` (`blockfeed.BlockFeed`'s arguments): the cache
-        fetches ahead, and evicts, by the blocks it will read."""
-        blocks = len(self.block_count)
-
-        def uses_of(epoch: int) -> np.ndarray:
-            lo, hi = max(batches.start, epoch * per_epoch), (epoch + 1) * per_epoch
-            ks = range(
-                lo + (batches.start - lo) % batches.step, min(hi, batches.stop), batches.step
-            )
-            sequence = sequence_of(epoch)[0]
-            parts = []
-            for k in ks:
-                first = order.batch_span(k, per_epoch, rank, batch_size)[1]
-                parts.append(sequence[first : first + batch_size])
-            if not parts:
-                return np.zeros(0, np.int64)
-            touched = self.block_of(np.concatenate(parts))
-            _, firsts = np.unique(touched, return_index=True)
-            seen = np.zeros(blocks, bool)
-            out = []
-            for b in touched[np.sort(firsts)].tolist():
-                for x in order.run_of(b // run, run, blocks):
-                    if not seen[x]:
-                        seen[x] = True
-                        out.append(x)
-            return np.array(out, np.int64)
-
-        self.open_cache().plan(uses_of, batches.start // per_epoch)
-
-    # the local reads, with their blocks held in the cache meanwhile
-    def _open_checked(self, slot: int) -> int:
+    def open(self, name: str, fid: FileId) -> int:
         cache = self.open_cache()
-        path = self.folder / self.shards[slot].name
         try:
-            return cache.open_shard(self.shards[slot].name)  # never through a link
+            return cache.open_shard(name)  # never through a link
         except OSError as exc:
+            path = self.folder / name
             raise ShardError(f"cannot open the cache file {path}: {exc.strerror}") from None
 
-    def _check_same(self, slot: int, fd: int) -> None:
+    def check_same(self, name: str, fd: int, fid: FileId) -> None:
         return None  # blocks are checked by digest when fetched, not by file identity
 
-    def _check_block_once(self, b: int) -> None:
-        cache = self.open_cache()
-        cache.hold([b])
-        try:
-            super()._check_block_once(b)
-        finally:
-            cache.release([b])
-
-    def scatter_run(
-        self, blocks: list[int], addresses: list[np.ndarray], drop_cache: bool = False
-    ) -> list[bool | Any]:
-        cache = self.open_cache()
-        cache.hold(list(blocks))
-        try:
-            return super().scatter_run(blocks, addresses, drop_cache)
-        finally:
-            cache.release(list(blocks))
-
-    def read_images(self, index: np.ndarray, out: np.ndarray) -> np.ndarray | None:
-        blocks = np.unique(self.block_of(np.asarray(index, np.int64))).tolist()
+    @contextlib.contextmanager
+    def held(self, blocks: list[int]) -> Iterator[None]:
         cache = self.open_cache()
         cache.hold(blocks)
         try:
-            return super().read_images(index, out)
+            yield
         finally:
             cache.release(blocks)
 
-    def warm(self, stop: Any) -> None:
+    def expect(self, uses_of: Callable[[int], np.ndarray], first_epoch: int) -> None:
+        """The cache fetches ahead, and evicts, by the blocks the feed will read."""
+        self.open_cache().plan(uses_of, first_epoch)
+
+    def warm(self, files: list[tuple[Path, int]], stop: threading.Event) -> bool:
         """The global order (no block feed): fetch every block ahead, in stored order."""
         cache = self.open_cache()
         if not cache.planned:
-            cache.plan(lambda epoch: np.arange(len(self.block_count)), 0)
-
-    def map_resident(self) -> bool:
-        """Never: a cache file holds only the blocks fetched so far."""
+            cache.plan(lambda epoch: np.arange(len(self.spans)), 0)
         return False
 
     def __getstate__(self) -> dict:
-        state = super().__getstate__()
+        state = dict(self.__dict__)
         state["cache"], state["_cache_pid"] = None, -1
         return state
 
-    def close(self) -> None:
-        """Close the cached descriptors; the cache stays open (its idle fetch threads end with
-        it: `BlockCache.close`, or when it is collected)."""
-        super().close()
+
+def open_store_pack(
+    url: str,
+    manifest: Manifest,
+    cache_dir: str | os.PathLike | None,
+    cache_limit: int | None,
+    on_error: str = "raise",
+) -> LocalPack:
+    """The pack at `url` opened for reading through a block cache: a `LocalPack` handed a
+    `StoreFiles`, so the orders, the rank split, the epoch contract and `state_dict` resume are
+    the local ones."""
+    files = StoreFiles(url, manifest, cache_dir, cache_limit)
+    pack = LocalPack(files.root, manifest, on_error, files=files)
+    files._listed = None
+    return pack

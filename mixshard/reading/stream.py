@@ -22,9 +22,9 @@ from ..core.env import available_memory, rank_world
 from ..core.errors import MixshardError
 from ..core.manifest import Manifest
 from . import order as order_mod
-from .inmemory import MemoryCopy, wants_copy
 from .local import LocalPack
 from .localbatches import BatchReader, LocalBatches
+from .plan import check_read
 from .source import Source, resolve_source
 from .urlstream import UrlBatches
 
@@ -60,7 +60,7 @@ class ShardStream(IterableDataset):
             `"block"` (whole blocks in a random order, shuffled within windows: sequential
             I/O for packs larger than memory; a pack wholly in the page cache that fits in
             half the memory gives the same batches copied out of mappings of its shards,
-            `LocalPack.map_resident`) or `"auto"`: block when one window holds the
+            `read=`) or `"auto"`: block when one window holds the
             whole pack (its shuffle is then a full permutation, and whole blocks are read
             faster than single images), else global when the pack takes at most half the
             available memory, else block.
@@ -71,15 +71,12 @@ class ShardStream(IterableDataset):
             serves fastest. A default pack is shuffled when written, so neighbouring blocks
             are independent samples (the window is rounded up to whole runs).
         shuffle_blocks: URLs only: blocks held in the shuffle buffer.
-        in_memory: global order: copy the pack's images into this process's memory (in large
-            sequential reads, on a background thread, after the first epoch) and gather
-            batches from the copy, about 2x the reads from the page cache once it is filled;
-            None: when they take at most a quarter of the available memory (`inmemory.py`);
-            False (the default): each image read from the page cache (a batch per io_uring
-            call, `uring.py`). Opt-in because the fill costs more
-            than it gains in a run of a few epochs (2 epochs: 11% slower, measured) and holds
-            the whole pack in this process's memory. Folders only (a store pack's blocks are
-            already local files in its cache). `memory_copy` tells.
+        read: local packs: how images are read (`plan.py`): `"auto"` (the default) copies
+            them out of mappings of the shards when the pack is in the page cache and fits in
+            half the memory (the global order maps it once its warm pass has read it in),
+            else reads runs of whole blocks ahead (block order) or one `pread` per image
+            (global order); `"mapped"`, `"feed"` (block order) or `"pread"` name one. The
+            batches are the same whichever is used.
         cache_dir: store URLs: the block cache's folder (default `~/.cache/mixshard`, or
             `$XDG_CACHE_HOME/mixshard`); its files are keyed by the pack's identity.
         cache_limit: store URLs: bytes the cache takes on disk at most, each block counted
@@ -111,11 +108,11 @@ class ShardStream(IterableDataset):
         window: int = 64,
         run: int = 4,
         shuffle_blocks: int = 8,
-        in_memory: bool | None = False,
+        read: str = "auto",
         cache_dir: str | os.PathLike | None = None,
         cache_limit: int | None = None,
     ) -> None:
-        _check_args(batch_size, on_error, order, window, rank, world_size, in_memory)
+        _check_args(batch_size, on_error, order, window, rank, world_size)
         check_int("seed", seed, 0)
         check_int("shuffle_blocks", shuffle_blocks, 1)
         check_int("run", run, 1)
@@ -139,16 +136,14 @@ class ShardStream(IterableDataset):
         )
         self.order = self._resolve_order(order)
         self._local: LocalBatches | None = None
-        self.memory_copy: MemoryCopy | None = None  # its `stats()`: how far it is filled
         self._made: LocalBatches | UrlBatches
         if self.pack is not None:
+            check_read(read, self.order, self.source.kind == "store")
             epochs = order_mod.EpochOrder(
                 self.order, self.pack.block_count, seed, window, shuffle, run
             )
-            if self.source.kind == "folder" and wants_copy(self.pack, self.order, in_memory):
-                self.memory_copy = MemoryCopy(self.pack)
             self._local = LocalBatches(
-                self.pack, epochs, batch_size, labels, self.larger_than_memory, self.memory_copy
+                self.pack, epochs, batch_size, labels, self.larger_than_memory, read
             )
             self._made = self._local
         else:
@@ -170,12 +165,12 @@ class ShardStream(IterableDataset):
             if wanted != "auto":
                 raise ValueError(f"order={wanted!r} applies to local pack folders, not URLs")
             return "shards"
-        fits = store_fits(self.pack)
+        fits = self.pack.files.fits()
         if wanted == "global" and not fits:
             raise ValueError(
                 "order='global' reads from every block all epoch long, so it needs the whole "
-                "pack in the cache: give cache_limit >= "
-                f"{getattr(self.pack, 'need', 0)} bytes, or use order='block'"
+                f"pack in the cache: give cache_limit >= {self.pack.files.need} bytes, or use "
+                "order='block'"
             )
         if wanted != "auto":
             return wanted
@@ -306,12 +301,6 @@ class ShardStream(IterableDataset):
             self.position = end
 
 
-def store_fits(pack: LocalPack) -> bool:
-    """True for a local pack, or a store's whose whole pack fits in its cache limit."""
-    need = getattr(pack, "need", None)
-    return need is None or need <= getattr(pack, "limit", 0)
-
-
 def _check_args(
     batch_size: int,
     on_error: str,
@@ -319,11 +308,8 @@ def _check_args(
     window: int,
     rank: int | None,
     world_size: int | None,
-    in_memory: bool | None,
 ) -> None:
     check_int("batch_size", batch_size, 1)
-    if in_memory is not None and not isinstance(in_memory, bool):
-        raise TypeError(f"in_memory must be True, False or None, got {in_memory!r}")
     check_int("window", window, 1)
     check_optional_int("rank", rank)
     check_optional_int("world_size", world_size, 1)

@@ -15,7 +15,6 @@ import contextlib
 import os
 import threading
 from collections import deque
-from collections.abc import Callable
 from pathlib import Path
 
 from ..core.files import open_regular
@@ -25,14 +24,9 @@ WARM_IN_FLIGHT = 4  # chunks asked for and not yet read: what a loader's reads q
 CACHE_SAMPLE = 2 << 20  # cache_misses: one byte read every this many bytes
 
 
-def warm_files(
-    files: list[tuple[Path, int]],
-    stop: threading.Event,
-    on_file: Callable[[int], None] | None = None,
-) -> bool:
-    """Read `(path, size)` files into the page cache in order; `on_file(i)` is called once
-    file `i` is all in. Returns False when `stop` was set (or a file could not be opened)
-    before the end."""
+def warm_files(files: list[tuple[Path, int]], stop: threading.Event) -> bool:
+    """Read `(path, size)` files into the page cache in order. Returns False when `stop` was
+    set (or a file could not be opened) before the end."""
     asked: deque[tuple[int, int, int]] = deque()  # (fd, last byte, file: after its last chunk)
     opened: set[int] = set()
     try:
@@ -49,28 +43,24 @@ def warm_files(
                 os.posix_fadvise(fd, lo, hi - lo, os.POSIX_FADV_WILLNEED)
                 asked.append((fd, hi - 1, i if hi == size else -1))
                 while len(asked) > WARM_IN_FLIGHT:
-                    _arrived(*asked.popleft(), opened, on_file)
+                    _arrived(*asked.popleft(), opened)
         while asked:
-            _arrived(*asked.popleft(), opened, on_file)
+            _arrived(*asked.popleft(), opened)
         return True
     finally:
         for fd in opened:
             os.close(fd)
 
 
-def _arrived(
-    fd: int, last: int, file: int, opened: set[int], on_file: Callable[[int], None] | None
-) -> None:
+def _arrived(fd: int, last: int, file: int, opened: set[int]) -> None:
     """Wait until the chunk that ends at byte `last` is read (a one-byte read of its last page
     waits for the kernel's read in flight); after the last chunk of file number `file` (else
-    -1), close `fd` and tell `on_file`."""
+    -1), close `fd`."""
     with contextlib.suppress(OSError):
         os.pread(fd, 1, last)
     if file >= 0:
         opened.discard(fd)
         os.close(fd)
-        if on_file is not None:
-            on_file(file)
 
 
 def cache_samples(size: int, step: int = CACHE_SAMPLE) -> int:

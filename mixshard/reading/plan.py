@@ -1,0 +1,72 @@
+"""The read plan: how a reader gets a local pack's batches, chosen here once per reader.
+
+* `"mapped"`: every shard mapped and each image copied out of the mappings (`mapped.py`), in
+  either order: for a pack in the page cache that fits in half the available memory. Mapped
+  whole or not at all.
+* `"feed"`: the block order's runs of whole blocks read ahead (`blockfeed.py`): a pack not in
+  the page cache, or larger than memory.
+* `"pread"`: the global order's one `pread` per image, its warm job reading the pack into the
+  page cache meanwhile; once that pass ends and the pack fits, every shard is mapped and the
+  batches after are copied out (decided again then).
+
+`read="auto"` chooses; a caller (a test) may name one. The batches are the same whichever is
+used. `MIXSHARD_MMAP=0`, the one environment switch, keeps `"auto"` off the mappings.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Protocol
+
+from ..core.errors import MixshardError
+from .mapped import can_map
+
+READS = ("auto", "mapped", "feed", "pread")
+
+
+class Mappable(Protocol):
+    """What the plan asks of a pack (`local.LocalPack`)."""
+
+    def map_all(self, resident_only: bool) -> bool: ...
+
+
+def check_read(read: str, order: str, store: bool) -> None:
+    """Raise ValueError when `read` is no read plan, or one `order` or a store pack cannot
+    use."""
+    if read not in READS:
+        raise ValueError(f"read must be one of {', '.join(READS)}, got {read!r}")
+    if read == "feed" and order == "global":
+        raise ValueError("read='feed' reads whole blocks: it needs order='block'")
+    if read == "mapped" and store:
+        raise ValueError(
+            "read='mapped' applies to pack folders; a store pack's cache holds only the "
+            "blocks fetched so far"
+        )
+
+
+def maps_allowed(pack_bytes: int) -> bool:
+    """Whether `"auto"` may map a pack of `pack_bytes`."""
+    return os.environ.get("MIXSHARD_MMAP") != "0" and can_map(pack_bytes)
+
+
+def choose(pack: Mappable, order: str, read: str, drop_cache: bool, pack_bytes: int) -> str:
+    """The plan of a reader opening now: `"mapped"`, `"feed"` or `"pread"`. `"mapped"` maps the
+    pack here (named: whatever its page-cache state; raises MixshardError when it cannot be)."""
+    if read == "mapped":
+        if not can_map(pack_bytes) or not pack.map_all(resident_only=False):
+            raise MixshardError(
+                "read='mapped': the pack cannot be mapped here (the _mapped extension was not "
+                "built, or the pack takes more than half the available memory); use "
+                "read='auto'"
+            )
+        return read
+    if read != "auto":
+        return read
+    if not drop_cache and maps_allowed(pack_bytes) and pack.map_all(resident_only=True):
+        return "mapped"
+    return "feed" if order == "block" else "pread"
+
+
+def maps_after_warm(read: str, pack_bytes: int) -> bool:
+    """Whether the global order maps the pack once its warm pass has read it in."""
+    return read == "auto" and maps_allowed(pack_bytes)

@@ -1,0 +1,161 @@
+"""The read plan (`reading/plan.py`): whichever way a reader reads a local pack (copied out of
+mappings, one `pread` per image, whole blocks read ahead), the same batches, the same errors.
+The behaviours once pinned for the deleted in-memory copy and io_uring paths run here against
+the paths that replaced them."""
+
+from __future__ import annotations
+
+import pickle
+import shutil
+import threading
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from helpers import copy_pack, make_tree, read_pack
+
+import mixshard
+from mixshard import ShardError, ShardStream
+from mixshard.reading import local, mapped
+from mixshard.reading.local import LocalPack
+
+N = 96
+READS = ["mapped", "pread"]
+needs_mapping = pytest.mark.skipif(mapped._mapped is None, reason="_mapped.c was not built")
+
+
+@pytest.fixture(scope="module")
+def pack_dir(tmp_path_factory) -> Path:
+    """96 distinct images in 5 shards of 8-image blocks, 3 classes."""
+    root = tmp_path_factory.mktemp("readplan")
+    make_tree(root / "src", classes=("a", "b", "c"), per_class=N // 3)
+    mixshard.pack(root / "src", root / "pack", size=8, shard_size=20, block_size=8, workers=1)
+    return root / "pack"
+
+
+def same(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(
+        torch.equal(x[0], y[0]) and torch.equal(x[1], y[1]) for x, y in zip(a, b)
+    )
+
+
+def two_epochs(stream: ShardStream) -> list:
+    return list(stream) + list(stream)
+
+
+@needs_mapping
+def test_mapped_batches_equal_the_preads_across_ranks_resume_and_workers(pack_dir):
+    kw = {"order": "global", "labels": True, "seed": 3}
+    reads = ShardStream(pack_dir, 8, read="pread", **kw)
+    copied = ShardStream(pack_dir, 8, read="mapped", **kw)
+    assert same(two_epochs(reads), two_epochs(copied))
+    assert (reads.pack.mapped_shards, copied.pack.mapped_shards) == (0, 5)
+    for rank in (0, 1):
+        a = ShardStream(pack_dir, 8, rank=rank, world_size=2, read="pread", **kw)
+        b = ShardStream(pack_dir, 8, rank=rank, world_size=2, read="mapped", **kw)
+        assert same(list(a), list(b))
+    resumed = ShardStream(pack_dir, 8, read="mapped", **kw)
+    resumed.load_state_dict({**reads.state_dict(), "epoch": 1, "batch": 5})
+    fresh = ShardStream(pack_dir, 8, read="pread", **kw)
+    assert same(list(resumed), two_epochs(fresh)[12 + 5 :])
+    reads.set_epoch(0)
+    for workers in ("thread", "process"):
+        loader = mixshard.loader(pack_dir, 8, num_workers=2, workers=workers, read="mapped", **kw)
+        assert same(list(loader), list(reads))
+        loader.close()
+        reads.set_epoch(0)
+    clone = pickle.loads(pickle.dumps(copied))  # unpickled: no mappings until its reader maps
+    assert clone.pack.mapped_shards == 0
+    clone.set_epoch(0)
+    assert same(list(clone), list(reads))
+
+
+@pytest.mark.parametrize("read", READS)
+def test_a_batch_reads_the_stored_images_either_way(pack_dir, read):
+    if read == "mapped" and mapped._mapped is None:
+        pytest.skip("_mapped.c was not built")
+    images = read_pack(pack_dir)[0]
+    pack = LocalPack(pack_dir, mixshard.Manifest.load(pack_dir))
+    assert pack.map_all(resident_only=False) == (read == "mapped") or read == "pread"
+    if read == "pread":
+        pack.close()
+    index = np.random.default_rng(3).permutation(N)[:52]
+    out = np.empty((len(index), 3, 8, 8), np.uint8)
+    assert pack.read_images(index, out) is None
+    assert np.array_equal(out, images[index])
+    many = np.random.default_rng(4).integers(0, N, 700)  # repeats, every shard
+    out = np.empty((700, 3, 8, 8), np.uint8)
+    assert pack.read_images(many, out) is None
+    assert np.array_equal(out, images[many])
+    assert pack.read_images(np.zeros(0, np.int64), out) is None
+    assert pack.mapped_shards == (5 if read == "mapped" else 0)
+    pack.close()
+
+
+@pytest.mark.parametrize("read", READS)
+def test_a_shard_cut_short_or_copied_over_is_named_either_way(pack_dir, tmp_path, read):
+    if read == "mapped" and mapped._mapped is None:
+        pytest.skip("_mapped.c was not built")
+    folder = copy_pack(pack_dir, tmp_path / "pack")
+    stream = ShardStream(folder, 8, order="global", read=read, infinite=True)
+    it = iter(stream)
+    next(it)
+    backup = tmp_path / "backup.tar"
+    shutil.copyfile(folder / "shard-000002.tar", backup)
+    shutil.copyfile(backup, folder / "shard-000002.tar")  # the same bytes, a new mtime
+    with pytest.raises(ShardError, match="shard-000002.tar changed after the pack was opened"):
+        for _ in range(12):  # every image within an epoch
+            next(it)
+    pack = LocalPack(folder, mixshard.Manifest.load(folder))
+    if read == "mapped":
+        assert pack.map_all(resident_only=False)
+    pack.read_images(np.arange(N), np.empty((N, 3, 8, 8), np.uint8))  # every block checked
+    shard = folder / pack.shards[4].name
+    shard.write_bytes(shard.read_bytes()[: int(pack.block_offset[-1]) + 10])  # a new file
+    with pytest.raises(ShardError) as err:
+        pack.read_images(np.array([1, 95]), np.empty((2, 3, 8, 8), np.uint8))
+    assert str(shard) in str(err.value)
+    assert any(w in str(err.value) for w in ("ends early", "changed after the pack was opened"))
+    pack.close()
+
+
+@needs_mapping
+def test_a_skipped_bad_block_gives_the_same_batches_mapped_or_read(tmp_path, pack_dir):
+    bad = copy_pack(pack_dir, tmp_path / "bad")
+    data = bytearray((bad / "shard-000001.tar").read_bytes())
+    data[512:518] = b"XXXXXX"  # the first block's .npy header
+    (bad / "shard-000001.tar").write_bytes(bytes(data))
+    kw = {"order": "global", "labels": True, "on_error": "skip"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        copied = list(ShardStream(bad, 8, read="mapped", **kw))
+        reads = list(ShardStream(bad, 8, read="pread", **kw))
+    assert same(copied, reads) and len(reads) == 12
+    good = read_pack(pack_dir)[0]
+    bad_rows = {bytes(x) for x in good[20:28]}  # shard 1's first block: never in a batch
+    seen = {bytes(x) for images, _ in reads for x in images.numpy()}
+    assert not seen & bad_rows
+
+
+@needs_mapping
+def test_the_global_order_maps_a_cold_pack_once_its_warm_pass_ends(pack_dir, monkeypatch):
+    monkeypatch.setattr(local, "resident", lambda open_shard, sizes: False)  # cold at open
+    stream = ShardStream(pack_dir, 8, order="global")
+    reader = stream.reader(range(0, 12))
+    assert (reader.plan, stream.pack.mapped_shards) == ("pread", 0)
+    first = reader.get(0).clone()
+    ((job, _),) = reader._jobs
+    job.join()
+    assert stream.pack.mapped_shards == 5  # whole, once the pass has read it in
+    assert torch.equal(reader.get(0), first)
+    reader.close()
+    assert not [t for t in threading.enumerate() if t.name == "mixshard-warm"]
+    reads = ShardStream(pack_dir, 8, order="global", read="pread")  # named: never mapped
+    reader = reads.reader(range(0, 12))
+    assert torch.equal(reader.get(0), first)
+    ((job, _),) = reader._jobs
+    job.join()
+    assert reads.pack.mapped_shards == 0
+    reader.close()
