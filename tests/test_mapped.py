@@ -110,7 +110,7 @@ def test_a_pack_is_mapped_whole_or_not_at_all(pack_dir, monkeypatch):
 def test_no_mapping_when_turned_off_or_the_pack_does_not_fit(pack_dir, monkeypatch, why):
     if why == "too large":  # the pack's bytes over half the available memory
         bytes_ = mixshard.Manifest.load(pack_dir).total_bytes
-        monkeypatch.setattr(mapped, "available_memory", lambda: 2 * bytes_ - 1)
+        monkeypatch.setattr(plan, "available_memory", lambda: 2 * bytes_ - 1)
     else:
         monkeypatch.setenv("MIXSHARD_MMAP", "0")
     pack = warmed(pack_dir)
@@ -118,7 +118,7 @@ def test_no_mapping_when_turned_off_or_the_pack_does_not_fit(pack_dir, monkeypat
     pack.close()
     monkeypatch.undo()
     bytes_ = mixshard.Manifest.load(pack_dir).total_bytes
-    monkeypatch.setattr(mapped, "available_memory", lambda: 2 * bytes_)  # just fits
+    monkeypatch.setattr(plan, "available_memory", lambda: 2 * bytes_)  # just fits
     pack = warmed(pack_dir)
     assert pack.mapped_shards == 4
     pack.close()
@@ -468,7 +468,7 @@ def test_the_block_order_reads_ahead_unless_the_whole_pack_is_in_memory_and_fits
         assert reads_ahead(pack_dir) == (True, 0)
     with monkeypatch.context() as patch:  # fits the page cache, not half the memory: not mapped
         bytes_ = mixshard.Manifest.load(pack_dir).total_bytes
-        patch.setattr(mapped, "available_memory", lambda: 2 * bytes_ - 1)
+        patch.setattr(plan, "available_memory", lambda: 2 * bytes_ - 1)
         assert reads_ahead(pack_dir) == (True, 0)
     with monkeypatch.context() as patch:
         patch.setenv("MIXSHARD_MMAP", "0")

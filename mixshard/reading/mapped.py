@@ -15,8 +15,8 @@ as a short `pread` does. A shard rewritten in place is noticed as before, by the
 after each batch (`LocalPack._check_same`). Where the extension was not built (no C compiler at
 install), nothing is mapped.
 
-A pack is mapped whole or not at all (`plan.py` decides), and only when it is in the page
-cache and fits in half the available memory: a fault on a page not in the cache reads
+A pack is mapped whole or not at all, and only when it is in the page cache and fits in half
+the available memory (`plan.py` decides): a fault on a page not in the cache reads
 it synchronously, one at a time, where `pread`s queue hundreds at once, so a cold shard or a
 pack larger than memory stays on `pread`. Mappings share the page cache's pages: they add no
 memory, though the pages a process has touched count in its RSS (as shared file pages).
@@ -39,7 +39,6 @@ from typing import Optional
 import numpy as np
 
 from ..core import libc, locks
-from ..core.env import available_memory
 from ..core.jobs import this_process
 from .warming import cache_misses, cache_samples
 
@@ -49,7 +48,6 @@ try:  # compiled at install where there was a C compiler
 except ImportError:  # pragma: no cover - an install without a compiler
     _mapped = None
 
-MAP_SHARE = 0.5  # a pack is mapped when its bytes are at most this share of the available memory
 # the block order maps a pack when at most this share of its sampled bytes is out of the page
 # cache (pages reclaimed one by one leave holes: 0.9% of the pages, 2.3% of the samples seen on
 # a 4.2 GB pack, whose first mapped pass then ran at 80k images/s: a fault per hole reads it)
@@ -68,6 +66,11 @@ _mmap = libc.function(
 _munmap = libc.function("munmap", ctypes.c_int, (ctypes.c_void_p, ctypes.c_size_t))
 _madvise = libc.function("madvise", ctypes.c_int, (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int))
 _MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+def mapping_built() -> bool:
+    """Whether shards can be mapped here (`_mapped.c` compiled, libc's `mmap` found)."""
+    return _mapped is not None and _mmap is not None
 
 
 def map_file(fd: int, length: int) -> int | None:
@@ -213,13 +216,3 @@ class ShardMaps:
             self._lengths[:] = 0
             self._all = False
 
-
-def can_map(pack_bytes: int) -> bool:
-    """Whether mappings can be made here (the extension built) and a pack of `pack_bytes`
-    fits in `MAP_SHARE` of the available memory (asked last: the one of these that costs)."""
-    if _mapped is None or _mmap is None:
-        return False
-    try:
-        return pack_bytes <= MAP_SHARE * available_memory()
-    except OSError:  # no descriptor left to ask with: read with `pread`, which names that
-        return False

@@ -18,10 +18,12 @@ from __future__ import annotations
 import os
 from typing import Protocol
 
+from ..core.env import available_memory
 from ..core.errors import MixshardError
-from .mapped import can_map
+from .mapped import mapping_built
 
 READS = ("auto", "mapped", "feed", "pread")
+MAP_SHARE = 0.5  # a pack is mapped when its bytes are at most this share of the available memory
 
 
 class Mappable(Protocol):
@@ -42,6 +44,17 @@ def check_read(read: str, order: str, store: bool) -> None:
             "read='mapped' applies to pack folders; a store pack's cache holds only the "
             "blocks fetched so far"
         )
+
+
+def can_map(pack_bytes: int) -> bool:
+    """Whether mappings can be made here (the extension built) and a pack of `pack_bytes`
+    fits in `MAP_SHARE` of the available memory (asked last: the one of these that costs)."""
+    if not mapping_built():
+        return False
+    try:
+        return pack_bytes <= MAP_SHARE * available_memory()
+    except OSError:  # no descriptor left to ask with: read with `pread`, which names that
+        return False
 
 
 def maps_allowed(pack_bytes: int) -> bool:
