@@ -1,13 +1,13 @@
 """Drop-ins for the overlays of the visual-RL code bases: change one import (README, "Migrating").
 
     # DMC-GB, SODA, SVEA, RL-ViGen, PIE-G, SGQN, MaDi, TLDA, maniwhere:
-    from mixshard.compat import random_overlay            # was: def random_overlay(...)
+    from mixshard.compat import random_overlay  # was: def random_overlay(...)
     # SGQN, MaDi:
     from mixshard.compat import attribution_augmentation  # was: def attribution_augmentation
     # DMC-GB2:
-    from mixshard.compat import RandomOverlay as random_overlay   # was: class random_overlay
+    from mixshard.compat import RandomOverlay as random_overlay  # was: class random_overlay
     # DMC-GB's video evaluation (src/env/wrappers.py):
-    from mixshard.compat import VideoWrapper                      # was: class VideoWrapper
+    from mixshard.compat import VideoWrapper  # was: class VideoWrapper
 
 The pack for a dataset and `size x size` observations is `$MIXSHARD_DATA/<dataset>-<size>`
 when it exists, else `$MIXSHARD_DATA/<dataset>` (`make places365 [SIZE=96]`, `make coco`).

@@ -29,7 +29,7 @@ from benchlib import OUT, free_port, machine, table, use_local_s3  # noqa: E402
 
 import mixshard  # noqa: E402
 from mixshard.core.stores import Store  # noqa: E402
-from mixshard.reading import storepack  # noqa: E402
+from mixshard.reading.store import storepack  # noqa: E402
 
 EPOCHS = 3
 FRACTIONS = (0.25, 0.5, 1.0)
@@ -97,7 +97,7 @@ def raw_rate(pack: Path, url: str) -> float:
     nothing checked or kept (the ceiling of a cold epoch)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from mixshard.reading.blockcache import FETCH_THREADS
+    from mixshard.reading.store.blockcache import FETCH_THREADS
 
     manifest = mixshard.core.manifest.Manifest.load(pack)
     spans = storepack.block_spans(manifest).tolist()

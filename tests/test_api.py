@@ -123,15 +123,36 @@ def test_heavy_dependencies_stay_on_their_side():
     for path in PACKAGE.rglob("*.py"):
         external = {name.split(".")[0] for name in imports_of(path)}
         rel = path.relative_to(PACKAGE).as_posix()
-        if (rel.startswith(("core/", "writing/")) and rel != "core/device.py") or rel in (
-            "reading/local.py",
-            "reading/verifying.py",
-            "reading/preview.py",
-            "reading/order.py",
+        if (rel.startswith(("core/", "writing/", "reading/pack/")) and rel != "core/device.py") or (
+            rel in ("reading/verifying.py", "reading/preview.py", "reading/batches/order.py")
         ):
             assert "torch" not in external, rel
         if rel.startswith(("core/", "augment/", "reading/")) and rel != "reading/preview.py":
             assert "PIL" not in external, rel
+
+
+# The rooms of `reading/` and the rooms each may import from (besides `core/`): bytes at
+# offsets know nothing of orders, stores or URLs; nothing imports the modules at the top.
+ROOMS = {
+    "pack": {"pack"},
+    "batches": {"pack", "batches"},
+    "urls": {"pack", "batches", "urls"},
+    "store": {"pack", "urls", "store"},
+}
+
+
+def test_the_rooms_of_reading_import_only_downwards():
+    seen = set()
+    for path in (PACKAGE / "reading").glob("*/*.py"):
+        room = path.parent.name
+        seen.add(room)
+        for name in imports_of(path, annotations=True):
+            parts = name.split(".")
+            if parts[:2] == ["mixshard", "reading"] and len(parts) > 2:
+                assert parts[2] in ROOMS[room], f"reading/{room}/{path.name} imports {name}"
+            elif parts[0] == "mixshard":
+                assert parts[1] == "core", f"reading/{room}/{path.name} imports {name}"
+    assert seen == set(ROOMS)
 
 
 def test_torch_cuda_is_named_in_the_device_seam_only():

@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from mixshard.reading.blockcache import BlockCache, claim_part
+from mixshard.reading.store.blockcache import BlockCache, claim_part
 
 BLOCK = 4096
 BLOCKS = 16

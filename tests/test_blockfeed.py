@@ -16,9 +16,9 @@ from helpers import make_tree
 
 import mixshard
 from mixshard import MixshardError, ShardStream
-from mixshard.reading import rawio
-from mixshard.reading.local import LocalPack
-from mixshard.reading.recycle import Recycler
+from mixshard.reading.batches.recycle import Recycler
+from mixshard.reading.pack import rawio
+from mixshard.reading.pack.local import LocalPack
 
 # the test packs are in the page cache: without this the block order copies out of mappings
 pytestmark = pytest.mark.usefixtures("block_feed")
@@ -213,7 +213,7 @@ def test_closing_with_reads_queued_ends_the_waiters(pack_dir, monkeypatch):
 def test_batches_sharing_an_address_slot_get_their_own_rows(pack_dir, monkeypatch):
     """Batch addresses are cached in `k % ADDRESS_SLOTS`; with tiny batches one block feeds
     batches that share a slot, and each image must still go to its own batch."""
-    from mixshard.reading import blockfeed
+    from mixshard.reading.batches import blockfeed
 
     monkeypatch.setattr(blockfeed, "ADDRESS_SLOTS", 4)
     stream = ShardStream(pack_dir, 2, order="block", window=4)
@@ -244,7 +244,7 @@ def test_read_block_refuses_an_out_too_small_or_not_contiguous(pack_dir):
 
 def test_a_run_plan_covers_its_span_once_in_file_order():
     from mixshard.core import layout
-    from mixshard.reading.blockrun import RunPlan
+    from mixshard.reading.pack.blockrun import RunPlan
 
     size, counts = 8, [8, 8, 5]
     offsets = [640, 640 + 8000, 640 + 16000]

@@ -23,7 +23,7 @@ from helpers import make_tree
 import mixshard
 from mixshard import MixshardError, ShardStream
 from mixshard.core.stores import Store
-from mixshard.reading import storepack
+from mixshard.reading.store import storepack
 
 pytest.importorskip("s3fs", reason="the s3 extra is not installed (pip install 'mixshard[s3]')")
 
@@ -102,7 +102,7 @@ def _same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
 
 def test_a_full_cache_disk_names_cache_dir_and_cache_limit(url, tmp_path, monkeypatch):
     """ENOSPC from the write of a block (stood in for by os.pwrite) is one line, not Errno 28."""
-    from mixshard.reading import blockcache
+    from mixshard.reading.store import blockcache
 
     def full(fd, data, offset):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mixshard.reading import eviction
-from mixshard.reading.eviction import NEVER, STRIDE, Schedule
+from mixshard.reading.store import eviction
+from mixshard.reading.store.eviction import NEVER, STRIDE, Schedule
 
 
 def test_belady_drops_the_block_needed_furthest_away():

@@ -23,7 +23,7 @@ from helpers import copy_pack, make_tree, read_pack, run, serve, serve_folder
 
 import mixshard
 from mixshard import ManifestError, MixshardError, Overlay, ShardError, ShardStream
-from mixshard.reading import remote
+from mixshard.reading.urls import remote
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from helpers import serve, small_pack
 
 from mixshard import Manifest, MixshardError, ShardError, ShardStream
 from mixshard.core.errors import ManifestError
-from mixshard.reading import remote
+from mixshard.reading.urls import remote
 
 CUT = 700  # bytes of shard-000001.tar sent before the connection closes (inside block 0)
 

@@ -1,4 +1,4 @@
-"""The global order's copies out of mapped shards (`reading/mapped.py`, `_mapped.c`): the same
+"""The global order's copies out of mapped shards (`reading/pack/mapped.py`, `_mapped.c`): the same
 bytes as `pread`, mapped only once warm and when the pack fits, and a shard truncated under a
 mapping is a `ShardError`, never a SIGBUS that ends the process."""
 
@@ -18,9 +18,10 @@ from helpers import copy_pack, read_pack
 
 import mixshard
 from mixshard.core.errors import ShardError
-from mixshard.reading import mapped, plan, warming
 from mixshard.reading import stream as stream_mod
-from mixshard.reading.local import LocalPack
+from mixshard.reading.batches import plan
+from mixshard.reading.pack import mapped, warming
+from mixshard.reading.pack.local import LocalPack
 
 needs_mapping = pytest.mark.skipif(mapped._mapped is None, reason="_mapped.c was not built")
 
@@ -43,7 +44,7 @@ def warmed(folder) -> LocalPack:
 
 def test_the_extension_is_built():
     assert mapped._mapped is not None, (
-        "mixshard/reading/_mapped.c was not compiled at install (no C compiler or Python "
+        "mixshard/reading/pack/_mapped.c was not compiled at install (no C compiler or Python "
         "headers?): the global order reads every image with pread"
     )
 
@@ -262,7 +263,7 @@ def test_a_forked_child_reads_through_the_inherited_mappings_and_an_unpickled_pa
 OUTSIDE = """
     import ctypes, faulthandler, mmap, os, sys, threading, time
     import numpy as np
-    from mixshard.reading import _mapped
+    from mixshard.reading.pack import _mapped
     path, order = sys.argv[1], sys.argv[2]
     if order != "after":
         faulthandler.enable()

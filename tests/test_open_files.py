@@ -14,7 +14,7 @@ import pytest
 from helpers import make_tree
 
 import mixshard
-from mixshard.reading import mapped
+from mixshard.reading.pack import mapped
 
 SHARDS = 100
 LIMIT = 64  # descriptors the reading process may hold: fewer than the shards

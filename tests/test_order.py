@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mixshard.reading import order
+from mixshard.reading.batches import order
 
 # Blocks of a pack with two shards of 20 images in blocks of 8: 8, 8, 4, 8, 8, 4.
 COUNTS = np.array([8, 8, 4, 8, 8, 4])

@@ -15,7 +15,7 @@ import mixshard
 from mixshard import Manifest, MixshardError, Overlay
 from mixshard.augment.pool import PoolCache
 from mixshard.augment.refill import RefillFeed
-from mixshard.reading.local import LocalPack
+from mixshard.reading.pack.local import LocalPack
 from mixshard.reading.source import resolve_source
 
 M = 40  # images in the pack

@@ -13,9 +13,10 @@ import torch
 
 import mixshard
 from mixshard.core import layout
-from mixshard.reading import local, order, shardfiles
-from mixshard.reading.blockfeed import BlockFeed
-from mixshard.reading.local import LocalPack
+from mixshard.reading.batches import order
+from mixshard.reading.batches.blockfeed import BlockFeed
+from mixshard.reading.pack import local, shardfiles
+from mixshard.reading.pack.local import LocalPack
 from mixshard.reading.source import resolve_source
 from mixshard.reading.stream import ShardStream
 

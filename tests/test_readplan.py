@@ -1,4 +1,4 @@
-"""The read plan (`reading/plan.py`): whichever way a reader reads a local pack (copied out of
+"""The read plan (`reading/batches/plan.py`): whichever way a reader reads a local pack (copied out of
 mappings, one `pread` per image, whole blocks read ahead), the same batches, the same errors.
 The behaviours once pinned for the deleted in-memory copy and io_uring paths run here against
 the paths that replaced them."""
@@ -18,8 +18,8 @@ from helpers import copy_pack, make_tree, read_pack
 
 import mixshard
 from mixshard import ShardError, ShardStream
-from mixshard.reading import local, mapped
-from mixshard.reading.local import LocalPack
+from mixshard.reading.pack import local, mapped
+from mixshard.reading.pack.local import LocalPack
 
 N = 96
 READS = ["mapped", "pread"]

@@ -99,7 +99,7 @@ def test_a_run_split_between_two_workers_is_read_only_where_each_needs_it(
     # A worker whose part of the epoch starts or ends inside a run of 4 blocks read the whole
     # run (issue 40: 1.5x the pack an epoch with four workers on a 25-block pack). Now each
     # seam between two parts shares one block at most: the one the cut falls in.
-    from mixshard.reading.local import LocalPack
+    from mixshard.reading.pack.local import LocalPack
 
     read: list[int] = []
     scatter_run = LocalPack.scatter_run

@@ -14,7 +14,7 @@ from helpers import make_tree
 import mixshard
 from mixshard import ManifestError, MixshardError, ShardError, ShardStream
 from mixshard.core.stores import Store
-from mixshard.reading import blockcache, storepack
+from mixshard.reading.store import blockcache, storepack
 
 N = 96  # images: 5 shards (20, 20, 20, 20, 16) of 8-image blocks
 

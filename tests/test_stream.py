@@ -398,7 +398,7 @@ def test_a_bad_block_is_found_when_read(tmp_path, pack_dir, ids, kind):
 def test_reader_threads_check_a_block_once(tmp_path, pack_dir, monkeypatch):
     """Eight threads reading one bad block at once: one check, one warning."""
     from mixshard.core import layout
-    from mixshard.reading.local import LocalPack
+    from mixshard.reading.pack.local import LocalPack
 
     bad = copy_pack(pack_dir, tmp_path / "copy")
     data = bytearray((bad / "shard-000001.tar").read_bytes())
@@ -436,7 +436,7 @@ def test_reader_threads_check_a_block_once(tmp_path, pack_dir, monkeypatch):
 
 
 def test_a_pack_is_warmed_once(pack_dir, monkeypatch):
-    from mixshard.reading.local import LocalPack
+    from mixshard.reading.pack.local import LocalPack
 
     asked = []
     real = os.posix_fadvise
@@ -461,7 +461,7 @@ def test_warming_asks_for_chunks_in_order_with_few_in_flight(pack_dir, monkeypat
     """The whole pack asked for at once would queue it all in front of the loader's reads:
     chunks are asked for in file order, at most WARM_IN_FLIGHT not yet read, and every
     descriptor is closed after."""
-    from mixshard.reading import local, warming
+    from mixshard.reading.pack import local, warming
 
     monkeypatch.setattr(warming, "WARM_CHUNK", 4096)
     monkeypatch.setattr(warming, "WARM_IN_FLIGHT", 2)

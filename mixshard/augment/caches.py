@@ -10,8 +10,8 @@ from typing import Any
 import torch
 
 from ..core.device import host_empty, wants_pinned
-from ..reading.remote import read_blocks
 from ..reading.source import Source
+from ..reading.urls.remote import read_blocks
 from .draws import Carry, PermutationWalk
 
 

@@ -32,7 +32,7 @@ from typing import Any
 from .constants import MANIFEST_NAME, MAX_MANIFEST_BYTES
 from .errors import ManifestError, MixshardError, ShardError
 
-STREAMED = ("http", "https", "file")  # URL schemes read by reading/remote.py itself
+STREAMED = ("http", "https", "file")  # URL schemes read by reading/urls/remote.py itself
 EXTRA_OF = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}  # scheme -> pip extra
 STORE_DEADLINE = 60.0  # seconds any store call may take, plus ...
 STORE_MIN_RATE = 256 << 10  # ... one second per this many bytes it moves

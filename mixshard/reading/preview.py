@@ -19,7 +19,7 @@ from ..core.layout import block_span
 from ..core.manifest import Manifest
 from ..core.packpath import pack_dir
 from ..core.stores import Store, is_store_url, load_manifest
-from .local import LocalPack
+from .pack.local import LocalPack
 
 LABEL_HEIGHT = 14
 GAP = 2

@@ -20,9 +20,9 @@ from ..core.errors import ManifestError, ShardError
 from ..core.manifest import Manifest, ShardInfo
 from ..core.packpath import pack_dir
 from ..core.stores import Store, check_location, is_store_url, load_manifest
-from .local import LocalPack
-from .remote import is_folder, resolve_urls
-from .shardfiles import FileId, FolderFiles, file_id
+from .pack.local import LocalPack
+from .pack.shardfiles import FileId, FolderFiles, file_id
+from .urls.remote import is_folder, resolve_urls
 
 SWAP_TRIES = 5  # reads of a pack folder whose index.json changed while it was read
 
@@ -70,7 +70,7 @@ class Source:
             TypeError: a source of shard URLs (they are streamed whole).
         """
         if self.store is not None:
-            from .storepack import open_store_pack
+            from .store.storepack import open_store_pack
 
             return open_store_pack(
                 self.store, self.manifest, self.cache_dir, self.cache_limit, on_error

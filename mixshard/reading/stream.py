@@ -21,12 +21,12 @@ from ..core.checks import check_int, check_optional_int
 from ..core.env import available_memory, rank_world
 from ..core.errors import MixshardError
 from ..core.manifest import Manifest
-from . import order as order_mod
-from .local import LocalPack
-from .localbatches import BatchReader, LocalBatches
-from .plan import check_read
+from .batches import order as order_mod
+from .batches.localbatches import BatchReader, LocalBatches
+from .batches.plan import check_read
+from .pack.local import LocalPack
 from .source import Source, resolve_source
-from .urlstream import UrlBatches
+from .urls.urlstream import UrlBatches
 
 _STATE_VERSION = 4  # 3: block order runs; 4: records shuffle
 # what must match for a state to give the same batches

@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..core import locks
+from ...core import locks
 
 ORDERS = ("global", "block")
 

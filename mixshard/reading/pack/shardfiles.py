@@ -15,9 +15,9 @@ from typing import NoReturn
 
 import numpy as np
 
-from ..core.errors import ManifestError, MixshardError, ShardError
-from ..core.files import open_regular
-from ..core.manifest import SHARD_NAME, ShardInfo
+from ...core.errors import ManifestError, MixshardError, ShardError
+from ...core.files import open_regular
+from ...core.manifest import SHARD_NAME, ShardInfo
 from .warming import warm_files
 
 

@@ -8,7 +8,7 @@ import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 
-from ..core import locks
+from ...core import locks
 from . import shardfiles
 
 

@@ -17,7 +17,7 @@ import threading
 from collections import deque
 from pathlib import Path
 
-from ..core.files import open_regular
+from ...core.files import open_regular
 
 WARM_CHUNK = 8 << 20  # bytes asked for at a time
 WARM_IN_FLIGHT = 4  # chunks asked for and not yet read: what a loader's reads queue behind

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..core import layout
+from ...core import layout
 
 
 @dataclass(frozen=True)

@@ -26,14 +26,14 @@ from pathlib import Path
 import numpy as np
 from torch.utils.data import get_worker_info
 
-from ..core import layout
-from ..core.errors import ManifestError, MixshardError, ShardError
-from ..core.manifest import Manifest, ShardInfo
-from ..core.stores import Store
+from ...core import layout
+from ...core.errors import ManifestError, MixshardError, ShardError
+from ...core.manifest import Manifest, ShardInfo
+from ...core.stores import Store
+from ..pack.local import LocalPack
+from ..pack.shardfiles import FileId, FolderFiles, shard_path
 from .blockcache import BlockCache, claim_part
 from .cachefiles import footprint, page_size
-from .local import LocalPack
-from .shardfiles import FileId, FolderFiles, shard_path
 
 POLICY = "future"  # eviction policy of new caches ("lru": for the benchmark's comparison)
 

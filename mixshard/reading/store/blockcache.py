@@ -33,9 +33,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core import locks
-from ..core.errors import MixshardError, ShardError
-from ..core.stores import Store
+from ...core import locks
+from ...core.errors import MixshardError, ShardError
+from ...core.stores import Store
+from ..urls.remote import MIN_RATE, RATE_GRACE
 from . import eviction
 from .cachefiles import (
     Pages,
@@ -47,7 +48,6 @@ from .cachefiles import (
     page_size,
     punch,
 )
-from .remote import MIN_RATE, RATE_GRACE
 
 __all__ = ["FETCH_THREADS", "BlockCache", "claim_part"]
 

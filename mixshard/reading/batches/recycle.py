@@ -14,7 +14,7 @@ from collections import deque
 
 import numpy as np
 
-from ..core import locks
+from ...core import locks
 
 
 class Recycler:

@@ -19,12 +19,12 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from ..core import locks
-from ..core.device import host_empty
-from ..core.errors import MixshardError
-from ..core.jobs import Job, check_process, own
+from ...core import locks
+from ...core.device import host_empty
+from ...core.errors import MixshardError
+from ...core.jobs import Job, check_process, own
+from ..pack.local import LocalPack
 from . import order
-from .local import LocalPack
 from .recycle import Recycler
 
 # the state of a block's read in one epoch

@@ -38,8 +38,8 @@ from typing import Optional
 
 import numpy as np
 
-from ..core import libc, locks
-from ..core.jobs import this_process
+from ...core import libc, locks
+from ...core.jobs import this_process
 from .warming import cache_misses, cache_samples
 
 _mapped: Optional[ModuleType]
@@ -215,4 +215,3 @@ class ShardMaps:
             self._bases[:] = 0
             self._lengths[:] = 0
             self._all = False
-

@@ -16,13 +16,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core import locks
-from ..core.device import host_empty, pinned
-from ..core.errors import MixshardError
-from ..core.jobs import Job, check_process, own, this_process
+from ...core import locks
+from ...core.device import host_empty, pinned
+from ...core.errors import MixshardError
+from ...core.jobs import Job, check_process, own, this_process
+from ..pack.local import LocalPack
 from . import order, plan
 from .blockfeed import BlockFeed
-from .local import LocalPack
 from .recycle import Recycler
 from .roles import role_batches
 

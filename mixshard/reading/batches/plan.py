@@ -18,9 +18,9 @@ from __future__ import annotations
 import os
 from typing import Protocol
 
-from ..core.env import available_memory
-from ..core.errors import MixshardError
-from .mapped import mapping_built
+from ...core.env import available_memory
+from ...core.errors import MixshardError
+from ..pack.mapped import mapping_built
 
 READS = ("auto", "mapped", "feed", "pread")
 MAP_SHARE = 0.5  # a pack is mapped when its bytes are at most this share of the available memory

@@ -24,8 +24,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from ..core import layout
-from ..core.constants import (
+from ...core import layout
+from ...core.constants import (
     IMAGES_SUFFIX,
     KEYS_SUFFIX,
     LABELS_SUFFIX,
@@ -33,8 +33,8 @@ from ..core.constants import (
     MAX_MANIFEST_BYTES,
     TAR_BLOCK,
 )
-from ..core.errors import ManifestError, MixshardError, ShardError
-from ..core.manifest import BlockInfo, Manifest, ShardInfo
+from ...core.errors import ManifestError, MixshardError, ShardError
+from ...core.manifest import BlockInfo, Manifest, ShardInfo
 
 URL_TIMEOUT = 60.0  # seconds a single read may wait for data
 MIN_RATE = 256 << 10  # bytes/s a shard or manifest must average ...

@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core.errors import MixshardError, ShardError
-from ..core.manifest import ShardInfo
-from . import order
+from ...core.errors import MixshardError, ShardError
+from ...core.manifest import ShardInfo
+from ..batches import order
+from ..pack.shardfiles import warn_bad
 from .remote import read_blocks
-from .shardfiles import warn_bad
 
 
 @dataclass(frozen=True)

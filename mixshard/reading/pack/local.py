@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core import layout, locks
-from ..core.errors import MixshardError, ShardError
-from ..core.manifest import Manifest, ShardInfo
+from ...core import layout, locks
+from ...core.errors import MixshardError, ShardError
+from ...core.manifest import Manifest, ShardInfo
 from .blockrun import RunPlan
 from .mapped import ShardMaps, resident
 from .openshards import OpenShards

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.errors import MixshardError
+from ...core.errors import MixshardError
 
 _PUNCH = 0x01 | 0x02  # FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE
 _NOFOLLOW = os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.libc import function
+from ...core.libc import function
 
 try:
     IOV_MAX = max(16, os.sysconf("SC_IOV_MAX"))  # buffers one `preadv` fills at most
