@@ -1,5 +1,6 @@
-"""The docs say what is there: every link to a heading of a doc finds it, and docs/design.md's
-module table has one row per file of the package, no more (issue 37, point 5)."""
+"""The docs say what is there: every link to a heading of a doc finds it, docs/design.md's
+module table has one row per file of the package, no more, and every message
+docs/troubleshooting.md quotes is still made by the code (issue 37, point 5)."""
 
 from __future__ import annotations
 
@@ -94,3 +95,52 @@ def test_the_benchmarks_no_longer_say_shards_are_never_mapped():
     """docs/benchmarks.md once said shards are "never memory-mapped", a page before it
     described the mapped reads."""
     assert "never memory-mapped" not in (DOCS / "benchmarks.md").read_text()
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9_]+", text.lower())
+
+
+def _code_words() -> str:
+    """The package's, the scripts' and the Makefile's text as one line of lower-case words,
+    string pieces joined, each f-string field (and make variable) a word `gap`."""
+    files = [*PACKAGE.rglob("*.py"), *PACKAGE.rglob("*.c"), *(ROOT / "scripts").glob("*.py")]
+    text = "\n".join(p.read_text() for p in [*files, ROOT / "Makefile"])
+    text = re.sub(r"[\"']\s*\n\s*(?:\+\s*)?[rbf]*[\"']", "", text)  # "a " "b" -> "a b"
+    text = re.sub(r"\{[^{}\n]*\}|\$\([A-Z_]+\)|%[sd]", " gap ", text)
+    return " " + " ".join(_words(text)) + " "
+
+
+def _in_code(message: str, code: str) -> bool | None:
+    """Whether some three words in a row of `message` (its placeholders, `SRC`, `N`, `...`,
+    left out) are in `code`, one of them possibly a field there when the other two are not
+    short words; None: too short to tell."""
+    words = _words(re.sub(r"\b[A-Z][A-Z0-9_]*\b|\.\.\.", " gap ", message))
+    runs = [
+        words[i : i + 3]
+        for i in range(len(words) - 2)
+        if "gap" not in words[i : i + 3] and len("".join(words[i : i + 3])) >= 10
+    ]
+    if not runs:
+        return None
+    return any(
+        f" {' '.join('gap' if k == j else run[k] for k in range(3))} " in code
+        for run in runs
+        for j in (-1, 0, 1, 2)
+        if j < 0 or len("".join(run)) - len(run[j]) >= 8
+    )
+
+
+def test_every_troubleshooting_message_is_still_made():
+    """Each message quoted in the first column of docs/troubleshooting.md's tables is still in
+    the code (click's own usage wording, `Invalid value for ...`, is click's)."""
+    code = _code_words()
+    assert _in_code("the frobnicator of PACK ran out of coffee", code) is False
+    assert _in_code("source archive not found: ARCHIVE", code)  # `source {what} not found`
+    text = (DOCS / "troubleshooting.md").read_text()
+    gone = []
+    for row in re.findall(r"^\| (.+?) \| ", text, re.MULTILINE):
+        for message in re.findall(r"`([^`]+)`", row):
+            if not message.startswith("Invalid value for") and _in_code(message, code) is False:
+                gone.append(message)
+    assert not gone, "docs/troubleshooting.md quotes messages no code makes: " + "; ".join(gone)
