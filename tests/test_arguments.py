@@ -39,12 +39,44 @@ def pack_dir(tmp_path_factory) -> Path:
         ({"pool": 3.5}, TypeError, "pool must be an integer, got 3.5"),
         ({"uses": True}, TypeError, "uses must be an integer, got True"),
         ({"seed": -2}, ValueError, "seed must be >= 0, got -2"),
+        ({"uses": 0}, ValueError, "uses must be >= 1, got 0"),
+        ({"pool": 0}, ValueError, "pool must be >= 1 images, got 0"),
+        ({"flip": "yes"}, TypeError, "flip must be True or False, got 'yes'"),
+        ({"crop": "random"}, ValueError, "crop must be (lo, hi), 'auto' or None, got 'random'"),
+        ({"crop": (0.5,)}, ValueError, "crop must be (lo, hi) with 0 < lo <= hi <= 1, got (0.5,)"),
+        ({"crop": (0.0, 1.0)}, ValueError, "crop must be (lo, hi) with 0 < lo <= hi"),
+        ({"crop": ("a", 1)}, ValueError, "crop must be (lo, hi) with 0 < lo <= hi"),
+        ({"cache": "gpu"}, ValueError, "cache must be one of auto, device, pool, stream"),
+        ({"cache_fraction": 0}, ValueError, "cache_fraction must be in (0, 1], got 0"),
+        ({"cache_fraction": "0.5"}, ValueError, "cache_fraction must be in (0, 1], got '0.5'"),
     ],
 )
 def test_overlay_arguments_name_what_is_wrong(pack_dir, kwargs, error, message):
     with pytest.raises(error) as got:
         Overlay(pack_dir, **kwargs)
     assert str(got.value).startswith(message)
+
+
+@pytest.mark.parametrize(
+    ("alpha", "error", "message"),
+    [
+        ("0.5", TypeError, "alpha must be a number, a (lo, hi) pair or a tensor, got '0.5'"),
+        ((0.1, 0.2, 0.3), ValueError, "alpha must be a number or a (lo, hi) pair of two"),
+        ((0.6, 0.2), ValueError, "alpha range must satisfy 0 <= lo <= hi <= 1, got (0.6, 0.2)"),
+        (1.5, ValueError, "alpha must be in [0, 1], got 1.5"),
+        (torch.ones(2, 1), ValueError, "alpha must be a float tensor of 0 or 1 dimensions"),
+    ],
+)
+def test_a_per_call_alpha_is_checked_as_the_constructor_checks_it(pack_dir, alpha, error, message):
+    overlay = Overlay(pack_dir, cache="device")
+    for make in (
+        lambda: overlay(torch.zeros(2, 3, 8, 8), alpha=alpha),
+        lambda: Overlay(pack_dir, alpha=alpha),
+    ):
+        with pytest.raises(error) as got:
+            make()
+        assert str(got.value).startswith(message)
+    overlay.close()
 
 
 def test_a_tensor_alpha_in_range_blends_as_the_float(pack_dir):

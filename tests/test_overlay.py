@@ -54,6 +54,27 @@ def test_backgrounds_are_pack_images_and_blend_is_the_reference(pack_dir, pack_i
     ov.close()
 
 
+@pytest.mark.parametrize("cache", ["device", "pool", "stream"])
+def test_every_cache_has_the_declared_interface(pack_dir, pack_images, cache):
+    """Each of Overlay's caches is a `BackgroundCache` (take, stats, close): its own images
+    as asked, its mode and draws counted, closed twice without harm."""
+    from mixshard.augment.caches import BackgroundCache
+
+    ov = Overlay(pack_dir, cache=cache, flip=False, num_workers=0, seed=2, pool=16)
+    ov.sample(6)
+    (state,) = ov._states.values()
+    assert isinstance(state.cache, BackgroundCache)
+    imgs = state.cache.take(5)
+    assert imgs.shape == (5, 3, 12, 12) and imgs.dtype == torch.uint8
+    assert set(as_set(imgs)) <= set(as_set(pack_images))
+    stats = state.cache.stats()
+    assert (stats["mode"], stats["draws"]) == (cache, 11)
+    assert ov.stats() == {"cpu": stats}
+    state.cache.close()
+    ov.close()
+    assert ov.modes == {}
+
+
 def test_flips_are_per_image(pack_dir, pack_images):
     pack = set(as_set(pack_images))
     flipped = set(as_set(pack_images.flip(-1)))

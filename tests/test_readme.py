@@ -230,6 +230,17 @@ ERRORS = [
     "4 attempts in 3.5 s",
     "the server's body ended early",
     "dataset must be the name of a pack folder",
+    "decode worker processes",
+    "the Ray task of shard",
+    "is not as sha256 in",
+    "is not listed in the manifest",
+    "more than a manifest may be",
+    "ends early, inside",
+    "cannot read shard",
+    "come from bad blocks",
+    "decompression bomb",
+    "empty file (0 bytes)",
+    "corrupt or truncated",
 ]
 
 

@@ -27,10 +27,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core.checks import check_int, is_number
+from ..core.checks import check_int
 from ..core.device import canonical, free_memory, move_index
 from ..core.errors import MixshardError
 from ..reading.source import Source, resolve_source
+from .args import check_cache, check_cache_fraction, check_flag
 from .caches import read_pack_to
 from .clippool import ClipPool
 from .envargs import check_composite_args, env_mask, frame_mask
@@ -40,7 +41,7 @@ from .ops import flip, resize
 from .pasting import composite
 from .playback import PLAYBACKS, draw, draw_clips, positions
 
-CACHES = ("auto", "device", "pool")
+CACHES = ("auto", "device", "pool")  # `Backgrounds(cache=)`
 CPU_GROUP_BYTES = 4 << 20  # backgrounds gathered and blended at a time on a CPU
 
 
@@ -96,14 +97,11 @@ class Backgrounds:
         check_int("seed", seed, 0)
         if pool is not None:
             check_int("pool", pool, 1)
-        if not isinstance(flip, bool):
-            raise TypeError(f"flip must be True or False, got {flip!r}")
+        check_flag("flip", flip)
         if playback not in PLAYBACKS:
             raise ValueError(f"playback must be one of {', '.join(PLAYBACKS)}, got {playback!r}")
-        if cache not in CACHES:
-            raise ValueError(f"cache must be one of {', '.join(CACHES)}, got {cache!r}")
-        if not is_number(cache_fraction) or not 0 < cache_fraction <= 1:
-            raise ValueError(f"cache_fraction must be in (0, 1], got {cache_fraction!r}")
+        check_cache(cache, CACHES)
+        check_cache_fraction(cache_fraction)
         self.source = resolve_source(source)
         m = self.manifest = self.source.manifest
         if self.source.count != m.count:

@@ -1,11 +1,12 @@
-"""Where `Overlay` takes its backgrounds from: the whole pack on the device, or a stream.
+"""Where `Overlay` takes its backgrounds from: the interface every such cache has
+(`BackgroundCache`), and two of them: the whole pack on the device, or a stream.
 
-(The third source, a pool of the pack refilled from the block stream, is in `pool.py`.)
+(The third, a pool of the pack refilled from the block stream, is `pool.PoolCache`.)
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -13,6 +14,27 @@ from ..core.device import host_empty, wants_pinned
 from ..reading.source import Source
 from ..reading.urls.remote import read_blocks
 from .draws import Carry, PermutationWalk
+
+
+@runtime_checkable
+class BackgroundCache(Protocol):
+    """What `Overlay` asks of the cache of each device (`DeviceCache`, `StreamCache`,
+    `pool.PoolCache`); mypy checks that each one has it where `Overlay` makes them."""
+
+    def take(self, n: int, own: bool = True) -> torch.Tensor:
+        """`n` uint8 images `(n, 3, size, size)` on the cache's device. With `own=False` they
+        may be a buffer of the cache's, valid until a later call (the caller only reads them
+        before its next take); with `own=True` they are the caller's."""
+        ...
+
+    def stats(self) -> dict[str, Any]:
+        """Counters, with `"mode"` (`"device"`, `"pool"` or `"stream"`) and `"draws"`."""
+        ...
+
+    def close(self) -> None:
+        """Stop any reader thread or worker (the images go when the cache is dropped); a
+        second call does nothing."""
+        ...
 
 
 def read_pack_to(source: Source, images: torch.Tensor) -> None:

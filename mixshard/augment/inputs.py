@@ -74,14 +74,17 @@ def warn_if_unit_range(obs: torch.Tensor) -> None:
         )
 
 
-def check_weights(name: str, weights: torch.Tensor, bool_ok: bool) -> None:
+def check_weights(
+    name: str, weights: torch.Tensor, bool_ok: bool, *, everywhere: bool = False
+) -> None:
     """A per-call weight tensor (`alpha`, or a `mask` when `bool_ok`): float (or bool for a
     mask), and on the CPU every value in [0, 1], none NaN. On another device the values are
-    not checked: that would wait for the device on every call (a host sync).
+    not checked unless `everywhere` (a constructor's, once): that would wait for the device on
+    every call (a host sync).
 
     Raises:
         TypeError: an integer dtype (a 0/255 uint8 mask among them).
-        ValueError: a CPU tensor with a value outside [0, 1], or NaN.
+        ValueError: a CPU tensor (any, when `everywhere`) with a value outside [0, 1], or NaN.
     """
     if weights.dtype == torch.bool and bool_ok:
         return
@@ -93,7 +96,7 @@ def check_weights(name: str, weights: torch.Tensor, bool_ok: bool) -> None:
                 "partial weights"
             )
         raise TypeError(f"{name} must be a float tensor of weights in [0, 1], got {weights.dtype}")
-    if weights.device.type != "cpu" or weights.numel() == 0:
+    if (weights.device.type != "cpu" and not everywhere) or weights.numel() == 0:
         return
     values = weights.detach()
     if bool(((values >= 0) & (values <= 1)).all()):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -22,9 +23,9 @@ from ..core.env import rank_world
 from ..core.jobs import own, this_process
 from ..core.libc import trim_heap
 from ..reading.source import Source, resolve_source
-from .args import check_overlay_args
-from .caches import DeviceCache, StreamCache
-from .inputs import check_obs, check_weights, user_stacklevel, warn_if_unit_range
+from .args import check_alpha, check_overlay_args
+from .caches import BackgroundCache, DeviceCache, StreamCache
+from .inputs import check_obs, user_stacklevel, warn_if_unit_range
 from .ops import (
     blend,
     crop_resample,
@@ -35,10 +36,19 @@ from .ops import (
     resize,
 )
 from .pasting import composite
-from .pool import PoolCache, check_pool_args, pool_size
+from .pool import PoolCache, pool_size
 
 _RATIO = (3.0 / 4.0, 4.0 / 3.0)
-CACHES = ("auto", "device", "pool", "stream")
+
+
+@dataclass
+class _DeviceState:
+    """What an `Overlay` keeps per device: its cache and the generator of its draws."""
+
+    mode: str  # "device", "pool" or "stream"
+    cache: BackgroundCache
+    generator: torch.Generator
+    alpha: torch.Tensor | None = None  # the Overlay's alpha tensor, copied here once
 
 
 class Overlay:
@@ -73,8 +83,8 @@ class Overlay:
         cache_dir, cache_limit: a pack on an object store (`s3://...`): its block cache's
             folder and byte limit (see `ShardStream`).
 
-    Arguments are checked here; obs are not checked for NaN or inf at each call (that would
-    cost a host sync per call): they blend into NaN/inf.
+    Arguments are checked here (`args.py`); obs are not checked for NaN or inf at each call
+    (that would cost a host sync per call): they blend into NaN/inf.
 
     `index.json` is read here; images are loaded on the first call. `overlay(obs)` returns the
     blended observations; `overlay.sample(n, device)` returns `n` backgrounds (uint8 NCHW).
@@ -98,9 +108,18 @@ class Overlay:
         cache_dir: str | os.PathLike | None = None,
         cache_limit: int | None = None,
     ) -> None:
-        check_overlay_args(alpha, num_workers, seed, batch_size, pool, uses)
-        _check_args(cache, crop, alpha, cache_fraction)
-        check_pool_args(pool, uses)
+        check_overlay_args(
+            alpha=alpha,
+            flip=flip,
+            crop=crop,
+            cache=cache,
+            num_workers=num_workers,
+            seed=seed,
+            cache_fraction=cache_fraction,
+            batch_size=batch_size,
+            pool=pool,
+            uses=uses,
+        )
         # index.json read once, here
         self.source = resolve_source(source, cache_dir=cache_dir, cache_limit=cache_limit)
         self.manifest = self.source.manifest
@@ -110,7 +129,7 @@ class Overlay:
         self.cache, self.num_workers, self.seed = cache, num_workers, seed
         self.cache_fraction, self.batch_size = cache_fraction, batch_size
         self.pool, self.uses = pool, uses
-        self._states: dict[torch.device, dict[str, Any]] = {}
+        self._states: dict[torch.device, _DeviceState] = {}
         self._warned_sizes: set[tuple[int, int]] = set()  # each mismatch is said once
         self._range_checked = False  # the 0..1 check runs on the first call only (a host sync)
         self._pid = this_process()  # the caches' threads run in this process only
@@ -134,9 +153,9 @@ class Overlay:
         seed = int(np.random.SeedSequence(parts).generate_state(1)[0])
         return seed, (self.seed if worker is None else seed)
 
-    def _make_source(
+    def _make_cache(
         self, mode: str, device: torch.device, gen: torch.Generator, seed: int, shared: int
-    ) -> Any:
+    ) -> BackgroundCache:
         if mode == "device":
             return DeviceCache(self.source, device, gen)
         if mode == "pool":
@@ -147,7 +166,7 @@ class Overlay:
         batch = max(1, min(self.batch_size, self.count // rank_world()[1]))
         return StreamCache(self.source, device, self.num_workers, shared, batch)
 
-    def _state(self, device: torch.device) -> dict[str, Any]:
+    def _state(self, device: torch.device) -> _DeviceState:
         device = canonical(device)
         if self._pid != this_process():  # forked: the parent's caches' threads are not here
             self._states.clear()
@@ -161,28 +180,28 @@ class Overlay:
             if mode == "auto":
                 need = self.count * self.manifest.image_bytes
                 mode = "device" if need <= self.cache_fraction * free_memory(device) else "pool"
-            source = self._make_source(mode, device, generator, seed, shared)
-            state = {"mode": mode, "source": source, "generator": generator, "alpha": None}
+            cache = self._make_cache(mode, device, generator, seed, shared)
+            state = _DeviceState(mode, cache, generator)
             self._states[device] = state
         return state
 
     @property
     def modes(self) -> dict[str, str]:
         """Which cache each device uses (`"device"`, `"pool"` or `"stream"`), once started."""
-        return {str(d): s["mode"] for d, s in self._states.items()}
+        return {str(d): s.mode for d, s in self._states.items()}
 
     def stats(self) -> dict[str, dict[str, Any]]:
         """Per device: the cache's counters (draws; for a pool also images in and out, the
         realised uses per image and the waits for the disk)."""
-        return {str(d): s["source"].stats() for d, s in self._states.items()}
+        return {str(d): s.cache.stats() for d, s in self._states.items()}
 
     def _backgrounds(
         self, n: int, device: torch.device, size: tuple[int, int], own: bool
     ) -> torch.Tensor:
         """n backgrounds at `size`: uint8 when nothing was resampled, else float 0..255."""
         state = self._state(device)
-        gen = state["generator"]
-        imgs = state["source"].take(n, own)
+        gen = state.generator
+        imgs = state.cache.take(n, own)
         pack_size = (self.manifest.size, self.manifest.size)
         larger = size != pack_size and all(s <= p for s, p in zip(size, pack_size))
         crop = self.crop if self.crop != "auto" else (RANDOM_CROP_SCALE if larger else None)
@@ -216,15 +235,15 @@ class Overlay:
         alpha = self.alpha if alpha is None else alpha
         if isinstance(alpha, tuple):
             lo, hi = alpha
-            gen = self._state(device)["generator"]
+            gen = self._state(device).generator
             return lo + (hi - lo) * torch.rand(n, device=device, generator=gen)
         if isinstance(alpha, torch.Tensor):
             if alpha is not self.alpha:  # a per-call tensor: where the caller keeps it
                 return alpha.to(device)
             state = self._state(device)  # the Overlay's own: copied to the device once
-            if state["alpha"] is None:
-                state["alpha"] = alpha.to(device)
-            return state["alpha"]
+            if state.alpha is None:
+                state.alpha = alpha.to(device)
+            return state.alpha
         return alpha
 
     def sample(
@@ -275,10 +294,8 @@ class Overlay:
                 with a value out of [0, 1] or NaN.
         """
         check_obs(obs)
-        if alpha is not None:
-            _check_args("auto", None, alpha, 1.0)
-            if isinstance(alpha, torch.Tensor):  # where the caller keeps it (a CPU one is
-                check_weights("alpha", alpha, bool_ok=False)  # checked before it moves)
+        if alpha is not None:  # where the caller keeps it (a CPU one before it moves)
+            check_alpha(alpha, everywhere=False)
         if not self._range_checked and obs.numel():
             self._range_checked = True
             warn_if_unit_range(obs)
@@ -300,31 +317,15 @@ class Overlay:
         self._states.clear()
 
 
-def _close_caches(states: dict[torch.device, dict[str, Any]]) -> None:
-    pooled = any(state["mode"] == "pool" for state in states.values())
+def _close_caches(states: dict[torch.device, _DeviceState]) -> None:
+    pooled = any(state.mode == "pool" for state in states.values())
     _close_sources(states)
     if pooled:  # a pool's buffers, freed now, were allocated by its threads: give them back
         trim_heap()
 
 
-def _close_sources(states: dict[torch.device, dict[str, Any]]) -> None:
+def _close_sources(states: dict[torch.device, _DeviceState]) -> None:
     """(Apart, so that no name here keeps a cache alive past the trim.)"""
     for state in states.values():
-        state["source"].close()
+        state.cache.close()
     states.clear()
-
-
-def _check_args(
-    cache: str, crop: tuple[float, float] | str | None, alpha: Any, cache_fraction: float
-) -> None:
-    if cache not in CACHES:
-        raise ValueError(f"cache must be one of {', '.join(CACHES)}, got {cache!r}")
-    if isinstance(crop, str):
-        if crop != "auto":
-            raise ValueError(f"crop must be (lo, hi), 'auto' or None, got {crop!r}")
-    elif crop is not None and not (0 < crop[0] <= crop[1] <= 1):
-        raise ValueError(f"crop must be (lo, hi) with 0 < lo <= hi <= 1, got {crop}")
-    if isinstance(alpha, tuple) and not 0 <= alpha[0] <= alpha[1] <= 1:
-        raise ValueError(f"alpha range must satisfy 0 <= lo <= hi <= 1, got {alpha}")
-    if not 0 < cache_fraction <= 1:
-        raise ValueError(f"cache_fraction must be in (0, 1], got {cache_fraction}")

@@ -49,8 +49,8 @@ class PoolCache:
     Args:
         source: the pack (folder or URLs), resolved.
         device: where the pool lives.
-        size: images in the pool (`P`).
-        uses: draws per image before it is replaced.
+        size: images in the pool (`P`), >= 1.
+        uses: draws per image before it is replaced, >= 1 (`Overlay` checks both: `args.py`).
         seed: seed of the draws (and of the refill order, unless `feed_seed`).
         feed_seed: seed of the refill order: the same on every DDP rank, which the refill
             stream then splits between the ranks.
@@ -65,7 +65,6 @@ class PoolCache:
         seed: int,
         feed_seed: int | None = None,
     ) -> None:
-        check_pool_args(size, uses)
         manifest = source.manifest
         self.size, self.uses, self.device = min(size, source.count), uses, device
         s = manifest.size
@@ -222,13 +221,6 @@ def _by_piece(slots: np.ndarray, parts: list[torch.Tensor]) -> Iterator[tuple[np
 def _stop_pool(feed: RefillFeed, lane: Lane) -> None:
     feed.close()  # first: a job waiting on a closed feed ends with an error
     lane.close()
-
-
-def check_pool_args(pool: int | None, uses: int) -> None:
-    if pool is not None and pool < 1:
-        raise ValueError(f"pool must be >= 1 images, got {pool}")
-    if uses < 1:
-        raise ValueError(f"uses must be >= 1, got {uses}")
 
 
 def pool_size(manifest: Manifest, budget: int) -> int:
