@@ -1,5 +1,6 @@
-"""The read plan (`reading/batches/plan.py`): whichever way a reader reads a local pack (copied out of
-mappings, one `pread` per image, whole blocks read ahead), the same batches, the same errors.
+"""The read plan (`reading/batches/plan.py`): whichever way a reader reads a local pack (copied
+out of mappings, one `pread` per image, whole blocks read ahead), the same batches, the same
+errors.
 The behaviours once pinned for the deleted in-memory copy and io_uring paths run here against
 the paths that replaced them."""
 
@@ -17,7 +18,8 @@ import torch
 from helpers import copy_pack, make_tree, read_pack
 
 import mixshard
-from mixshard import ShardError, ShardStream
+from mixshard import MixshardError, ShardError, ShardStream
+from mixshard.reading.batches import plan
 from mixshard.reading.pack import local, mapped
 from mixshard.reading.pack.local import LocalPack
 
@@ -159,3 +161,20 @@ def test_the_global_order_maps_a_cold_pack_once_its_warm_pass_ends(pack_dir, mon
     job.join()
     assert reads.pack.mapped_shards == 0
     reader.close()
+
+
+def test_mapped_when_it_cannot_be_is_one_clear_error_and_auto_reads(pack_dir, monkeypatch):
+    monkeypatch.setattr(plan, "available_memory", lambda: 1000)  # the pack: more than half
+    with pytest.raises(MixshardError, match="read='mapped': the pack cannot be mapped here"):
+        ShardStream(pack_dir, 8, order="global", read="mapped").reader(range(0, 1))
+    reader = ShardStream(pack_dir, 8, order="global").reader(range(0, 1))
+    assert reader.plan == "pread"
+    reader.close()
+
+    def no_descriptor() -> int:
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(plan, "available_memory", no_descriptor)
+    assert not plan.can_map(1)
+    monkeypatch.setattr(plan, "mapping_built", lambda: False)  # no C compiler at install
+    assert not plan.can_map(1) and not plan.maps_allowed(1)

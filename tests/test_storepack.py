@@ -13,7 +13,7 @@ import pytest
 from helpers import files, run, sourceless
 from stores import pack_all_but_index
 
-from mixshard import Manifest, pack
+from mixshard import Manifest, ShardStream, pack
 from mixshard.core.errors import OutputError, ShardError
 from mixshard.core.stores import Store
 from mixshard.writing import storeout
@@ -366,3 +366,14 @@ def test_the_marker_is_made_by_an_exclusive_write(tree, s3_bucket, monkeypatch):
     monkeypatch.setattr(Store, "objects", listing_then_rival)
     with pytest.raises(OutputError, match="is in use by another mixshard pack"):
         pack(tree, url, **ARGS)
+
+
+def test_a_store_pack_cannot_be_read_mapped(tree, s3_bucket, tmp_path):
+    url = s3_bucket + "/mapped"
+    pack(tree, url, **ARGS)
+    with pytest.raises(ValueError, match="read='mapped' applies to pack folders; a store pack"):
+        ShardStream(url, 4, read="mapped", cache_dir=tmp_path / "c")
+    stream = ShardStream(url, 4, order="block", read="auto", cache_dir=tmp_path / "c")
+    reader = stream.reader(range(0, 2))
+    assert (reader.plan, stream.pack.mapped_shards) == ("feed", 0)  # never mapped: the cache
+    reader.close()  # holds only the blocks fetched so far
