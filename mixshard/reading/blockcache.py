@@ -93,6 +93,10 @@ class BlockCache:
         self.used = 0  # bytes of present blocks and of fetches in flight
         self.fetched_bytes = 0
         self.fetches = 0
+        # bytes fetched per epoch of the read they were fetched for (fetched ahead: of the
+        # use fetched for): what a benchmark counts per epoch, whenever the fetch ran
+        self.fetched_for: dict[int, int] = {}
+        self._for: dict[int, int] = {}  # block being fetched -> epoch of its use
         self._clock = 0
         self._inflight: dict[int, tuple[Future, float]] = {}
         self._cond = locks.Condition()
@@ -146,16 +150,38 @@ class BlockCache:
             self._pump()
 
     def _victim(self, before: int | None, keep: set[int]) -> int | None:
-        """A present, unpinned block not in `keep` to drop (None: none, or with `before`, none
-        whose next use is later than `before`)."""
+        """A present, unpinned block not in `keep` to drop (None: none to drop now).
+
+        Belady's rule picks the block whose next use is furthest, counted from `before`, the
+        time of the use a block is fetched ahead for (None: a read waiting now). None when
+        that block cannot go yet: it is being read or fetched (let go soon), or, fetching
+        ahead, it is read before `before`. Dropping another one instead, needed sooner, costs
+        a fetch that waiting saves (a cache of a few blocks re-fetched every block it held,
+        each epoch, when reads ahead dropped the blocks the next epoch starts with)."""
         free = np.flatnonzero(self.present & (self.pins == 0)).tolist()
         free = [b for b in free if b not in self._inflight and b not in keep]
         if self.policy == "lru":
             return eviction.lru_victim(free, self.last_used)
-        nxt = {b: self._schedule.next_use(b) for b in free}
+        busy = [b for b in np.flatnonzero(self.pins > 0).tolist() if b not in keep]
+        busy += [b for b in self._inflight if b not in keep]
+        schedule = self._schedule
+        if before is None:
+            nxt = {b: schedule.next_use(b) for b in free + busy}
+        else:
+            nxt = {b: schedule.next_use_from(b, before) for b in free + busy}
         victim = eviction.furthest_victim(free, nxt, self.last_used)
-        if victim is not None and before is not None and nxt[victim] <= before:
+        if victim is None or any(nxt[b] > nxt[victim] for b in busy):
             return None
+        if before is not None:
+            if schedule.next_use(victim) < before:
+                return None  # read before then: the one to drop once read, maybe
+            read_before = [
+                b
+                for b in np.flatnonzero(self.present).tolist()
+                if schedule.next_use(b) < before and schedule.next_use_from(b, before) > nxt[victim]
+            ]
+            if read_before:
+                return None  # dropped once read, it saves the fetch dropping `victim` costs
         return victim
 
     def _make_room(
@@ -164,12 +190,14 @@ class BlockCache:
         """Drop blocks until `size` more bytes fit; False when that cannot be done now.
 
         Blocks a read waits for stay. Only `own`, the blocks of the oldest read waiting, may
-        take younger reads' blocks, and only when nothing else can go: never its own (dropping
-        them to fetch each other was a livelock once)."""
+        take younger reads' blocks, and only when nothing else can go, not even once the reads
+        under way are done (blocks pinned are read locally and let go soon; taking a younger
+        read's blocks makes it fetch them again): never its own (dropping them to fetch each
+        other was a livelock once)."""
         held = set().union(*self._holding.values())
         while self.used + size > self.limit:
             victim = self._victim(None if demand else before, held)
-            if victim is None and own is not None:
+            if victim is None and own is not None and not self.pins.any() and not self._inflight:
                 victim = self._victim(None, own)
             if victim is None:
                 return False
@@ -215,9 +243,11 @@ class BlockCache:
                 return  # LRU drops blocks only for a read that waits (fetched ahead: no room)
             if not self._make_room(int(self.sizes[b]), demand=False, before=t):
                 return  # everything kept is needed sooner than this block
-            self._start(b)
+            self._start(b, t)
 
-    def _start(self, b: int) -> None:
+    def _start(self, b: int, t: int) -> None:
+        """Fetch block `b` (for its use at time `t`)."""
+        self._for[b] = t // eviction.STRIDE
         self.used += int(self.sizes[b])
         self.peak = max(self.peak, self.used)
         self._inflight[b] = (self._pool.submit(self._fetch, b), time.monotonic())
@@ -248,6 +278,7 @@ class BlockCache:
             with self._cond:
                 self.used -= int(self.sizes[b])
                 self._inflight.pop(b, None)  # a reader waiting has the future: it raises
+                self._for.pop(b, None)
                 with contextlib.suppress(OSError, MixshardError):
                     self._punch(b)  # what a write cut short left
                 self._cond.notify_all()
@@ -256,6 +287,8 @@ class BlockCache:
             self.present[b] = self.checked[b] = True
             self.fetched_bytes += len(data)
             self.fetches += 1
+            epoch = self._for.pop(b, -1)
+            self.fetched_for[epoch] = self.fetched_for.get(epoch, 0) + len(data)
             self._inflight.pop(b, None)
             self._cond.notify_all()
             self._pump()
@@ -315,22 +348,25 @@ class BlockCache:
                 f"{need} bytes ({len(blocks)} blocks); give a larger cache_limit"
             )
         with self._cond:
+            when = {}
             for b in blocks:
-                self._schedule.take(b)
+                when.setdefault(b, self._schedule.take(b))
                 self._clock += 1
                 self.last_used[b] = self._clock
             ticket = next(self._tickets)
             self._holding[ticket] = set(blocks)
             try:
-                self._hold_all(list(dict.fromkeys(blocks)), ticket)
+                self._hold_all(when, ticket)
             finally:
                 del self._holding[ticket]
                 self._starved.discard(ticket)
             self._pump()
 
-    def _hold_all(self, blocks: list[int], ticket: int) -> None:
-        """Fetch the missing ones of `blocks` together, then pin them all at once: a read
-        pins blocks only while it reads them locally, never while it waits for the network."""
+    def _hold_all(self, when: dict[int, int], ticket: int) -> None:
+        """Fetch the missing ones of `when`'s blocks (block -> time of its use) together, then
+        pin them all at once: a read pins blocks only while it reads them locally, never while
+        it waits for the network."""
+        blocks = list(when)
         while True:
             # only the oldest read drops blocks (any but those being read); younger ones take
             # free room or wait, so reads never drop each other's blocks in turn
@@ -351,7 +387,7 @@ class BlockCache:
                         if oldest
                         else self.used + size <= self.limit
                     ):
-                        self._start(b)
+                        self._start(b, when[b])
                     else:
                         waiting = True
             for b in blocks:

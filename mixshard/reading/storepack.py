@@ -28,7 +28,7 @@ from ..core import layout
 from ..core.errors import ManifestError, MixshardError, ShardError
 from ..core.manifest import Manifest, ShardInfo
 from ..core.stores import Store
-from . import order
+from . import eviction, order
 from .blockcache import BlockCache, claim_part
 from .cachefiles import footprint, page_size
 from .local import LocalPack
@@ -156,29 +156,14 @@ class StorePack(LocalPack):
         """A block feed will make `batches` (`blockfeed.BlockFeed`'s arguments): the cache
         fetches ahead, and evicts, by the blocks it will read."""
         blocks = len(self.block_count)
+        info = get_worker_info()
+        workers = info.num_workers if info is not None else 1
 
         def uses_of(epoch: int) -> np.ndarray:
-            lo, hi = max(batches.start, epoch * per_epoch), (epoch + 1) * per_epoch
-            ks = range(
-                lo + (batches.start - lo) % batches.step, min(hi, batches.stop), batches.step
-            )
+            ks = eviction.feed_batches(batches, per_epoch, epoch, workers)
+            firsts = [order.batch_span(k, per_epoch, rank, batch_size)[1] for k in ks]
             sequence = sequence_of(epoch)[0]
-            parts = []
-            for k in ks:
-                first = order.batch_span(k, per_epoch, rank, batch_size)[1]
-                parts.append(sequence[first : first + batch_size])
-            if not parts:
-                return np.zeros(0, np.int64)
-            touched = self.block_of(np.concatenate(parts))
-            _, firsts = np.unique(touched, return_index=True)
-            seen = np.zeros(blocks, bool)
-            out = []
-            for b in touched[np.sort(firsts)].tolist():
-                for x in order.run_of(b // run, run, blocks):
-                    if not seen[x]:
-                        seen[x] = True
-                        out.append(x)
-            return np.array(out, np.int64)
+            return eviction.feed_uses(sequence, firsts, batch_size, self.block_of, blocks, run)
 
         self.open_cache().plan(uses_of, batches.start // per_epoch)
 
@@ -205,12 +190,15 @@ class StorePack(LocalPack):
     def scatter_run(
         self, blocks: list[int], addresses: list[np.ndarray], drop_cache: bool = False
     ) -> list[bool | Any]:
-        cache = self.open_cache()
-        cache.hold(list(blocks))
-        try:
-            return super().scatter_run(blocks, addresses, drop_cache)
-        finally:
-            cache.release(list(blocks))
+        cache = self.open_cache()  # a block at a time: a run held whole fills a small cache
+        out: list[bool | Any] = []
+        for b, at in zip(blocks, addresses):
+            cache.hold([b])
+            try:
+                out += super().scatter_run([b], [at], drop_cache)
+            finally:
+                cache.release([b])
+        return out
 
     def read_images(self, index: np.ndarray, out: np.ndarray) -> np.ndarray | None:
         blocks = np.unique(self.block_of(np.asarray(index, np.int64))).tolist()
