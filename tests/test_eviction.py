@@ -5,8 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mixshard.reading import eviction
+from mixshard.core.manifest import Manifest
+from mixshard.reading import eviction, order
+from mixshard.reading.blockfeed import BlockFeed
 from mixshard.reading.eviction import NEVER, STRIDE, Schedule
+from mixshard.reading.local import LocalPack
 
 
 def test_belady_drops_the_block_needed_furthest_away():
@@ -71,3 +74,67 @@ def test_without_a_schedule_nothing_is_known():
     s = Schedule(None, 4)
     s.take(3)
     assert s.next_use(3) == NEVER and list(s.upcoming()) == []
+
+
+def test_a_schedule_knows_uses_from_any_time_and_says_which_it_took():
+    orders = {0: np.array([2, 0, 1]), 1: np.array([1, 2, 0]), 2: np.array([0, 1, 2])}
+    s = Schedule(lambda e: orders[e], 3)
+    assert s.next_use_from(2, 0) == 0 and s.next_use_from(2, 1) == STRIDE + 1
+    assert s.next_use_from(0, STRIDE + 3) == NEVER  # epoch 2 is not known yet
+    assert s.take(0) == 1 and s.take(0) == STRIDE + 2
+    assert Schedule(None, 2).take(1) == 0  # a read not foreseen: now
+
+
+class Recording(LocalPack):
+    """A local pack that computes the plan a store's cache gets (`StorePack.expect`) and
+    records the blocks its feed reads, in order."""
+
+    def expect(self, sequence_of, per_epoch, rank, batch_size, batches, run) -> None:
+        def uses_of(epoch: int) -> np.ndarray:
+            ks = eviction.feed_batches(batches, per_epoch, epoch)
+            firsts = [order.batch_span(k, per_epoch, rank, batch_size)[1] for k in ks]
+            blocks = len(self.block_count)
+            return eviction.feed_uses(
+                sequence_of(epoch)[0], firsts, batch_size, self.block_of, blocks, run
+            )
+
+        self.uses_of = uses_of
+        self.read: list[int] = []
+
+    def scatter_run(self, blocks, addresses, drop_cache=False):
+        self.read += list(blocks)
+        return super().scatter_run(blocks, addresses, drop_cache)
+
+
+@pytest.mark.parametrize(("window", "run"), [(64, 4), (64, 1), (2, 2)])
+def test_the_plan_is_the_order_the_block_feed_reads_in(pack96, window, run):
+    # the cache evicts by this plan: when it listed a batch's blocks in the order the batch
+    # first touched them (the feed reads them in block order), a pack of one window was a
+    # cyclic scan planned as a shuffled one, and half the pack cached fetched 75-100% of it
+    pack = Recording(pack96, Manifest.load(pack96))  # 12 blocks of 8, shards of 3 blocks
+    epochs = order.EpochOrder("block", pack.block_count, 5, window, True, run)
+    nb = 96 // 8
+    feed = BlockFeed(pack, epochs.with_inverse, nb, 0, 8, range(0, 3 * nb), ahead=2, threads=1)
+    try:
+        for k in range(2 * nb):
+            feed.take(k)
+    finally:
+        feed.close()
+    want = np.concatenate([pack.uses_of(0), pack.uses_of(1)]).tolist()
+    assert sorted(pack.uses_of(0).tolist()) == list(range(12))
+    assert pack.read[:24] == want
+
+
+def test_a_worker_roles_next_epoch_is_its_part_of_it():
+    # roles.py: with 2 process workers and 9 batches an epoch, role 0 makes batches 9-12 of
+    # epoch 1 and 18-22 of epoch 2, role 1 13-17 and 23-26, one feed per epoch: the cache
+    # knows the next epoch only through this (it evicted by LRU before: 76% of the pack an
+    # epoch, with half of it cached)
+    assert eviction.feed_batches(range(13, 18), 9, 2, workers=2) == range(23, 27)
+    assert eviction.feed_batches(range(10, 13), 9, 2, workers=2) == range(18, 23)  # resumed
+    assert eviction.feed_batches(range(13, 18), 9, 1, workers=2) == range(13, 18)
+    assert eviction.feed_batches(range(13, 18), 9, 0, workers=2) == range(13, 13)
+    # one process, or workers taking every other batch: the range itself, cut to the epoch
+    assert eviction.feed_batches(range(13, 18), 9, 2) == range(18, 18)
+    assert eviction.feed_batches(range(1, 1 << 62, 2), 9, 1, workers=2) == range(9, 18, 2)
+    assert eviction.feed_batches(range(0, 1 << 62), 9, 2) == range(18, 27)

@@ -348,7 +348,7 @@ class BlockCache:
                 f"{need} bytes ({len(blocks)} blocks); give a larger cache_limit"
             )
         with self._cond:
-            when = {}
+            when: dict[int, int] = {}
             for b in blocks:
                 when.setdefault(b, self._schedule.take(b))
                 self._clock += 1

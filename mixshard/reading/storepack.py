@@ -190,14 +190,18 @@ class StorePack(LocalPack):
     def scatter_run(
         self, blocks: list[int], addresses: list[np.ndarray], drop_cache: bool = False
     ) -> list[bool | Any]:
-        cache = self.open_cache()  # a block at a time: a run held whole fills a small cache
+        cache = self.open_cache()
+        # a cache that cannot keep the whole pack holds a run a block at a time (a run held
+        # whole takes its room at once: 4 blocks were all a small cache kept)
+        step = len(blocks) if cache.limit >= self.need else 1
         out: list[bool | Any] = []
-        for b, at in zip(blocks, addresses):
-            cache.hold([b])
+        for i in range(0, len(blocks), step):
+            part = list(blocks[i : i + step])
+            cache.hold(part)
             try:
-                out += super().scatter_run([b], [at], drop_cache)
+                out += super().scatter_run(part, addresses[i : i + step], drop_cache)
             finally:
-                cache.release([b])
+                cache.release(part)
         return out
 
     def read_images(self, index: np.ndarray, out: np.ndarray) -> np.ndarray | None:
