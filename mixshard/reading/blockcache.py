@@ -90,6 +90,7 @@ class BlockCache:
         self.checked = np.zeros(n, bool)  # ... and checked by this process
         self.pins = np.zeros(n, np.int64)
         self.last_used: dict[int, int] = {}
+        self._last = np.full(n, -1, np.int64)  # last_used as an array (-1: never)
         self.used = 0  # bytes of present blocks and of fetches in flight
         self.fetched_bytes = 0
         self.fetches = 0
@@ -158,31 +159,40 @@ class BlockCache:
         ahead, it is read before `before`. Dropping another one instead, needed sooner, costs
         a fetch that waiting saves (a cache of a few blocks re-fetched every block it held,
         each epoch, when reads ahead dropped the blocks the next epoch starts with)."""
-        free = np.flatnonzero(self.present & (self.pins == 0)).tolist()
-        free = [b for b in free if b not in self._inflight and b not in keep]
         if self.policy == "lru":
-            return eviction.lru_victim(free, self.last_used)
-        busy = [b for b in np.flatnonzero(self.pins > 0).tolist() if b not in keep]
-        busy += [b for b in self._inflight if b not in keep]
+            kept = np.flatnonzero(self.present & (self.pins == 0)).tolist()
+            kept = [b for b in kept if b not in self._inflight and b not in keep]
+            return eviction.lru_victim(kept, self.last_used)
+        busy = self.pins > 0
+        busy[list(self._inflight)] = True
+        mine = np.zeros(len(busy), bool)
+        mine[list(keep)] = True
+        free = self.present & ~busy & ~mine
+        busy &= ~mine
         schedule = self._schedule
-        if before is None:
-            nxt = {b: schedule.next_use(b) for b in free + busy}
-        else:
-            nxt = {b: schedule.next_use_from(b, before) for b in free + busy}
-        victim = eviction.furthest_victim(free, nxt, self.last_used)
-        if victim is None or any(nxt[b] > nxt[victim] for b in busy):
+        nxt = schedule.next_uses(before)
+        victim = self._furthest(free, nxt)
+        if victim is None or (nxt[busy] > nxt[victim]).any():
             return None
         if before is not None:
-            if schedule.next_use(victim) < before:
+            now = schedule.next_uses()
+            if now[victim] < before:
                 return None  # read before then: the one to drop once read, maybe
-            read_before = [
-                b
-                for b in np.flatnonzero(self.present).tolist()
-                if schedule.next_use(b) < before and schedule.next_use_from(b, before) > nxt[victim]
-            ]
-            if read_before:
+            if (self.present & (now < before) & (nxt > nxt[victim])).any():
                 return None  # dropped once read, it saves the fetch dropping `victim` costs
         return victim
+
+    def _furthest(self, among: np.ndarray, nxt: np.ndarray) -> int | None:
+        """`eviction.furthest_victim` over the blocks of the mask `among`, on arrays: the
+        furthest next use, then the least recently used, then the lowest number."""
+        idx = np.flatnonzero(among)
+        if not len(idx):
+            return None
+        idx = idx[nxt[idx] == nxt[idx].max()]
+        if len(idx) > 1:
+            last = self._last[idx]
+            idx = idx[last == last.min()]
+        return int(idx[0])
 
     def _make_room(
         self, size: int, demand: bool, before: int | None = None, own: set[int] | None = None
@@ -352,7 +362,7 @@ class BlockCache:
             for b in blocks:
                 when.setdefault(b, self._schedule.take(b))
                 self._clock += 1
-                self.last_used[b] = self._clock
+                self.last_used[b] = self._last[b] = self._clock
             ticket = next(self._tickets)
             self._holding[ticket] = set(blocks)
             try:

@@ -174,6 +174,9 @@ class Schedule:
     ) -> None:
         self._uses_of = uses_of
         self._pending: list[deque[int]] = [deque() for _ in range(blocks)]
+        # the first two uses to come of each block, as arrays (`next_uses`)
+        self._head = np.full(blocks, NEVER, np.int64)
+        self._then = np.full(blocks, NEVER, np.int64)
         self._epochs: dict[int, np.ndarray] = {}
         self._low: dict[int, int] = {}  # per epoch: no use before this index is still to come
         self._first = first_epoch
@@ -189,6 +192,8 @@ class Schedule:
                 self._epochs[e], self._low[e] = uses, 0
                 for i, b in enumerate(uses.tolist()):
                     self._pending[b].append(e * STRIDE + i)
+                for b in np.unique(uses).tolist():
+                    self._mirror(b)
         self._first = max(self._first, last_epoch + 1)
         for e in [e for e in self._epochs if e < self.now // STRIDE - 1]:
             del self._epochs[e], self._low[e]
@@ -197,6 +202,24 @@ class Schedule:
         """Time of block `b`'s next use (`NEVER` when none is known)."""
         pending = self._pending[b]
         return pending[0] if pending else NEVER
+
+    def _mirror(self, b: int) -> None:
+        pending = self._pending[b]
+        self._head[b] = pending[0] if pending else NEVER
+        self._then[b] = pending[1] if len(pending) > 1 else NEVER
+
+    def next_uses(self, t: int | None = None) -> np.ndarray:
+        """Per block, the time of its next use (`NEVER`: none known), or with `t`, of its first
+        use at `t` or later. Read only."""
+        if t is None:
+            return self._head
+        out = self._head.copy()
+        low = out < t
+        if low.any():
+            out[low] = self._then[low]
+            for b in np.flatnonzero(low & (self._then < t)).tolist():
+                out[b] = self.next_use_from(b, t)
+        return out
 
     def next_use_from(self, b: int, t: int) -> int:
         """Time of block `b`'s first use at `t` or later (`NEVER` when none is known)."""
@@ -212,6 +235,7 @@ class Schedule:
         if not pending:
             return self.now  # a read the schedule did not foresee
         t = pending.popleft()
+        self._mirror(b)
         if t > self.now:
             self.now = t
             self._extend(t // STRIDE + 1)
