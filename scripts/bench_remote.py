@@ -9,7 +9,16 @@ pack, then reports:
   needed furthest in the future (mixshard's) and the least recently used one (LRU), over 3
   epochs (median of 3 runs), counted by the cache's fetch layer.
 
-    flock /tmp/mixshard-bench.lock python scripts/bench_remote.py [--quick]
+`--small` sweeps instead packs of 8, 32, 128 and 512 blocks (16 images of 32 px each, 4
+shards) with a cache of half the pack (in the cache's pages) and 0 or 2 DataLoader process
+workers (each has half the limit), and prints the share of the pack fetched in each of 3
+epochs, counted as ranged reads of the store between the epochs' ends (median of the runs):
+what a user sees, where the benchmark's pack of 128 blocks of 98 KB, one process, hides the
+read unit, the worker split and the block count. Reads ahead (the workers' batches, the cache's
+fetches ahead) move some of an epoch's fetches into the one before it: the mean of epochs 2-3
+is the steadier figure.
+
+    flock /tmp/mixshard-bench.lock python scripts/bench_remote.py [--quick] [--small]
 """
 
 from __future__ import annotations
@@ -33,6 +42,8 @@ from mixshard.reading.store import storepack  # noqa: E402
 
 EPOCHS = 3
 FRACTIONS = (0.25, 0.5, 1.0)
+SMALL_BLOCKS = (8, 32, 128, 512)  # blocks in the packs of the --small sweep
+SMALL_WORKERS = (0, 2)
 
 
 def start_moto() -> tuple[subprocess.Popen, str]:
@@ -54,13 +65,15 @@ def start_moto() -> tuple[subprocess.Popen, str]:
     return proc, endpoint
 
 
-def make_pack(root: Path, count: int, size: int = 32, block: int = 32) -> Path:
+def make_pack(
+    root: Path, count: int, size: int = 32, block: int = 32, shard: int | None = None
+) -> Path:
     from mixshard.testdata import make_jpeg_folder
 
     side = max(96, size)
     make_jpeg_folder(root / "src", count, width=side, height=side, classes=8, seed=1)
     out = root / "pack"
-    shard = max(512, 16 * block)
+    shard = shard or max(512, 16 * block)
     mixshard.pack(root / "src", out, size=size, block_size=block, shard_size=shard, workers=1)
     return out
 
@@ -168,6 +181,88 @@ def fetched(url: str, tmp: Path, need: int, data: int, runs: int) -> list[list[o
     return rows
 
 
+class ReadLog:
+    """Bytes of the ranged reads of the store, in this process and the DataLoader workers it
+    forks (`Store.read` patched while the log is open; each read appends a line to a file)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._real = Store.read
+
+        def read(store: Store, name: str, start: int | None = None, end: int | None = None):
+            data = self._real(store, name, start, end)
+            if start is not None:
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                try:
+                    os.write(fd, b"%d\n" % len(data))
+                finally:
+                    os.close(fd)
+            return data
+
+        Store.read = read  # type: ignore[method-assign]
+
+    def total(self) -> int:
+        try:
+            return sum(int(line) for line in self.path.read_text().split())
+        except FileNotFoundError:
+            return 0
+
+    def close(self) -> None:
+        Store.read = self._real  # type: ignore[method-assign]
+
+
+def small_epochs(url: str, cache: Path, limit: int, workers: int, batch: int, log: ReadLog):
+    """Bytes fetched in each of EPOCHS epochs of a fresh loader (store reads between the
+    epochs' ends)."""
+    kw: dict = {"num_workers": workers, "workers": "process"} if workers else {}
+    loader = mixshard.loader(
+        url, batch, pin_memory=False, order="block", infinite=False,
+        cache_dir=cache, cache_limit=limit, **kw,
+    )  # fmt: skip
+    last, out = log.total(), []
+    for _ in range(EPOCHS):
+        sum(len(b) for b in loader)
+        now = log.total()
+        out.append(now - last)
+        last = now
+    loader.close()
+    if not workers:
+        close_cache(loader)
+    return out
+
+
+def small(tmp: Path, runs: int, size: int, block: int, batch: int) -> list[list[object]]:
+    """The --small sweep: per pack size and worker count, the share of the pack fetched per
+    epoch with a cache of half the pack."""
+    log = ReadLog(tmp / "reads.log")
+    rows = []
+    try:
+        for blocks in SMALL_BLOCKS:
+            count = blocks * block
+            root = tmp / f"small-{blocks}"
+            pack = make_pack(root, count, size, block, shard=count // 4)
+            url = f"s3://bench-small-{blocks}/pack"
+            upload(pack, url)
+            manifest = mixshard.core.manifest.Manifest.load(pack)
+            probe = storepack.StoreFiles(url, manifest, root / "probe", None)
+            limit, data = probe.need // 2, probe.block_bytes
+            kept = int(limit / (probe.need / blocks))  # blocks the cache holds (one process)
+            for workers in SMALL_WORKERS:
+                per_run = [
+                    small_epochs(url, root / f"c{workers}-{r}", limit, workers, batch, log)
+                    for r in range(runs)
+                ]
+                med = [statistics.median(run[e] for run in per_run) / data for e in range(EPOCHS)]
+                share = f"{kept // max(1, workers)}" + (f" x {workers}" if workers else "")
+                later = statistics.median(sum(run[1:]) / (EPOCHS - 1) for run in per_run) / data
+                rows.append([blocks, workers, share, *(f"{m:.0%}" for m in med), f"{later:.0%}"])
+                print(f"  {rows[-1]}", file=sys.stderr, flush=True)
+            shutil.rmtree(root, ignore_errors=True)
+    finally:
+        log.close()
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="a small pack, one run each")
@@ -175,8 +270,14 @@ def main() -> None:
     parser.add_argument("--fetched-only", action="store_true", help="only the bytes table")
     parser.add_argument("--images", type=int, default=4096, help="images in the pack")
     parser.add_argument("--size", type=int, default=32, help="image size of the pack (px)")
-    parser.add_argument("--block-size", type=int, default=32, help="images per block")
+    parser.add_argument("--block-size", type=int, default=None, help="images per block")
+    parser.add_argument(
+        "--small", action="store_true", help="the sweep over small packs, 0 and 2 workers"
+    )
     args = parser.parse_args()
+    if args.small:
+        return main_small(args)
+    args.block_size = args.block_size or 32
     count, runs = (1024, 1) if args.quick else (args.images, 3)
     runs = args.runs or runs
     OUT.mkdir(parents=True, exist_ok=True)
@@ -200,6 +301,35 @@ def main() -> None:
         head = ["eviction", "cache", *(f"epoch {e + 1}" for e in range(EPOCHS))]
         print(table(head, fetched(url, tmp, need, data, runs)))
         print("\nGoal at 50%: the second epoch fetches <= 60% of the pack (LRU: nearly all).")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main_small(args: argparse.Namespace) -> None:
+    runs = args.runs or (1 if args.quick else 3)
+    block, batch = args.block_size or 16, 32
+    OUT.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=OUT, prefix="remote-small-"))
+    proc, endpoint = start_moto()
+    try:
+        print(f"Command: python scripts/bench_remote.py {' '.join(sys.argv[1:])}")
+        print(f"Machine: {machine()}; load average {os.getloadavg()[0]:.2f}")
+        print(f"Packs: blocks of {block} images of {args.size} px in 4 shards, moto S3 server on "
+              f"{endpoint}; loader batch {batch}, order='block' (window 64, run 4); a cache of "
+              "half the pack's pages (split among process workers)\n")  # fmt: skip
+        rows = small(tmp, runs, args.size, block, batch)
+        head = [
+            "blocks",
+            "workers",
+            "cache (blocks)",
+            *(f"epoch {e + 1}" for e in range(EPOCHS)),
+            "epochs 2-3 (mean)",
+        ]
+        print(f"Bytes fetched per epoch, as a share of the pack (median of {runs}):\n")
+        print(table(head, rows))
+        print("\nGoal: epochs 2 and 3 fetch <= 60% of the pack (Belady with a known future: 50%).")
     finally:
         proc.terminate()
         proc.wait(timeout=30)

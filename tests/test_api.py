@@ -137,7 +137,7 @@ ROOMS = {
     "pack": {"pack"},
     "batches": {"pack", "batches"},
     "urls": {"pack", "batches", "urls"},
-    "store": {"pack", "urls", "store"},
+    "store": {"pack", "batches", "urls", "store"},
 }
 
 

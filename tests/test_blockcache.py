@@ -12,6 +12,7 @@ import time
 import numpy as np
 import pytest
 
+from mixshard.reading.store import eviction
 from mixshard.reading.store.blockcache import BlockCache, claim_part
 
 BLOCK = 4096
@@ -120,5 +121,44 @@ def test_many_reader_threads_over_a_small_cache_all_finish(tmp_path, shard):
         assert cache.peak <= 8 * BLOCK
         # 48 reads of 4 blocks: a cache of half the pack fetches far fewer than one per read
         assert BLOCKS <= cache.fetches < 48 * 4
+    finally:
+        cache.close()
+
+
+def settled(cache: BlockCache) -> None:
+    """Wait until no fetch is under way (those ahead each start the next one they allow)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with cache._cond:
+            if not cache._inflight:
+                return
+        time.sleep(0.001)
+    raise AssertionError("fetches never settled")
+
+
+@pytest.mark.parametrize("kind", ["cyclic", "shuffled"])
+def test_fetching_ahead_costs_no_fetch_belady_would_not_make(tmp_path, shard, kind):
+    # Half the pack cached, blocks read one at a time in the planned order. Fetching ahead
+    # used to drop, for a block needed at t, a block needed later than t, but sooner than the
+    # blocks read before t would be needed again (they were kept, it was fetched again): 16
+    # of 16 blocks an epoch in a cyclic order, 13-15 shuffled. Now an epoch after the first
+    # fetches what Belady's rule does with no reads ahead: 8, the least any cache of 8 can.
+    rng = np.random.default_rng(3)
+    orders = (
+        [np.arange(BLOCKS)] * 3 if kind == "cyclic" else [rng.permutation(BLOCKS) for _ in range(3)]
+    )
+    cache = make_cache(tmp_path, shard, BLOCKS // 2)
+    try:
+        cache.plan(lambda e: orders[e] if e < 3 else np.zeros(0, np.int64), 0)
+        for e in range(3):
+            for b in orders[e].tolist():
+                cache.hold([b])
+                assert held_bytes(cache, [b]) == [shard[b * BLOCK : (b + 1) * BLOCK]]
+                cache.release([b])
+                settled(cache)
+        best = eviction.simulate(np.concatenate(orders).tolist(), [BLOCK] * BLOCKS, 8 * BLOCK)
+        assert [sum(best[e * BLOCKS : (e + 1) * BLOCKS]) // BLOCK for e in range(3)] == [16, 8, 8]
+        assert {e: n // BLOCK for e, n in cache.fetched_for.items()} == {0: 16, 1: 8, 2: 8}
+        assert cache.fetches == 32 and cache.peak <= 8 * BLOCK
     finally:
         cache.close()

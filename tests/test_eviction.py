@@ -5,6 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from mixshard.core.manifest import Manifest
+from mixshard.reading.batches import order
+from mixshard.reading.batches.blockfeed import BlockFeed
+from mixshard.reading.pack.local import LocalPack
+from mixshard.reading.pack.shardfiles import FolderFiles
 from mixshard.reading.store import eviction
 from mixshard.reading.store.eviction import NEVER, STRIDE, Schedule
 
@@ -71,3 +76,64 @@ def test_without_a_schedule_nothing_is_known():
     s = Schedule(None, 4)
     s.take(3)
     assert s.next_use(3) == NEVER and list(s.upcoming()) == []
+
+
+def test_a_schedule_knows_uses_from_any_time_and_says_which_it_took():
+    orders = {0: np.array([2, 0, 1]), 1: np.array([1, 2, 0]), 2: np.array([0, 1, 2])}
+    s = Schedule(lambda e: orders[e], 3)
+    assert s.next_use_from(2, 0) == 0 and s.next_use_from(2, 1) == STRIDE + 1
+    assert s.next_use_from(0, STRIDE + 3) == NEVER  # epoch 2 is not known yet
+    assert s.take(0) == 1 and s.take(0) == STRIDE + 2
+    assert Schedule(None, 2).take(1) == 0  # a read not foreseen: now
+
+
+class Planned(FolderFiles):
+    """A folder's backend that keeps the plan a store's cache gets (`StoreFiles.expect`)."""
+
+    def expect(self, feed) -> None:
+        self.uses_of = eviction.feed_plan(feed)
+
+
+class Recording(LocalPack):
+    """A local pack that records the blocks its feed reads, in order."""
+
+    read: list[int] = []
+
+    def scatter_run(self, blocks, addresses, drop_cache=False):
+        self.read = self.read + list(blocks)
+        return super().scatter_run(blocks, addresses, drop_cache)
+
+
+@pytest.mark.parametrize(("window", "run"), [(64, 4), (64, 1), (2, 2)])
+def test_the_plan_is_the_order_the_block_feed_reads_in(pack96, window, run):
+    # the cache evicts by this plan: when it listed a batch's blocks in the order the batch
+    # first touched them (the feed reads them in block order), a pack of one window was a
+    # cyclic scan planned as a shuffled one, and half the pack cached fetched 75-100% of it
+    files = Planned(pack96)
+    pack = Recording(pack96, Manifest.load(pack96), files=files)  # 12 blocks of 8 in 4 shards
+    epochs = order.EpochOrder("block", pack.block_count, 5, window, True, run)
+    nb = 96 // 8
+    feed = BlockFeed(pack, epochs.with_inverse, nb, 0, 8, range(0, 3 * nb), ahead=2, threads=1)
+    try:
+        for k in range(2 * nb):
+            feed.take(k)
+    finally:
+        feed.close()
+    want = np.concatenate([files.uses_of(0), files.uses_of(1)]).tolist()
+    assert sorted(files.uses_of(0).tolist()) == list(range(12))
+    assert pack.read[:24] == want
+
+
+def test_a_worker_roles_next_epoch_is_its_part_of_it():
+    # roles.py: with 2 process workers and 9 batches an epoch, role 0 makes batches 9-12 of
+    # epoch 1 and 18-22 of epoch 2, role 1 13-17 and 23-26, one feed per epoch: the cache
+    # knows the next epoch only through this (it evicted by LRU before: 76% of the pack an
+    # epoch, with half of it cached)
+    assert eviction.feed_batches(range(13, 18), 9, 2, workers=2) == range(23, 27)
+    assert eviction.feed_batches(range(10, 13), 9, 2, workers=2) == range(18, 23)  # resumed
+    assert eviction.feed_batches(range(13, 18), 9, 1, workers=2) == range(13, 18)
+    assert eviction.feed_batches(range(13, 18), 9, 0, workers=2) == range(13, 13)
+    # one process, or workers taking every other batch: the range itself, cut to the epoch
+    assert eviction.feed_batches(range(13, 18), 9, 2) == range(18, 18)
+    assert eviction.feed_batches(range(1, 1 << 62, 2), 9, 1, workers=2) == range(9, 18, 2)
+    assert eviction.feed_batches(range(0, 1 << 62), 9, 2) == range(18, 27)

@@ -14,7 +14,7 @@ from helpers import make_tree
 import mixshard
 from mixshard import ManifestError, MixshardError, ShardError, ShardStream
 from mixshard.core.stores import Store
-from mixshard.reading.store import blockcache, storepack
+from mixshard.reading.store import blockcache, eviction, storepack
 
 N = 96  # images: 5 shards (20, 20, 20, 20, 16) of 8-image blocks
 
@@ -245,3 +245,60 @@ def test_overlay_reads_a_store(url, tmp_path, pack_dir, cache):
     assert torch.equal(got.sample(40), want.sample(40))
     got.close()
     want.close()
+
+
+@pytest.fixture(scope="module")
+def pack32(tmp_path_factory) -> Path:
+    """32 blocks of 8 images of 16 px in 4 shards: a small pack, many blocks."""
+    root = tmp_path_factory.mktemp("pack32")
+    make_tree(root / "src", classes=("a", "b", "c", "d"), per_class=64)
+    mixshard.pack(root / "src", root / "pack", size=16, shard_size=64, block_size=8, workers=1)
+    return root / "pack"
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_half_a_small_pack_cached_fetches_near_half_an_epoch(pack32, s3_bucket, tmp_path, workers):
+    # a cache of half a pack of 32 blocks, with a run of 4 blocks (the default), one window
+    # of 64 blocks and (with 2 process workers) a quarter of the pack in each worker's cache:
+    # epochs after the first fetched 75% of it in one process, 100% with 2 workers, while the
+    # benchmark's 128 larger blocks read in one process showed 50%. Belady's bound: 50%.
+    url = upload(pack32, s3_bucket + "/p32")
+    log = tmp_path / "fetches.log"
+    real = blockcache.BlockCache._start
+
+    def start(cache: blockcache.BlockCache, b: int, t: int) -> None:
+        # each fetch, by the epoch of the read it is for (fetched ahead or not), in every
+        # process (the forked workers run this too): not smeared by the reads ahead
+        _, lo, hi = (int(x) for x in cache.spans[b])
+        fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.write(fd, b"%d %d\n" % (t // eviction.STRIDE, hi - lo))
+        os.close(fd)
+        real(cache, b, t)
+
+    blockcache.BlockCache._start = start  # type: ignore[method-assign]
+    try:
+        probe = ShardStream(url, 32, cache_dir=tmp_path / "probe").pack
+        need, data = probe.files.need, probe.files.block_bytes
+        kw = {"num_workers": workers, "workers": "process"} if workers else {}
+        loader = mixshard.loader(
+            url, 32, pin_memory=False, order="block", cache_dir=tmp_path / "c",
+            cache_limit=need // 2, **kw,
+        )  # fmt: skip
+        try:
+            for _ in range(3):
+                assert sum(len(b) for b in loader) == 256
+        finally:
+            loader.close()
+    finally:
+        blockcache.BlockCache._start = real  # type: ignore[method-assign]
+    fetched = [0] * 4
+    for line in log.read_text().splitlines():
+        epoch, size = map(int, line.split())
+        fetched[min(epoch, 3)] += size
+    shares = [round(f / data, 2) for f in fetched[:3]]
+    # the first epoch fetches every block once (with workers, a block a seam between their
+    # parts falls in: twice); each later one at most 60% of the pack in one process (measured
+    # 50-53%). Two workers each keep only blocks they read themselves, of which a random part
+    # falls in their next epoch's part, through a cache of 8 blocks: 50-62% measured.
+    most = 0.6 if not workers else 0.66
+    assert 1.0 <= shares[0] <= (1.0 if not workers else 1.2) and max(shares[1:]) <= most, shares

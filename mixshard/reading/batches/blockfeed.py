@@ -24,6 +24,7 @@ from ...core.device import host_empty
 from ...core.errors import MixshardError
 from ...core.jobs import Job, check_process, own
 from ..pack.local import LocalPack
+from ..pack.shardfiles import FeedReads
 from . import order
 from .recycle import Recycler
 
@@ -104,11 +105,10 @@ class BlockFeed:
         self._stop = False
         self._error: BaseException | None = None
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
-        blocks = len(pack.block_count)  # a store's cache fetches, and evicts, in this order
-        uses_of = order.block_uses(
-            pack.block_of, blocks, sequence_of, per_epoch, rank, batch_size, batches, run
+        blocks = len(pack.block_count)  # a store's cache fetches, and evicts, by this
+        pack.files.expect(
+            FeedReads(sequence_of, per_epoch, rank, batch_size, batches, run, pack.block_of, blocks)
         )
-        pack.files.expect(uses_of, batches.start // per_epoch)
         self._readers = [Job(self._read_all, f"mixshard-read-{i}") for i in range(threads)]
         self._planner = Job(self._plan_all, "mixshard-plan")
         # the threads hold the feed until closed: by its reader, or at interpreter exit

@@ -19,8 +19,6 @@ makes resumption exact.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 from ...core import locks
@@ -199,41 +197,3 @@ class EpochOrder:
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._lock = locks.Lock()
-
-
-def block_uses(
-    block_of: Callable[[np.ndarray], np.ndarray],
-    blocks: int,
-    sequence_of: Callable[[int], tuple[np.ndarray, ...]],
-    per_epoch: int,
-    rank: int,
-    batch_size: int,
-    batches: range,
-    run: int = 1,
-) -> Callable[[int], np.ndarray]:
-    """`uses_of(epoch)`: the blocks (of `blocks`) that the batches `batches` of `rank` read in
-    `epoch`, in the order they are first read, each with the rest of its run (a store's cache
-    fetches ahead and evicts by it). `block_of` maps image numbers to block numbers."""
-
-    def uses_of(epoch: int) -> np.ndarray:
-        lo, hi = max(batches.start, epoch * per_epoch), (epoch + 1) * per_epoch
-        ks = range(lo + (batches.start - lo) % batches.step, min(hi, batches.stop), batches.step)
-        sequence = sequence_of(epoch)[0]
-        parts = []
-        for k in ks:
-            first = batch_span(k, per_epoch, rank, batch_size)[1]
-            parts.append(sequence[first : first + batch_size])
-        if not parts:
-            return np.zeros(0, np.int64)
-        touched = block_of(np.concatenate(parts))
-        _, firsts = np.unique(touched, return_index=True)
-        seen = np.zeros(blocks, bool)
-        out = []
-        for b in touched[np.sort(firsts)].tolist():
-            for x in run_of(b // run, run, blocks):
-                if not seen[x]:
-                    seen[x] = True
-                    out.append(x)
-        return np.array(out, np.int64)
-
-    return uses_of

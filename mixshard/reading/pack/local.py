@@ -224,6 +224,8 @@ class LocalPack:
         slot = int(self.block_shard[blocks[0]])
         if any(int(self.block_shard[b]) != slot for b in blocks):
             raise ValueError("a run of blocks must lie in one shard")
+        if len(blocks) > 1 and not self.files.whole_runs:  # a block at a time
+            return [self.scatter_run([b], [a], drop_cache)[0] for b, a in zip(blocks, addresses)]
         plan = RunPlan.of(
             self.block_offset[blocks].tolist(),
             self.block_count[blocks].tolist(),

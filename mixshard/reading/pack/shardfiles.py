@@ -125,6 +125,22 @@ def shard_path(folder: Path, name: str) -> Path:
     return folder / name
 
 
+@dataclass(frozen=True)
+class FeedReads:
+    """What a block feed will read (`blockfeed.BlockFeed`'s arguments): the batches `batches`
+    of `rank` (`per_epoch` a rank), each of `batch_size` images of `sequence_of(epoch)[0]`,
+    read in runs of `run` of the pack's `blocks` blocks (`block_of`: image -> block)."""
+
+    sequence_of: Callable[[int], tuple[np.ndarray, ...]]
+    per_epoch: int
+    rank: int
+    batch_size: int
+    batches: range
+    run: int
+    block_of: Callable[[np.ndarray], np.ndarray]
+    blocks: int
+
+
 class FolderFiles:
     """The backend a `LocalPack` reads a pack folder's shard files through: each opened only as
     a regular file of the folder and checked against its `FileId` from when the pack was
@@ -225,9 +241,11 @@ class FolderFiles:
         """Blocks `blocks` stay readable until the block ends (a folder's always are)."""
         yield
 
-    def expect(self, uses_of: Callable[[int], np.ndarray], first_epoch: int) -> None:
-        """A block feed tells the blocks it will read, per epoch (a store's cache fetches
-        and evicts by them; a folder needs nothing)."""
+    whole_runs = True  # a run of blocks is held (and read) whole
+
+    def expect(self, feed: FeedReads) -> None:
+        """A block feed tells what it will read (a store's cache fetches and evicts by it; a
+        folder needs nothing)."""
 
     def warm(self, files: list[tuple[Path, int]], stop: threading.Event) -> bool:
         """Read the shard files into the page cache (paced, `warming.py`); True once all are

@@ -90,9 +90,14 @@ class BlockCache:
         self.checked = np.zeros(n, bool)  # ... and checked by this process
         self.pins = np.zeros(n, np.int64)
         self.last_used: dict[int, int] = {}
+        self._last = np.full(n, -1, np.int64)  # last_used as an array (-1: never)
         self.used = 0  # bytes of present blocks and of fetches in flight
         self.fetched_bytes = 0
         self.fetches = 0
+        # bytes fetched per epoch of the read they were fetched for (fetched ahead: of the
+        # use fetched for): what a benchmark counts per epoch, whenever the fetch ran
+        self.fetched_for: dict[int, int] = {}
+        self._for: dict[int, int] = {}  # block being fetched -> epoch of its use
         self._clock = 0
         self._inflight: dict[int, tuple[Future, float]] = {}
         self._cond = locks.Condition()
@@ -146,17 +151,15 @@ class BlockCache:
             self._pump()
 
     def _victim(self, before: int | None, keep: set[int]) -> int | None:
-        """A present, unpinned block not in `keep` to drop (None: none, or with `before`, none
-        whose next use is later than `before`)."""
-        free = np.flatnonzero(self.present & (self.pins == 0)).tolist()
-        free = [b for b in free if b not in self._inflight and b not in keep]
+        """A present, unpinned block not in `keep` to drop (None: none to drop now), by the
+        cache's policy (`eviction.belady_victim`; `"lru"` for the benchmark's comparison)."""
         if self.policy == "lru":
-            return eviction.lru_victim(free, self.last_used)
-        nxt = {b: self._schedule.next_use(b) for b in free}
-        victim = eviction.furthest_victim(free, nxt, self.last_used)
-        if victim is not None and before is not None and nxt[victim] <= before:
-            return None
-        return victim
+            kept = np.flatnonzero(self.present & (self.pins == 0)).tolist()
+            kept = [b for b in kept if b not in self._inflight and b not in keep]
+            return eviction.lru_victim(kept, self.last_used)
+        busy = self.pins > 0
+        busy[list(self._inflight)] = True
+        return eviction.belady_victim(self._schedule, self.present, busy, keep, self._last, before)
 
     def _make_room(
         self, size: int, demand: bool, before: int | None = None, own: set[int] | None = None
@@ -164,12 +167,14 @@ class BlockCache:
         """Drop blocks until `size` more bytes fit; False when that cannot be done now.
 
         Blocks a read waits for stay. Only `own`, the blocks of the oldest read waiting, may
-        take younger reads' blocks, and only when nothing else can go: never its own (dropping
-        them to fetch each other was a livelock once)."""
+        take younger reads' blocks, and only when nothing else can go, not even once the reads
+        under way are done (blocks pinned are read locally and let go soon; taking a younger
+        read's blocks makes it fetch them again): never its own (dropping them to fetch each
+        other was a livelock once)."""
         held = set().union(*self._holding.values())
         while self.used + size > self.limit:
             victim = self._victim(None if demand else before, held)
-            if victim is None and own is not None:
+            if victim is None and own is not None and not self.pins.any() and not self._inflight:
                 victim = self._victim(None, own)
             if victim is None:
                 return False
@@ -215,9 +220,11 @@ class BlockCache:
                 return  # LRU drops blocks only for a read that waits (fetched ahead: no room)
             if not self._make_room(int(self.sizes[b]), demand=False, before=t):
                 return  # everything kept is needed sooner than this block
-            self._start(b)
+            self._start(b, t)
 
-    def _start(self, b: int) -> None:
+    def _start(self, b: int, t: int) -> None:
+        """Fetch block `b` (for its use at time `t`)."""
+        self._for[b] = t // eviction.STRIDE
         self.used += int(self.sizes[b])
         self.peak = max(self.peak, self.used)
         self._inflight[b] = (self._pool.submit(self._fetch, b), time.monotonic())
@@ -248,6 +255,7 @@ class BlockCache:
             with self._cond:
                 self.used -= int(self.sizes[b])
                 self._inflight.pop(b, None)  # a reader waiting has the future: it raises
+                self._for.pop(b, None)
                 with contextlib.suppress(OSError, MixshardError):
                     self._punch(b)  # what a write cut short left
                 self._cond.notify_all()
@@ -256,6 +264,8 @@ class BlockCache:
             self.present[b] = self.checked[b] = True
             self.fetched_bytes += len(data)
             self.fetches += 1
+            epoch = self._for.pop(b, -1)
+            self.fetched_for[epoch] = self.fetched_for.get(epoch, 0) + len(data)
             self._inflight.pop(b, None)
             self._cond.notify_all()
             self._pump()
@@ -315,22 +325,25 @@ class BlockCache:
                 f"{need} bytes ({len(blocks)} blocks); give a larger cache_limit"
             )
         with self._cond:
+            when: dict[int, int] = {}
             for b in blocks:
-                self._schedule.take(b)
+                when.setdefault(b, self._schedule.take(b))
                 self._clock += 1
-                self.last_used[b] = self._clock
+                self.last_used[b] = self._last[b] = self._clock
             ticket = next(self._tickets)
             self._holding[ticket] = set(blocks)
             try:
-                self._hold_all(list(dict.fromkeys(blocks)), ticket)
+                self._hold_all(when, ticket)
             finally:
                 del self._holding[ticket]
                 self._starved.discard(ticket)
             self._pump()
 
-    def _hold_all(self, blocks: list[int], ticket: int) -> None:
-        """Fetch the missing ones of `blocks` together, then pin them all at once: a read
-        pins blocks only while it reads them locally, never while it waits for the network."""
+    def _hold_all(self, when: dict[int, int], ticket: int) -> None:
+        """Fetch the missing ones of `when`'s blocks (block -> time of its use) together, then
+        pin them all at once: a read pins blocks only while it reads them locally, never while
+        it waits for the network."""
+        blocks = list(when)
         while True:
             # only the oldest read drops blocks (any but those being read); younger ones take
             # free room or wait, so reads never drop each other's blocks in turn
@@ -346,12 +359,9 @@ class BlockCache:
                         self._drop(b)
                 if not self.present[b] and b not in self._inflight:
                     size = int(self.sizes[b])
-                    if (
-                        self._make_room(size, demand=True, own=set(blocks))
-                        if oldest
-                        else self.used + size <= self.limit
-                    ):
-                        self._start(b)
+                    room = self.used + size <= self.limit
+                    if self._make_room(size, True, own=set(blocks)) if oldest else room:
+                        self._start(b, when[b])
                     else:
                         waiting = True
             for b in blocks:
@@ -365,15 +375,12 @@ class BlockCache:
                 self._starved.add(ticket)
                 self._cond.wait(0.02)  # older reads fill the cache: let them finish first
 
-    def _unpin(self, blocks: list[int]) -> None:
-        for b in blocks:
-            self.pins[b] -= 1
-        self._cond.notify_all()
-
     def release(self, blocks: list[int]) -> None:
         """The reader is done with `blocks` (each once per `hold`)."""
         with self._cond:
-            self._unpin(blocks)
+            for b in blocks:
+                self.pins[b] -= 1
+            self._cond.notify_all()
             self._pump()
 
     def close(self) -> None:

@@ -10,6 +10,13 @@ Time is a use's place in that sequence: `epoch * STRIDE + i` for the `i`-th bloc
 `epoch`. `Schedule` follows a reader along it; `furthest_victim` and `lru_victim` choose; and
 `simulate` replays a sequence of uses against a byte limit (what the tests and the benchmark
 compare the policies with).
+
+The sequence must be the one the reader really follows, or the rule chooses by a wrong future:
+`feed_uses` lists the blocks in the order a block feed (`blockfeed.py`) reads them, and
+`feed_batches` the batches a feed makes in an epoch, including those of a process worker's
+role in the epochs after its current one (`roles.py` gives such a worker one feed per epoch:
+without them every block looked unused after its read, and the cache kept the last ones read,
+which the next epoch needs no more than any others).
 """
 
 from __future__ import annotations
@@ -18,6 +25,9 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
+
+from ..batches import order
+from ..pack.shardfiles import FeedReads
 
 NEVER = 1 << 62  # the next use of a block that is not used again within the known future
 STRIDE = 1 << 32  # time of the first use of epoch e: e * STRIDE
@@ -92,6 +102,114 @@ def simulate(
     return fetched
 
 
+def belady_victim(
+    schedule: Schedule,
+    present: np.ndarray,
+    busy: np.ndarray,
+    keep: set[int],
+    last: np.ndarray,
+    before: int | None,
+) -> int | None:
+    """A block of `present` (bool per block), not `busy` (being read or fetched) nor in
+    `keep`, to drop; None: none to drop now.
+
+    Belady's rule picks the block whose next use is furthest, counted from `before`, the time
+    of the use a block is fetched ahead for (None: a read waiting now); ties go to the least
+    recently used (`last`), then the lowest number. None when that block cannot go yet: a
+    busy block is used later (let go soon), or, fetching ahead, it is read before `before`.
+    Dropping another one instead, needed sooner, costs a fetch that waiting saves (a cache of
+    a few blocks re-fetched every block it held, each epoch, when reads ahead dropped the
+    blocks the next epoch starts with)."""
+    mine = np.zeros(len(busy), bool)
+    mine[list(keep)] = True
+    busy = busy & ~mine
+    nxt = schedule.next_uses(before)
+    idx = np.flatnonzero(present & ~busy & ~mine)
+    if not len(idx):
+        return None
+    idx = idx[nxt[idx] == nxt[idx].max()]
+    if len(idx) > 1:
+        idx = idx[last[idx] == last[idx].min()]
+    victim = int(idx[0])
+    if (nxt[busy] > nxt[victim]).any():
+        return None
+    if before is not None:
+        now = schedule.next_uses()
+        if now[victim] < before:
+            return None  # read before then: the one to drop once read, maybe
+        if (present & (now < before) & (nxt > nxt[victim])).any():
+            return None  # dropped once read, it saves the fetch dropping `victim` costs
+    return victim
+
+
+def feed_batches(batches: range, per_epoch: int, epoch: int, workers: int = 1) -> range:
+    """The batches of `epoch` (`per_epoch` a rank) that a block feed over `batches` makes.
+
+    A process worker of `workers > 1` in the shuffled block order makes one contiguous part of
+    each epoch, its role's, with a feed per epoch (`roles.role_batches`): its `batches` lie in
+    one epoch with step 1, and for a later epoch this is the same role's part of it (the
+    `order.role_counts` batches after those of the roles before it), the batches its next
+    feed will make."""
+    lo, hi = epoch * per_epoch, (epoch + 1) * per_epoch
+    first_epoch = batches.start // per_epoch
+    if workers > 1 and batches.step == 1 and epoch > first_epoch:
+        last = (batches.stop - 1) // per_epoch if len(batches) else first_epoch
+        if last == first_epoch:  # one epoch with step 1: a worker's role
+            counts = order.role_counts(first_epoch, per_epoch, workers)
+            offset = batches.start - first_epoch * per_epoch
+            role = min(int(np.searchsorted(np.cumsum(counts), offset, side="right")), workers - 1)
+            counts = order.role_counts(epoch, per_epoch, workers)
+            base = lo + sum(counts[:role])
+            return range(base, base + counts[role])
+    start = max(batches.start, lo)
+    start += (batches.start - start) % batches.step
+    return range(start, min(hi, batches.stop), batches.step)
+
+
+def feed_uses(
+    sequence: np.ndarray,
+    firsts: Iterable[int],
+    batch_size: int,
+    block_of: Callable[[np.ndarray], np.ndarray],
+    blocks: int,
+    run: int = 1,
+) -> np.ndarray:
+    """The blocks of one epoch in the order a block feed reads them: batch after batch (each
+    batch's images `sequence[first : first + batch_size]`), a batch's blocks not read yet in
+    ascending order, each with the rest of its run (`order.run_of`) that feeds one of these
+    batches."""
+    parts = [block_of(sequence[f : f + batch_size]) for f in firsts]
+    if not parts:
+        return np.zeros(0, np.int64)
+    ours = np.zeros(blocks, bool)
+    ours[np.concatenate(parts)] = True
+    read = np.zeros(blocks, bool)
+    out: list[int] = []
+    for part in parts:
+        for b in np.unique(part).tolist():
+            if read[b]:
+                continue
+            for x in order.run_of(b // run, run, blocks):
+                if not read[x] and ours[x]:
+                    read[x] = True
+                    out.append(x)
+    return np.array(out, np.int64)
+
+
+def feed_plan(feed: FeedReads, workers: int = 1) -> Callable[[int], np.ndarray]:
+    """`uses_of(epoch)`: the blocks a block feed (`feed`, of a process worker of `workers`
+    when more than 1) reads in `epoch`, in the order it reads them (`feed_uses`)."""
+
+    def uses_of(epoch: int) -> np.ndarray:
+        ks = feed_batches(feed.batches, feed.per_epoch, epoch, workers)
+        size = feed.batch_size
+        firsts = [order.batch_span(k, feed.per_epoch, feed.rank, size)[1] for k in ks]
+        sequence = feed.sequence_of(epoch)[0]
+        return feed_uses(sequence, firsts, size, feed.block_of, feed.blocks, feed.run)
+
+    return uses_of
+
+
 class Schedule:
     """Follows one reader along its known sequence of block reads.
 
@@ -111,6 +229,9 @@ class Schedule:
     ) -> None:
         self._uses_of = uses_of
         self._pending: list[deque[int]] = [deque() for _ in range(blocks)]
+        # the first two uses to come of each block, as arrays (`next_uses`)
+        self._head = np.full(blocks, NEVER, np.int64)
+        self._then = np.full(blocks, NEVER, np.int64)
         self._epochs: dict[int, np.ndarray] = {}
         self._low: dict[int, int] = {}  # per epoch: no use before this index is still to come
         self._first = first_epoch
@@ -126,6 +247,8 @@ class Schedule:
                 self._epochs[e], self._low[e] = uses, 0
                 for i, b in enumerate(uses.tolist()):
                     self._pending[b].append(e * STRIDE + i)
+                for b in np.unique(uses).tolist():
+                    self._mirror(b)
         self._first = max(self._first, last_epoch + 1)
         for e in [e for e in self._epochs if e < self.now // STRIDE - 1]:
             del self._epochs[e], self._low[e]
@@ -135,15 +258,43 @@ class Schedule:
         pending = self._pending[b]
         return pending[0] if pending else NEVER
 
-    def take(self, b: int) -> None:
-        """Block `b` is being read now: its next use is taken."""
+    def _mirror(self, b: int) -> None:
+        pending = self._pending[b]
+        self._head[b] = pending[0] if pending else NEVER
+        self._then[b] = pending[1] if len(pending) > 1 else NEVER
+
+    def next_uses(self, t: int | None = None) -> np.ndarray:
+        """Per block, the time of its next use (`NEVER`: none known), or with `t`, of its first
+        use at `t` or later. Read only."""
+        if t is None:
+            return self._head
+        out = self._head.copy()
+        low = out < t
+        if low.any():
+            out[low] = self._then[low]
+            for b in np.flatnonzero(low & (self._then < t)).tolist():
+                out[b] = self.next_use_from(b, t)
+        return out
+
+    def next_use_from(self, b: int, t: int) -> int:
+        """Time of block `b`'s first use at `t` or later (`NEVER` when none is known)."""
+        for u in self._pending[b]:
+            if u >= t:
+                return u
+        return NEVER
+
+    def take(self, b: int) -> int:
+        """Block `b` is being read now: its next use is taken. Returns the use's time (`now`
+        for a read the schedule did not foresee)."""
         pending = self._pending[b]
         if not pending:
-            return  # a read the schedule did not foresee
+            return self.now  # a read the schedule did not foresee
         t = pending.popleft()
+        self._mirror(b)
         if t > self.now:
             self.now = t
             self._extend(t // STRIDE + 1)
+        return t
 
     def _to_come(self, t: int, b: int) -> bool:
         pending = self._pending[b]

@@ -20,7 +20,7 @@ import hashlib
 import os
 import shutil
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +31,8 @@ from ...core.errors import ManifestError, MixshardError, ShardError
 from ...core.manifest import Manifest, ShardInfo
 from ...core.stores import Store
 from ..pack.local import LocalPack
-from ..pack.shardfiles import FileId, FolderFiles, shard_path
+from ..pack.shardfiles import FeedReads, FileId, FolderFiles, shard_path
+from . import eviction
 from .blockcache import BlockCache, claim_part
 from .cachefiles import footprint, page_size
 
@@ -108,6 +109,9 @@ class StoreFiles(FolderFiles):
         # ... and what they take in the cache's files, page by page: the limit that holds them
         self.need = int(footprint(self.spans, page_size(self.root)).sum())
         self.limit = default_limit(self.need, self.root) if cache_limit is None else cache_limit
+        # a cache that cannot keep the whole pack holds a run a block at a time (a run held
+        # whole takes its room at once: 4 blocks were all a small cache kept)
+        self.whole_runs = self.limit >= self.need
         self.cache: BlockCache | None = None
         self._cache_pid = -1
         self._listed: dict[str, int] | None = None
@@ -170,9 +174,12 @@ class StoreFiles(FolderFiles):
         finally:
             cache.release(blocks)
 
-    def expect(self, uses_of: Callable[[int], np.ndarray], first_epoch: int) -> None:
-        """The cache fetches ahead, and evicts, by the blocks the feed will read."""
-        self.open_cache().plan(uses_of, first_epoch)
+    def expect(self, feed: FeedReads) -> None:
+        """The cache fetches ahead, and evicts, by the blocks the feed will read, in the order
+        it reads them (a process worker's role: its part of each later epoch too)."""
+        info = get_worker_info()
+        uses_of = eviction.feed_plan(feed, info.num_workers if info is not None else 1)
+        self.open_cache().plan(uses_of, feed.batches.start // feed.per_epoch)
 
     def warm(self, files: list[tuple[Path, int]], stop: threading.Event) -> bool:
         """The global order (no block feed): fetch every block ahead, in stored order."""
