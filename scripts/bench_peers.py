@@ -20,8 +20,9 @@ uint8 tensors (256, 3, 84, 84); the peers: their (256, 84, 84, 3) arrays or tens
 Worker processes are kept between epochs (`persistent_workers`) where a loader allows it.
 
 Cells, each in a fresh process:
-  warm1  the files in the page cache, one process (w=0; FFCV: one worker thread): one untimed
-         epoch, then whole epochs timed, at least `--epochs` and `--min-seconds`
+  warm1  the files read into the page cache just before the process starts, one process (w=0;
+         FFCV: one worker thread): one untimed epoch, then whole epochs timed, at least
+         `--epochs` and `--min-seconds`
   warm2  the same with 2 workers
   cold   the files evicted from the page cache (posix_fadvise DONTNEED) just before the process
          starts, `--cold-workers` workers: the first epoch timed from `iter()`, so worker start
@@ -220,6 +221,15 @@ def files_of(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.is_file())
 
 
+def fill(paths: list[Path]) -> None:
+    """Read these files whole, so they are in the page cache when a warm cell's process opens
+    them (a cold cell of the round before evicted them; mixshard decides how to read at open)."""
+    for path in paths:
+        with open(path, "rb", buffering=0) as f:
+            while f.read(16 << 20):
+                pass
+
+
 # ----------------------------------------------------------------------------------- readers
 def read_mixshard(folder: Path, workers: int, order: str) -> Iterable[Any]:
     import mixshard
@@ -381,6 +391,8 @@ def run_rounds(
             for lib in turn:
                 if kind == "cold":
                     evict(files_of(folders[lib]))
+                else:
+                    fill(files_of(folders[lib]))
                 cmd = [__file__, "--cell", lib, "--kind", kind, "--workers", str(workers)]
                 cmd += ["--epochs", str(args.epochs), "--min-seconds", str(args.min_seconds)]
                 cmd += ["--order", args.order, str(folders[lib])]
