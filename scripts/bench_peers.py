@@ -471,7 +471,8 @@ def main() -> None:
     for peer, why in skipped.items():
         print(f"skipping {peer}: {why}", file=sys.stderr)
     if not peers:
-        raise SystemExit(f"none of {', '.join(PEERS)} is installed: nothing to compare with")
+        asked = args.only or ", ".join(PEERS)
+        raise SystemExit(f"none of {asked} is installed here: nothing to compare with")
     libs = ["mixshard", *peers]
     images = make_images(args.images, args.procedural)
     folders = {lib: dataset(lib, images) for lib in libs}
