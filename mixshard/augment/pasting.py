@@ -7,6 +7,9 @@ chunks of samples whose float backgrounds stay in cache (`ops.CPU_SCRATCH_BYTES`
 
 from __future__ import annotations
 
+import functools
+import itertools
+
 import torch
 
 from . import ops
@@ -59,53 +62,128 @@ def composite(
     if grad:
         if out is not None:
             raise ValueError("out= cannot be used when obs, imgs, mask or alpha require grad")
-        return _composite_rows(obs.view(five), imgs, keep, alpha, dtype).view(obs.shape)
+        return _composite_autograd(obs.view(five), imgs, keep, alpha, dtype).view(obs.shape)
     result = torch.empty_like(obs) if out is None else out
-    # uint8 obs under a bool mask at full weight: a plain paste, a select with no float math
-    # (for float obs the lerp below, the mask its weight, measured faster than a select)
-    paste = keep.dtype == torch.bool and not isinstance(alpha, torch.Tensor) and alpha == 1.0
-    paste = paste and obs.dtype == imgs.dtype == torch.uint8
     # On a CPU, chunks of samples, so that each chunk's float backgrounds and weights stay in
-    # cache (as `blend` does); elsewhere one chunk of all.
+    # cache from the pass that makes them to the blend that reads them (as `blend` does);
+    # elsewhere one chunk of all.
     frames = imgs.shape[1] // 3
     rows = n
     if obs.device.type == "cpu":
         rows = max(1, ops.CPU_SCRATCH_BYTES // (3 * frames * h * w * torch.finfo(dtype).bits // 8))
-    for lo in range(0, n, rows):
-        hi = min(lo + rows, n)
-        part = slice(lo, hi)
-        m = keep[part] if keep.shape[0] != 1 else keep
-        a = alpha[part] if isinstance(alpha, torch.Tensor) else alpha
-        dst = result.view(five)[part]
-        if paste:
-            background = frames_of(imgs[part].to(obs.dtype), hi - lo, h, w)
-            torch.where(m, obs.view(five)[part], background, out=dst)
-        elif obs.dtype == dtype:
-            _composite_rows(obs.view(five)[part], imgs[part], m, a, dtype, out=dst)
-        else:
-            mixed = _composite_rows(obs.view(five)[part], imgs[part], m, a, dtype)
-            dst.copy_(mixed.add_(0.5).floor_())
+    rows = min(rows, n)
+    src, dst = obs.view(five), result.view(five)
+    if keep.dtype == torch.bool and _full_weight(alpha) and obs.dtype == imgs.dtype == torch.uint8:
+        # uint8 obs under a bool mask at full weight: a plain paste, a select with no float
+        # math (for float obs the lerp below, the mask its weight, measured faster)
+        for lo in range(0, n, rows):
+            part = slice(lo, lo + rows)
+            m = keep[part] if keep.shape[0] != 1 else keep
+            background = frames_of(imgs[part], min(rows, n - lo), h, w)
+            torch.where(m, src[part], background, out=dst[part])
+        return result
+    _Lerp(obs, imgs, keep, alpha, dtype, rows).run(src, imgs, dst)
     return result
 
 
-def _composite_rows(
+def _full_weight(alpha: float | torch.Tensor) -> bool:
+    """A float alpha of 1: where the mask is 0 the background replaces the observation."""
+    return not isinstance(alpha, torch.Tensor) and float(alpha) == 1.0
+
+
+class _Lerp:
+    """`lerp(obs, img, alpha * (1 - mask))` over chunks of `rows` samples, its scratch (the
+    float backgrounds, the weights, uint8 obs as floats) allocated once and reused.
+
+    At full weight (alpha 1.0) the mask itself is the weight, `lerp(img, obs, mask)`; a bool
+    mask becomes it by a copy of its bytes (bool to float directly is a slower conversion
+    here), computed once per chunk at the mask's own shape (`(rows, 1 or k, 1, H, W)` for a
+    per-pixel mask), never per channel. With a bool mask the weights are 0 or 1, so the lerp
+    returns the observation or the background exactly.
+    """
+
+    def __init__(
+        self,
+        obs: torch.Tensor,
+        imgs: torch.Tensor,
+        keep: torch.Tensor,
+        alpha: float | torch.Tensor,
+        dtype: torch.dtype,
+        rows: int,
+    ) -> None:
+        n, c, h, w = obs.shape
+        self.keep, self.dtype, self.rows, self.plain = keep, dtype, rows, _full_weight(alpha)
+        self.alpha = (
+            alpha.to(dtype).reshape(-1, 1, 1, 1, 1) if isinstance(alpha, torch.Tensor) else alpha
+        )
+        new = functools.partial(torch.empty, dtype=dtype, device=obs.device)
+        self.backgrounds = None if imgs.dtype == dtype else new((rows, imgs.shape[1] // 3, 3, h, w))
+        self.floats = None if obs.dtype == dtype else new((rows, c // 3, 3, h, w))
+        self.shared = keep.shape[0] == 1 and not isinstance(alpha, torch.Tensor)
+        self.weights = None
+        if not (self.plain and keep.dtype == dtype):  # else the mask is the weight as it is
+            self.weights = new((1 if self.shared else rows, *keep.shape[1:]))
+            if self.shared:
+                self._fill(keep, self.alpha, self.weights)
+
+    def _fill(self, keep: torch.Tensor, alpha, out: torch.Tensor) -> torch.Tensor:
+        """`out` = the weights: `keep` at full weight, else `(1 - keep) * alpha`."""
+        out.copy_(keep.view(torch.uint8) if keep.dtype == torch.bool else keep)
+        if not self.plain:
+            out.neg_().add_(1).mul_(alpha)  # (-x + 1 is 1 - x exactly)
+        return out
+
+    def run(self, src: torch.Tensor, imgs: torch.Tensor, dst: torch.Tensor) -> None:
+        """`dst` = the blend of `src` `(n, k, 3, H, W)` and `imgs` `(n, 3 or 3k, H, W)`."""
+        n, rows = src.shape[0], self.rows
+        # the chunks' views made at once (a Python slice per chunk and tensor costs more)
+        backgrounds = frames_of(imgs, n, *src.shape[3:]).split(rows)
+        keeps = self.keep.split(rows) if self.keep.shape[0] != 1 else itertools.repeat(self.keep)
+        alpha = self.alpha
+        alphas = alpha.split(rows) if isinstance(alpha, torch.Tensor) else itertools.repeat(alpha)
+        for obs, background, out, keep, a in zip(
+            src.split(rows), backgrounds, dst.split(rows), keeps, alphas
+        ):
+            r = obs.shape[0]
+            if self.backgrounds is not None:  # uint8 backgrounds as floats
+                scratch = self.backgrounds if r == rows else self.backgrounds[:r]
+                background = scratch.copy_(background)
+            weight = self._weight(keep, a, r)
+            if self.floats is not None:  # uint8 obs: blended as floats, rounded half up
+                mixed = (self.floats if r == rows else self.floats[:r]).copy_(obs)
+                self._lerp(mixed, background, weight, mixed)
+                out.copy_(mixed.add_(0.5).floor_())
+            else:
+                self._lerp(obs, background, weight, out)
+
+    def _weight(self, keep: torch.Tensor, alpha, r: int) -> torch.Tensor:
+        if self.weights is None:
+            return keep
+        if self.shared:
+            return self.weights
+        return self._fill(keep, alpha, self.weights if r == self.rows else self.weights[:r])
+
+    def _lerp(self, obs, background, weight, out) -> None:
+        if self.plain:
+            torch.lerp(background, obs, weight, out=out)
+        else:
+            torch.lerp(obs, background, weight, out=out)
+
+
+def _composite_autograd(
     src: torch.Tensor,
     imgs: torch.Tensor,
     keep: torch.Tensor,
     alpha: float | torch.Tensor,
     dtype: torch.dtype,
-    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """`lerp(obs, img, alpha * (1 - mask))` of some samples: `src` `(n, k, 3, H, W)`."""
+    """`lerp(obs, img, alpha * (1 - mask))`, out of place, so autograd can differentiate it
+    (a fused `out=` write cannot be recorded): `src` `(n, k, 3, H, W)`."""
     n, _, _, h, w = src.shape
     src = src if src.dtype == dtype else src.to(dtype)
     background = frames_of(imgs.to(dtype), n, h, w)  # one frame: broadcast through the view
     keep = keep.to(dtype)
     if isinstance(alpha, torch.Tensor) or float(alpha) != 1.0:
         a = alpha.to(dtype).reshape(-1, 1, 1, 1, 1) if isinstance(alpha, torch.Tensor) else alpha
-        start, end, weight = src, background, (1 - keep) * a
-    else:  # the plain paste: lerp(img, obs, mask), the mask itself the weight (no temporary)
-        start, end, weight = background, src, keep
-    if out is None:
-        return torch.lerp(start, end, weight)
-    return torch.lerp(start, end, weight, out=out)
+        return torch.lerp(src, background, (1 - keep) * a)
+    return torch.lerp(background, src, keep)  # the plain paste: the mask itself the weight
