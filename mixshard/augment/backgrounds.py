@@ -34,10 +34,11 @@ from ..reading.source import Source, resolve_source
 from .caches import read_pack_to
 from .clippool import ClipPool
 from .envargs import check_composite_args, env_mask, frame_mask
-from .inputs import user_stacklevel
+from .inputs import check_weights, user_stacklevel
 from .keyed import seed_key
+from .masks import broadcast_mask
 from .ops import flip, resize
-from .pasting import composite
+from .pasting import MaskedLerp, chunk_rows, composite
 from .playback import PLAYBACKS, draw, draw_clips, positions
 
 CACHES = ("auto", "device", "pool")
@@ -322,9 +323,14 @@ class Backgrounds:
         rows = n
         if self.device.type == "cpu":
             rows = max(1, CPU_GROUP_BYTES // (self.frames * self.manifest.image_bytes))
+        lerp = self._masked_lerp(obs, mask, alpha)
+        five = (n, self.frames, 3, h, w)
         for lo in range(0, n, rows):
             hi = min(lo + rows, n)
             imgs = self._gather(index, lo, hi)
+            if lerp is not None:  # the float obs' masked lerp, its scratch kept over groups
+                lerp.run(obs.view(five)[lo:hi], imgs, result.view(five)[lo:hi], lo)
+                continue
             if (h, w) != (s, s):
                 imgs = resize(imgs.view(-1, 3, s, s), (h, w)).view(hi - lo, c, h, w)
             composite(
@@ -335,6 +341,22 @@ class Backgrounds:
                 out=result[lo:hi],
             )
         return result
+
+    def _masked_lerp(self, obs: torch.Tensor, mask, alpha) -> MaskedLerp | None:
+        """`composite`'s masked lerp for float obs of the pack's size, made once for all
+        groups (the checks `composite` makes per call made once here); None for the rest
+        (uint8 obs, resized backgrounds, gradients), which call `composite` per group."""
+        n, _, h, w = obs.shape
+        s = self.manifest.size
+        grad = torch.is_grad_enabled() and any(
+            isinstance(t, torch.Tensor) and t.requires_grad for t in (obs, mask, alpha)
+        )
+        if mask is None or not obs.is_floating_point() or (h, w) != (s, s) or grad:
+            return None
+        keep = broadcast_mask(mask, n, self.frames, h, w, self.device)
+        if isinstance(alpha, torch.Tensor):
+            check_weights("alpha", alpha, bool_ok=False)
+        return MaskedLerp(obs, keep, alpha, chunk_rows(obs, self.frames, obs.dtype))
 
     # -- state -----------------------------------------------------------------------------
 

@@ -67,11 +67,7 @@ def composite(
     # On a CPU, chunks of samples, so that each chunk's float backgrounds and weights stay in
     # cache from the pass that makes them to the blend that reads them (as `blend` does);
     # elsewhere one chunk of all.
-    frames = imgs.shape[1] // 3
-    rows = n
-    if obs.device.type == "cpu":
-        rows = max(1, ops.CPU_SCRATCH_BYTES // (3 * frames * h * w * torch.finfo(dtype).bits // 8))
-    rows = min(rows, n)
+    rows = chunk_rows(obs, imgs.shape[1] // 3, dtype)
     src, dst = obs.view(five), result.view(five)
     if keep.dtype == torch.bool and _full_weight(alpha) and obs.dtype == imgs.dtype == torch.uint8:
         # uint8 obs under a bool mask at full weight: a plain paste, a select with no float
@@ -82,8 +78,18 @@ def composite(
             background = frames_of(imgs[part], min(rows, n - lo), h, w)
             torch.where(m, src[part], background, out=dst[part])
         return result
-    _Lerp(obs, imgs, keep, alpha, dtype, rows).run(src, imgs, dst)
+    MaskedLerp(obs, keep, alpha, rows).run(src, imgs, dst)
     return result
+
+
+def chunk_rows(obs: torch.Tensor, frames: int, dtype: torch.dtype) -> int:
+    """Samples per chunk: on a CPU as many as `ops.CPU_SCRATCH_BYTES` of float backgrounds
+    (`frames` a sample) hold; elsewhere all."""
+    n, _, h, w = obs.shape
+    if obs.device.type != "cpu":
+        return max(1, n)
+    per_sample = 3 * frames * h * w * torch.finfo(dtype).bits // 8
+    return max(1, min(n, ops.CPU_SCRATCH_BYTES // per_sample))
 
 
 def _full_weight(alpha: float | torch.Tensor) -> bool:
@@ -91,38 +97,36 @@ def _full_weight(alpha: float | torch.Tensor) -> bool:
     return not isinstance(alpha, torch.Tensor) and float(alpha) == 1.0
 
 
-class _Lerp:
+class MaskedLerp:
     """`lerp(obs, img, alpha * (1 - mask))` over chunks of `rows` samples, its scratch (the
-    float backgrounds, the weights, uint8 obs as floats) allocated once and reused.
+    float backgrounds, the weights, uint8 obs as floats) allocated once and reused; `run` may
+    be called for consecutive groups of samples (`Backgrounds` gathers a group at a time).
 
     At full weight (alpha 1.0) the mask itself is the weight, `lerp(img, obs, mask)`; a bool
     mask becomes it by a copy of its bytes (bool to float directly is a slower conversion
     here), computed once per chunk at the mask's own shape (`(rows, 1 or k, 1, H, W)` for a
     per-pixel mask), never per channel. With a bool mask the weights are 0 or 1, so the lerp
     returns the observation or the background exactly.
+
+    `keep` is a checked mask broadcasting to `(N, k, 3, H, W)` (`masks.broadcast_mask`).
     """
 
     def __init__(
-        self,
-        obs: torch.Tensor,
-        imgs: torch.Tensor,
-        keep: torch.Tensor,
-        alpha: float | torch.Tensor,
-        dtype: torch.dtype,
-        rows: int,
+        self, obs: torch.Tensor, keep: torch.Tensor, alpha: float | torch.Tensor, rows: int
     ) -> None:
-        n, c, h, w = obs.shape
+        _, c, h, w = obs.shape
+        dtype = obs.dtype if obs.is_floating_point() else torch.float32
         self.keep, self.dtype, self.rows, self.plain = keep, dtype, rows, _full_weight(alpha)
         self.alpha = (
             alpha.to(dtype).reshape(-1, 1, 1, 1, 1) if isinstance(alpha, torch.Tensor) else alpha
         )
-        new = functools.partial(torch.empty, dtype=dtype, device=obs.device)
-        self.backgrounds = None if imgs.dtype == dtype else new((rows, imgs.shape[1] // 3, 3, h, w))
-        self.floats = None if obs.dtype == dtype else new((rows, c // 3, 3, h, w))
+        self.new = functools.partial(torch.empty, dtype=dtype, device=obs.device)
+        self.backgrounds: torch.Tensor | None = None  # made at the first uint8 backgrounds
+        self.floats = None if obs.dtype == dtype else self.new((rows, c // 3, 3, h, w))
         self.shared = keep.shape[0] == 1 and not isinstance(alpha, torch.Tensor)
         self.weights = None
         if not (self.plain and keep.dtype == dtype):  # else the mask is the weight as it is
-            self.weights = new((1 if self.shared else rows, *keep.shape[1:]))
+            self.weights = self.new((1 if self.shared else rows, *keep.shape[1:]))
             if self.shared:
                 self._fill(keep, self.alpha, self.weights)
 
@@ -133,21 +137,30 @@ class _Lerp:
             out.neg_().add_(1).mul_(alpha)  # (-x + 1 is 1 - x exactly)
         return out
 
-    def run(self, src: torch.Tensor, imgs: torch.Tensor, dst: torch.Tensor) -> None:
-        """`dst` = the blend of `src` `(n, k, 3, H, W)` and `imgs` `(n, 3 or 3k, H, W)`."""
+    def run(self, src: torch.Tensor, imgs: torch.Tensor, dst: torch.Tensor, lo: int = 0) -> None:
+        """`dst` = the blend of `src` `(n, k, 3, H, W)`, samples `lo .. lo + n - 1`, and their
+        `imgs` `(n, 3 or 3k, H, W)`."""
         n, rows = src.shape[0], self.rows
         # the chunks' views made at once (a Python slice per chunk and tensor costs more)
         backgrounds = frames_of(imgs, n, *src.shape[3:]).split(rows)
-        keeps = self.keep.split(rows) if self.keep.shape[0] != 1 else itertools.repeat(self.keep)
-        alpha = self.alpha
-        alphas = alpha.split(rows) if isinstance(alpha, torch.Tensor) else itertools.repeat(alpha)
+        keep, alpha = self.keep, self.alpha
+        keeps = keep[lo : lo + n].split(rows) if keep.shape[0] != 1 else itertools.repeat(keep)
+        alphas = (
+            alpha[lo : lo + n].split(rows)
+            if isinstance(alpha, torch.Tensor)
+            else itertools.repeat(alpha)
+        )
+        cast = None  # uint8 backgrounds as floats
+        if imgs.dtype != self.dtype:
+            if self.backgrounds is None:
+                self.backgrounds = self.new((rows, *backgrounds[0].shape[1:]))
+            cast = self.backgrounds
         for obs, background, out, keep, a in zip(
             src.split(rows), backgrounds, dst.split(rows), keeps, alphas
         ):
             r = obs.shape[0]
-            if self.backgrounds is not None:  # uint8 backgrounds as floats
-                scratch = self.backgrounds if r == rows else self.backgrounds[:r]
-                background = scratch.copy_(background)
+            if cast is not None:
+                background = (cast if r == rows else cast[:r]).copy_(background)
             weight = self._weight(keep, a, r)
             if self.floats is not None:  # uint8 obs: blended as floats, rounded half up
                 mixed = (self.floats if r == rows else self.floats[:r]).copy_(obs)
