@@ -148,12 +148,14 @@ def test_cpu_chunks_give_what_one_pass_gives(monkeypatch):
 
 def test_chunked_lerp_gives_the_plain_formula_pixel_for_pixel(monkeypatch):
     """The CPU path blends 3-sample chunks (the last one short) through reused scratch: float
-    backgrounds, weights made from a bool mask's bytes once per chunk, or once for a mask
-    shared by all samples. Every pixel is the plain formula's, `lerp(obs, img, alpha * (1 -
+    backgrounds, weights made from a bool mask's bytes a block of chunks at a time, or once
+    for a mask shared by all samples. Every pixel is the plain formula's, `lerp(obs, img, alpha * (1 -
     mask))` over whole tensors: a bool mask keeps obs or shows the background exactly."""
-    from mixshard.augment import ops
+    from mixshard.augment import ops, pasting
 
     monkeypatch.setattr(ops, "CPU_SCRATCH_BYTES", 3 * 9 * 5 * 6 * 4)
+    # the weights of a per-frame mask made 6 samples at a time (two chunks), then 1
+    monkeypatch.setattr(pasting, "WEIGHT_BYTES", 2 * 3 * 3 * 5 * 6 * 4)
     obs, _, g = data(n=7)
     per_frame = torch.randint(0, 256, (7, 9, 5, 6), generator=g, dtype=torch.uint8)
     alpha = torch.rand(7, generator=g)

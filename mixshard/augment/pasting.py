@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 
 import torch
 
@@ -82,6 +83,9 @@ def composite(
     return result
 
 
+WEIGHT_BYTES = 2 << 20  # the weights made at a time (a block of chunks)
+
+
 def chunk_rows(obs: torch.Tensor, frames: int, dtype: torch.dtype) -> int:
     """Samples per chunk: on a CPU as many as `ops.CPU_SCRATCH_BYTES` of float backgrounds
     (`frames` a sample) hold; elsewhere all."""
@@ -104,9 +108,10 @@ class MaskedLerp:
 
     At full weight (alpha 1.0) the mask itself is the weight, `lerp(img, obs, mask)`; a bool
     mask becomes it by a copy of its bytes (bool to float directly is a slower conversion
-    here), computed once per chunk at the mask's own shape (`(rows, 1 or k, 1, H, W)` for a
-    per-pixel mask), never per channel. With a bool mask the weights are 0 or 1, so the lerp
-    returns the observation or the background exactly.
+    here). The weights are made for a block of chunks at a time (`WEIGHT_BYTES`), at the
+    mask's own shape (`(rows, 1 or k, 1, H, W)` for a per-pixel mask), never per channel. With
+    a bool mask they are 0 or 1 (or 0 and alpha), so the lerp returns the observation or the
+    background (or their plain blend) exactly.
 
     `keep` is a checked mask broadcasting to `(N, k, 3, H, W)` (`masks.broadcast_mask`).
     """
@@ -124,15 +129,24 @@ class MaskedLerp:
         self.backgrounds: torch.Tensor | None = None  # made at the first uint8 backgrounds
         self.floats = None if obs.dtype == dtype else self.new((rows, c // 3, 3, h, w))
         self.shared = keep.shape[0] == 1 and not isinstance(alpha, torch.Tensor)
+        # the weights are made for a block of chunks at once (fewer small ops), as many rows
+        # as WEIGHT_BYTES hold
+        per_row = math.prod(keep.shape[1:]) * torch.finfo(dtype).bits // 8
+        self.block = rows * max(1, WEIGHT_BYTES // (rows * per_row))
         self.weights = None
         if not (self.plain and keep.dtype == dtype):  # else the mask is the weight as it is
-            self.weights = self.new((1 if self.shared else rows, *keep.shape[1:]))
+            self.weights = self.new((1 if self.shared else self.block, *keep.shape[1:]))
             if self.shared:
                 self._fill(keep, self.alpha, self.weights)
 
     def _fill(self, keep: torch.Tensor, alpha, out: torch.Tensor) -> torch.Tensor:
         """`out` = the weights: `keep` at full weight, else `(1 - keep) * alpha`."""
-        out.copy_(keep.view(torch.uint8) if keep.dtype == torch.bool else keep)
+        if keep.dtype == torch.bool:
+            out.copy_(keep.view(torch.uint8))
+            if not self.plain:  # 0 where kept, alpha elsewhere: -alpha + alpha is +0 exactly
+                out.mul_(-alpha).add_(alpha)
+            return out
+        out.copy_(keep)
         if not self.plain:
             out.neg_().add_(1).mul_(alpha)  # (-x + 1 is 1 - x exactly)
         return out
@@ -140,28 +154,26 @@ class MaskedLerp:
     def run(self, src: torch.Tensor, imgs: torch.Tensor, dst: torch.Tensor, lo: int = 0) -> None:
         """`dst` = the blend of `src` `(n, k, 3, H, W)`, samples `lo .. lo + n - 1`, and their
         `imgs` `(n, 3 or 3k, H, W)`."""
+        n, block = src.shape[0], self.block
+        if imgs.dtype != self.dtype and self.backgrounds is None:  # uint8 ones as floats
+            self.backgrounds = self.new((self.rows, imgs.shape[1] // 3, 3, *src.shape[3:]))
+        for b in range(0, n, block):
+            part = slice(b, b + block)
+            self._run_block(src[part], imgs[part], dst[part], lo + b)
+
+    def _run_block(self, src: torch.Tensor, imgs: torch.Tensor, dst: torch.Tensor, lo: int):
         n, rows = src.shape[0], self.rows
         # the chunks' views made at once (a Python slice per chunk and tensor costs more)
         backgrounds = frames_of(imgs, n, *src.shape[3:]).split(rows)
-        keep, alpha = self.keep, self.alpha
-        keeps = keep[lo : lo + n].split(rows) if keep.shape[0] != 1 else itertools.repeat(keep)
-        alphas = (
-            alpha[lo : lo + n].split(rows)
-            if isinstance(alpha, torch.Tensor)
-            else itertools.repeat(alpha)
-        )
-        cast = None  # uint8 backgrounds as floats
-        if imgs.dtype != self.dtype:
-            if self.backgrounds is None:
-                self.backgrounds = self.new((rows, *backgrounds[0].shape[1:]))
-            cast = self.backgrounds
-        for obs, background, out, keep, a in zip(
-            src.split(rows), backgrounds, dst.split(rows), keeps, alphas
+        weights = self._weights(lo, n)
+        chunk_weights = weights.split(rows) if weights.shape[0] != 1 else itertools.repeat(weights)
+        cast = self.backgrounds if imgs.dtype != self.dtype else None
+        for obs, background, out, weight in zip(
+            src.split(rows), backgrounds, dst.split(rows), chunk_weights
         ):
             r = obs.shape[0]
             if cast is not None:
                 background = (cast if r == rows else cast[:r]).copy_(background)
-            weight = self._weight(keep, a, r)
             if self.floats is not None:  # uint8 obs: blended as floats, rounded half up
                 mixed = (self.floats if r == rows else self.floats[:r]).copy_(obs)
                 self._lerp(mixed, background, weight, mixed)
@@ -169,12 +181,15 @@ class MaskedLerp:
             else:
                 self._lerp(obs, background, weight, out)
 
-    def _weight(self, keep: torch.Tensor, alpha, r: int) -> torch.Tensor:
+    def _weights(self, lo: int, n: int) -> torch.Tensor:
+        """The weights of samples `lo .. lo + n - 1` (or one for all, shape[0] 1)."""
+        keep = self.keep if self.keep.shape[0] == 1 else self.keep[lo : lo + n]
         if self.weights is None:
             return keep
         if self.shared:
             return self.weights
-        return self._fill(keep, alpha, self.weights if r == self.rows else self.weights[:r])
+        alpha = self.alpha[lo : lo + n] if isinstance(self.alpha, torch.Tensor) else self.alpha
+        return self._fill(keep, alpha, self.weights[:n])
 
     def _lerp(self, obs, background, weight, out) -> None:
         if self.plain:
