@@ -149,8 +149,9 @@ def test_cpu_chunks_give_what_one_pass_gives(monkeypatch):
 def test_chunked_lerp_gives_the_plain_formula_pixel_for_pixel(monkeypatch):
     """The CPU path blends 3-sample chunks (the last one short) through reused scratch: float
     backgrounds, weights made from a bool mask's bytes a block of chunks at a time, or once
-    for a mask shared by all samples. Every pixel is the plain formula's, `lerp(obs, img, alpha * (1 -
-    mask))` over whole tensors: a bool mask keeps obs or shows the background exactly."""
+    for a mask shared by all samples. Every pixel is the plain formula's, `lerp(obs, img,
+    alpha * (1 - mask))` over whole tensors: a bool mask keeps obs or shows the background
+    exactly."""
     from mixshard.augment import ops, pasting
 
     monkeypatch.setattr(ops, "CPU_SCRATCH_BYTES", 3 * 9 * 5 * 6 * 4)
