@@ -428,7 +428,7 @@ def summary(rates: dict, peers: list[str]) -> list[list[object]]:
     return rows
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--images", type=int, default=50_000, help="images in the dataset")
     parser.add_argument("--procedural", action="store_true", help="procedural, not real frames")
@@ -454,7 +454,11 @@ def main() -> None:
     parser.add_argument("--kind", help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, help=argparse.SUPPRESS)
     parser.add_argument("folder", nargs="?", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     if args.cell:
         got = cell(
             args.cell,

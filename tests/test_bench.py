@@ -130,6 +130,7 @@ def test_bench_backgrounds_quick(tmp_path):
     for row in (
         "composite, no mask, alpha 0.5",
         "composite, per-pixel bool mask (green screen)",
+        "composite, per-pixel bool mask, alpha 0.5",
         "step + images",
         "reset of 8 of 64, bool mask",
         "DMC-GB: decode the clip + 40 x F.interpolate, per env",

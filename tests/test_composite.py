@@ -144,3 +144,41 @@ def test_cpu_chunks_give_what_one_pass_gives(monkeypatch):
     for (i, m, a), want, want8 in zip(cases, whole, whole8):
         assert torch.equal(composite(obs, i, m, a), want)
         assert torch.equal(composite(obs.round().to(torch.uint8), i, m, a), want8)
+
+
+def test_chunked_lerp_gives_the_plain_formula_pixel_for_pixel(monkeypatch):
+    """The CPU path blends 3-sample chunks (the last one short) through reused scratch: float
+    backgrounds, weights made from a bool mask's bytes a block of chunks at a time, or once
+    for a mask shared by all samples. Every pixel is the plain formula's, `lerp(obs, img,
+    alpha * (1 - mask))` over whole tensors: a bool mask keeps obs or shows the background
+    exactly."""
+    from mixshard.augment import ops, pasting
+
+    monkeypatch.setattr(ops, "CPU_SCRATCH_BYTES", 3 * 9 * 5 * 6 * 4)
+    # the weights of a per-frame mask made 6 samples at a time (two chunks), then 1
+    monkeypatch.setattr(pasting, "WEIGHT_BYTES", 2 * 3 * 3 * 5 * 6 * 4)
+    obs, _, g = data(n=7)
+    per_frame = torch.randint(0, 256, (7, 9, 5, 6), generator=g, dtype=torch.uint8)
+    alpha = torch.rand(7, generator=g)
+    masks = [
+        torch.rand(7, 1, 5, 6, generator=g) < 0.5,  # per pixel
+        torch.rand(7, 3, 5, 6, generator=g) < 0.5,  # per frame and pixel
+        torch.rand(1, 1, 5, 6, generator=g) < 0.5,  # one for every sample
+        torch.rand(7, 3, 5, 6, generator=g),  # fractional
+    ]
+    background = frames(per_frame.float())
+    for mask in masks:
+        keep = mask.float().reshape(mask.shape[0], mask.shape[1], 1, 5, 6)
+        for a in (1.0, 0.4, alpha):
+            per_sample = a.view(7, 1, 1, 1, 1) if isinstance(a, torch.Tensor) else a
+            weight = (1 - keep) * per_sample
+            want = torch.lerp(frames(obs), background, weight).reshape(7, 9, 5, 6)
+            assert torch.equal(composite(obs, per_frame, mask, a), want), (mask.shape, a)
+            if mask.dtype == torch.bool:  # the observation, or the plain blend, exactly
+                blended = torch.lerp(frames(obs), background, per_sample)
+                shown = torch.where(keep.bool(), frames(obs), blended).reshape(7, 9, 5, 6)
+                assert torch.equal(composite(obs, per_frame, mask, a), shown)
+            obs8 = obs.round().to(torch.uint8)
+            weight8 = torch.lerp(frames(obs8.float()), background, weight)
+            want8 = weight8.add(0.5).floor().to(torch.uint8).reshape(7, 9, 5, 6)
+            assert torch.equal(composite(obs8, per_frame, mask, a), want8), (mask.shape, a)

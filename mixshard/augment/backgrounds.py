@@ -29,16 +29,15 @@ import torch
 
 from ..core.checks import check_int
 from ..core.device import canonical, free_memory, move_index
-from ..core.errors import MixshardError
 from ..reading.source import Source, resolve_source
 from .args import check_cache, check_cache_fraction, check_flag
 from .caches import read_pack_to
-from .clippool import ClipPool
+from .clippool import ClipPool, pool_slots
 from .envargs import check_composite_args, env_mask, frame_mask
 from .inputs import user_stacklevel
 from .keyed import seed_key
 from .ops import flip, resize
-from .pasting import composite
+from .pasting import composite, masked_lerp
 from .playback import PLAYBACKS, draw, draw_clips, positions
 
 CACHES = ("auto", "device", "pool")  # `Backgrounds(cache=)`
@@ -151,17 +150,8 @@ class Backgrounds:
             self._pool: ClipPool | None = None
             return mode
         clip_bytes = int(self._length_np.max()) * m.image_bytes
-        slots = pool if pool is not None else budget // clip_bytes
-        least = min(self.num_envs, self.clips)
-        if slots < least:
-            raise MixshardError(
-                f"no room for a pool of clips: {slots} clips of {clip_bytes} bytes fit, "
-                f"{self.num_envs} environments may play {least} at once; free memory, raise "
-                f"cache_fraction or pass pool=N (N >= {least})"
-            )
-        self._pool = ClipPool(
-            self.source, self.device, min(slots, self.clips), self._first_np, self._length_np
-        )
+        slots = pool_slots(pool, budget, clip_bytes, self.num_envs, self.clips)
+        self._pool = ClipPool(self.source, self.device, slots, self._first_np, self._length_np)
         self._frames = self._pool.frames
         return mode
 
@@ -320,9 +310,14 @@ class Backgrounds:
         rows = n
         if self.device.type == "cpu":
             rows = max(1, CPU_GROUP_BYTES // (self.frames * self.manifest.image_bytes))
+        lerp = masked_lerp(obs, mask, alpha, self.frames, self.manifest.size, self.device)
+        five = (n, self.frames, 3, h, w)
         for lo in range(0, n, rows):
             hi = min(lo + rows, n)
             imgs = self._gather(index, lo, hi)
+            if lerp is not None:  # the float obs' masked lerp, its scratch kept over groups
+                lerp.run(obs.view(five)[lo:hi], imgs, result.view(five)[lo:hi], lo)
+                continue
             if (h, w) != (s, s):
                 imgs = resize(imgs.view(-1, 3, s, s), (h, w)).view(hi - lo, c, h, w)
             composite(

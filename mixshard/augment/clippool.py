@@ -30,6 +30,20 @@ from ..core.jobs import Job, check_process, own
 from ..reading.source import Source
 
 
+def pool_slots(pool: int | None, budget: int, clip_bytes: int, envs: int, clips: int) -> int:
+    """Clips a pool holds: `pool`, else as many as `budget` bytes hold, at most `clips`; an
+    error when fewer than the `envs` environments may play at once."""
+    slots = pool if pool is not None else budget // clip_bytes
+    least = min(envs, clips)
+    if slots < least:
+        raise MixshardError(
+            f"no room for a pool of clips: {slots} clips of {clip_bytes} bytes fit, "
+            f"{envs} environments may play {least} at once; free memory, raise "
+            f"cache_fraction or pass pool=N (N >= {least})"
+        )
+    return min(slots, clips)
+
+
 class ClipPool:
     """See the module docstring.
 
