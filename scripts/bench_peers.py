@@ -457,6 +457,34 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
+def report(args, libs, peers, folders, rates, firsts, skipped) -> str:  # noqa: ANN001
+    """The printed table and its notes."""
+    kind = "procedural" if args.procedural else "real-frame crops"
+    sizes = {lib: sum(p.stat().st_size for p in files_of(folders[lib])) for lib in libs}
+    head = (
+        f"Peers: {args.images:,} 84x84 RGB uint8 images ({kind}), each library's own format "
+        f"(MB on disk: {', '.join(f'{lib} {sizes[lib] / 1e6:.0f}' for lib in libs)}), random "
+        f"order, batches of {BATCH}; mixshard order={args.order}; warm: >= {args.epochs} timed "
+        f"epochs and >= {args.min_seconds:g} s after an untimed one; cold: the first epoch after "
+        f"eviction, worker start included, {args.cold_workers} workers; "
+        f"median of {args.rounds} alternated rounds; {machine()}; "
+        + ", ".join(f"{lib} {version(lib)}" for lib in libs)
+    )
+    headers = ["cell", "peer", "peer img/s", "mixshard img/s", "mixshard/peer", "per round"]
+    text = head + "\n\n" + table(headers, summary(rates, peers))
+    text += "\n\nFirst epoch of a warm cell (untimed above; worker start, FFCV's compilation), " + (
+        "median seconds, one process / 2 workers: "
+    )
+    text += ", ".join(
+        f"{lib} {statistics.median(firsts['warm1'][lib]):.2f} / "
+        f"{statistics.median(firsts['warm2'][lib]):.2f}"
+        for lib in libs
+    )
+    if skipped:
+        text += "\n\nNot run: " + ", ".join(f"{p} ({w})" for p, w in skipped.items())
+    return text
+
+
 def main() -> None:
     args = parse_args()
     if args.cell:
@@ -484,30 +512,10 @@ def main() -> None:
         profile_mixshard(folders["mixshard"], args.epochs, args.order)
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
     rates, firsts = run_rounds(args, libs, folders)
+    text = report(args, libs, peers, folders, rates, firsts, skipped)
+    print(text)
     kind = "procedural" if args.procedural else "real-frame crops"
     sizes = {lib: sum(p.stat().st_size for p in files_of(folders[lib])) for lib in libs}
-    head = (
-        f"Peers: {args.images:,} 84x84 RGB uint8 images ({kind}), each library's own format "
-        f"(MB on disk: {', '.join(f'{lib} {sizes[lib] / 1e6:.0f}' for lib in libs)}), random "
-        f"order, batches of {BATCH}; mixshard order={args.order}; warm: >= {args.epochs} timed "
-        f"epochs and >= {args.min_seconds:g} s after an untimed one; cold: the first epoch after "
-        f"eviction, worker start included, {args.cold_workers} workers; "
-        f"median of {args.rounds} alternated rounds; {machine()}; "
-        + ", ".join(f"{lib} {version(lib)}" for lib in libs)
-    )
-    headers = ["cell", "peer", "peer img/s", "mixshard img/s", "mixshard/peer", "per round"]
-    text = head + "\n\n" + table(headers, summary(rates, peers))
-    text += "\n\nFirst epoch of a warm cell (untimed above; worker start, FFCV's compilation), " + (
-        "median seconds, one process / 2 workers: "
-    )
-    text += ", ".join(
-        f"{lib} {statistics.median(firsts['warm1'][lib]):.2f} / "
-        f"{statistics.median(firsts['warm2'][lib]):.2f}"
-        for lib in libs
-    )
-    if skipped:
-        text += "\n\nNot run: " + ", ".join(f"{p} ({w})" for p, w in skipped.items())
-    print(text)
     OUT.mkdir(exist_ok=True)
     (OUT / "bench_peers.md").write_text(text + "\n")
     result = {
