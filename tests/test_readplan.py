@@ -6,6 +6,7 @@ the paths that replaced them."""
 
 from __future__ import annotations
 
+import os
 import pickle
 import shutil
 import threading
@@ -178,3 +179,24 @@ def test_mapped_when_it_cannot_be_is_one_clear_error_and_auto_reads(pack_dir, mo
     assert not plan.can_map(1)
     monkeypatch.setattr(plan, "mapping_built", lambda: False)  # no C compiler at install
     assert not plan.can_map(1) and not plan.maps_allowed(1)
+
+
+@needs_mapping
+def test_a_batch_of_preads_in_one_call_stops_at_the_first_it_cannot_read(tmp_path):
+    data = bytes(range(256)) * 4  # 1,024 bytes: rows of 16
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    out = np.zeros((4, 16), np.uint8)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fds = np.full(4, fd, np.int64)
+        got = mapped.read_rows(out, np.array([3, 0, 2, 1]), fds, np.array([0, 16, 1020, 32]), 16)
+        assert got == 2  # the third ends past the file's end: short
+        assert out[3].tobytes() == data[:16] and out[0].tobytes() == data[16:32]
+        assert out[2, :4].tobytes() == data[1020:] and not out[1].any()  # short; not read
+        bad = np.array([fd, -1], np.int64)
+        assert mapped.read_rows(out, np.array([0, 1]), bad, np.array([0, 0]), 16) == 1
+        with pytest.raises(ValueError, match="read_rows: arrays do not match"):
+            mapped._mapped.read_rows(out, np.array([4]), fds[:1], np.array([0]), 16)
+    finally:
+        os.close(fd)

@@ -10,3 +10,6 @@ def copy_rows(
     lengths: np.ndarray,
     row_bytes: int,
 ) -> tuple[int, int]: ...
+def read_rows(
+    out: np.ndarray, rows: np.ndarray, fds: np.ndarray, offsets: np.ndarray, row_bytes: int
+) -> tuple[int, int]: ...

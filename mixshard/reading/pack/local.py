@@ -24,7 +24,7 @@ from ...core import layout, locks
 from ...core.errors import MixshardError, ShardError
 from ...core.manifest import Manifest, ShardInfo
 from .blockrun import RunPlan
-from .mapped import ShardMaps, resident
+from .mapped import ShardMaps, read_rows, resident
 from .openshards import OpenShards
 from .rawio import read_iov
 from .shardfiles import FileId, FolderFiles, warn_bad
@@ -312,14 +312,11 @@ class LocalPack:
             else:  # grouped by shard, as the kernel's reads go fastest
                 rows = good[np.argsort(slot_of[good], kind="stable")]
                 fds = np.array(held, np.int64)[np.searchsorted(shards, slot_of[rows])]
+                first = read_rows(out, rows, fds, offset_of[rows], size)
                 flat = out.reshape(-1).data
-                for j, row in enumerate(rows.tolist()):
-                    self._pread(
-                        int(slot_of[row]),
-                        int(fds[j]),
-                        flat[row * size : (row + 1) * size],
-                        int(offset_of[row]),
-                    )
+                for j, row in enumerate(rows[first:].tolist(), first):  # again, to raise
+                    view = flat[row * size : (row + 1) * size]  # the error that names it
+                    self._pread(int(slot_of[row]), int(fds[j]), view, int(offset_of[row]))
             for slot, fd in zip(shards.tolist(), held):
                 self._check_same(slot, fd)
         return bad

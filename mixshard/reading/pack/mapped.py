@@ -1,4 +1,5 @@
-"""Reads out of memory mappings of a pack's shards, where it is safe.
+"""Reads out of memory mappings of a pack's shards, where it is safe (and a batch's `pread`s in
+one call, `read_rows`).
 
 A batch of the global order is one image from each of 256 random places. Read with `pread` the
 kernel does per-page work for every image: on the 2-core VMs this was measured
@@ -71,6 +72,20 @@ _MAP_FAILED = ctypes.c_void_p(-1).value
 def mapping_built() -> bool:
     """Whether shards can be mapped here (`_mapped.c` compiled, libc's `mmap` found)."""
     return _mapped is not None and _mmap is not None
+
+
+def read_rows(
+    out: np.ndarray, rows: np.ndarray, fds: np.ndarray, offsets: np.ndarray, size: int
+) -> int:
+    """Read `size` bytes at `offsets[j]` of descriptor `fds[j]` into row `rows[j]` of `out`
+    (C-contiguous), for every `j`, in one call with the GIL released (`_mapped.read_rows`):
+    returns how many were read before one ended short or failed (all: `len(rows)`), which the
+    caller reads again with `pread` to raise the error that names it. 0 where the extension
+    was not built."""
+    if _mapped is None:
+        return 0
+    rows, fds, offsets = (np.ascontiguousarray(a, np.int64) for a in (rows, fds, offsets))
+    return _mapped.read_rows(out, rows, fds, offsets, size)[1]
 
 
 def map_file(fd: int, length: int) -> int | None:
