@@ -198,5 +198,9 @@ def test_a_batch_of_preads_in_one_call_stops_at_the_first_it_cannot_read(tmp_pat
         assert mapped.read_rows(out, np.array([0, 1]), bad, np.array([0, 0]), 16) == 1
         with pytest.raises(ValueError, match="read_rows: arrays do not match"):
             mapped._mapped.read_rows(out, np.array([4]), fds[:1], np.array([0]), 16)
+        frozen = out.copy()
+        frozen.flags.writeable = False
+        with pytest.raises((BufferError, ValueError), match="read-only|not writable"):
+            mapped._mapped.read_rows(frozen, np.array([0]), fds[:1], np.array([0]), 16)
     finally:
         os.close(fd)

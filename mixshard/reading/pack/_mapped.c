@@ -86,6 +86,16 @@ static void after_fork_in_child(void) {
     copying = 0;
 }
 
+/* The C-contiguous buffers of objs[0..n) into b (the first writable): how many were got (n, or
+ * fewer with the error set; the caller releases those). */
+static int buffers(PyObject **objs, Py_buffer *b, int n) {
+    for (int got = 0; got < n; got++) {
+        int flags = PyBUF_C_CONTIGUOUS | (got == 0 ? PyBUF_WRITABLE : 0);
+        if (PyObject_GetBuffer(objs[got], &b[got], flags) < 0) return got;
+    }
+    return n;
+}
+
 /* copy_rows(out, rows, maps, offsets, bases, lengths, row_bytes) -> (status, item)
  *
  * For each item i: row_bytes bytes at offsets[i] of mapping maps[i] (address bases[m], its
@@ -101,12 +111,9 @@ static PyObject *copy_rows(PyObject *self, PyObject *args) {
                           &objs[5], &row_bytes))
         return NULL;
     Py_buffer b[6];
-    int got = 0;
     PyObject *result = NULL;
-    for (; got < 6; got++) {
-        int flags = PyBUF_C_CONTIGUOUS | (got == 0 ? PyBUF_WRITABLE : 0);
-        if (PyObject_GetBuffer(objs[got], &b[got], flags) < 0) goto done;
-    }
+    int got = buffers(objs, b, 6);
+    if (got < 6) goto done;
     ssz n = b[1].len / 8, maps = b[4].len / 8;
     const int64_t *rows = b[1].buf, *map = b[2].buf, *offsets = b[3].buf, *lengths = b[5].buf;
     const uint64_t *bases = b[4].buf;
@@ -168,12 +175,9 @@ static PyObject *read_rows(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOOOn", &objs[0], &objs[1], &objs[2], &objs[3], &row_bytes))
         return NULL;
     Py_buffer b[4];
-    int got = 0;
     PyObject *result = NULL;
-    for (; got < 4; got++) {
-        int flags = PyBUF_C_CONTIGUOUS | (got == 0 ? PyBUF_WRITABLE : 0);
-        if (PyObject_GetBuffer(objs[got], &b[got], flags) < 0) goto fail;
-    }
+    int got = buffers(objs, b, 4);
+    if (got < 4) goto fail;
     ssz n = b[1].len / 8;
     const int64_t *rows = b[1].buf, *fds = b[2].buf, *offsets = b[3].buf;
     ssz out_rows = row_bytes > 0 ? b[0].len / row_bytes : 0;
