@@ -75,12 +75,14 @@ def make_tree(root: Path, classes=("cat", "dog", "eel"), per_class=6, ext=".png"
     return rels
 
 
-def small_pack(root: Path, per_class: int, shard_size: int, block_size: int) -> Path:
-    """`root/pack`: 8 px pixels of `make_tree`'s distinct images in classes `a` and `b`
-    (`root/src`, `per_class` each), one worker."""
+def small_pack(
+    root: Path, per_class: int, shard_size: int, block_size: int, classes=("a", "b")
+) -> Path:
+    """`root/pack`: 8 px pixels of `make_tree`'s distinct images in `classes` (`root/src`,
+    `per_class` each), one worker."""
     from mixshard import pack
 
-    make_tree(root / "src", classes=("a", "b"), per_class=per_class)
+    make_tree(root / "src", classes=classes, per_class=per_class)
     pack(
         root / "src", root / "pack", size=8, shard_size=shard_size, block_size=block_size, workers=1
     )

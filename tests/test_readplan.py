@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import copy_pack, make_tree, read_pack
+from helpers import copy_pack, read_pack, small_pack
 
 import mixshard
 from mixshard import MixshardError, ShardError, ShardStream
@@ -33,9 +33,7 @@ needs_mapping = pytest.mark.skipif(mapped._mapped is None, reason="_mapped.c was
 def pack_dir(tmp_path_factory) -> Path:
     """96 distinct images in 5 shards of 8-image blocks, 3 classes."""
     root = tmp_path_factory.mktemp("readplan")
-    make_tree(root / "src", classes=("a", "b", "c"), per_class=N // 3)
-    mixshard.pack(root / "src", root / "pack", size=8, shard_size=20, block_size=8, workers=1)
-    return root / "pack"
+    return small_pack(root, N // 3, shard_size=20, block_size=8, classes=("a", "b", "c"))
 
 
 def same(a: list, b: list) -> bool:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import make_tree
+from helpers import make_tree, small_pack
 
 import mixshard
 from mixshard import ManifestError, MixshardError, ShardError, ShardStream
@@ -22,9 +22,7 @@ N = 96  # images: 5 shards (20, 20, 20, 20, 16) of 8-image blocks
 @pytest.fixture(scope="module")
 def pack_dir(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("storeread")
-    make_tree(root / "src", classes=("a", "b", "c"), per_class=N // 3)
-    mixshard.pack(root / "src", root / "pack", size=8, shard_size=20, block_size=8, workers=1)
-    return root / "pack"
+    return small_pack(root, N // 3, shard_size=20, block_size=8, classes=("a", "b", "c"))
 
 
 def upload(folder: Path, url: str) -> str:

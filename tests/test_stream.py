@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import copy_pack, free_port, make_tree, read_pack, serve_folder
+from helpers import copy_pack, free_port, make_tree, read_pack, serve_folder, small_pack
 
 import mixshard
 from mixshard import ManifestError, MixshardError, ShardError, ShardStream
@@ -29,9 +29,7 @@ PATTERN = "shard-{000000..000004}.tar"
 def pack_dir(tmp_path_factory) -> Path:
     """96 distinct images in 5 shards (20, 20, 20, 20, 16) of 8-image blocks, 3 classes."""
     root = tmp_path_factory.mktemp("stream")
-    make_tree(root / "src", classes=("a", "b", "c"), per_class=N // 3)
-    mixshard.pack(root / "src", root / "pack", size=8, shard_size=20, block_size=8, workers=1)
-    return root / "pack"
+    return small_pack(root, N // 3, shard_size=20, block_size=8, classes=("a", "b", "c"))
 
 
 @pytest.fixture(scope="module")
