@@ -110,3 +110,16 @@ def pytest_collection_modifyitems(config, items):
 
 
 from stores import gcs_bucket, gcs_endpoint, s3_bucket, s3_endpoint  # noqa: E402,F401
+
+
+@pytest.fixture(params=["fused", "torch"])
+def lerp_path(request, monkeypatch) -> str:
+    """Each test run twice: through a CPU's one-pass blend (`augment/_lerp.c`) and through the
+    torch ops every other device runs (what a CPU runs where the module is not built)."""
+    from mixshard.augment import fused
+
+    if request.param == "torch":
+        monkeypatch.setattr(fused, "_lerp", None)
+    elif fused._lerp is None:
+        pytest.skip("mixshard.augment._lerp is not built")
+    return request.param

@@ -256,6 +256,7 @@ def frame_values(bg: mixshard.Backgrounds) -> torch.Tensor:
     return bg.images().float()
 
 
+@pytest.mark.usefixtures("lerp_path")
 def test_composite_pastes_blends_and_keeps_exactly(clips):
     bg = mixshard.Backgrounds(clips, 3, frames=2, playback="loop", seed=4)
     bg.step()

@@ -12,6 +12,9 @@ from mixshard.augment.inputs import check_obs
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
 
+# every test through a CPU's one-pass blend and through the torch ops other devices run
+pytestmark = pytest.mark.usefixtures("lerp_path")
+
 
 def data(n=4, k=3, h=5, w=6, seed=0, device="cpu"):
     g = torch.Generator().manual_seed(seed)

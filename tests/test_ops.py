@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 from mixshard import blend
-from mixshard.augment import ops
+from mixshard.augment import fused, ops
 from mixshard.augment.ops import (
     _flip_arith,
     _flip_where,
@@ -39,9 +39,15 @@ def data(n=6, k=3, h=10, w=12, device="cpu", dtype=torch.float32, seed=0):
     return obs, imgs, alpha
 
 
-@pytest.fixture(params=["chunked", "one_pass"])
+@pytest.fixture(params=["fused", "chunked", "one_pass"])
 def path(request, monkeypatch):
-    """Run blend through its CPU (chunked) and its GPU (one pass) implementation."""
+    """Run blend through a CPU's compiled one pass (`_lerp.c`), its torch ops in chunks (a CPU
+    without the compiled module) and the GPU's one pass of torch ops."""
+    if request.param == "fused":
+        if fused._lerp is None:
+            pytest.skip("mixshard.augment._lerp is not built")
+        return request.param
+    monkeypatch.setattr(fused, "_lerp", None)
     if request.param == "one_pass":
         monkeypatch.setattr(ops, "_blend_chunked", ops._blend_one_pass)
     else:

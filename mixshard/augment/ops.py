@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from ..core.crops import fallback_window
+from . import fused
 from .inputs import check_weights
 
 _UINT8_CHUNK_BYTES = 8 << 20  # float scratch per chunk of the uint8 blend path
@@ -110,7 +111,9 @@ def blend(
             raise ValueError("out= cannot be used when obs, imgs or alpha require grad")
         return _blend_autograd(obs, imgs, alpha, k)
     result = torch.empty_like(obs) if out is None else out
-    if obs.device.type == "cpu":
+    if fused.usable(obs, imgs, result, alpha):  # a CPU's one pass
+        fused.blend_images(result, obs, imgs, None, alpha)
+    elif obs.device.type == "cpu":
         _blend_chunked(obs, imgs, alpha, result, k)
     else:
         _blend_one_pass(obs, imgs, alpha, result, k)

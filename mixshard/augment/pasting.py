@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from . import ops
+from . import fused, ops
 from .inputs import check_weights
 from .masks import broadcast_mask
 from .ops import blend, check_blend_args, frames_of
@@ -66,6 +66,9 @@ def composite(
             raise ValueError("out= cannot be used when obs, imgs, mask or alpha require grad")
         return _composite_autograd(obs.view(five), imgs, keep, alpha, dtype).view(obs.shape)
     result = torch.empty_like(obs) if out is None else out
+    if fused.usable(obs, imgs, result, mask, alpha):  # a CPU's one pass
+        fused.blend_images(result, obs, imgs, keep, alpha)
+        return result
     # On a CPU, chunks of samples, so that each chunk's float backgrounds and weights stay in
     # cache from the pass that makes them to the blend that reads them (as `blend` does);
     # elsewhere one chunk of all.

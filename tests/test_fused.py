@@ -1,0 +1,115 @@
+"""A CPU's one-pass blend (`augment/_lerp.c` through `augment/fused.py`) gives the bytes of the
+torch ops every other device runs, for every mask, alpha and background layout; it takes only
+what it can and refuses bad buffers with an error, never a crash."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from helpers import clip_pack
+
+import mixshard
+from mixshard.augment import fused
+
+pytestmark = pytest.mark.skipif(fused._lerp is None, reason="mixshard.augment._lerp is not built")
+
+N, K, H, W = 5, 3, 6, 7
+
+
+def same_both_ways(monkeypatch, fn, *args) -> bool:
+    """`fn(*args)` gives the same bytes through the compiled pass and with it switched off
+    (the torch ops, a GPU's path)."""
+    got = fn(*args)
+    with monkeypatch.context() as m:
+        m.setattr(fused, "_lerp", None)
+        return torch.equal(got, fn(*args))
+
+
+def masks(g: torch.Generator) -> list[torch.Tensor | None]:
+    return [
+        None,
+        torch.rand(N, 1, H, W, generator=g) < 0.5,  # per pixel
+        torch.rand(N, K, H, W, generator=g) < 0.5,  # per frame and pixel
+        torch.rand(N, 3 * K, H, W, generator=g) < 0.5,  # per channel
+        torch.rand(1, K, 1, H, W, generator=g) < 0.5,  # one for every sample
+        torch.rand(N, 1, H, W, generator=g),  # fractional
+        torch.rand(N, K, H, W, generator=g).double(),  # fractional, float64
+    ]
+
+
+def test_composite_and_blend_give_the_torch_paths_bytes(monkeypatch):
+    g = torch.Generator().manual_seed(3)
+    obs = torch.rand(N, 3 * K, H, W, generator=g) * 255
+    one = torch.randint(0, 256, (N, 3, H, W), generator=g, dtype=torch.uint8)
+    per_frame = torch.randint(0, 256, (N, 3 * K, H, W), generator=g, dtype=torch.uint8)
+    alphas = [1.0, 0.5, 0.3, torch.rand(N, generator=g)]
+    for imgs, mask, alpha in itertools.product([one, per_frame], masks(g), alphas):
+        assert same_both_ways(monkeypatch, mixshard.composite, obs, imgs, mask, alpha)
+        inplace = obs.clone()
+        mixshard.composite(inplace, imgs, mask, alpha, out=inplace)
+        assert torch.equal(inplace, mixshard.composite(obs, imgs, mask, alpha))
+    for imgs, alpha in itertools.product([one, per_frame], alphas):
+        assert same_both_ways(monkeypatch, mixshard.blend, obs, imgs, alpha)
+
+
+def test_backgrounds_composite_gives_the_torch_paths_bytes_flipped_or_not(tmp_path, monkeypatch):
+    pack = clip_pack(tmp_path, [3, 5, 2, 4])
+    g = torch.Generator().manual_seed(5)
+    obs = torch.rand(6, 9, 8, 8, generator=g) * 255
+    keep = torch.rand(6, 3, 8, 8, generator=g) < 0.5
+    soft = torch.rand(6, 1, 8, 8, generator=g)
+    for flip in (False, True):
+        bg = mixshard.Backgrounds(pack, 6, frames=3, flip=flip, seed=1, playback="random")
+        bg.step()
+        assert flip == bool(bg.flipped.any())  # some environment drew a flip
+        for mask, alpha in [(None, 0.5), (keep, 1.0), (keep, 0.25), (soft, torch.rand(6))]:
+            assert same_both_ways(monkeypatch, bg.composite, obs, mask, alpha)
+        bg.close()
+
+
+def test_it_takes_only_what_it_can():
+    obs = torch.rand(2, 3, 4, 4) * 255
+    frames = torch.zeros(2, 3, 4, 4, dtype=torch.uint8)
+    assert fused.usable(obs, frames, torch.empty_like(obs), None, 0.5)
+    assert not fused.usable(obs.double(), frames, obs.double(), None, 0.5)  # float32 only
+    assert not fused.usable(obs, frames.float(), obs, None, 0.5)  # uint8 frames only
+    assert not fused.usable(obs, frames, torch.empty(2, 4, 4, 3).permute(0, 3, 1, 2), None, 1.0)
+    assert not fused.usable(obs.requires_grad_(), frames, obs, None, 0.5)  # autograd: torch's
+    with torch.no_grad():
+        assert fused.usable(obs, frames, obs, None, 0.5)
+    assert not fused.usable(obs.detach(), frames, obs, None, torch.rand(2, requires_grad=True))
+    got = mixshard.composite(obs.detach().double(), frames, None, 0.5)  # the torch ops do it
+    assert got.dtype == torch.float64 and torch.equal(got, obs.detach().double() * 0.5)
+
+
+def call_kernel(out, index, threads=2, keep=None, kind=0):
+    obs = np.full((2, 3, 2, 3), 10.0, np.float32)
+    frames = np.arange(2 * 3 * 6, dtype=np.uint8).reshape(2, 3, 2, 3)
+    alpha = np.array([1.0], np.float32)
+    fused._lerp.blend_frames(  # type: ignore[union-attr]
+        out, obs, frames, index, None, keep, (6, 0, 0), kind, alpha, 0, 0, 2, 1, 2, 3, threads
+    )
+
+
+def test_the_kernel_splits_rows_over_threads_and_refuses_bad_buffers():
+    want = np.arange(36, dtype=np.float32).reshape(2, 3, 2, 3)[[1, 0]]  # frames 1 then 0
+    for threads in (0, 1, 2, 5, 100):  # none, fewer and more than the 6 rows: the same
+        out = np.zeros((2, 3, 2, 3), np.float32)
+        call_kernel(out, np.array([1, 0], np.int64), threads)
+        assert np.array_equal(out, want)
+    with pytest.raises(IndexError, match="a frame index is out of range"):
+        call_kernel(np.zeros((2, 3, 2, 3), np.float32), np.array([0, 2], np.int64))
+    with pytest.raises(ValueError, match="out holds 140 bytes, needs 144"):
+        call_kernel(np.zeros(35, np.float32), np.array([0, 1], np.int64))
+    with pytest.raises(ValueError, match="keep holds 11 bytes, needs 12"):
+        short = np.ones(11, np.uint8)  # 2 samples of 6 pixels, stride 6
+        call_kernel(np.zeros(36, np.float32), np.array([0, 1], np.int64), keep=short, kind=1)
+    with pytest.raises(ValueError, match="a required buffer is None"):
+        call_kernel(np.zeros(36, np.float32), np.array([0, 1], np.int64), kind=1)
+    read_only = np.zeros(36, np.float32)
+    read_only.setflags(write=False)
+    with pytest.raises(ValueError, match="read-only"):
+        call_kernel(read_only, np.array([0, 1], np.int64))
