@@ -23,12 +23,6 @@
 
 typedef Py_ssize_t ssz;
 
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
-#define VECTOR_CLONES __attribute__((target_clones("arch=haswell", "default")))
-#else
-#define VECTOR_CLONES
-#endif
-
 enum { KEEP_NONE = 0, KEEP_BOOL = 1, KEEP_FLOAT = 2 };
 
 typedef struct {
@@ -47,37 +41,48 @@ typedef struct {
     int bad;    /* an index out of range was met */
 } Job;
 
-/* torch's lerp as its vector kernel makes it (one rounding: a fused multiply-add):
- * `start + w * (end - start)` for |w| < 0.5, else `end + (w - 1) * (end - start)`, exact at
- * w = 0 and w = 1. Both made, then one chosen (a vector select). */
-static inline float lerp(float start, float end, float w) {
-    int small = fabsf(w) < 0.5f;
-    return fmaf(small ? w : w - 1.0f, end - start, small ? start : end);
-}
+/* torch's lerp as its vector kernel makes it: `start + w * (end - start)` for |w| < 0.5, else
+ * `end + (w - 1) * (end - start)`, exact at w = 0 and w = 1; both made, then one chosen (a
+ * vector select). Where the CPU has FMA, torch's kernel fuses the multiply and the add (one
+ * rounding), and so does `row_fma`; elsewhere neither does. */
+#define LERP(FMA, start, end, w)                                                                \
+    (fabsf(w) < 0.5f ? FMA((w), (end) - (start), (start)) : FMA((w) - 1.0f, (end) - (start), (end)))
+#define FUSED(a, b, c) fmaf(a, b, c)
+#define UNFUSED(a, b, c) ((a) * (b) + (c))
 
 /* One row of `p` values: out = the blend of obs and bg under the keep row and alpha `a`. */
-VECTOR_CLONES
-static void row(float *restrict d, const float *restrict o, const uint8_t *restrict b,
-                const void *keep, int kind, int plain, float a, ssz p) {
-    /* every input loaded whatever the mask (a load under a condition keeps gcc from vectorising) */
-    if (kind == KEEP_NONE) {
-        for (ssz i = 0; i < p; i++) d[i] = lerp(o[i], (float)b[i], a);
-    } else if (kind == KEEP_BOOL) {
-        const uint8_t *restrict m = keep;
-        if (plain) { /* lerp(bg, obs, keep): keep 1 is obs, 0 the background, exactly */
-            for (ssz i = 0; i < p; i++) d[i] = lerp((float)b[i], o[i], (float)m[i]);
-        } else { /* weights keep * -a + a: 0 where kept (obs exactly), a elsewhere */
-            for (ssz i = 0; i < p; i++) d[i] = lerp(o[i], (float)b[i], (float)m[i] * -a + a);
-        }
-    } else {
-        const float *restrict m = keep;
-        if (plain) {
-            for (ssz i = 0; i < p; i++) d[i] = lerp((float)b[i], o[i], m[i]);
-        } else { /* weights (-keep + 1) * a */
-            for (ssz i = 0; i < p; i++) d[i] = lerp(o[i], (float)b[i], (-m[i] + 1.0f) * a);
-        }
+#define ROW(name, attr, FMA)                                                                    \
+    attr static void name(float *restrict d, const float *restrict o, const uint8_t *restrict b,  \
+                          const void *keep, int kind, int plain, float a, ssz p) {               \
+        const uint8_t *restrict m8 = keep;                                                      \
+        const float *restrict mf = keep;                                                        \
+        if (kind == KEEP_NONE) {                                                                \
+            for (ssz i = 0; i < p; i++) d[i] = LERP(FMA, o[i], (float)b[i], a);                 \
+        } else if (kind == KEEP_BOOL && plain) { /* lerp(bg, obs, keep): obs or bg exactly */   \
+            for (ssz i = 0; i < p; i++) d[i] = LERP(FMA, (float)b[i], o[i], (float)m8[i]);      \
+        } else if (kind == KEEP_BOOL) { /* weights keep * -a + a: 0 where kept, else a */      \
+            for (ssz i = 0; i < p; i++)                                                         \
+                d[i] = LERP(FMA, o[i], (float)b[i], (float)m8[i] * -a + a);                     \
+        } else if (plain) {                                                                     \
+            for (ssz i = 0; i < p; i++) d[i] = LERP(FMA, (float)b[i], o[i], mf[i]);             \
+        } else { /* weights (-keep + 1) * a */                                                  \
+            for (ssz i = 0; i < p; i++)                                                         \
+                d[i] = LERP(FMA, o[i], (float)b[i], (-mf[i] + 1.0f) * a);                       \
+        }                                                                                       \
     }
+
+typedef void (*RowFn)(float *, const float *, const uint8_t *, const void *, int, int, float, ssz);
+ROW(row_plain, , UNFUSED)
+#if defined(__GNUC__) && defined(__x86_64__)
+ROW(row_fma, __attribute__((target("avx2,fma"))), FUSED)
+static RowFn pick_row(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? row_fma : row_plain;
 }
+#else
+static RowFn pick_row(void) { return row_plain; }
+#endif
+static RowFn row;
 
 static void *run(void *arg) {
     Job *j = arg;
@@ -211,4 +216,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_lerp", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__lerp(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__lerp(void) {
+    row = pick_row();
+    return PyModule_Create(&module);
+}
