@@ -131,35 +131,10 @@ def test_obs_checks_name_the_fix():
     )
 
 
-def test_cpu_chunks_give_what_one_pass_gives(monkeypatch):
-    """On a CPU composite works through chunks of samples; the chunks change nothing."""
-    from mixshard.augment import ops
-
-    obs, imgs, g = data(n=7)
-    per_frame = torch.randint(0, 256, (7, 9, 5, 6), generator=g, dtype=torch.uint8)
-    mask = torch.rand(7, 3, 1, 5, 6, generator=g)
-    shared = torch.rand(1, 1, 5, 6, generator=g) < 0.5
-    alpha = torch.rand(7, generator=g)
-    cases = [(imgs, mask, 1.0), (per_frame, mask, alpha), (per_frame, shared, 0.4)]
-    whole = [composite(obs, i, m, a) for i, m, a in cases]
-    whole8 = [composite(obs.round().to(torch.uint8), i, m, a) for i, m, a in cases]
-    monkeypatch.setattr(ops, "CPU_SCRATCH_BYTES", 2 * 9 * 5 * 6 * 4)  # 2-sample chunks
-    for (i, m, a), want, want8 in zip(cases, whole, whole8):
-        assert torch.equal(composite(obs, i, m, a), want)
-        assert torch.equal(composite(obs.round().to(torch.uint8), i, m, a), want8)
-
-
-def test_chunked_lerp_gives_the_plain_formula_pixel_for_pixel(monkeypatch):
-    """The CPU path blends 3-sample chunks (the last one short) through reused scratch: float
-    backgrounds, weights made from a bool mask's bytes a block of chunks at a time, or once
-    for a mask shared by all samples. Every pixel is the plain formula's, `lerp(obs, img,
-    alpha * (1 - mask))` over whole tensors: a bool mask keeps obs or shows the background
-    exactly."""
-    from mixshard.augment import ops, pasting
-
-    monkeypatch.setattr(ops, "CPU_SCRATCH_BYTES", 3 * 9 * 5 * 6 * 4)
-    # the weights of a per-frame mask made 6 samples at a time (two chunks), then 1
-    monkeypatch.setattr(pasting, "WEIGHT_BYTES", 2 * 3 * 3 * 5 * 6 * 4)
+def test_the_lerp_gives_the_plain_formula_pixel_for_pixel():
+    """Every pixel is the plain formula's, `lerp(obs, img, alpha * (1 - mask))` over whole
+    tensors, through either path: a bool mask keeps obs or shows the background exactly; a
+    mask shared by all samples, a per-frame one and fractional ones alike."""
     obs, _, g = data(n=7)
     per_frame = torch.randint(0, 256, (7, 9, 5, 6), generator=g, dtype=torch.uint8)
     alpha = torch.rand(7, generator=g)

@@ -38,11 +38,10 @@ from .envargs import check_composite_args, env_mask, frame_mask
 from .inputs import user_stacklevel
 from .keyed import seed_key
 from .ops import flip, resize
-from .pasting import composite, masked_lerp
+from .pasting import composite
 from .playback import PLAYBACKS, draw, draw_clips, positions
 
 CACHES = ("auto", "device", "pool")  # `Backgrounds(cache=)`
-CPU_GROUP_BYTES = 4 << 20  # backgrounds gathered and blended at a time on a CPU
 
 
 class Backgrounds:
@@ -254,18 +253,19 @@ class Backgrounds:
     def images(self) -> torch.Tensor:
         """`(num_envs, 3 * frames, H, W)` uint8: each environment's last `frames` background
         frames, oldest first (one gather)."""
-        return self._gather(self._index(), 0, self.num_envs)
+        return self._gather(self._index())
 
     def _index(self) -> torch.Tensor:
         """`(num_envs, frames)`: where in the frame store `images()` gathers from."""
         return self.base.unsqueeze(1) + self.positions()
 
-    def _gather(self, index: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
-        """The backgrounds of environments `lo .. hi - 1` (`index` of all environments)."""
+    def _gather(self, index: torch.Tensor) -> torch.Tensor:
+        """The backgrounds at `index` `(num_envs, frames)` of the frame store, flipped where
+        drawn."""
         s = self.manifest.size
-        out = self._frames.index_select(0, index[lo:hi].reshape(-1))
-        out = out.view(hi - lo, 3 * self.frames, s, s)
-        return flip(out, self.flipped[lo:hi]) if self.flip else out
+        out = self._frames.index_select(0, index.reshape(-1))
+        out = out.view(self.num_envs, 3 * self.frames, s, s)
+        return flip(out, self.flipped) if self.flip else out
 
     def composite(
         self,
@@ -309,30 +309,10 @@ class Backgrounds:
             flipped = self.flipped if self.flip else None
             fused.blend_frames(result, obs, self._frames, index, mask, alpha, flipped)
             return result
-        # On a CPU, groups of environments whose backgrounds stay in cache from their gather
-        # to their blend (else all 65 MB of 1,024 environments' are written, then read back);
-        # elsewhere one group of all.
-        rows = n
-        if self.device.type == "cpu":
-            rows = max(1, CPU_GROUP_BYTES // (self.frames * self.manifest.image_bytes))
-        lerp = masked_lerp(obs, mask, alpha, self.frames, self.manifest.size, self.device)
-        five = (n, self.frames, 3, h, w)
-        for lo in range(0, n, rows):
-            hi = min(lo + rows, n)
-            imgs = self._gather(index, lo, hi)
-            if lerp is not None:  # the float obs' masked lerp, its scratch kept over groups
-                lerp.run(obs.view(five)[lo:hi], imgs, result.view(five)[lo:hi], lo)
-                continue
-            if (h, w) != (s, s):
-                imgs = resize(imgs.view(-1, 3, s, s), (h, w)).view(hi - lo, c, h, w)
-            composite(
-                obs[lo:hi],
-                imgs,
-                None if mask is None else mask[lo:hi],
-                alpha[lo:hi] if isinstance(alpha, torch.Tensor) else alpha,
-                out=result[lo:hi],
-            )
-        return result
+        imgs = self._gather(index)
+        if (h, w) != (s, s):
+            imgs = resize(imgs.view(-1, 3, s, s), (h, w)).view(n, c, h, w)
+        return composite(obs, imgs, mask, alpha, out=result)
 
     # -- state -----------------------------------------------------------------------------
 

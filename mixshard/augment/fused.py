@@ -1,6 +1,6 @@
 """`blend_frames`: a CPU's `composite` and `blend` as one pass of compiled code (`_lerp.c`).
 
-The torch path (`pasting.MaskedLerp`, `ops.blend`) is what every other device runs: a gather,
+The torch path (`pasting._masked_lerp`, `ops._blend_one_pass`) is what every other device runs: a gather,
 a cast, the weights and a `torch.lerp`, each a pass of its own. On a GPU those passes overlap;
 on a CPU each one's compute adds to the others' (about 2x `obs.clone()` at best). `_lerp.c`
 makes each output value from its inputs at once with the torch path's arithmetic, so a bool
@@ -62,7 +62,7 @@ def blend_frames(
     """`out` `(N, 3k, H, W)` = `lerp(obs, background, alpha * (1 - keep))`, the background of
     sample n's frame f being `frames[index[n, f]]` (`(F, 3, H, W)` uint8), mirrored where
     `flipped[n]`; `keep` None (blend everywhere) or a mask broadcasting to `(N, k, 3, H, W)`.
-    At a float alpha of 1 with a mask the weight is the mask itself, as in `MaskedLerp`."""
+    At a float alpha of 1 with a mask the weight is the mask itself, as in `_masked_lerp`."""
     n, c, h, w = obs.shape
     k = c // 3
     plain = keep is not None and not isinstance(alpha, torch.Tensor) and float(alpha) == 1.0

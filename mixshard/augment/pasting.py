@@ -1,20 +1,15 @@
 """`composite`: backgrounds pasted behind the masked part of observations, in one pass.
 
 The masked counterpart of `ops.blend` (SGQN's, MaDi's and SODA's pastes, `Backgrounds`'s
-green screen): the same checks, broadcast over frames through a view, and on a CPU the same
-chunks of samples whose float backgrounds stay in cache (`ops.CPU_SCRATCH_BYTES`).
+green screen): the same checks, the backgrounds broadcast over frames through a view; on a CPU
+one compiled pass (`fused.py`), elsewhere (and where it is not built) the torch ops.
 """
 
 from __future__ import annotations
 
-import functools
-import itertools
-import math
-
 import torch
 
-from . import fused, ops
-from .inputs import check_weights
+from . import fused
 from .masks import broadcast_mask
 from .ops import blend, check_blend_args, frames_of
 
@@ -69,35 +64,12 @@ def composite(
     if fused.usable(obs, imgs, result, mask, alpha):  # a CPU's one pass
         fused.blend_images(result, obs, imgs, keep, alpha)
         return result
-    # On a CPU, chunks of samples, so that each chunk's float backgrounds and weights stay in
-    # cache from the pass that makes them to the blend that reads them (as `blend` does);
-    # elsewhere one chunk of all.
-    rows = chunk_rows(obs, imgs.shape[1] // 3, dtype)
     src, dst = obs.view(five), result.view(five)
     if keep.dtype == torch.bool and _full_weight(alpha) and obs.dtype == imgs.dtype == torch.uint8:
-        # uint8 obs under a bool mask at full weight: a plain paste, a select with no float
-        # math (for float obs the lerp below, the mask its weight, measured faster)
-        for lo in range(0, n, rows):
-            part = slice(lo, lo + rows)
-            m = keep[part] if keep.shape[0] != 1 else keep
-            background = frames_of(imgs[part], min(rows, n - lo), h, w)
-            torch.where(m, src[part], background, out=dst[part])
-        return result
-    MaskedLerp(obs, keep, alpha, rows).run(src, imgs, dst)
+        torch.where(keep, src, frames_of(imgs, n, h, w), out=dst)  # a plain paste, no floats
+    else:
+        _masked_lerp(src, imgs, keep, alpha, dst)
     return result
-
-
-WEIGHT_BYTES = 2 << 20  # the weights made at a time (a block of chunks)
-
-
-def chunk_rows(obs: torch.Tensor, frames: int, dtype: torch.dtype) -> int:
-    """Samples per chunk: on a CPU as many as `ops.CPU_SCRATCH_BYTES` of float backgrounds
-    (`frames` a sample) hold; elsewhere all."""
-    n, _, h, w = obs.shape
-    if obs.device.type != "cpu":
-        return max(1, n)
-    per_sample = 3 * frames * h * w * torch.finfo(dtype).bits // 8
-    return max(1, min(n, ops.CPU_SCRATCH_BYTES // per_sample))
 
 
 def _full_weight(alpha: float | torch.Tensor) -> bool:
@@ -105,120 +77,33 @@ def _full_weight(alpha: float | torch.Tensor) -> bool:
     return not isinstance(alpha, torch.Tensor) and float(alpha) == 1.0
 
 
-def masked_lerp(
-    obs: torch.Tensor, mask, alpha, frames: int, size: int, device: torch.device
-) -> MaskedLerp | None:
-    """`composite`'s masked lerp for float obs of `size` px, made once for all the groups a
-    caller (`Backgrounds`) blends (the checks `composite` makes per call made once here);
-    None for the rest (no mask, uint8 obs, resized backgrounds, gradients), which call
-    `composite` per group."""
-    n, _, h, w = obs.shape
-    grad = torch.is_grad_enabled() and any(
-        isinstance(t, torch.Tensor) and t.requires_grad for t in (obs, mask, alpha)
-    )
-    if mask is None or not obs.is_floating_point() or (h, w) != (size, size) or grad:
-        return None
-    keep = broadcast_mask(mask, n, frames, h, w, device)
-    if isinstance(alpha, torch.Tensor):
-        check_weights("alpha", alpha, bool_ok=False)
-    return MaskedLerp(obs, keep, alpha, chunk_rows(obs, frames, obs.dtype))
+def _masked_lerp(src, imgs, keep, alpha, dst) -> None:
+    """`dst` = `lerp(src, img, alpha * (1 - keep))` in torch ops (what a GPU runs): `src` and
+    `dst` `(N, k, 3, H, W)`, `keep` a checked mask broadcasting to them.
 
-
-class MaskedLerp:
-    """`lerp(obs, img, alpha * (1 - mask))` over chunks of `rows` samples, its scratch (the
-    float backgrounds, the weights, uint8 obs as floats) allocated once and reused; `run` may
-    be called for consecutive groups of samples (`Backgrounds` gathers a group at a time).
-
-    At full weight (alpha 1.0) the mask itself is the weight, `lerp(img, obs, mask)`; a bool
-    mask becomes it by a copy of its bytes (bool to float directly is a slower conversion
-    here). The weights are made for a block of chunks at a time (`WEIGHT_BYTES`), at the
-    mask's own shape (`(rows, 1 or k, 1, H, W)` for a per-pixel mask), never per channel. With
-    a bool mask they are 0 or 1 (or 0 and alpha), so the lerp returns the observation or the
-    background (or their plain blend) exactly.
-
-    `keep` is a checked mask broadcasting to `(N, k, 3, H, W)` (`masks.broadcast_mask`).
-    """
-
-    def __init__(
-        self, obs: torch.Tensor, keep: torch.Tensor, alpha: float | torch.Tensor, rows: int
-    ) -> None:
-        _, c, h, w = obs.shape
-        dtype = obs.dtype if obs.is_floating_point() else torch.float32
-        self.keep, self.dtype, self.rows, self.plain = keep, dtype, rows, _full_weight(alpha)
-        self.alpha = (
-            alpha.to(dtype).reshape(-1, 1, 1, 1, 1) if isinstance(alpha, torch.Tensor) else alpha
-        )
-        self.new = functools.partial(torch.empty, dtype=dtype, device=obs.device)
-        self.backgrounds: torch.Tensor | None = None  # made at the first uint8 backgrounds
-        self.floats = None if obs.dtype == dtype else self.new((rows, c // 3, 3, h, w))
-        self.shared = keep.shape[0] == 1 and not isinstance(alpha, torch.Tensor)
-        # the weights are made for a block of chunks at once (fewer small ops), as many rows
-        # as WEIGHT_BYTES hold
-        per_row = math.prod(keep.shape[1:]) * torch.finfo(dtype).bits // 8
-        self.block = rows * max(1, WEIGHT_BYTES // (rows * per_row))
-        self.weights = None
-        if not (self.plain and keep.dtype == dtype):  # else the mask is the weight as it is
-            self.weights = self.new((1 if self.shared else self.block, *keep.shape[1:]))
-            if self.shared:
-                self._fill(keep, self.alpha, self.weights)
-
-    def _fill(self, keep: torch.Tensor, alpha, out: torch.Tensor) -> torch.Tensor:
-        """`out` = the weights: `keep` at full weight, else `(1 - keep) * alpha`."""
+    At full weight (alpha 1.0) the mask itself is the weight, `lerp(img, obs, keep)`; else the
+    weights are `keep * -alpha + alpha` (a bool mask) or `(-keep + 1) * alpha`, made at the
+    mask's own shape (never per channel). With a bool mask they are 0 and 1 (or 0 and alpha),
+    so the lerp returns the observation or the background (or their plain blend) exactly. uint8
+    obs are blended as floats, rounded half up."""
+    n, _, _, h, w = src.shape
+    dtype = src.dtype if src.is_floating_point() else torch.float32
+    background = frames_of(imgs, n, h, w).to(dtype)
+    weight = torch.empty(keep.shape, dtype=dtype, device=src.device).copy_(keep)
+    obs = src if src.dtype == dtype else src.to(dtype)
+    mixed = dst if dst.dtype == dtype else torch.empty_like(obs)
+    if _full_weight(alpha):
+        torch.lerp(background, obs, weight, out=mixed)
+    else:
+        a = alpha.to(dtype).reshape(-1, 1, 1, 1, 1) if isinstance(alpha, torch.Tensor) else alpha
+        # (out of place: a mask shared by all samples meets a per-sample alpha)
         if keep.dtype == torch.bool:
-            out.copy_(keep.view(torch.uint8))
-            if not self.plain:  # 0 where kept, alpha elsewhere: -alpha + alpha is +0 exactly
-                out.mul_(-alpha).add_(alpha)
-            return out
-        out.copy_(keep)
-        if not self.plain:
-            out.neg_().add_(1).mul_(alpha)  # (-x + 1 is 1 - x exactly)
-        return out
-
-    def run(self, src: torch.Tensor, imgs: torch.Tensor, dst: torch.Tensor, lo: int = 0) -> None:
-        """`dst` = the blend of `src` `(n, k, 3, H, W)`, samples `lo .. lo + n - 1`, and their
-        `imgs` `(n, 3 or 3k, H, W)`."""
-        n, block = src.shape[0], self.block
-        if imgs.dtype != self.dtype and self.backgrounds is None:  # uint8 ones as floats
-            self.backgrounds = self.new((self.rows, imgs.shape[1] // 3, 3, *src.shape[3:]))
-        for b in range(0, n, block):
-            part = slice(b, b + block)
-            self._run_block(src[part], imgs[part], dst[part], lo + b)
-
-    def _run_block(self, src: torch.Tensor, imgs: torch.Tensor, dst: torch.Tensor, lo: int):
-        n, rows = src.shape[0], self.rows
-        # the chunks' views made at once (a Python slice per chunk and tensor costs more)
-        backgrounds = frames_of(imgs, n, *src.shape[3:]).split(rows)
-        weights = self._weights(lo, n)
-        chunk_weights = weights.split(rows) if weights.shape[0] != 1 else itertools.repeat(weights)
-        cast = self.backgrounds if imgs.dtype != self.dtype else None
-        for obs, background, out, weight in zip(
-            src.split(rows), backgrounds, dst.split(rows), chunk_weights
-        ):
-            r = obs.shape[0]
-            if cast is not None:
-                background = (cast if r == rows else cast[:r]).copy_(background)
-            if self.floats is not None:  # uint8 obs: blended as floats, rounded half up
-                mixed = (self.floats if r == rows else self.floats[:r]).copy_(obs)
-                self._lerp(mixed, background, weight, mixed)
-                out.copy_(mixed.add_(0.5).floor_())
-            else:
-                self._lerp(obs, background, weight, out)
-
-    def _weights(self, lo: int, n: int) -> torch.Tensor:
-        """The weights of samples `lo .. lo + n - 1` (or one for all, shape[0] 1)."""
-        keep = self.keep if self.keep.shape[0] == 1 else self.keep[lo : lo + n]
-        if self.weights is None:
-            return keep
-        if self.shared:
-            return self.weights
-        alpha = self.alpha[lo : lo + n] if isinstance(self.alpha, torch.Tensor) else self.alpha
-        return self._fill(keep, alpha, self.weights[:n])
-
-    def _lerp(self, obs, background, weight, out) -> None:
-        if self.plain:
-            torch.lerp(background, obs, weight, out=out)
+            weight = weight.mul(-a).add_(a)  # 0 where kept, alpha elsewhere: -a + a is +0
         else:
-            torch.lerp(obs, background, weight, out=out)
+            weight = weight.neg_().add_(1).mul(a)  # (-x + 1 is 1 - x exactly)
+        torch.lerp(obs, background, weight, out=mixed)
+    if mixed is not dst:
+        dst.copy_(mixed.add_(0.5).floor_())
 
 
 def _composite_autograd(
