@@ -3,7 +3,8 @@
 Rows, each a median of --runs timed calls after warm-up, each ratio against a baseline timed
 in the same process:
   * `composite` for 1,024 environments, 3 frames, 84 px float obs (no mask; a per-pixel bool
-    mask at alpha 1 and 0.5) against `obs.clone()` (goal <= 2x);
+    mask at alpha 1 and 0.5) against `obs.clone()` (goal <= 2x); and the bool mask through the
+    torch ops (what a GPU runs, and a CPU without the compiled `_lerp`) for comparison;
   * `step` + `images` for 1,024 environments against `obs.clone()` (goal <= 1x);
   * `reset` of 64 of 1,024 environments by a bool mask and by an index tensor (goal <= 1 ms);
   * DMC-GB's video background (`VideoWrapper`: decode the whole clip at each reset, then per
@@ -36,6 +37,7 @@ import torch.nn.functional as F
 from benchlib import OUT, ROOT, call_seconds, machine, table
 
 import mixshard
+from mixshard.augment import fused
 
 VIDEOS = ROOT.parent / "shared" / "real-videos"
 SIZE = 84
@@ -109,6 +111,19 @@ def backgrounds_episode(bg: mixshard.Backgrounds, steps: int, images: bool) -> f
     return time.perf_counter() - t0
 
 
+def torch_ops(fn):
+    """`fn` with the compiled one-pass blend switched off: the torch ops a GPU runs."""
+
+    def run():
+        saved, fused._lerp = fused._lerp, None
+        try:
+            return fn()
+        finally:
+            fused._lerp = saved
+
+    return run
+
+
 def paired(fn, base, runs: int) -> tuple[float, float, float]:
     """Median seconds of `fn` and of `base`, timed alternately (each run times both, so drift
     on a shared machine hits both alike), and the median of the per-run ratios."""
@@ -166,6 +181,11 @@ def per_call_rows(
             lambda: bg.composite(obs, keep, out=obs),
             None,
         ),  # noqa: E501
+        (
+            "composite, per-pixel bool mask, the torch ops (a GPU's path)",
+            torch_ops(lambda: bg.composite(obs, keep)),
+            None,
+        ),
         ("step + images", lambda: step_images(bg), 1.0),
         ("step + images, flip=True", lambda: step_images(flipping), None),
     ]
