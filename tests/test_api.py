@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import mixshard
 
 PACKAGE = Path(mixshard.__file__).parent
@@ -298,3 +300,16 @@ def test_no_function_over_50_lines():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 assert body_lines(node) <= 50, f"{path.name}: {node.name}"
+
+
+@pytest.mark.skipif(os.environ.get("CI") != "true", reason="only CI must have built them")
+def test_ci_built_every_compiled_module():
+    """The C modules are optional at install (the code falls back without a compiler), so a
+    failed build would only show as skipped tests: on CI, where a compiler is, it fails here."""
+    from mixshard.augment import fused
+    from mixshard.reading.pack import mapped
+    from mixshard.writing import resample
+
+    assert fused._lerp is not None, "mixshard/augment/_lerp.c was not built"
+    assert mapped._mapped is not None, "mixshard/reading/pack/_mapped.c was not built"
+    assert resample._resize is not None, "mixshard/writing/_resize.c was not built"
