@@ -85,21 +85,25 @@ def test_it_takes_only_what_it_can():
     assert got.dtype == torch.float64 and torch.equal(got, obs.detach().double() * 0.5)
 
 
-def call_kernel(out, index, threads=2, keep=None, kind=0):
-    obs = np.full((2, 3, 2, 3), 10.0, np.float32)
-    frames = np.arange(2 * 3 * 6, dtype=np.uint8).reshape(2, 3, 2, 3)
+def call_kernel(out, index, threads=2, keep=None, kind=0, side=(2, 3)):
+    h, w = side
+    obs = np.full((2, 3, h, w), 10.0, np.float32)
+    frames = (np.arange(2 * 3 * h * w) % 251).astype(np.uint8).reshape(2, 3, h, w)
     alpha = np.array([1.0], np.float32)
     fused._lerp.blend_frames(  # type: ignore[union-attr]
-        out, obs, frames, index, None, keep, (6, 0, 0), kind, alpha, 0, 0, 2, 1, 2, 3, threads
+        out, obs, frames, index, None, keep, (6, 0, 0), kind, alpha, 0, 0, 2, 1, h, w, threads
     )
+    return frames
 
 
 def test_the_kernel_splits_rows_over_threads_and_refuses_bad_buffers():
-    want = np.arange(36, dtype=np.float32).reshape(2, 3, 2, 3)[[1, 0]]  # frames 1 then 0
-    for threads in (0, 1, 2, 5, 100):  # none, fewer and more than the 6 rows: the same
-        out = np.zeros((2, 3, 2, 3), np.float32)
-        call_kernel(out, np.array([1, 0], np.int64), threads)
-        assert np.array_equal(out, want)
+    # 6 rows of 45,000 values: over 1 MB of output, so split over threads (fewer, as many and
+    # more threads than rows: the same bytes); 6 tiny rows run on one thread whatever is asked
+    for side in ((150, 300), (2, 3)):
+        for threads in (0, 1, 4, 6, 100):
+            out = np.zeros((2, 3, *side), np.float32)
+            frames = call_kernel(out, np.array([1, 0], np.int64), threads, side=side)
+            assert np.array_equal(out, frames[[1, 0]].astype(np.float32))
     with pytest.raises(IndexError, match="a frame index is out of range"):
         call_kernel(np.zeros((2, 3, 2, 3), np.float32), np.array([0, 2], np.int64))
     with pytest.raises(ValueError, match="out holds 140 bytes, needs 144"):

@@ -179,6 +179,7 @@ static PyObject *blend_frames(PyObject *self, PyObject *args) {
         int started[64] = {0};
         int n = threads < 1 ? 1 : threads > 64 ? 64 : threads, bad = 0;
         if (rows < n) n = rows ? (int)rows : 1;
+        if (rows * p < (1 << 18)) n = 1; /* under 1 MB of output a thread costs more than it saves */
         Py_BEGIN_ALLOW_THREADS;
         for (int t = 0; t < n; t++) {
             jobs[t] = job;
