@@ -59,23 +59,23 @@ def test_at_half_the_pack_a_second_shuffled_epoch_fetches_about_half_with_belady
 def test_a_schedule_follows_its_reader_across_epochs():
     orders = {0: np.array([2, 0, 1]), 1: np.array([1, 2, 0]), 2: np.array([0, 1, 2])}
     s = Schedule(lambda e: orders[e], 3)
-    assert [s.next_use(b) for b in range(3)] == [1, 2, 0]
+    assert s.next_uses().tolist() == [1, 2, 0]
     assert list(s.upcoming())[:3] == [(0, 2), (1, 0), (2, 1)]
     s.take(2)
-    assert s.next_use(2) == STRIDE + 1  # its use in epoch 1
+    assert s.next_uses()[2] == STRIDE + 1  # its use in epoch 1
     s.take(1)  # read before block 0 (reader threads): still epoch 0's use
-    assert s.next_use(1) == STRIDE and s.next_use(0) == 1
+    assert s.next_uses()[1] == STRIDE and s.next_uses()[0] == 1
     assert [b for _, b in s.upcoming()][:3] == [0, 1, 2]
     s.take(0)
-    assert s.now == 2 and s.next_use(0) == STRIDE + 2
+    assert s.now == 2 and s.next_uses()[0] == STRIDE + 2
     s.take(1)  # epoch 1 begins: epoch 2 becomes known
-    assert s.next_use(1) == 2 * STRIDE + 1
+    assert s.next_uses()[1] == 2 * STRIDE + 1
 
 
 def test_without_a_schedule_nothing_is_known():
     s = Schedule(None, 4)
     s.take(3)
-    assert s.next_use(3) == NEVER and list(s.upcoming()) == []
+    assert s.next_uses()[3] == NEVER and list(s.upcoming()) == []
 
 
 def test_a_schedule_knows_uses_from_any_time_and_says_which_it_took():

@@ -37,7 +37,6 @@ class Source:
         folder: the pack folder, or None for shard URLs.
         urls: `(url, shard)` pairs of shard URLs (maybe part of a pack), or None for a folder.
         manifest: the pack's manifest.
-        given: what the user passed (URLs as given, for DataLoader workers and messages).
         store: the pack's store URL (`s3://...`), read through a block cache; else None.
         cache_dir, cache_limit: a store's cache folder and byte limit (None: the defaults,
             `storepack.default_cache_dir` and `storepack.default_limit`).
@@ -47,7 +46,6 @@ class Source:
     folder: str | None
     urls: tuple[tuple[str, ShardInfo], ...] | None
     manifest: Manifest
-    given: str | list
     store: str | None = None
     cache_dir: str | None = None
     cache_limit: int | None = None
@@ -128,16 +126,16 @@ def resolve_source(
             url = url[: -len(MANIFEST_NAME) - 1]
         found = manifest if isinstance(manifest, Manifest) else load_manifest(Store(url))
         where = None if cache_dir is None else os.fspath(cache_dir)
-        return Source(None, None, found, source, url, where, cache_limit)
+        return Source(None, None, found, url, where, cache_limit)
     if not isinstance(source, list) and is_folder(source):
         folder = os.fspath(pack_dir(source))  # the folder, or its index.json
         if isinstance(manifest, Manifest):
-            return Source(folder, None, manifest, folder)
+            return Source(folder, None, manifest)
         found, ids = consistent_pack(folder)
-        return Source(folder, None, found, folder, ids=ids)
+        return Source(folder, None, found, ids=ids)
     given = source if isinstance(source, list) else os.fspath(source)
     found, pairs = resolve_urls(given, manifest)
-    return Source(None, tuple(pairs), found, given)
+    return Source(None, tuple(pairs), found)
 
 
 def consistent_pack(folder: str | os.PathLike) -> tuple[Manifest, dict[str, FileId | ShardError]]:

@@ -118,7 +118,7 @@ class ShardStream(IterableDataset):
         check_int("run", run, 1)
         self.batch_size, self.shuffle, self.infinite = batch_size, shuffle, infinite
         self.seed, self.labels, self.on_error = seed, labels, on_error
-        self.window, self.run, self.shuffle_blocks = window, run, max(1, shuffle_blocks)
+        self.window, self.run, self.shuffle_blocks = window, run, shuffle_blocks
         self._rank, self._world = rank, world_size
         self.position = 0  # global number of the next batch to make
         self.source = resolve_source(source, manifest, cache_dir=cache_dir, cache_limit=cache_limit)
@@ -317,10 +317,6 @@ def _check_args(
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
     if wanted not in ORDER_CHOICES:
         raise ValueError(f"order must be one of {', '.join(ORDER_CHOICES)}, got {wanted!r}")
-    if window < 1:
-        raise ValueError(f"window must be >= 1, got {window}")
-    if world_size is not None and world_size < 1:
-        raise ValueError(f"world_size must be >= 1, got {world_size}")
     if rank is not None and not 0 <= rank < (world_size or 1 << 30):
         raise ValueError(
             f"rank must be in [0, world_size), got rank={rank}, world_size={world_size}"

@@ -127,11 +127,6 @@ class LocalPack:
         name = self.shards[slot].name
         self.files.short(name, fd, self.ids[name])
 
-    def check_shard(self, slot: int) -> None:
-        """Raise `ShardError` when shard `slot` changed since the pack was opened."""
-        with self._open(slot) as (fd,):
-            self._check_same(slot, fd)
-
     @property
     def open_shards(self) -> int:
         """Shard descriptors held open now (at most `MAX_OPEN_SHARDS` once idle)."""
@@ -200,7 +195,7 @@ class LocalPack:
         if problem is None:
             start = int(self.block_start[b])
             self._labels[start : start + count] = np.frombuffer(raw, "<i4", offset=llen)
-        if problem is not None:
+        else:
             slot = int(self.block_shard[b])
             where = f"shard {self.folder / self.shards[slot].name} block {self._keys[b]}"
             if self.on_error != "skip":
@@ -214,9 +209,10 @@ class LocalPack:
     ) -> list[bool | ShardError]:
         """Blocks `blocks` (consecutive ones of one shard, in stored order) in one scattered
         read of their whole span (`blockrun.py`): image `i` of `blocks[j]` to address
-        `addresses[j][i]`, as `scatter_block` does for one block; a block's headers and labels
-        come from the same read and are checked there on its first read. Returns per block
-        True, False (bad and skipped) or the `ShardError` that names it.
+        `addresses[j][i]` (uint64, room for one image; the caller keeps that memory alive and
+        unused until this returns). A block's headers and labels come from the same read and
+        are checked there on its first read. Returns per block True, False (bad and skipped)
+        or the `ShardError` that names it.
 
         Raises:
             ShardError: the span could not be read (unreadable, truncated, changed).
@@ -264,24 +260,18 @@ class LocalPack:
 
     def read_block(self, b: int, out: np.ndarray, drop_cache: bool = False) -> bool:
         """Read block `b`'s images into `out[:count]` (a C-contiguous uint8 array of rows of
-        one image each). Returns False when the block is bad and skipped. `drop_cache`: then
-        drop those bytes from the page cache (a pack larger than memory: keeping them would
-        only evict what is still to be read).
+        one image each), as a run of one block (`scatter_run`). Returns False when the block
+        is bad and skipped. `drop_cache`: then drop those bytes from the page cache (a pack
+        larger than memory: keeping them would only evict what is still to be read).
 
         Raises:
             ValueError: `out` is not C-contiguous or has no room for the block's images.
+            ShardError: the block could not be read.
         """
         size, count = self.manifest.image_bytes, int(self.block_count[b])
         if not out.flags.c_contiguous or out.nbytes < count * size:
             raise ValueError(f"out must be C-contiguous with room for {count} images of {size} B")
         addresses = out.ctypes.data + np.arange(count, dtype=np.uint64) * np.uint64(size)
-        return self.scatter_block(b, addresses, drop_cache)
-
-    def scatter_block(self, b: int, addresses: np.ndarray, drop_cache: bool = False) -> bool:
-        """As `read_block`, but image `i` of the block goes to memory address `addresses[i]`
-        (uint64; each with room for one image), all in one `preadv` (a run of one block,
-        `scatter_run`). The caller keeps that memory alive and unused by others until this
-        returns."""
         result = self.scatter_run([b], [addresses], drop_cache)[0]
         if isinstance(result, ShardError):
             raise result

@@ -37,8 +37,7 @@ def _fallocate() -> Any:
     return fn
 
 
-_FALLOCATE = _fallocate()
-CAN_EVICT = _FALLOCATE is not None  # hole punching (Linux): blocks can be dropped again
+_FALLOCATE = _fallocate()  # hole punching (Linux): blocks can be dropped again
 
 
 def punch(fd: int, start: int, length: int) -> None:

@@ -253,11 +253,6 @@ class Schedule:
         for e in [e for e in self._epochs if e < self.now // STRIDE - 1]:
             del self._epochs[e], self._low[e]
 
-    def next_use(self, b: int) -> int:
-        """Time of block `b`'s next use (`NEVER` when none is known)."""
-        pending = self._pending[b]
-        return pending[0] if pending else NEVER
-
     def _mirror(self, b: int) -> None:
         pending = self._pending[b]
         self._head[b] = pending[0] if pending else NEVER
