@@ -67,12 +67,11 @@ class Source:
         Raises:
             TypeError: a source of shard URLs (they are streamed whole).
         """
-        if self.store is not None:
-            from .store.storepack import open_store_pack
+        if self.store is not None:  # a `LocalPack` handed its cache as the backend
+            from .store.storepack import StoreFiles
 
-            return open_store_pack(
-                self.store, self.manifest, self.cache_dir, self.cache_limit, on_error
-            )
+            files = StoreFiles(self.store, self.manifest, self.cache_dir, self.cache_limit)
+            return LocalPack(files.root, self.manifest, on_error, files=files)
         if self.folder is None:
             raise TypeError("shard URLs are streamed, not opened by byte offset")
         return LocalPack(self.folder, self.manifest, on_error, self.ids)

@@ -21,21 +21,22 @@ from ...core.manifest import SHARD_NAME, ShardInfo
 from .warming import warm_files
 
 
-def _max_open_shards() -> int:
-    """Descriptors kept open per pack: a quarter of this process's limit, so that a batch of
-    the global order (one image from each of up to hundreds of shards) does not reopen files,
-    while packs of thousands of shards still fit."""
+def _open_files_limit() -> int | None:
+    """This process's soft limit of open descriptors (-1: none; None: unknown)."""
     try:
         import resource
 
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     except (ImportError, OSError, ValueError):
-        return 64
-    return 4096 if soft == resource.RLIM_INFINITY else max(16, min(4096, soft // 4))
+        return None
+    return -1 if soft == resource.RLIM_INFINITY else soft
 
 
-MAX_OPEN_SHARDS = _max_open_shards()
-
+# Descriptors kept open per pack: a quarter of the limit, so that a batch of the global order
+# (one image from each of up to hundreds of shards) does not reopen files, while packs of
+# thousands of shards still fit.
+_LIMIT = _open_files_limit()
+MAX_OPEN_SHARDS = 64 if _LIMIT is None else 4096 if _LIMIT < 0 else max(16, min(4096, _LIMIT // 4))
 
 SPARSE_RATIO = 8  # a shard must store at least 1/SPARSE_RATIO of its bytes as data
 MAX_EXTENTS = 1 << 16  # data extents counted per shard at most (then it is taken as stored)
@@ -67,13 +68,8 @@ def stored_bytes(fd: int, size: int, need: int) -> int:
 def too_many_files(path: Path) -> MixshardError:
     """The error for a shard that could not be opened for want of descriptors: nothing is
     wrong with the pack (not a `ShardError`: `on_error="skip"` must not leave it out)."""
-    try:
-        import resource
-
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        limit = "no limit" if soft == resource.RLIM_INFINITY else f"at most {soft}"
-    except (ImportError, OSError, ValueError):
-        limit = "a limit"
+    soft = _open_files_limit()
+    limit = "a limit" if soft is None else "no limit" if soft < 0 else f"at most {soft}"
     return MixshardError(
         f"cannot open shard {path}: too many open files (this process may hold {limit}, "
         f"`ulimit -n`; the pack itself is fine); raise the limit (e.g. `ulimit -n 65536` "
@@ -102,12 +98,8 @@ class FileId:
     def matches(self, st: os.stat_result) -> bool:
         """Whether `st` is this version of the file (no object made: the global order checks
         every shard a batch touched, ~20-180 a batch)."""
-        return (st.st_ino, st.st_mtime_ns, st.st_size, st.st_dev) == (
-            self.ino,
-            self.mtime_ns,
-            self.size,
-            self.dev,
-        )
+        mine = (self.ino, self.mtime_ns, self.size, self.dev)
+        return (st.st_ino, st.st_mtime_ns, st.st_size, st.st_dev) == mine
 
 
 def file_id(path: str | os.PathLike) -> FileId | None:
@@ -170,15 +162,22 @@ class FolderFiles:
                 found[shard.name] = exc
         return found
 
-    def stat(self, shard: ShardInfo) -> FileId:
-        path = shard_path(self.folder, shard.name)
+    def _open_path(self, path: Path, at_open: bool) -> int:
+        """A descriptor of the regular file `path`; the error names what is wrong (`at_open`:
+        found opening the pack, a missing shard named as such)."""
         try:
-            fd = open_regular(path)
+            return open_regular(path)
         except OSError as exc:
             if exc.errno in (errno.EMFILE, errno.ENFILE):
                 raise too_many_files(path) from None
-            why = "missing" if isinstance(exc, FileNotFoundError) else exc.strerror
-            raise ShardError(f"shard {path} is {why}; {self.fix()}") from None
+            if at_open:
+                why = "missing" if isinstance(exc, FileNotFoundError) else exc.strerror
+                raise ShardError(f"shard {path} is {why}; {self.fix()}") from None
+            raise ShardError(f"cannot open shard {path}: {exc.strerror}; {self.fix()}") from None
+
+    def stat(self, shard: ShardInfo) -> FileId:
+        path = shard_path(self.folder, shard.name)
+        fd = self._open_path(path, at_open=True)
         try:
             found = FileId.of(os.fstat(fd))
             if found.size != shard.bytes:
@@ -203,13 +202,7 @@ class FolderFiles:
 
     def open(self, name: str, fid: FileId) -> int:
         """A descriptor of shard `name`, which must still be the file `fid`."""
-        path = self.folder / name
-        try:
-            fd = open_regular(path)
-        except OSError as exc:
-            if exc.errno in (errno.EMFILE, errno.ENFILE):
-                raise too_many_files(path) from None
-            raise ShardError(f"cannot open shard {path}: {exc.strerror}; {self.fix()}") from None
+        fd = self._open_path(self.folder / name, at_open=False)
         if not fid.matches(os.fstat(fd)):
             os.close(fd)
             raise self.changed(name)
