@@ -9,10 +9,10 @@ import hashlib
 import threading
 import time
 
+import belady
 import numpy as np
 import pytest
 
-from mixshard.reading.store import eviction
 from mixshard.reading.store.blockcache import BlockCache, claim_part
 
 BLOCK = 4096
@@ -156,7 +156,7 @@ def test_fetching_ahead_costs_no_fetch_belady_would_not_make(tmp_path, shard, ki
                 assert held_bytes(cache, [b]) == [shard[b * BLOCK : (b + 1) * BLOCK]]
                 cache.release([b])
                 settled(cache)
-        best = eviction.simulate(np.concatenate(orders).tolist(), [BLOCK] * BLOCKS, 8 * BLOCK)
+        best = belady.simulate(np.concatenate(orders).tolist(), [BLOCK] * BLOCKS, 8 * BLOCK)
         assert [sum(best[e * BLOCKS : (e + 1) * BLOCKS]) // BLOCK for e in range(3)] == [16, 8, 8]
         assert {e: n // BLOCK for e, n in cache.fetched_for.items()} == {0: 16, 1: 8, 2: 8}
         assert cache.fetches == 32 and cache.peak <= 8 * BLOCK

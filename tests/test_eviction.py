@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import belady
 import numpy as np
 import pytest
 
@@ -16,10 +17,10 @@ from mixshard.reading.store.eviction import NEVER, STRIDE, Schedule
 
 def test_belady_drops_the_block_needed_furthest_away():
     nxt = {1: 10, 2: 40, 3: 25}
-    assert eviction.furthest_victim([1, 2, 3], nxt, {}) == 2
+    assert belady.furthest_victim([1, 2, 3], nxt, {}) == 2
     # a block never needed again goes first; among those, the least recently used
-    assert eviction.furthest_victim([1, 2, 3, 4, 5], nxt, {4: 7, 5: 3}) == 5
-    assert eviction.furthest_victim([], nxt, {}) is None
+    assert belady.furthest_victim([1, 2, 3, 4, 5], nxt, {4: 7, 5: 3}) == 5
+    assert belady.furthest_victim([], nxt, {}) is None
 
 
 def test_lru_drops_the_least_recently_used():
@@ -31,13 +32,13 @@ def test_lru_drops_the_least_recently_used():
 def test_simulated_fetches_of_a_cyclic_order():
     # four blocks of 10 bytes read 0 1 2 3 0 1 2 3, a cache of 20 bytes
     uses, sizes = [0, 1, 2, 3] * 2, [10] * 4
-    assert eviction.simulate(uses, sizes, 20, "lru") == [10] * 8  # LRU misses every read
+    assert belady.simulate(uses, sizes, 20, "lru") == [10] * 8  # LRU misses every read
     # Belady keeps 0 and 1 (needed before 2 and 3 come again): two hits
-    assert eviction.simulate(uses, sizes, 20, "future") == [10] * 4 + [0, 0, 10, 10]
-    assert eviction.simulate(uses, sizes, 40, "future") == [10] * 4 + [0] * 4
-    assert eviction.simulate([0, 0], [50], 20) == [50, 50]  # larger than the cache: not kept
+    assert belady.simulate(uses, sizes, 20, "future") == [10] * 4 + [0, 0, 10, 10]
+    assert belady.simulate(uses, sizes, 40, "future") == [10] * 4 + [0] * 4
+    assert belady.simulate([0, 0], [50], 20) == [50, 50]  # larger than the cache: not kept
     with pytest.raises(ValueError, match="policy must be one of future, lru"):
-        eviction.simulate(uses, sizes, 20, "fifo")
+        belady.simulate(uses, sizes, 20, "fifo")
 
 
 def test_at_half_the_pack_a_second_shuffled_epoch_fetches_about_half_with_belady():
@@ -46,8 +47,8 @@ def test_at_half_the_pack_a_second_shuffled_epoch_fetches_about_half_with_belady
     uses = np.concatenate([rng.permutation(blocks) for _ in range(3)])
     sizes = np.full(blocks, 100)
     per_epoch = {}
-    for policy in eviction.POLICIES:
-        fetched = eviction.simulate(uses.tolist(), sizes, blocks * 100 // 2, policy)
+    for policy in belady.POLICIES:
+        fetched = belady.simulate(uses.tolist(), sizes, blocks * 100 // 2, policy)
         per_epoch[policy] = [
             sum(fetched[e * blocks : (e + 1) * blocks]) / (blocks * 100) for e in range(3)
         ]

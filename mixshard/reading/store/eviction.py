@@ -7,9 +7,8 @@ the block whose next use lies furthest in the future (Belady's rule, optimal for
 sequence), never the LRU guess that re-fetches a whole pack each epoch when it holds half of it.
 
 Time is a use's place in that sequence: `epoch * STRIDE + i` for the `i`-th block read in
-`epoch`. `Schedule` follows a reader along it; `furthest_victim` and `lru_victim` choose; and
-`simulate` replays a sequence of uses against a byte limit (what the tests and the benchmark
-compare the policies with).
+`epoch`. `Schedule` follows a reader along it; `belady_victim` and `lru_victim` choose
+(`tests/belady.py` replays both on a sequence: the fewest fetches the cache can match).
 
 The sequence must be the one the reader really follows, or the rule chooses by a wrong future:
 `feed_uses` lists the blocks in the order a block feed (`blockfeed.py`) reads them, and
@@ -22,7 +21,7 @@ which the next epoch needs no more than any others).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
@@ -31,21 +30,6 @@ from ..pack.shardfiles import FeedReads
 
 NEVER = 1 << 62  # the next use of a block that is not used again within the known future
 STRIDE = 1 << 32  # time of the first use of epoch e: e * STRIDE
-POLICIES = ("future", "lru")
-
-
-def furthest_victim(
-    cached: Iterable[int], next_use: Mapping[int, int], last_used: Mapping[int, int]
-) -> int | None:
-    """The block of `cached` to drop under Belady's rule: the one whose next use is furthest
-    away (ties, e.g. blocks never used again: the least recently used, then the lowest number).
-    None when `cached` is empty."""
-    best, key = None, None
-    for b in cached:
-        k = (next_use.get(b, NEVER), -last_used.get(b, -1), -b)
-        if key is None or k > key:
-            best, key = b, k
-    return best
 
 
 def lru_victim(cached: Iterable[int], last_used: Mapping[int, int]) -> int | None:
@@ -56,50 +40,6 @@ def lru_victim(cached: Iterable[int], last_used: Mapping[int, int]) -> int | Non
         if key is None or k < key:
             best, key = b, k
     return best
-
-
-def simulate(
-    uses: Sequence[int], sizes: Sequence[int] | np.ndarray, limit: int, policy: str = "future"
-) -> list[int]:
-    """Bytes fetched at each use of `uses` (block numbers in the order they are read) by a
-    cache of `limit` bytes that evicts by `policy` (`"future"`: Belady; `"lru"`). A block
-    larger than the limit is fetched and not kept."""
-    if policy not in POLICIES:
-        raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
-    later: dict[int, deque[int]] = {}
-    for t, b in enumerate(uses):
-        later.setdefault(int(b), deque()).append(t)
-    cached: set[int] = set()
-    last: dict[int, int] = {}
-    used, fetched = 0, []
-    for t, b in enumerate(int(u) for u in uses):
-        later[b].popleft()
-        last[b] = t
-        if b in cached:
-            fetched.append(0)
-            continue
-        size = int(sizes[b])
-        fetched.append(size)
-        if size > limit:
-            continue
-        while used + size > limit:
-            if policy == "lru":
-                victim = lru_victim(cached, last)
-            else:
-                nxt = {c: later[c][0] for c in cached if later[c]}
-                victim = furthest_victim(cached, nxt, last)
-                if victim is not None and nxt.get(victim, NEVER) < (
-                    later[b][0] if later[b] else NEVER
-                ):
-                    victim = None  # every cached block is needed before this one: not kept
-            if victim is None:
-                break
-            cached.discard(victim)
-            used -= int(sizes[victim])
-        if used + size <= limit:
-            cached.add(b)
-            used += size
-    return fetched
 
 
 def belady_victim(
