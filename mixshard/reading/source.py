@@ -99,10 +99,7 @@ def resolve_source(
         source: what the user passed.
         manifest: the `Manifest` already read, or where the manifest of URLs is when it is not
             `<base>/index.json`.
-        cache_dir: a store URL's block cache folder (default `~/.cache/mixshard`, or under
-            `$XDG_CACHE_HOME`).
-        cache_limit: bytes that cache keeps at most (default: the pack, or half the free space
-            there if less).
+        cache_dir, cache_limit: a store URL's block cache, as `ShardStream` takes them.
 
     Raises:
         ManifestError: the folder holds no finished pack, or the URLs' manifest cannot be read.

@@ -1,14 +1,10 @@
-"""A pack opened for reading by byte offset (torch-free), through a backend that opens its
-shard files: a folder's (`shardfiles.FolderFiles`) or a store's block cache
-(`storepack.StoreFiles`).
+"""`LocalPack`: a pack read by byte offset (torch-free) through a backend that opens its shard
+files (`shardfiles.FolderFiles`, or a store's block cache, `storepack.StoreFiles`).
 
-Images are read straight into the caller's memory: single images (one `pread` each, or copied
-out of mappings of every shard, `mapped.py`: `plan.py` chooses), runs of whole blocks (block
-order, one `preadv`, `blockrun.py`). A shard is only mapped where the copy out of it survives
-the file being truncated under it (`_mapped.c`): a short read, a fault in a mapping and a
-changed file all raise `ShardError`. Opening does one `stat` per shard; a block's `.npy` header
-is checked, and its labels kept, on its first read. Descriptors are opened on first use,
-cached, and only for regular files in the pack folder.
+Images are read straight into the caller's memory: one `pread` each or copied out of mappings
+of every shard (`mapped.py`, surviving a shard truncated under it), or runs of whole blocks
+with one `preadv` (`blockrun.py`). A short read, a fault in a mapping and a changed file all
+raise `ShardError`. A block's `.npy` header is checked, and its labels kept, on its first read.
 """
 
 from __future__ import annotations

@@ -1,21 +1,16 @@
 """A bounded local cache of the blocks of a pack on an object store.
 
-Blocks are fetched with one ranged read each (`core/stores.py`), checked against the block's
-`sha256` in `index.json` before anything is kept or served, and written at their real offsets
-into sparse shard files (so `LocalPack` reads them as a local pack, `storepack.py`). A block on
-disk is marked by a file `have/<block>`; one found there from an earlier run is checked again
-(its span hashed) before this process serves it. Fetches run ahead of the reader on threads, in
-the order it will read (`eviction.Schedule`); once the bytes kept would pass the limit, the
-block needed furthest in the future is dropped (its span punched out of the sparse file). A
-block being read is never dropped, and the bytes kept plus those being fetched never pass the
-limit.
+A block is fetched with one ranged read (`core/stores.py`), checked against its `sha256` in
+`index.json` before it is kept or served, and written at its offset into a sparse shard file,
+so `LocalPack` reads it as a local pack (`storepack.py`); a file `have/<block>` marks it kept
+(one found from an earlier run is hashed again before this process serves it). Fetches run
+ahead of the reader on threads, in the order it will read (`eviction.Schedule`); at the limit,
+the block needed furthest in the future is dropped (its span punched out). A block being read
+is never dropped, and the bytes kept plus those being fetched, counted by the file-system pages
+they touch (`cachefiles.footprint`), never pass the limit.
 
-One process owns a cache folder (`part-N`, held with an `flock`), so two processes never drop
+One process owns a part folder (`part-N`, held with an `flock`), so two processes never drop
 each other's blocks; a later run takes a free part again and finds its blocks there.
-
-A block costs the file-system pages its span touches (`cachefiles.footprint`), freed again when
-it is dropped: the files never take more than the limit. Files are opened without following a
-link (`cachefiles.py`); a full disk is a `MixshardError` naming `cache_dir` and `cache_limit`.
 """
 
 from __future__ import annotations

@@ -1,21 +1,15 @@
 """Which cached block to drop, and what the future holds: pure bookkeeping, no I/O.
 
-A pack on an object store is read through a bounded local cache (`blockcache.py`). The read
-order is a pure function of (seed, epoch, rank) (`order.py`), so the blocks a reader will need,
-in the order it needs them, are known for the current epoch and the next: a full cache drops
-the block whose next use lies furthest in the future (Belady's rule, optimal for a known
-sequence), never the LRU guess that re-fetches a whole pack each epoch when it holds half of it.
+The read order is a pure function of (seed, epoch, rank) (`order.py`), so the blocks a reader
+of a store pack will need are known for this epoch and the next: the full cache
+(`blockcache.py`) drops the one whose next use is furthest away (Belady's rule, optimal for a
+known sequence; LRU re-fetches a whole pack each epoch when it holds half of it). Time is a
+use's place in that sequence: `epoch * STRIDE + i` for the `i`-th block read in `epoch`.
 
-Time is a use's place in that sequence: `epoch * STRIDE + i` for the `i`-th block read in
-`epoch`. `Schedule` follows a reader along it; `belady_victim` and `lru_victim` choose
-(`tests/belady.py` replays both on a sequence: the fewest fetches the cache can match).
-
-The sequence must be the one the reader really follows, or the rule chooses by a wrong future:
-`feed_uses` lists the blocks in the order a block feed (`blockfeed.py`) reads them, and
-`feed_batches` the batches a feed makes in an epoch, including those of a process worker's
-role in the epochs after its current one (`roles.py` gives such a worker one feed per epoch:
-without them every block looked unused after its read, and the cache kept the last ones read,
-which the next epoch needs no more than any others).
+The sequence must be the one the reader follows, or the rule chooses by a wrong future:
+`feed_uses` lists blocks in the order a block feed reads them, `feed_batches` the batches a
+feed makes in an epoch, including a process worker's role in later epochs (without those,
+every block looked unused after its read).
 """
 
 from __future__ import annotations

@@ -1,16 +1,13 @@
 """A pack on an object store (`s3://`, `gs://`), read as a local pack through a block cache.
 
 `StoreFiles` is the backend a `LocalPack` is handed in place of a folder's: its shard files are
-the sparse files of a `BlockCache` (`blockcache.py`), and every read first holds the blocks it
-touches (fetched and checked if they are not there yet), then reads them with the local pack's
-own `preadv` paths. So the orders, the rank split, the epoch contract and `state_dict` resume
-are exactly the local ones. A block feed tells the backend the blocks it will read (`expect`),
-and the cache fetches them ahead in that order and evicts by it.
+the sparse files of a `BlockCache` (`blockcache.py`) and every read first holds the blocks it
+touches, so the orders, the rank split and `state_dict` resume are the local ones. A block feed
+tells it the blocks it will read (`expect`): the cache fetches ahead and evicts by them.
 
-The cache lives under `cache_dir/<pack identity>/`, the identity a digest of the URL and of
-`index.json` (which holds every shard's and block's sha256): a changed pack gets a new folder
-and never meets the old one's bytes. Each process opens the cache on its first read (a
-DataLoader worker opens its own part, with its share of the byte limit).
+The cache lives under `cache_dir/<pack identity>/`, a digest of the URL and of `index.json`
+(which holds every block's sha256): a changed pack never meets the old one's bytes. Each
+process opens its own part on its first read, with its share of the byte limit.
 """
 
 from __future__ import annotations
@@ -73,9 +70,7 @@ def default_limit(need: int, root: Path) -> int:
 
 
 class StoreFiles(FolderFiles):
-    """The backend a `LocalPack` reads a store pack at `url` through: its shard files are the
-    sparse files of this process's `BlockCache`, and every read holds the blocks it touches
-    (fetched and checked by digest first if they are not there yet).
+    """The backend a `LocalPack` reads the store pack at `url` through (see the module).
 
     Args:
         url: the pack's store URL.
