@@ -9,7 +9,6 @@ raise `ShardError`. A block's `.npy` header is checked, and its labels kept, on 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 from pathlib import Path
@@ -96,10 +95,6 @@ class LocalPack:
         return self.files.folder
 
     # ------------------------------------------------------------------ files
-    def _open(self, slot: int) -> contextlib.AbstractContextManager[list[int]]:
-        """`[fd]` of shard `slot`, held open while the caller uses it."""
-        return self._files.held([slot], self._open_checked)
-
     def _open_checked(self, slot: int) -> int:
         name = self.shards[slot].name
         return self.files.open(name, self.ids[name])
@@ -112,12 +107,9 @@ class LocalPack:
         try:
             got = os.preadv(fd, [buf], offset)
         except OSError as exc:
-            raise self._unreadable(slot, exc) from None
+            raise self.files.unreadable(self.shards[slot].name, exc) from None
         if got != len(buf):
             self._short(slot, fd)
-
-    def _unreadable(self, slot: int, exc: OSError) -> ShardError:
-        return self.files.unreadable(self.shards[slot].name, exc)
 
     def _short(self, slot: int, fd: int) -> None:
         name = self.shards[slot].name
@@ -176,7 +168,7 @@ class LocalPack:
         loff = layout.labels_offset_for(offset, count, size)
         llen = layout.labels_header_len(count)
         head, raw = bytearray(hlen), bytearray(llen + 4 * count)
-        with self.files.held([b]), self._open(slot) as (fd,):
+        with self.files.held([b]), self._files.held([slot], self._open_checked) as (fd,):
             self._pread(slot, fd, memoryview(head), offset - hlen)
             self._pread(slot, fd, memoryview(raw), loff - llen)
         self._judge(b, bytes(head), bytes(raw))
@@ -225,11 +217,11 @@ class LocalPack:
         )
         scratch = np.empty(plan.scratch_bytes, np.uint8)
         iov = plan.iov(addresses, scratch.ctypes.data, self.manifest.image_bytes)
-        with self.files.held(blocks), self._open(slot) as (fd,):
+        with self.files.held(blocks), self._files.held([slot], self._open_checked) as (fd,):
             try:
                 got = read_iov(fd, iov, plan.start)
             except OSError as exc:
-                raise self._unreadable(slot, exc) from None
+                raise self.files.unreadable(self.shards[slot].name, exc) from None
             if got != plan.length:
                 self._short(slot, fd)
             self._check_same(slot, fd)

@@ -187,18 +187,15 @@ class BlockCache:
         """Free block `b`'s bytes, and its edge pages where no kept block shares them."""
         lo, hi = self.pages.hole(b, lambda c: bool(self.present[c]) or c in self._inflight)
         if hi > lo:
-            fd = self._open(self.shards[int(self.spans[b, 0])][0], os.O_RDWR)
+            fd = self.open(self.shards[int(self.spans[b, 0])][0], os.O_RDWR)
             try:
                 punch(fd, lo, hi - lo)
             finally:
                 os.close(fd)
 
-    def _open(self, name: str, flags: int) -> int:
+    def open(self, name: str, flags: int = os.O_RDONLY) -> int:
+        """A descriptor of the cache file of shard `name` (never through a link)."""
         return open_in(self._dir, name, flags, self.folder)
-
-    def open_shard(self, name: str) -> int:
-        """A read-only descriptor of the cache file of shard `name` (never through a link)."""
-        return self._open(name, os.O_RDONLY)
 
     def _pump(self) -> None:
         """Start fetches of the blocks needed next, as far as the limit and the threads allow."""
@@ -232,7 +229,7 @@ class BlockCache:
             data = self.store.read(name, start, end)
             self._check(b, data)
             try:
-                fd = self._open(name, os.O_WRONLY)
+                fd = self.open(name, os.O_WRONLY)
                 try:
                     done = 0  # a short write (a disk filling up) goes on until it raises
                     while done < len(data):
@@ -283,7 +280,7 @@ class BlockCache:
     def _recheck(self, b: int) -> bool:
         """A block found on disk from an earlier run: its span hashed again."""
         slot, start, end = (int(x) for x in self.spans[b])
-        fd = self._open(self.shards[slot][0], os.O_RDONLY)
+        fd = self.open(self.shards[slot][0], os.O_RDONLY)
         try:
             data = os.pread(fd, end - start, start)
         finally:

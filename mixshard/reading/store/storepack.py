@@ -152,7 +152,7 @@ class StoreFiles(FolderFiles):
     def open(self, name: str, fid: FileId) -> int:
         cache = self.open_cache()
         try:
-            return cache.open_shard(name)  # never through a link
+            return cache.open(name)  # never through a link
         except OSError as exc:
             path = self.folder / name
             raise ShardError(f"cannot open the cache file {path}: {exc.strerror}") from None
