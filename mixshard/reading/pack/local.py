@@ -199,8 +199,9 @@ class LocalPack:
         read of their whole span (`blockrun.py`): image `i` of `blocks[j]` to address
         `addresses[j][i]` (uint64, room for one image; the caller keeps that memory alive and
         unused until this returns). A block's headers and labels come from the same read and
-        are checked there on its first read. Returns per block True, False (bad and skipped)
-        or the `ShardError` that names it.
+        are checked there on its first read. `drop_cache`: then drop the span from the page
+        cache (a pack larger than memory: keeping it would only evict what is still to be
+        read). Returns per block True, False (bad and skipped) or the `ShardError` naming it.
 
         Raises:
             ShardError: the span could not be read (unreadable, truncated, changed).
@@ -238,19 +239,18 @@ class LocalPack:
                         )
             except ShardError as exc:
                 results.append(exc)
-                continue
-            results.append(not self.bad[b])
+            else:
+                results.append(not self.bad[b])
         return results
 
     def block_of(self, index: np.ndarray) -> np.ndarray:
         """The block of each image number."""
         return np.searchsorted(self.block_start, index, side="right") - 1
 
-    def read_block(self, b: int, out: np.ndarray, drop_cache: bool = False) -> bool:
+    def read_block(self, b: int, out: np.ndarray) -> bool:
         """Read block `b`'s images into `out[:count]` (a C-contiguous uint8 array of rows of
         one image each), as a run of one block (`scatter_run`). Returns False when the block
-        is bad and skipped. `drop_cache`: then drop those bytes from the page cache (a pack
-        larger than memory: keeping them would only evict what is still to be read).
+        is bad and skipped.
 
         Raises:
             ValueError: `out` is not C-contiguous or has no room for the block's images.
@@ -260,7 +260,7 @@ class LocalPack:
         if not out.flags.c_contiguous or out.nbytes < count * size:
             raise ValueError(f"out must be C-contiguous with room for {count} images of {size} B")
         addresses = out.ctypes.data + np.arange(count, dtype=np.uint64) * np.uint64(size)
-        result = self.scatter_run([b], [addresses], drop_cache)[0]
+        result = self.scatter_run([b], [addresses])[0]
         if isinstance(result, ShardError):
             raise result
         return result

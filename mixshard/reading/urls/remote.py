@@ -49,12 +49,8 @@ def expand_urls(source: str | list[str]) -> list[str]:
     """Brace patterns (`shard-{000000..000009}.tar`) and `::`-separated lists, as webdataset."""
     from webdataset.shardlists import expand_urls as wds_expand
 
-    if isinstance(source, (list, tuple)):
-        urls: list[str] = []
-        for item in source:
-            urls += wds_expand(str(item))
-        return urls
-    return list(wds_expand(str(source)))
+    items = source if isinstance(source, (list, tuple)) else [source]
+    return [url for item in items for url in wds_expand(str(item))]
 
 
 def is_folder(source: Any) -> bool:
