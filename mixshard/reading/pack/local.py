@@ -20,9 +20,8 @@ from ...core.errors import MixshardError, ShardError
 from ...core.manifest import Manifest, ShardInfo
 from .blockrun import RunPlan
 from .mapped import ShardMaps, read_rows, resident
-from .openshards import OpenShards
 from .rawio import read_iov
-from .shardfiles import FileId, FolderFiles, warn_bad
+from .shardfiles import FileId, FolderFiles, OpenShards, warn_bad
 
 CHECK_LOCKS = 64  # locks striped over the blocks: a block's first read is checked once
 
