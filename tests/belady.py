@@ -9,9 +9,19 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from mixshard.reading.store.eviction import NEVER, lru_victim
+from mixshard.reading.store.eviction import NEVER
 
 POLICIES = ("future", "lru")
+
+
+def lru_victim(cached: Iterable[int], last_used: Mapping[int, int]) -> int | None:
+    """The least recently used block of `cached` (never used: first; ties: lowest number)."""
+    best, key = None, None
+    for b in cached:
+        k = (last_used.get(b, -1), b)
+        if key is None or k < key:
+            best, key = b, k
+    return best
 
 
 def furthest_victim(

@@ -24,9 +24,9 @@ def test_belady_drops_the_block_needed_furthest_away():
 
 
 def test_lru_drops_the_least_recently_used():
-    assert eviction.lru_victim([1, 2, 3], {1: 5, 2: 2, 3: 9}) == 2
-    assert eviction.lru_victim([1, 2, 3], {1: 5, 3: 9}) == 2  # never used: first
-    assert eviction.lru_victim([], {}) is None
+    assert belady.lru_victim([1, 2, 3], {1: 5, 2: 2, 3: 9}) == 2
+    assert belady.lru_victim([1, 2, 3], {1: 5, 3: 9}) == 2  # never used: first
+    assert belady.lru_victim([], {}) is None
 
 
 def test_simulated_fetches_of_a_cyclic_order():

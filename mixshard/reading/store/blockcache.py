@@ -84,8 +84,7 @@ class BlockCache:
         self.present = np.zeros(n, bool)  # on disk, in this folder
         self.checked = np.zeros(n, bool)  # ... and checked by this process
         self.pins = np.zeros(n, np.int64)
-        self.last_used: dict[int, int] = {}
-        self._last = np.full(n, -1, np.int64)  # last_used as an array (-1: never)
+        self._last = np.full(n, -1, np.int64)  # per block, the clock of its last use (-1: never)
         self.used = 0  # bytes of present blocks and of fetches in flight
         self.fetched_bytes = 0
         self.fetches = 0
@@ -97,6 +96,7 @@ class BlockCache:
         self._inflight: dict[int, tuple[Future, float]] = {}
         self._cond = locks.Condition()
         self._schedule = eviction.Schedule(None, n)
+        self._unknown = eviction.Schedule(None, n)  # what the "lru" policy knows of the future
         # the reads waiting for their blocks: ticket -> blocks; the oldest one may drop the
         # blocks of younger ones (so one always gets its blocks, never a livelock)
         self._holding: dict[int, set[int]] = {}
@@ -147,14 +147,12 @@ class BlockCache:
 
     def _victim(self, before: int | None, keep: set[int]) -> int | None:
         """A present, unpinned block not in `keep` to drop (None: none to drop now), by the
-        cache's policy (`eviction.belady_victim`; `"lru"` for the benchmark's comparison)."""
-        if self.policy == "lru":
-            kept = np.flatnonzero(self.present & (self.pins == 0)).tolist()
-            kept = [b for b in kept if b not in self._inflight and b not in keep]
-            return eviction.lru_victim(kept, self.last_used)
+        cache's policy (`eviction.belady_victim`; `"lru"`, for the benchmark's comparison: the
+        same with no future known, which leaves the least recently used)."""
         busy = self.pins > 0
         busy[list(self._inflight)] = True
-        return eviction.belady_victim(self._schedule, self.present, busy, keep, self._last, before)
+        future = self._unknown if self.policy == "lru" else self._schedule
+        return eviction.belady_victim(future, self.present, busy, keep, self._last, before)
 
     def _make_room(
         self, size: int, demand: bool, before: int | None = None, own: set[int] | None = None
@@ -321,7 +319,7 @@ class BlockCache:
             for b in blocks:
                 when.setdefault(b, self._schedule.take(b))
                 self._clock += 1
-                self.last_used[b] = self._last[b] = self._clock
+                self._last[b] = self._clock
             ticket = next(self._tickets)
             self._holding[ticket] = set(blocks)
             try:

@@ -15,7 +15,7 @@ every block looked unused after its read).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -24,16 +24,6 @@ from ..pack.shardfiles import FeedReads
 
 NEVER = 1 << 62  # the next use of a block that is not used again within the known future
 STRIDE = 1 << 32  # time of the first use of epoch e: e * STRIDE
-
-
-def lru_victim(cached: Iterable[int], last_used: Mapping[int, int]) -> int | None:
-    """The least recently used block of `cached` (never used: first; ties: lowest number)."""
-    best, key = None, None
-    for b in cached:
-        k = (last_used.get(b, -1), b)
-        if key is None or k < key:
-            best, key = b, k
-    return best
 
 
 def belady_victim(
