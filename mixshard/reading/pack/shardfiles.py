@@ -239,12 +239,10 @@ class FolderFiles:
         yield
 
     def expect(self, feed: FeedReads) -> None:
-        """A block feed tells what it will read (a store's cache fetches and evicts by it; a
-        folder needs nothing)."""
+        """What a block feed will read (a store's cache fetches and evicts by it)."""
 
     def warm(self, files: list[tuple[Path, int]], stop: threading.Event) -> bool:
-        """Read the shard files into the page cache (paced, `warming.py`); True once all are
-        in."""
+        """Read the shard files into the page cache (`warming.py`); True once all are in."""
         return hasattr(os, "posix_fadvise") and warm_files(files, stop)
 
 

@@ -70,9 +70,8 @@ def feed_batches(batches: range, per_epoch: int, epoch: int, workers: int = 1) -
     """The batches of `epoch` (`per_epoch` a rank) that a block feed over `batches` makes.
 
     A process worker of `workers > 1` in the shuffled block order makes one contiguous part of
-    each epoch, its role's, with a feed per epoch (`roles.role_batches`): its `batches` lie in
-    one epoch with step 1, and for a later epoch this is the same role's part of it (the
-    `order.role_counts` batches after those of the roles before it), the batches its next
+    each epoch, its role's, with a feed per epoch (`roles.py`): its `batches` lie in one epoch
+    with step 1, and for a later epoch this is its role's part of that one, which its next
     feed will make."""
     lo, hi = epoch * per_epoch, (epoch + 1) * per_epoch
     first_epoch = batches.start // per_epoch
@@ -99,9 +98,8 @@ def feed_uses(
     run: int = 1,
 ) -> np.ndarray:
     """The blocks of one epoch in the order a block feed reads them: batch after batch (each
-    batch's images `sequence[first : first + batch_size]`), a batch's blocks not read yet in
-    ascending order, each with the rest of its run (`order.run_of`) that feeds one of these
-    batches."""
+    batch's images `sequence[first : first + batch_size]`), its blocks not read yet in
+    ascending order, each with the rest of its run (`order.run_of`) that feeds these batches."""
     parts = [block_of(sequence[f : f + batch_size]) for f in firsts]
     if not parts:
         return np.zeros(0, np.int64)

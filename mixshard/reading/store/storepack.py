@@ -64,8 +64,7 @@ def check_digests(manifest: Manifest, url: str) -> list[str]:
 
 
 def default_limit(need: int, root: Path) -> int:
-    """`need` (the whole pack's blocks on disk), or half the free space where the cache is, if
-    less."""
+    """`need` (the whole pack's blocks on disk), or half the free space there if less."""
     return min(need, shutil.disk_usage(existing(root)).free // 2)
 
 
