@@ -12,7 +12,6 @@ import os
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Union
 
 from ..core.checks import check_optional_int
 from ..core.constants import MANIFEST_NAME
@@ -25,8 +24,6 @@ from .pack.shardfiles import FileId, FolderFiles, file_id
 from .urls.remote import is_folder, resolve_urls
 
 SWAP_TRIES = 5  # reads of a pack folder whose index.json changed while it was read
-
-UserSource = Union[str, "os.PathLike[str]", list]
 
 
 @dataclass(frozen=True)
@@ -85,7 +82,7 @@ class Source:
 
 
 def resolve_source(
-    source: UserSource | Source,
+    source: str | os.PathLike | list | Source,
     manifest: str | Manifest | None = None,
     *,
     cache_dir: str | os.PathLike | None = None,
