@@ -101,8 +101,8 @@ def epoch_rate(source: object, **kw: object) -> tuple[float, object]:
 
 def close_cache(loader: object) -> None:
     pack = loader.stream.pack  # type: ignore[attr-defined]
-    if pack is not None and getattr(pack, "cache", None) is not None:
-        pack.cache.close()  # lets its part folder go, for the next run to find
+    if pack is not None and getattr(pack.files, "cache", None) is not None:
+        pack.files.cache.close()  # lets its part folder go, for the next run to find
 
 
 def raw_rate(pack: Path, url: str) -> float:
@@ -166,7 +166,7 @@ def fetched(url: str, tmp: Path, need: int, data: int, runs: int) -> list[list[o
                 last, row = 0, []
                 for _ in range(EPOCHS):
                     sum(len(b) for b in loader)
-                    cache = loader.stream.pack.cache  # type: ignore[union-attr]
+                    cache = loader.stream.pack.files.cache  # type: ignore[union-attr]
                     row.append((cache.fetched_bytes - last) / data)
                     last = cache.fetched_bytes
                 assert cache.peak <= limit, (cache.peak, limit)

@@ -9,10 +9,10 @@ import hashlib
 import threading
 import time
 
+import belady
 import numpy as np
 import pytest
 
-from mixshard.reading.store import eviction
 from mixshard.reading.store.blockcache import BlockCache, claim_part
 
 BLOCK = 4096
@@ -42,13 +42,15 @@ def shard() -> bytes:
     return np.random.default_rng(5).integers(0, 256, BLOCK * BLOCKS, np.uint8).tobytes()
 
 
-def make_cache(tmp_path, shard: bytes, limit_blocks: int, delay: float = 0.0) -> BlockCache:
+def make_cache(
+    tmp_path, shard: bytes, limit_blocks: int, delay: float = 0.0, policy: str = "future"
+) -> BlockCache:
     spans = np.array([(0, i * BLOCK, (i + 1) * BLOCK) for i in range(BLOCKS)], np.int64)
     digests = [hashlib.sha256(shard[s:e]).hexdigest() for _, s, e in spans.tolist()]
     folder, fd = claim_part(tmp_path / "cache")
     store = MemoryStore(shard, delay)
     cache = BlockCache(
-        store, [("s.tar", len(shard))], spans, digests, folder, limit_blocks * BLOCK, "future", fd
+        store, [("s.tar", len(shard))], spans, digests, folder, limit_blocks * BLOCK, policy, fd
     )  # type: ignore[arg-type]
     return cache
 
@@ -156,9 +158,26 @@ def test_fetching_ahead_costs_no_fetch_belady_would_not_make(tmp_path, shard, ki
                 assert held_bytes(cache, [b]) == [shard[b * BLOCK : (b + 1) * BLOCK]]
                 cache.release([b])
                 settled(cache)
-        best = eviction.simulate(np.concatenate(orders).tolist(), [BLOCK] * BLOCKS, 8 * BLOCK)
+        best = belady.simulate(np.concatenate(orders).tolist(), [BLOCK] * BLOCKS, 8 * BLOCK)
         assert [sum(best[e * BLOCKS : (e + 1) * BLOCKS]) // BLOCK for e in range(3)] == [16, 8, 8]
         assert {e: n // BLOCK for e, n in cache.fetched_for.items()} == {0: 16, 1: 8, 2: 8}
         assert cache.fetches == 32 and cache.peak <= 8 * BLOCK
+    finally:
+        cache.close()
+
+
+@pytest.mark.parametrize(("policy", "kept"), [("future", [1, 2]), ("lru", [0, 2])])
+def test_the_cache_drops_by_its_policy(tmp_path, shard, policy, kept):
+    # two blocks of room, reads 0 1 0 2 then 1: block 2 takes the place of the block needed
+    # furthest away (0, never again) or, for the benchmark's comparison, of the least
+    # recently used one (1)
+    cache = make_cache(tmp_path, shard, 2, policy=policy)
+    try:
+        cache.plan(lambda e: np.array([0, 1, 0, 2, 1]) if e == 0 else np.zeros(0, np.int64), 0)
+        for b in (0, 1, 0, 2):
+            cache.hold([b])
+            cache.release([b])
+            settled(cache)
+        assert np.flatnonzero(cache.present).tolist() == kept
     finally:
         cache.close()

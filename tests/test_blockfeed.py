@@ -48,9 +48,9 @@ def records(tmp_path):
 
 def scatter_into(fd, order, count, offset=0):
     out = np.zeros((count, 12), np.uint8)
-    addresses = out.ctypes.data + np.asarray(order, np.uint64) * 12
-    got = rawio.scatter_read(fd, addresses.astype(np.uint64), 12, offset)
-    return got, out
+    iov = np.full((count, 2), 12, np.uint64)  # struct iovec {void *base; size_t len;}
+    iov[:, 0] = out.ctypes.data + np.asarray(order, np.uint64) * 12
+    return rawio.read_iov(fd, iov, offset), out
 
 
 def test_scatter_read_puts_each_record_at_its_address(records):
@@ -105,7 +105,7 @@ def test_scatter_read_without_libc_preadv(records, monkeypatch):
 def test_scatter_read_errors_are_oserrors(records):
     out = np.zeros(12, np.uint8)
     with pytest.raises(OSError) as err:
-        rawio.scatter_read(-1, np.array([out.ctypes.data], np.uint64), 12, 0)
+        rawio.read_iov(-1, np.array([[out.ctypes.data, 12]], np.uint64), 0)
     assert err.value.errno == errno.EBADF
 
 

@@ -12,7 +12,6 @@ import os
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Union
 
 from ..core.checks import check_optional_int
 from ..core.constants import MANIFEST_NAME
@@ -26,8 +25,6 @@ from .urls.remote import is_folder, resolve_urls
 
 SWAP_TRIES = 5  # reads of a pack folder whose index.json changed while it was read
 
-UserSource = Union[str, "os.PathLike[str]", list]
-
 
 @dataclass(frozen=True)
 class Source:
@@ -37,7 +34,6 @@ class Source:
         folder: the pack folder, or None for shard URLs.
         urls: `(url, shard)` pairs of shard URLs (maybe part of a pack), or None for a folder.
         manifest: the pack's manifest.
-        given: what the user passed (URLs as given, for DataLoader workers and messages).
         store: the pack's store URL (`s3://...`), read through a block cache; else None.
         cache_dir, cache_limit: a store's cache folder and byte limit (None: the defaults,
             `storepack.default_cache_dir` and `storepack.default_limit`).
@@ -47,7 +43,6 @@ class Source:
     folder: str | None
     urls: tuple[tuple[str, ShardInfo], ...] | None
     manifest: Manifest
-    given: str | list
     store: str | None = None
     cache_dir: str | None = None
     cache_limit: int | None = None
@@ -69,12 +64,11 @@ class Source:
         Raises:
             TypeError: a source of shard URLs (they are streamed whole).
         """
-        if self.store is not None:
-            from .store.storepack import open_store_pack
+        if self.store is not None:  # a `LocalPack` handed its cache as the backend
+            from .store.storepack import StoreFiles
 
-            return open_store_pack(
-                self.store, self.manifest, self.cache_dir, self.cache_limit, on_error
-            )
+            files = StoreFiles(self.store, self.manifest, self.cache_dir, self.cache_limit)
+            return LocalPack(files.root, self.manifest, on_error, files=files)
         if self.folder is None:
             raise TypeError("shard URLs are streamed, not opened by byte offset")
         return LocalPack(self.folder, self.manifest, on_error, self.ids)
@@ -88,7 +82,7 @@ class Source:
 
 
 def resolve_source(
-    source: UserSource | Source,
+    source: str | os.PathLike | list | Source,
     manifest: str | Manifest | None = None,
     *,
     cache_dir: str | os.PathLike | None = None,
@@ -102,10 +96,7 @@ def resolve_source(
         source: what the user passed.
         manifest: the `Manifest` already read, or where the manifest of URLs is when it is not
             `<base>/index.json`.
-        cache_dir: a store URL's block cache folder (default `~/.cache/mixshard`, or under
-            `$XDG_CACHE_HOME`).
-        cache_limit: bytes that cache keeps at most (default: the pack, or half the free space
-            there if less).
+        cache_dir, cache_limit: a store URL's block cache, as `ShardStream` takes them.
 
     Raises:
         ManifestError: the folder holds no finished pack, or the URLs' manifest cannot be read.
@@ -128,16 +119,16 @@ def resolve_source(
             url = url[: -len(MANIFEST_NAME) - 1]
         found = manifest if isinstance(manifest, Manifest) else load_manifest(Store(url))
         where = None if cache_dir is None else os.fspath(cache_dir)
-        return Source(None, None, found, source, url, where, cache_limit)
+        return Source(None, None, found, url, where, cache_limit)
     if not isinstance(source, list) and is_folder(source):
         folder = os.fspath(pack_dir(source))  # the folder, or its index.json
         if isinstance(manifest, Manifest):
-            return Source(folder, None, manifest, folder)
+            return Source(folder, None, manifest)
         found, ids = consistent_pack(folder)
-        return Source(folder, None, found, folder, ids=ids)
+        return Source(folder, None, found, ids=ids)
     given = source if isinstance(source, list) else os.fspath(source)
     found, pairs = resolve_urls(given, manifest)
-    return Source(None, tuple(pairs), found, given)
+    return Source(None, tuple(pairs), found)
 
 
 def consistent_pack(folder: str | os.PathLike) -> tuple[Manifest, dict[str, FileId | ShardError]]:

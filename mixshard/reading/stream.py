@@ -1,11 +1,10 @@
 """`ShardStream`: full, shuffled uint8 batches from a pack folder or from shard URLs.
 
 The stream composes an order (`order.py`: which images make batch `k`) with a reader: for a
-local pack, single-image reads (global order) or whole blocks read ahead (block order,
-`blockfeed.py`); for URLs, shards streamed in a per-epoch order through a shuffle buffer.
-Batch `k` of a local pack is the same whoever makes it, so batches do not depend on the number
-of workers (except DataLoader workers in the shuffled block order, which split the reading,
-`roles.py`) and `state_dict()` resumes exactly.
+local pack, the read plan's (`localbatches.py`); for URLs, shards streamed in a per-epoch order
+through a shuffle buffer (`urlstream.py`). Batch `k` of a local pack is the same whoever
+makes it, so batches do not depend on the number of workers (except DataLoader workers in the
+shuffled block order, which split the reading, `roles.py`) and `state_dict()` resumes exactly.
 """
 
 from __future__ import annotations
@@ -58,12 +57,9 @@ class ShardStream(IterableDataset):
             the `Manifest` already read (of the folder or of the URLs), not read again.
         order: local packs: `"global"` (a per-image permutation: for packs in the page cache),
             `"block"` (whole blocks in a random order, shuffled within windows: sequential
-            I/O for packs larger than memory; a pack wholly in the page cache that fits in
-            half the memory gives the same batches copied out of mappings of its shards,
-            `read=`) or `"auto"`: block when one window holds the
-            whole pack (its shuffle is then a full permutation, and whole blocks are read
-            faster than single images), else global when the pack takes at most half the
-            available memory, else block.
+            I/O for packs larger than memory) or `"auto"`: block when one window holds the
+            whole pack (its shuffle is then a full permutation), else global when the pack
+            takes at most half the available memory, else block.
         window: block order: blocks whose images are shuffled together. Memory is about
             1.5 windows of images in batch buffers (1.5 x 64 x 5.4 MB at 84 px).
         run: block order: consecutive blocks kept together in the order and read with one
@@ -118,7 +114,7 @@ class ShardStream(IterableDataset):
         check_int("run", run, 1)
         self.batch_size, self.shuffle, self.infinite = batch_size, shuffle, infinite
         self.seed, self.labels, self.on_error = seed, labels, on_error
-        self.window, self.run, self.shuffle_blocks = window, run, max(1, shuffle_blocks)
+        self.window, self.run, self.shuffle_blocks = window, run, shuffle_blocks
         self._rank, self._world = rank, world_size
         self.position = 0  # global number of the next batch to make
         self.source = resolve_source(source, manifest, cache_dir=cache_dir, cache_limit=cache_limit)
@@ -317,10 +313,6 @@ def _check_args(
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
     if wanted not in ORDER_CHOICES:
         raise ValueError(f"order must be one of {', '.join(ORDER_CHOICES)}, got {wanted!r}")
-    if window < 1:
-        raise ValueError(f"window must be >= 1, got {window}")
-    if world_size is not None and world_size < 1:
-        raise ValueError(f"world_size must be >= 1, got {world_size}")
     if rank is not None and not 0 <= rank < (world_size or 1 << 30):
         raise ValueError(
             f"rank must be in [0, world_size), got rank={rank}, world_size={world_size}"

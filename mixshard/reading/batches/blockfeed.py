@@ -2,13 +2,12 @@
 
 The batches a reader will make are known in advance (`order.py`), and so is where each image
 of a block goes: which batch, which row. A planner thread walks the batches in order; the first
-time a batch needs a block, reader threads read the whole block with one `preadv` whose
-buffers are the rows its images take in every batch of this feed (images of other ranks or
-workers, and those left over, go to a scratch row). Each image is copied once, from the page
-cache into the batch handed out, and no Python object is made per image. Memory is the
-batches planned ahead (half a window) plus those a window's blocks feed: about one and a half
-windows of images, whatever the size of the pack. Batch buffers are used again once their
-batches are dropped (`recycle.py`).
+time a batch needs a block, reader threads read it (with the rest of its run) in one `preadv`
+whose buffers are the rows its images take in every batch of this feed (images of other ranks
+or workers, and those left over, go to a scratch row). Each image is copied once, from the
+page cache into the batch handed out, and no Python object is made per image. Memory is about
+one and a half windows of images (the batches planned ahead, half a window, and those a
+window's blocks feed), whatever the size of the pack.
 """
 
 from __future__ import annotations

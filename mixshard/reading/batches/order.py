@@ -46,22 +46,10 @@ def block_sequence(
     shuffle: bool = True,
     run: int = 1,
 ) -> np.ndarray:
-    """Epoch sequence of the block order.
-
-    Args:
-        block_counts: images per block, in stored order.
-        seed, epoch: what the permutations are seeded by.
-        window: blocks whose images are shuffled together (1: each block on its own); rounded
-            up to whole runs.
-        shuffle: False keeps the stored order.
-        run: consecutive blocks that stay together (`run_of`): they fall in one window, so a
-            reader reads them with one request. A default pack is shuffled when written, so
-            neighbouring blocks are independent samples and little shuffle quality is lost.
-
-    Returns:
-        int64 image numbers: runs of blocks in a per-epoch permutation, each window of
-        `window` blocks shuffled within itself.
-    """
+    """Epoch sequence of the block order (int64 image numbers): runs of `run` consecutive
+    blocks (`run_of`, read with one request) in a per-epoch permutation, cut into windows of
+    `window` blocks (rounded up to whole runs) whose images are shuffled among themselves.
+    `block_counts`: images per block, in stored order; `shuffle=False`: the stored order."""
     counts = np.asarray(block_counts, dtype=np.int64)
     if not shuffle:
         return np.arange(int(counts.sum()), dtype=np.int64)
@@ -119,8 +107,7 @@ def worker_batches(start: int, end: int | None, worker: int, workers: int) -> ra
 def role_counts(epoch: int, nb: int, workers: int) -> list[int]:
     """Remote sources: how many of epoch `epoch`'s batches each worker role `r` makes (the
     batches with `k % workers == r`)."""
-    first = epoch * nb
-    return [len(range(first + (r - first) % workers, first + nb, workers)) for r in range(workers)]
+    return [len(role_batches(epoch, nb, r, workers)) for r in range(workers)]
 
 
 def role_batches(epoch: int, nb: int, role: int, workers: int) -> range:

@@ -1,18 +1,16 @@
 """The block order split between process workers: each block is read by one worker.
 
 A DataLoader hands out its workers' batches round robin, so the worker of role `r` yields the
-batch positions `k % nw == r` (`order.role_batches`). In the block order every batch of a
-window takes images of nearly every block of the window, so workers that each make every
-`nw`-th batch each read the whole pack. Here role `r` makes instead a contiguous part of the
-epoch instead (the `order.role_counts` batches after those of the roles before it), from an
-epoch sequence whose windows never cross the parts: runs of blocks in the per-epoch
-permutation of `order.block_sequence`, cut into the parts image by image, each part's images
-shuffled within windows of `window` blocks' worth of images. A worker reads only the blocks
-of a run that feed its batches (`blockfeed.py`), so only the block a seam between two parts
-falls in is read twice.
+positions `k % nw == r` (`order.role_batches`); in the block order nearly every batch of a
+window takes images of every block of it, so each such worker would read the whole pack. Here
+role `r` makes instead a contiguous part of the epoch (the `order.role_counts` batches after
+those of the roles before it), from an epoch sequence whose windows never cross the parts (the
+runs of `order.block_sequence`, cut into the parts, each part shuffled within windows). A
+worker reads only the blocks of a run that feed its batches (`blockfeed.py`): only a block
+that a seam between two parts falls in is read twice.
 
-So with `nw > 1` process workers the batches of an epoch are other batches than with 0 or 1
-(and their order depends on `nw`); for a given `nw` they are fixed, and resumption is exact.
+So with `nw > 1` process workers an epoch's batches differ from those with 0 or 1 (and depend
+on `nw`); for a given `nw` they are fixed, and resumption is exact.
 """
 
 from __future__ import annotations

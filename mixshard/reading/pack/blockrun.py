@@ -73,9 +73,8 @@ class RunPlan:
         return cls(start, pos - start, tuple(heads), tuple(labels), at + junk, at, tuple(segments))
 
     def iov(self, addresses: list[np.ndarray], scratch: int, image_bytes: int) -> np.ndarray:
-        """The `(address, length)` rows of the read (uint64), images of block `j` to
-        `addresses[j]` (one address per image), the rest into the scratch memory at
-        `scratch`."""
+        """The `(address, length)` rows of the read (uint64): images of block `j` to
+        `addresses[j]` (one address each), the rest into the scratch memory at `scratch`."""
         rows: list[np.ndarray] = []
         for kind, j, n in self.segments:
             if n == 0:

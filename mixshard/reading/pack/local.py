@@ -1,19 +1,14 @@
-"""A pack opened for reading by byte offset (torch-free), through a backend that opens its
-shard files: a folder's (`shardfiles.FolderFiles`) or a store's block cache
-(`storepack.StoreFiles`).
+"""`LocalPack`: a pack read by byte offset (torch-free) through a backend that opens its shard
+files (`shardfiles.FolderFiles`, or a store's block cache, `storepack.StoreFiles`).
 
-Images are read straight into the caller's memory: single images (one `pread` each, or copied
-out of mappings of every shard, `mapped.py`: `plan.py` chooses), runs of whole blocks (block
-order, one `preadv`, `blockrun.py`). A shard is only mapped where the copy out of it survives
-the file being truncated under it (`_mapped.c`): a short read, a fault in a mapping and a
-changed file all raise `ShardError`. Opening does one `stat` per shard; a block's `.npy` header
-is checked, and its labels kept, on its first read. Descriptors are opened on first use,
-cached, and only for regular files in the pack folder.
+Images are read straight into the caller's memory: one `pread` each or copied out of mappings
+of every shard (`mapped.py`, surviving a shard truncated under it), or runs of whole blocks
+with one `preadv` (`blockrun.py`). A short read, a fault in a mapping and a changed file all
+raise `ShardError`. A block's `.npy` header is checked, and its labels kept, on its first read.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 from pathlib import Path
@@ -25,9 +20,8 @@ from ...core.errors import MixshardError, ShardError
 from ...core.manifest import Manifest, ShardInfo
 from .blockrun import RunPlan
 from .mapped import ShardMaps, read_rows, resident
-from .openshards import OpenShards
 from .rawio import read_iov
-from .shardfiles import FileId, FolderFiles, warn_bad
+from .shardfiles import FileId, FolderFiles, OpenShards, warn_bad
 
 CHECK_LOCKS = 64  # locks striped over the blocks: a block's first read is checked once
 
@@ -100,10 +94,6 @@ class LocalPack:
         return self.files.folder
 
     # ------------------------------------------------------------------ files
-    def _open(self, slot: int) -> contextlib.AbstractContextManager[list[int]]:
-        """`[fd]` of shard `slot`, held open while the caller uses it."""
-        return self._files.held([slot], self._open_checked)
-
     def _open_checked(self, slot: int) -> int:
         name = self.shards[slot].name
         return self.files.open(name, self.ids[name])
@@ -116,21 +106,13 @@ class LocalPack:
         try:
             got = os.preadv(fd, [buf], offset)
         except OSError as exc:
-            raise self._unreadable(slot, exc) from None
+            raise self.files.unreadable(self.shards[slot].name, exc) from None
         if got != len(buf):
             self._short(slot, fd)
-
-    def _unreadable(self, slot: int, exc: OSError) -> ShardError:
-        return self.files.unreadable(self.shards[slot].name, exc)
 
     def _short(self, slot: int, fd: int) -> None:
         name = self.shards[slot].name
         self.files.short(name, fd, self.ids[name])
-
-    def check_shard(self, slot: int) -> None:
-        """Raise `ShardError` when shard `slot` changed since the pack was opened."""
-        with self._open(slot) as (fd,):
-            self._check_same(slot, fd)
 
     @property
     def open_shards(self) -> int:
@@ -185,7 +167,7 @@ class LocalPack:
         loff = layout.labels_offset_for(offset, count, size)
         llen = layout.labels_header_len(count)
         head, raw = bytearray(hlen), bytearray(llen + 4 * count)
-        with self.files.held([b]), self._open(slot) as (fd,):
+        with self.files.held([b]), self._files.held([slot], self._open_checked) as (fd,):
             self._pread(slot, fd, memoryview(head), offset - hlen)
             self._pread(slot, fd, memoryview(raw), loff - llen)
         self._judge(b, bytes(head), bytes(raw))
@@ -200,7 +182,7 @@ class LocalPack:
         if problem is None:
             start = int(self.block_start[b])
             self._labels[start : start + count] = np.frombuffer(raw, "<i4", offset=llen)
-        if problem is not None:
+        else:
             slot = int(self.block_shard[b])
             where = f"shard {self.folder / self.shards[slot].name} block {self._keys[b]}"
             if self.on_error != "skip":
@@ -214,9 +196,11 @@ class LocalPack:
     ) -> list[bool | ShardError]:
         """Blocks `blocks` (consecutive ones of one shard, in stored order) in one scattered
         read of their whole span (`blockrun.py`): image `i` of `blocks[j]` to address
-        `addresses[j][i]`, as `scatter_block` does for one block; a block's headers and labels
-        come from the same read and are checked there on its first read. Returns per block
-        True, False (bad and skipped) or the `ShardError` that names it.
+        `addresses[j][i]` (uint64, room for one image; the caller keeps that memory alive and
+        unused until this returns). A block's headers and labels come from the same read and
+        are checked there on its first read. `drop_cache`: then drop the span from the page
+        cache (a pack larger than memory: keeping it would only evict what is still to be
+        read). Returns per block True, False (bad and skipped) or the `ShardError` naming it.
 
         Raises:
             ShardError: the span could not be read (unreadable, truncated, changed).
@@ -233,11 +217,11 @@ class LocalPack:
         )
         scratch = np.empty(plan.scratch_bytes, np.uint8)
         iov = plan.iov(addresses, scratch.ctypes.data, self.manifest.image_bytes)
-        with self.files.held(blocks), self._open(slot) as (fd,):
+        with self.files.held(blocks), self._files.held([slot], self._open_checked) as (fd,):
             try:
                 got = read_iov(fd, iov, plan.start)
             except OSError as exc:
-                raise self._unreadable(slot, exc) from None
+                raise self.files.unreadable(self.shards[slot].name, exc) from None
             if got != plan.length:
                 self._short(slot, fd)
             self._check_same(slot, fd)
@@ -254,35 +238,28 @@ class LocalPack:
                         )
             except ShardError as exc:
                 results.append(exc)
-                continue
-            results.append(not self.bad[b])
+            else:
+                results.append(not self.bad[b])
         return results
 
     def block_of(self, index: np.ndarray) -> np.ndarray:
         """The block of each image number."""
         return np.searchsorted(self.block_start, index, side="right") - 1
 
-    def read_block(self, b: int, out: np.ndarray, drop_cache: bool = False) -> bool:
+    def read_block(self, b: int, out: np.ndarray) -> bool:
         """Read block `b`'s images into `out[:count]` (a C-contiguous uint8 array of rows of
-        one image each). Returns False when the block is bad and skipped. `drop_cache`: then
-        drop those bytes from the page cache (a pack larger than memory: keeping them would
-        only evict what is still to be read).
+        one image each), as a run of one block (`scatter_run`). Returns False when the block
+        is bad and skipped.
 
         Raises:
             ValueError: `out` is not C-contiguous or has no room for the block's images.
+            ShardError: the block could not be read.
         """
         size, count = self.manifest.image_bytes, int(self.block_count[b])
         if not out.flags.c_contiguous or out.nbytes < count * size:
             raise ValueError(f"out must be C-contiguous with room for {count} images of {size} B")
         addresses = out.ctypes.data + np.arange(count, dtype=np.uint64) * np.uint64(size)
-        return self.scatter_block(b, addresses, drop_cache)
-
-    def scatter_block(self, b: int, addresses: np.ndarray, drop_cache: bool = False) -> bool:
-        """As `read_block`, but image `i` of the block goes to memory address `addresses[i]`
-        (uint64; each with room for one image), all in one `preadv` (a run of one block,
-        `scatter_run`). The caller keeps that memory alive and unused by others until this
-        returns."""
-        result = self.scatter_run([b], [addresses], drop_cache)[0]
+        result = self.scatter_run([b], [addresses])[0]
         if isinstance(result, ShardError):
             raise result
         return result

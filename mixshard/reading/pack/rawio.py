@@ -33,19 +33,6 @@ _PREADV: Any = (  # the iovec array below is laid out for 64-bit pointers and si
 )
 
 
-def scatter_read(fd: int, addresses: np.ndarray, length: int, offset: int) -> int:
-    """Read `len(addresses) * length` bytes of `fd` from `offset` on, record `i` to
-    `addresses[i]`. Returns the bytes read: fewer only at the end of the file.
-
-    Raises:
-        OSError: the read failed.
-    """
-    iov = np.empty((len(addresses), 2), np.uint64)  # struct iovec {void *base; size_t len;}
-    iov[:, 0] = addresses
-    iov[:, 1] = length
-    return read_iov(fd, iov, offset)
-
-
 def read_iov(fd: int, iov: np.ndarray, offset: int) -> int:
     """Read the bytes of `fd` from `offset` on into the buffers of `iov` (uint64 rows of
     `(address, length)`), one after the other. Returns the bytes read: fewer only at the end

@@ -1,5 +1,6 @@
 """A pack folder's shard files: what identifies one, how it is opened, checked and named in
-errors (`FolderFiles`, the backend `LocalPack` reads through), how many are kept open."""
+errors (`FolderFiles`, the backend `LocalPack` reads through), and the descriptors kept open
+(`OpenShards`: opened on first use, at most `MAX_OPEN_SHARDS` once nobody holds them)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import errno
 import os
 import threading
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,27 +17,29 @@ from typing import NoReturn
 
 import numpy as np
 
+from ...core import locks
 from ...core.errors import ManifestError, MixshardError, ShardError
 from ...core.files import open_regular
 from ...core.manifest import SHARD_NAME, ShardInfo
 from .warming import warm_files
 
 
-def _max_open_shards() -> int:
-    """Descriptors kept open per pack: a quarter of this process's limit, so that a batch of
-    the global order (one image from each of up to hundreds of shards) does not reopen files,
-    while packs of thousands of shards still fit."""
+def _open_files_limit() -> int | None:
+    """This process's soft limit of open descriptors (-1: none; None: unknown)."""
     try:
         import resource
 
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     except (ImportError, OSError, ValueError):
-        return 64
-    return 4096 if soft == resource.RLIM_INFINITY else max(16, min(4096, soft // 4))
+        return None
+    return -1 if soft == resource.RLIM_INFINITY else soft
 
 
-MAX_OPEN_SHARDS = _max_open_shards()
-
+# Descriptors kept open per pack: a quarter of the limit, so that a batch of the global order
+# (one image from each of up to hundreds of shards) does not reopen files, while packs of
+# thousands of shards still fit.
+_LIMIT = _open_files_limit()
+MAX_OPEN_SHARDS = 64 if _LIMIT is None else 4096 if _LIMIT < 0 else max(16, min(4096, _LIMIT // 4))
 
 SPARSE_RATIO = 8  # a shard must store at least 1/SPARSE_RATIO of its bytes as data
 MAX_EXTENTS = 1 << 16  # data extents counted per shard at most (then it is taken as stored)
@@ -67,13 +71,8 @@ def stored_bytes(fd: int, size: int, need: int) -> int:
 def too_many_files(path: Path) -> MixshardError:
     """The error for a shard that could not be opened for want of descriptors: nothing is
     wrong with the pack (not a `ShardError`: `on_error="skip"` must not leave it out)."""
-    try:
-        import resource
-
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        limit = "no limit" if soft == resource.RLIM_INFINITY else f"at most {soft}"
-    except (ImportError, OSError, ValueError):
-        limit = "a limit"
+    soft = _open_files_limit()
+    limit = "a limit" if soft is None else "no limit" if soft < 0 else f"at most {soft}"
     return MixshardError(
         f"cannot open shard {path}: too many open files (this process may hold {limit}, "
         f"`ulimit -n`; the pack itself is fine); raise the limit (e.g. `ulimit -n 65536` "
@@ -102,12 +101,8 @@ class FileId:
     def matches(self, st: os.stat_result) -> bool:
         """Whether `st` is this version of the file (no object made: the global order checks
         every shard a batch touched, ~20-180 a batch)."""
-        return (st.st_ino, st.st_mtime_ns, st.st_size, st.st_dev) == (
-            self.ino,
-            self.mtime_ns,
-            self.size,
-            self.dev,
-        )
+        mine = (self.ino, self.mtime_ns, self.size, self.dev)
+        return (st.st_ino, st.st_mtime_ns, st.st_size, st.st_dev) == mine
 
 
 def file_id(path: str | os.PathLike) -> FileId | None:
@@ -148,6 +143,7 @@ class FolderFiles:
     (`storepack.StoreFiles`) is handed to `LocalPack` in its place."""
 
     mappable = True  # its files may be mapped (`mapped.py`)
+    whole_runs = True  # a run of blocks is held (and read) whole
     need = 0  # bytes a cache must hold for the whole pack (a folder has no cache)
 
     def __init__(self, folder: str | os.PathLike) -> None:
@@ -170,15 +166,22 @@ class FolderFiles:
                 found[shard.name] = exc
         return found
 
-    def stat(self, shard: ShardInfo) -> FileId:
-        path = shard_path(self.folder, shard.name)
+    def _open_path(self, path: Path, at_open: bool) -> int:
+        """A descriptor of the regular file `path`; the error names what is wrong (`at_open`:
+        found opening the pack, a missing shard named as such)."""
         try:
-            fd = open_regular(path)
+            return open_regular(path)
         except OSError as exc:
             if exc.errno in (errno.EMFILE, errno.ENFILE):
                 raise too_many_files(path) from None
-            why = "missing" if isinstance(exc, FileNotFoundError) else exc.strerror
-            raise ShardError(f"shard {path} is {why}; {self.fix()}") from None
+            if at_open:
+                why = "missing" if isinstance(exc, FileNotFoundError) else exc.strerror
+                raise ShardError(f"shard {path} is {why}; {self.fix()}") from None
+            raise ShardError(f"cannot open shard {path}: {exc.strerror}; {self.fix()}") from None
+
+    def stat(self, shard: ShardInfo) -> FileId:
+        path = shard_path(self.folder, shard.name)
+        fd = self._open_path(path, at_open=True)
         try:
             found = FileId.of(os.fstat(fd))
             if found.size != shard.bytes:
@@ -203,13 +206,7 @@ class FolderFiles:
 
     def open(self, name: str, fid: FileId) -> int:
         """A descriptor of shard `name`, which must still be the file `fid`."""
-        path = self.folder / name
-        try:
-            fd = open_regular(path)
-        except OSError as exc:
-            if exc.errno in (errno.EMFILE, errno.ENFILE):
-                raise too_many_files(path) from None
-            raise ShardError(f"cannot open shard {path}: {exc.strerror}; {self.fix()}") from None
+        fd = self._open_path(self.folder / name, at_open=False)
         if not fid.matches(os.fstat(fd)):
             os.close(fd)
             raise self.changed(name)
@@ -241,13 +238,72 @@ class FolderFiles:
         """Blocks `blocks` stay readable until the block ends (a folder's always are)."""
         yield
 
-    whole_runs = True  # a run of blocks is held (and read) whole
-
     def expect(self, feed: FeedReads) -> None:
-        """A block feed tells what it will read (a store's cache fetches and evicts by it; a
-        folder needs nothing)."""
+        """What a block feed will read (a store's cache fetches and evicts by it)."""
 
     def warm(self, files: list[tuple[Path, int]], stop: threading.Event) -> bool:
-        """Read the shard files into the page cache (paced, `warming.py`); True once all are
-        in."""
+        """Read the shard files into the page cache (`warming.py`); True once all are in."""
         return hasattr(os, "posix_fadvise") and warm_files(files, stop)
+
+
+class OpenShards:
+    """Cached shard descriptors, thread-safe. `held` takes the descriptors of a batch's
+    shards with one lock for those already open: a batch of the global order holds one
+    image from each of up to hundreds of shards."""
+
+    def __init__(self) -> None:
+        self._fds: OrderedDict[int, list[int]] = OrderedDict()  # slot -> [fd, users]
+        self._lock = locks.Lock()
+
+    def __len__(self) -> int:
+        return len(self._fds)
+
+    @contextlib.contextmanager
+    def held(self, slots: list[int], opener: Callable[[int], int]) -> Iterator[list[int]]:
+        """The descriptors of shards `slots` (distinct), opened by `opener(slot)` when not
+        open yet, held open until the block ends (the cache closes only idle ones)."""
+        entries: list[list[int] | None] = []
+        with self._lock:
+            for slot in slots:
+                entry = self._fds.get(slot)
+                if entry is not None:
+                    self._fds.move_to_end(slot)
+                    entry[1] += 1
+                entries.append(entry)
+        try:
+            for k, slot in enumerate(slots):
+                if entries[k] is None:
+                    entries[k] = self._add(slot, opener(slot))
+            yield [e[0] for e in entries]  # type: ignore[index]
+        finally:
+            with self._lock:
+                for entry in entries:
+                    if entry is not None:
+                        entry[1] -= 1
+                self._evict()
+
+    def _add(self, slot: int, fd: int) -> list[int]:
+        with self._lock:
+            entry = self._fds.get(slot)
+            if entry is not None:  # another thread opened it meanwhile: use that one
+                os.close(fd)
+                entry[1] += 1
+                return entry
+            entry = self._fds[slot] = [fd, 1]
+            return entry
+
+    def _evict(self) -> None:
+        excess = len(self._fds) - MAX_OPEN_SHARDS
+        if excess > 0:
+            self._close_idle(excess)
+
+    def _close_idle(self, most: int) -> None:
+        """Close at most `most` descriptors nobody holds, least recently used first (locked)."""
+        idle = [s for s, (_, users) in self._fds.items() if users == 0]
+        for s in idle[:most]:
+            os.close(self._fds.pop(s)[0])
+
+    def close(self) -> None:
+        """Close the descriptors nobody holds (they are opened again on the next read)."""
+        with self._lock:
+            self._close_idle(len(self._fds))

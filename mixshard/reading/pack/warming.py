@@ -54,8 +54,7 @@ def warm_files(files: list[tuple[Path, int]], stop: threading.Event) -> bool:
 
 def _arrived(fd: int, last: int, file: int, opened: set[int]) -> None:
     """Wait until the chunk that ends at byte `last` is read (a one-byte read of its last page
-    waits for the kernel's read in flight); after the last chunk of file number `file` (else
-    -1), close `fd`."""
+    waits for the kernel's read in flight); close `fd` after its file's last chunk (`file`)."""
     with contextlib.suppress(OSError):
         os.pread(fd, 1, last)
     if file >= 0:

@@ -1,21 +1,16 @@
 """A bounded local cache of the blocks of a pack on an object store.
 
-Blocks are fetched with one ranged read each (`core/stores.py`), checked against the block's
-`sha256` in `index.json` before anything is kept or served, and written at their real offsets
-into sparse shard files (so `LocalPack` reads them as a local pack, `storepack.py`). A block on
-disk is marked by a file `have/<block>`; one found there from an earlier run is checked again
-(its span hashed) before this process serves it. Fetches run ahead of the reader on threads, in
-the order it will read (`eviction.Schedule`); once the bytes kept would pass the limit, the
-block needed furthest in the future is dropped (its span punched out of the sparse file). A
-block being read is never dropped, and the bytes kept plus those being fetched never pass the
-limit.
+A block is fetched with one ranged read (`core/stores.py`), checked against its `sha256` in
+`index.json` before it is kept or served, and written at its offset into a sparse shard file,
+so `LocalPack` reads it as a local pack (`storepack.py`); a file `have/<block>` marks it kept
+(one found from an earlier run is hashed again before this process serves it). Fetches run
+ahead of the reader on threads, in the order it will read (`eviction.Schedule`); at the limit,
+the block needed furthest in the future is dropped (its span punched out). A block being read
+is never dropped, and the bytes kept plus those being fetched, counted by the file-system pages
+they touch (`cachefiles.footprint`), never pass the limit.
 
-One process owns a cache folder (`part-N`, held with an `flock`), so two processes never drop
+One process owns a part folder (`part-N`, held with an `flock`), so two processes never drop
 each other's blocks; a later run takes a free part again and finds its blocks there.
-
-A block costs the file-system pages its span touches (`cachefiles.footprint`), freed again when
-it is dropped: the files never take more than the limit. Files are opened without following a
-link (`cachefiles.py`); a full disk is a `MixshardError` naming `cache_dir` and `cache_limit`.
 """
 
 from __future__ import annotations
@@ -89,8 +84,7 @@ class BlockCache:
         self.present = np.zeros(n, bool)  # on disk, in this folder
         self.checked = np.zeros(n, bool)  # ... and checked by this process
         self.pins = np.zeros(n, np.int64)
-        self.last_used: dict[int, int] = {}
-        self._last = np.full(n, -1, np.int64)  # last_used as an array (-1: never)
+        self._last = np.full(n, -1, np.int64)  # per block, the clock of its last use (-1: never)
         self.used = 0  # bytes of present blocks and of fetches in flight
         self.fetched_bytes = 0
         self.fetches = 0
@@ -102,6 +96,7 @@ class BlockCache:
         self._inflight: dict[int, tuple[Future, float]] = {}
         self._cond = locks.Condition()
         self._schedule = eviction.Schedule(None, n)
+        self._unknown = eviction.Schedule(None, n)  # what the "lru" policy knows of the future
         # the reads waiting for their blocks: ticket -> blocks; the oldest one may drop the
         # blocks of younger ones (so one always gets its blocks, never a livelock)
         self._holding: dict[int, set[int]] = {}
@@ -152,14 +147,12 @@ class BlockCache:
 
     def _victim(self, before: int | None, keep: set[int]) -> int | None:
         """A present, unpinned block not in `keep` to drop (None: none to drop now), by the
-        cache's policy (`eviction.belady_victim`; `"lru"` for the benchmark's comparison)."""
-        if self.policy == "lru":
-            kept = np.flatnonzero(self.present & (self.pins == 0)).tolist()
-            kept = [b for b in kept if b not in self._inflight and b not in keep]
-            return eviction.lru_victim(kept, self.last_used)
+        cache's policy (`eviction.belady_victim`; `"lru"`, for the benchmark's comparison: the
+        same with no future known, which leaves the least recently used)."""
         busy = self.pins > 0
         busy[list(self._inflight)] = True
-        return eviction.belady_victim(self._schedule, self.present, busy, keep, self._last, before)
+        future = self._unknown if self.policy == "lru" else self._schedule
+        return eviction.belady_victim(future, self.present, busy, keep, self._last, before)
 
     def _make_room(
         self, size: int, demand: bool, before: int | None = None, own: set[int] | None = None
@@ -192,18 +185,15 @@ class BlockCache:
         """Free block `b`'s bytes, and its edge pages where no kept block shares them."""
         lo, hi = self.pages.hole(b, lambda c: bool(self.present[c]) or c in self._inflight)
         if hi > lo:
-            fd = self._open(self.shards[int(self.spans[b, 0])][0], os.O_RDWR)
+            fd = self.open(self.shards[int(self.spans[b, 0])][0], os.O_RDWR)
             try:
                 punch(fd, lo, hi - lo)
             finally:
                 os.close(fd)
 
-    def _open(self, name: str, flags: int) -> int:
+    def open(self, name: str, flags: int = os.O_RDONLY) -> int:
+        """A descriptor of the cache file of shard `name` (never through a link)."""
         return open_in(self._dir, name, flags, self.folder)
-
-    def open_shard(self, name: str) -> int:
-        """A read-only descriptor of the cache file of shard `name` (never through a link)."""
-        return self._open(name, os.O_RDONLY)
 
     def _pump(self) -> None:
         """Start fetches of the blocks needed next, as far as the limit and the threads allow."""
@@ -237,7 +227,7 @@ class BlockCache:
             data = self.store.read(name, start, end)
             self._check(b, data)
             try:
-                fd = self._open(name, os.O_WRONLY)
+                fd = self.open(name, os.O_WRONLY)
                 try:
                     done = 0  # a short write (a disk filling up) goes on until it raises
                     while done < len(data):
@@ -288,7 +278,7 @@ class BlockCache:
     def _recheck(self, b: int) -> bool:
         """A block found on disk from an earlier run: its span hashed again."""
         slot, start, end = (int(x) for x in self.spans[b])
-        fd = self._open(self.shards[slot][0], os.O_RDONLY)
+        fd = self.open(self.shards[slot][0], os.O_RDONLY)
         try:
             data = os.pread(fd, end - start, start)
         finally:
@@ -329,7 +319,7 @@ class BlockCache:
             for b in blocks:
                 when.setdefault(b, self._schedule.take(b))
                 self._clock += 1
-                self.last_used[b] = self._last[b] = self._clock
+                self._last[b] = self._clock
             ticket = next(self._tickets)
             self._holding[ticket] = set(blocks)
             try:

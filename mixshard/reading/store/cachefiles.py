@@ -37,8 +37,7 @@ def _fallocate() -> Any:
     return fn
 
 
-_FALLOCATE = _fallocate()
-CAN_EVICT = _FALLOCATE is not None  # hole punching (Linux): blocks can be dropped again
+_FALLOCATE = _fallocate()  # hole punching (Linux): blocks can be dropped again
 
 
 def punch(fd: int, start: int, length: int) -> None:
@@ -47,12 +46,16 @@ def punch(fd: int, start: int, length: int) -> None:
         raise OSError(ctypes.get_errno(), "cannot punch a hole in a cache file")
 
 
+def existing(path: Path) -> Path:
+    """`path`, or its nearest existing parent (where a cache yet to be made will be)."""
+    while not path.exists() and path.parent != path:
+        path = path.parent
+    return path
+
+
 def page_size(path: Path) -> int:
-    """The allocation unit of the file system of `path` (or of its nearest existing parent)."""
-    probe = path
-    while not probe.exists() and probe.parent != probe:
-        probe = probe.parent
-    return max(512, os.statvfs(probe).f_frsize or 4096)
+    """The allocation unit of the file system of `path` (`existing`)."""
+    return max(512, os.statvfs(existing(path)).f_frsize or 4096)
 
 
 def footprint(spans: np.ndarray, page: int) -> np.ndarray:

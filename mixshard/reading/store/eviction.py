@@ -1,28 +1,21 @@
 """Which cached block to drop, and what the future holds: pure bookkeeping, no I/O.
 
-A pack on an object store is read through a bounded local cache (`blockcache.py`). The read
-order is a pure function of (seed, epoch, rank) (`order.py`), so the blocks a reader will need,
-in the order it needs them, are known for the current epoch and the next: a full cache drops
-the block whose next use lies furthest in the future (Belady's rule, optimal for a known
-sequence), never the LRU guess that re-fetches a whole pack each epoch when it holds half of it.
+The read order is a pure function of (seed, epoch, rank) (`order.py`), so the blocks a reader
+of a store pack will need are known for this epoch and the next: the full cache
+(`blockcache.py`) drops the one whose next use is furthest away (Belady's rule, optimal for a
+known sequence; LRU re-fetches a whole pack each epoch when it holds half of it). Time is a
+use's place in that sequence: `epoch * STRIDE + i` for the `i`-th block read in `epoch`.
 
-Time is a use's place in that sequence: `epoch * STRIDE + i` for the `i`-th block read in
-`epoch`. `Schedule` follows a reader along it; `furthest_victim` and `lru_victim` choose; and
-`simulate` replays a sequence of uses against a byte limit (what the tests and the benchmark
-compare the policies with).
-
-The sequence must be the one the reader really follows, or the rule chooses by a wrong future:
-`feed_uses` lists the blocks in the order a block feed (`blockfeed.py`) reads them, and
-`feed_batches` the batches a feed makes in an epoch, including those of a process worker's
-role in the epochs after its current one (`roles.py` gives such a worker one feed per epoch:
-without them every block looked unused after its read, and the cache kept the last ones read,
-which the next epoch needs no more than any others).
+The sequence must be the one the reader follows, or the rule chooses by a wrong future:
+`feed_uses` lists blocks in the order a block feed reads them, `feed_batches` the batches a
+feed makes in an epoch, including a process worker's role in later epochs (without those,
+every block looked unused after its read).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -31,75 +24,6 @@ from ..pack.shardfiles import FeedReads
 
 NEVER = 1 << 62  # the next use of a block that is not used again within the known future
 STRIDE = 1 << 32  # time of the first use of epoch e: e * STRIDE
-POLICIES = ("future", "lru")
-
-
-def furthest_victim(
-    cached: Iterable[int], next_use: Mapping[int, int], last_used: Mapping[int, int]
-) -> int | None:
-    """The block of `cached` to drop under Belady's rule: the one whose next use is furthest
-    away (ties, e.g. blocks never used again: the least recently used, then the lowest number).
-    None when `cached` is empty."""
-    best, key = None, None
-    for b in cached:
-        k = (next_use.get(b, NEVER), -last_used.get(b, -1), -b)
-        if key is None or k > key:
-            best, key = b, k
-    return best
-
-
-def lru_victim(cached: Iterable[int], last_used: Mapping[int, int]) -> int | None:
-    """The least recently used block of `cached` (never used: first; ties: lowest number)."""
-    best, key = None, None
-    for b in cached:
-        k = (last_used.get(b, -1), b)
-        if key is None or k < key:
-            best, key = b, k
-    return best
-
-
-def simulate(
-    uses: Sequence[int], sizes: Sequence[int] | np.ndarray, limit: int, policy: str = "future"
-) -> list[int]:
-    """Bytes fetched at each use of `uses` (block numbers in the order they are read) by a
-    cache of `limit` bytes that evicts by `policy` (`"future"`: Belady; `"lru"`). A block
-    larger than the limit is fetched and not kept."""
-    if policy not in POLICIES:
-        raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
-    later: dict[int, deque[int]] = {}
-    for t, b in enumerate(uses):
-        later.setdefault(int(b), deque()).append(t)
-    cached: set[int] = set()
-    last: dict[int, int] = {}
-    used, fetched = 0, []
-    for t, b in enumerate(int(u) for u in uses):
-        later[b].popleft()
-        last[b] = t
-        if b in cached:
-            fetched.append(0)
-            continue
-        size = int(sizes[b])
-        fetched.append(size)
-        if size > limit:
-            continue
-        while used + size > limit:
-            if policy == "lru":
-                victim = lru_victim(cached, last)
-            else:
-                nxt = {c: later[c][0] for c in cached if later[c]}
-                victim = furthest_victim(cached, nxt, last)
-                if victim is not None and nxt.get(victim, NEVER) < (
-                    later[b][0] if later[b] else NEVER
-                ):
-                    victim = None  # every cached block is needed before this one: not kept
-            if victim is None:
-                break
-            cached.discard(victim)
-            used -= int(sizes[victim])
-        if used + size <= limit:
-            cached.add(b)
-            used += size
-    return fetched
 
 
 def belady_victim(
@@ -146,9 +70,8 @@ def feed_batches(batches: range, per_epoch: int, epoch: int, workers: int = 1) -
     """The batches of `epoch` (`per_epoch` a rank) that a block feed over `batches` makes.
 
     A process worker of `workers > 1` in the shuffled block order makes one contiguous part of
-    each epoch, its role's, with a feed per epoch (`roles.role_batches`): its `batches` lie in
-    one epoch with step 1, and for a later epoch this is the same role's part of it (the
-    `order.role_counts` batches after those of the roles before it), the batches its next
+    each epoch, its role's, with a feed per epoch (`roles.py`): its `batches` lie in one epoch
+    with step 1, and for a later epoch this is its role's part of that one, which its next
     feed will make."""
     lo, hi = epoch * per_epoch, (epoch + 1) * per_epoch
     first_epoch = batches.start // per_epoch
@@ -175,9 +98,8 @@ def feed_uses(
     run: int = 1,
 ) -> np.ndarray:
     """The blocks of one epoch in the order a block feed reads them: batch after batch (each
-    batch's images `sequence[first : first + batch_size]`), a batch's blocks not read yet in
-    ascending order, each with the rest of its run (`order.run_of`) that feeds one of these
-    batches."""
+    batch's images `sequence[first : first + batch_size]`), its blocks not read yet in
+    ascending order, each with the rest of its run (`order.run_of`) that feeds these batches."""
     parts = [block_of(sequence[f : f + batch_size]) for f in firsts]
     if not parts:
         return np.zeros(0, np.int64)
@@ -252,11 +174,6 @@ class Schedule:
         self._first = max(self._first, last_epoch + 1)
         for e in [e for e in self._epochs if e < self.now // STRIDE - 1]:
             del self._epochs[e], self._low[e]
-
-    def next_use(self, b: int) -> int:
-        """Time of block `b`'s next use (`NEVER` when none is known)."""
-        pending = self._pending[b]
-        return pending[0] if pending else NEVER
 
     def _mirror(self, b: int) -> None:
         pending = self._pending[b]

@@ -1,16 +1,13 @@
 """A pack on an object store (`s3://`, `gs://`), read as a local pack through a block cache.
 
 `StoreFiles` is the backend a `LocalPack` is handed in place of a folder's: its shard files are
-the sparse files of a `BlockCache` (`blockcache.py`), and every read first holds the blocks it
-touches (fetched and checked if they are not there yet), then reads them with the local pack's
-own `preadv` paths. So the orders, the rank split, the epoch contract and `state_dict` resume
-are exactly the local ones. A block feed tells the backend the blocks it will read (`expect`),
-and the cache fetches them ahead in that order and evicts by it.
+the sparse files of a `BlockCache` (`blockcache.py`) and every read first holds the blocks it
+touches, so the orders, the rank split and `state_dict` resume are the local ones. A block feed
+tells it the blocks it will read (`expect`): the cache fetches ahead and evicts by them.
 
-The cache lives under `cache_dir/<pack identity>/`, the identity a digest of the URL and of
-`index.json` (which holds every shard's and block's sha256): a changed pack gets a new folder
-and never meets the old one's bytes. Each process opens the cache on its first read (a
-DataLoader worker opens its own part, with its share of the byte limit).
+The cache lives under `cache_dir/<pack identity>/`, a digest of the URL and of `index.json`
+(which holds every block's sha256): a changed pack never meets the old one's bytes. Each
+process opens its own part on its first read, with its share of the byte limit.
 """
 
 from __future__ import annotations
@@ -30,11 +27,10 @@ from ...core import layout
 from ...core.errors import ManifestError, MixshardError, ShardError
 from ...core.manifest import Manifest, ShardInfo
 from ...core.stores import Store
-from ..pack.local import LocalPack
 from ..pack.shardfiles import FeedReads, FileId, FolderFiles, shard_path
 from . import eviction
 from .blockcache import BlockCache, claim_part
-from .cachefiles import footprint, page_size
+from .cachefiles import existing, footprint, page_size
 
 POLICY = "future"  # eviction policy of new caches ("lru": for the benchmark's comparison)
 
@@ -68,18 +64,12 @@ def check_digests(manifest: Manifest, url: str) -> list[str]:
 
 
 def default_limit(need: int, root: Path) -> int:
-    """`need` (the whole pack's blocks on disk), or half the free space where the cache is, if
-    less."""
-    probe = root
-    while not probe.exists() and probe.parent != probe:
-        probe = probe.parent
-    return min(need, shutil.disk_usage(probe).free // 2)
+    """`need` (the whole pack's blocks on disk), or half the free space there if less."""
+    return min(need, shutil.disk_usage(existing(root)).free // 2)
 
 
 class StoreFiles(FolderFiles):
-    """The backend a `LocalPack` reads a store pack at `url` through: its shard files are the
-    sparse files of this process's `BlockCache`, and every read holds the blocks it touches
-    (fetched and checked by digest first if they are not there yet).
+    """The backend a `LocalPack` reads the store pack at `url` through (see the module).
 
     Args:
         url: the pack's store URL.
@@ -114,15 +104,20 @@ class StoreFiles(FolderFiles):
         self.whole_runs = self.limit >= self.need
         self.cache: BlockCache | None = None
         self._cache_pid = -1
-        self._listed: dict[str, int] | None = None
+        self._listed: dict[str, int] = {}
 
     def fits(self) -> bool:
         return self.need <= self.limit
 
+    def stat_shards(self, shards: tuple[ShardInfo, ...]) -> dict[str, FileId | ShardError]:
+        self._listed = Store(self.url).listing()  # one for all (issue 40: sizes were trusted)
+        try:
+            return super().stat_shards(shards)
+        finally:
+            self._listed = {}
+
     def stat(self, shard: ShardInfo) -> FileId:
         shard_path(self.root, shard.name)  # a plain name, or a ShardError
-        if self._listed is None:  # one listing for all shards (issue 40: sizes were trusted)
-            self._listed = Store(self.url).listing()
         found = self._listed.get(shard.name)
         if found is None:
             raise ShardError(f"shard {self.url}/{shard.name} is missing from the store; repack")
@@ -136,7 +131,6 @@ class StoreFiles(FolderFiles):
     def open_cache(self) -> BlockCache:
         """This process's cache (opened on first use)."""
         if self.cache is None or self._cache_pid != os.getpid():
-            self._listed = None
             info = get_worker_info()
             share = self.limit // (info.num_workers if info is not None else 1)
             try:
@@ -157,7 +151,7 @@ class StoreFiles(FolderFiles):
     def open(self, name: str, fid: FileId) -> int:
         cache = self.open_cache()
         try:
-            return cache.open_shard(name)  # never through a link
+            return cache.open(name)  # never through a link
         except OSError as exc:
             path = self.folder / name
             raise ShardError(f"cannot open the cache file {path}: {exc.strerror}") from None
@@ -192,19 +186,3 @@ class StoreFiles(FolderFiles):
         state = dict(self.__dict__)
         state["cache"], state["_cache_pid"] = None, -1
         return state
-
-
-def open_store_pack(
-    url: str,
-    manifest: Manifest,
-    cache_dir: str | os.PathLike | None,
-    cache_limit: int | None,
-    on_error: str = "raise",
-) -> LocalPack:
-    """The pack at `url` opened for reading through a block cache: a `LocalPack` handed a
-    `StoreFiles`, so the orders, the rank split, the epoch contract and `state_dict` resume are
-    the local ones."""
-    files = StoreFiles(url, manifest, cache_dir, cache_limit)
-    pack = LocalPack(files.root, manifest, on_error, files=files)
-    files._listed = None
-    return pack

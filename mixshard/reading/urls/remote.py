@@ -49,12 +49,8 @@ def expand_urls(source: str | list[str]) -> list[str]:
     """Brace patterns (`shard-{000000..000009}.tar`) and `::`-separated lists, as webdataset."""
     from webdataset.shardlists import expand_urls as wds_expand
 
-    if isinstance(source, (list, tuple)):
-        urls: list[str] = []
-        for item in source:
-            urls += wds_expand(str(item))
-        return urls
-    return list(wds_expand(str(source)))
+    items = source if isinstance(source, (list, tuple)) else [source]
+    return [url for item in items for url in wds_expand(str(item))]
 
 
 def is_folder(source: Any) -> bool:
@@ -157,13 +153,11 @@ class BoundedStream:
         url: named in errors.
         limit: most bytes that may be read.
 
-    Reading must average `MIN_RATE` bytes/s once `RATE_GRACE` seconds have passed (module
-    settings, read when the stream is made).
+    Reading must average `MIN_RATE` bytes/s once `RATE_GRACE` seconds have passed.
     """
 
     def __init__(self, raw: BinaryIO, url: str, limit: int) -> None:
         self.raw, self.url, self.limit = raw, url, limit
-        self.min_rate, self.grace = MIN_RATE, RATE_GRACE
         self.bytes = 0
         self.sha = hashlib.sha256()
         self._t0 = time.monotonic()
@@ -171,7 +165,7 @@ class BoundedStream:
 
     def _deadline_passed(self) -> bool:
         spent = time.monotonic() - self._t0
-        return spent > self.grace and self.bytes < self.min_rate * spent
+        return spent > RATE_GRACE and self.bytes < MIN_RATE * spent
 
     def read(self, n: int) -> bytes:
         """Up to `n` bytes (fewer only at the end of the stream)."""
@@ -200,7 +194,7 @@ class BoundedStream:
                 raise ShardError(
                     f"{self.url} is too slow: {self.bytes} bytes in "
                     f"{time.monotonic() - self._t0:.0f} s, below the minimum of "
-                    f"{self.min_rate / 1024:.0f} kB/s; check the server or the network"
+                    f"{MIN_RATE / 1024:.0f} kB/s; check the server or the network"
                 )
         return b"".join(parts)
 
