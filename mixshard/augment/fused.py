@@ -1,12 +1,12 @@
 """`blend_frames`: a CPU's `composite` and `blend` as one pass of compiled code (`_lerp.c`).
 
-The torch path (`pasting._masked_lerp`, `ops._blend_one_pass`) is what every other device runs: a gather,
-a cast, the weights and a `torch.lerp`, each a pass of its own. On a GPU those passes overlap;
-on a CPU each one's compute adds to the others' (about 2x `obs.clone()` at best). `_lerp.c`
-makes each output value from its inputs at once with the torch path's arithmetic, so a bool
-mask gives the same bytes and a float weight at most a last-bit difference. Where the module
-is not built, or for what it does not take (not float32, a non-CPU device, gradients, lines
-wider than 4,096), callers fall back to the torch path; tests run both and compare them.
+The torch path (`pasting._masked_lerp`, `ops._blend_one_pass`) is what every other device
+runs: a gather, a cast, the weights and a `torch.lerp`, each a pass of its own. On a GPU those
+passes overlap; on a CPU each one's compute adds to the others' (2x `obs.clone()` at best).
+`_lerp.c` makes each output value from its inputs at once, with torch's lerp as its vector
+kernel computes it, so it gives the torch path's bytes. Where the module is not built, or for
+what it does not take (not float32, another device, gradients, lines wider than 4,096),
+callers run the torch path; the tests run both and compare them.
 """
 
 from __future__ import annotations
