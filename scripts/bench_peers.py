@@ -454,7 +454,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--kind", help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, help=argparse.SUPPRESS)
     parser.add_argument("folder", nargs="?", type=Path, help=argparse.SUPPRESS)
-    return parser.parse_args()
+    args = parser.parse_args()
+    if args.rounds < 1:  # (the figures are medians of the rounds)
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    return args
 
 
 def report(args, libs, peers, folders, rates, firsts, skipped) -> str:  # noqa: ANN001

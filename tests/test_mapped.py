@@ -198,6 +198,29 @@ def test_copy_rows_checks_its_arrays_and_the_mapping_ends(pack_dir):
 
 
 @needs_mapping
+@pytest.mark.parametrize("row_bytes", [1, 63, 64, 65, 2047, 2048, 2049, 3 * 84 * 84])
+def test_copy_rows_copies_every_byte_of_any_row_size_into_unaligned_rows(row_bytes):
+    """The copy streams 64-byte pieces past the caches from a 16-byte-aligned start, in chunks
+    with the next row prefetched: the bytes before, between and after them land too."""
+    rng = np.random.default_rng(row_bytes)
+    source = rng.integers(0, 256, 2 * 10 * row_bytes + 5, np.uint8)
+    halves = np.array([source.ctypes.data, source.ctypes.data + 10 * row_bytes], np.uint64)
+    maps, offsets = np.array([1, 0, 1, 0, 0]), np.array([5, 3 * row_bytes, 0, 1, 9 * row_bytes])
+    rows = np.array([4, 0, 2, 1, 3])
+    space = np.zeros(5 * row_bytes + 3, np.uint8)
+    out = space[3:]  # rows start at every alignment
+    lengths = np.array([10 * row_bytes, 10 * row_bytes + 5], np.int64)
+    copied = mapped._mapped.copy_rows(out, rows, maps, offsets, halves, lengths, row_bytes)
+    assert copied == (0, 5)
+    for row, m, at in zip(rows, maps, offsets):
+        start = m * 10 * row_bytes + at
+        assert np.array_equal(
+            out[row * row_bytes : (row + 1) * row_bytes], source[start : start + row_bytes]
+        )
+    assert not space[:3].any()
+
+
+@needs_mapping
 def test_threads_read_while_the_pack_is_closed_and_mapped_again(pack_dir):
     images = read_pack(pack_dir)[0]
     pack = warmed(pack_dir)
