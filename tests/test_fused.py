@@ -55,6 +55,14 @@ def test_composite_and_blend_give_the_torch_paths_bytes(monkeypatch):
         assert same_both_ways(monkeypatch, mixshard.blend, obs, imgs, alpha)
 
 
+def test_no_samples_give_an_empty_result_both_ways(monkeypatch):
+    obs, imgs = torch.zeros(0, 6, 4, 4), torch.zeros(0, 3, 4, 4, dtype=torch.uint8)
+    mask = torch.zeros(0, 1, 4, 4, dtype=torch.bool)
+    for args in ((obs, imgs, mask, 0.3), (obs, imgs, None, 0.3)):
+        assert mixshard.composite(*args).shape == (0, 6, 4, 4)
+        assert same_both_ways(monkeypatch, mixshard.composite, *args)
+
+
 def test_backgrounds_composite_gives_the_torch_paths_bytes_flipped_or_not(tmp_path, monkeypatch):
     pack = clip_pack(tmp_path, [3, 5, 2, 4])
     g = torch.Generator().manual_seed(5)

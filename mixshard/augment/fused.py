@@ -64,6 +64,8 @@ def blend_frames(
     `flipped[n]`; `keep` None (blend everywhere) or a mask broadcasting to `(N, k, 3, H, W)`.
     At a float alpha of 1 with a mask the weight is the mask itself, as in `_masked_lerp`."""
     n, c, h, w = obs.shape
+    if obs.numel() == 0:  # nothing to blend (and no mask row to check the size of)
+        return
     k = c // 3
     plain = keep is not None and not isinstance(alpha, torch.Tensor) and float(alpha) == 1.0
     strides = (0, 0, 0)
