@@ -50,7 +50,9 @@ typedef struct {
 #define FUSED(a, b, c) fmaf(a, b, c)
 #define UNFUSED(a, b, c) ((a) * (b) + (c))
 
-/* One row of `p` values: out = the blend of obs and bg under the keep row and alpha `a`. */
+/* One row of `p` values: out = the blend of obs and bg under the keep row and alpha `a`. `d`
+ * may be `o` (`out=obs`): each value is read, then written at the same index, which the
+ * vector loop keeps (no other value of `o` is read after its `d` is written). */
 #define ROW(name, attr, FMA)                                                                    \
     attr static void name(float *restrict d, const float *restrict o, const uint8_t *restrict b,  \
                           const void *keep, int kind, int plain, float a, ssz p) {               \
