@@ -350,6 +350,14 @@ def test_bad_arguments_say_what_is_wrong(clips):
         bg.composite(obs, alpha=torch.ones(3))
     with pytest.raises(ValueError, match=r"alpha must be in \[0, 1\], got 2"):
         bg.composite(obs, alpha=2)
+    with pytest.raises(
+        ValueError, match=r"alpha must be in \[0, 1\], got a tensor from 0.5 to 1.5"
+    ):
+        bg.composite(obs, alpha=torch.tensor([0.5, 1.5, 1.0, 1.0]))
+    with pytest.raises(ValueError, match=r"mask must be in \[0, 1\], got a tensor from 0 to 2"):
+        bg.composite(obs, torch.tensor([0.0, 2.0]).repeat(32).view(4, 1, 4, 4).repeat(1, 1, 2, 2))
+    with pytest.raises(ValueError, match=r"mask must be in \[0, 1\], got NaN \(256 of 256"):
+        bg.composite(obs, torch.full((4, 1, 8, 8), float("nan")))
     with pytest.raises(ValueError, match="look channels-last"):
         bg.composite(torch.zeros(4, 16, 16, 9))
     with pytest.raises(ValueError, match="obs are on meta but Backgrounds on cpu"):

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from ..core.checks import is_number
-from .inputs import check_obs
+from .inputs import check_obs, check_weights
 
 
 def env_mask(envs: Any, n: int, device: torch.device, what: str) -> torch.Tensor | None:
@@ -82,6 +82,7 @@ def frame_mask(
         )
     if mask.device != device:
         raise ValueError(f"mask is on {mask.device} but Backgrounds on {device}")
+    check_weights("mask", mask, bool_ok=True)  # a float mask's values (on a CPU)
     return mask.unsqueeze(2)
 
 
@@ -113,6 +114,7 @@ def check_composite_args(
                 f"alpha must be a float or a float tensor of shape ({n},), got "
                 f"{alpha.dtype} {tuple(alpha.shape)}"
             )
+        check_weights("alpha", alpha, bool_ok=False)  # its values (on a CPU)
     elif not is_number(alpha) or not 0 <= alpha <= 1:
         raise ValueError(f"alpha must be in [0, 1], got {alpha!r}")
     if out is not None and (
