@@ -31,10 +31,13 @@ Cells, each in a fresh process:
          loader has mapped stay (mixshard maps the shards its warm job has read)
 `--rounds` rounds, libraries alternated in each cell (the order rotated every round); each figure
 is the median of the rounds' images/s, and mixshard/peer is the median of the per-round ratios.
+`--baseline DIR` adds another checkout of mixshard (a worktree of an older commit, its C modules
+built) as one more library, "base", reading the same pack in the same rounds: whether a lead over
+a peer held since then, measured in one run (the peers' own figures move with the machine).
 Writes bench-out/bench_peers.json and bench-out/bench_peers.md.
 
     python scripts/bench_peers.py [--images 50000] [--rounds 3] [--only ffcv,litdata]
-        [--procedural] [--profile]
+        [--procedural] [--profile] [--baseline ../wt/base]
 """
 
 from __future__ import annotations
@@ -296,6 +299,7 @@ READERS: dict[str, Callable[[Path, int, str], Iterable[Any]]] = {
     "litdata": read_litdata,
     "streaming": read_streaming,
     "webdataset": read_webdataset,
+    "base": read_mixshard,  # `--baseline`: the same reader, imported from another checkout
 }
 
 
@@ -370,6 +374,8 @@ def version(lib: str) -> str:
     from importlib.metadata import PackageNotFoundError
     from importlib.metadata import version as dist_version
 
+    if lib == "base":
+        return "(--baseline)"
     dist = {"streaming": "mosaicml-streaming"}.get(lib, lib)
     try:
         return dist_version(dist)
@@ -396,6 +402,7 @@ def run_rounds(
                 cmd = [__file__, "--cell", lib, "--kind", kind, "--workers", str(workers)]
                 cmd += ["--epochs", str(args.epochs), "--min-seconds", str(args.min_seconds)]
                 cmd += ["--order", args.order, str(folders[lib])]
+                cmd += ["--baseline", str(args.baseline)] if lib == "base" else []
                 got = run_json(cmd, timeout=args.timeout)
                 rates[kind][lib].append(got["rate"])
                 firsts[kind][lib].append(got["first"])
@@ -408,19 +415,20 @@ def run_rounds(
     return rates, firsts
 
 
-def summary(rates: dict, peers: list[str]) -> list[list[object]]:
+def summary(rates: dict, peers: list[str], ours: str = "mixshard") -> list[list[object]]:
+    """A row per cell and peer: medians and the per-round ratios of `ours` over the peer."""
     rows: list[list[object]] = []
     for kind in CELLS:
-        ours = rates[kind]["mixshard"]
+        mine = rates[kind][ours]
         for peer in peers:
             theirs = rates[kind][peer]
-            ratios = [a / b for a, b in zip(ours, theirs)]
+            ratios = [a / b for a, b in zip(mine, theirs)]
             rows.append(
                 [
                     kind,
                     peer,
                     fmt_rate(statistics.median(theirs)),
-                    fmt_rate(statistics.median(ours)),
+                    fmt_rate(statistics.median(mine)),
                     f"{statistics.median(ratios):.2f}x",
                     ", ".join(f"{x:.2f}" for x in ratios),
                 ]
@@ -450,6 +458,11 @@ def parse_args() -> argparse.Namespace:
         action="store_true",
         help="also cProfile mixshard's warm one-process loop (to stderr)",
     )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="another mixshard checkout (its C modules built) to run beside this one",
+    )
     parser.add_argument("--cell", help=argparse.SUPPRESS)
     parser.add_argument("--kind", help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, help=argparse.SUPPRESS)
@@ -475,6 +488,10 @@ def report(args, libs, peers, folders, rates, firsts, skipped) -> str:  # noqa: 
     )
     headers = ["cell", "peer", "peer img/s", "mixshard img/s", "mixshard/peer", "per round"]
     text = head + "\n\n" + table(headers, summary(rates, peers))
+    if "base" in libs:
+        text += f"\n\nThe baseline ({args.baseline}) in the same rounds:\n\n"
+        base_headers = ["cell", "peer", "peer img/s", "base img/s", "base/peer", "per round"]
+        text += table(base_headers, summary(rates, [*peers, "mixshard"], ours="base"))
     text += "\n\nFirst epoch of a warm cell (untimed above; worker start, FFCV's compilation), " + (
         "median seconds, one process / 2 workers: "
     )
@@ -488,19 +505,23 @@ def report(args, libs, peers, folders, rates, firsts, skipped) -> str:  # noqa: 
     return text
 
 
+def run_cell(args: argparse.Namespace) -> None:
+    """`--cell`: one cell in this process; its JSON on the last line."""
+    if args.cell == "base":  # import mixshard from the baseline's checkout
+        sys.path.insert(0, str(args.baseline.resolve()))
+    got = cell(
+        args.cell, args.folder, args.kind, args.workers, args.epochs, args.min_seconds, args.order
+    )
+    where = sys.modules["mixshard"].__file__ if "mixshard" in sys.modules else None
+    if args.cell == "base" and not str(where).startswith(str(args.baseline.resolve())):
+        raise SystemExit(f"the baseline's mixshard came from {where}")
+    print(json.dumps(got))
+
+
 def main() -> None:
     args = parse_args()
     if args.cell:
-        got = cell(
-            args.cell,
-            args.folder,
-            args.kind,
-            args.workers,
-            args.epochs,
-            args.min_seconds,
-            args.order,
-        )
-        print(json.dumps(got))
+        run_cell(args)
         return
     peers, skipped = available(args.only.split(",") if args.only else None)
     for peer, why in skipped.items():
@@ -511,6 +532,9 @@ def main() -> None:
     libs = ["mixshard", *peers]
     images = make_images(args.images, args.procedural)
     folders = {lib: dataset(lib, images) for lib in libs}
+    if args.baseline is not None:
+        libs.append("base")
+        folders["base"] = folders["mixshard"]
     if args.profile:
         profile_mixshard(folders["mixshard"], args.epochs, args.order)
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
