@@ -53,17 +53,21 @@ def block_sequence(
     counts = np.asarray(block_counts, dtype=np.int64)
     if not shuffle:
         return np.arange(int(counts.sum()), dtype=np.int64)
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    runs = np.random.default_rng([seed, epoch, 1]).permutation(-(-len(counts) // run))
+    runs = run_images(counts, seed, epoch, run)
     per_window = -(-window // run)  # runs in a window
     parts = []
     for w, lo in enumerate(range(0, len(runs), per_window)):
-        chosen = [
-            b for r in runs[lo : lo + per_window].tolist() for b in run_of(r, run, len(counts))
-        ]
-        images = np.concatenate([np.arange(starts[b], starts[b] + counts[b]) for b in chosen])
+        images = np.concatenate(runs[lo : lo + per_window])
         parts.append(np.random.default_rng([seed, epoch, 2, w]).permutation(images))
     return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+def run_images(counts: np.ndarray, seed: int, epoch: int, run: int) -> list[np.ndarray]:
+    """Epoch `epoch`'s permutation of the runs of `run` consecutive blocks (`counts`: images
+    per block), each run as its image numbers."""
+    ends, n = np.concatenate([[0], np.cumsum(counts)]), len(counts)
+    runs = np.random.default_rng([seed, epoch, 1]).permutation(-(-n // run))
+    return [np.arange(ends[r * run], ends[min(n, (r + 1) * run)]) for r in runs.tolist()]
 
 
 def run_of(r: int, run: int, blocks: int) -> range:
