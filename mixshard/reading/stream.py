@@ -28,11 +28,6 @@ from .source import Source, resolve_source
 from .urls.urlstream import UrlBatches
 
 _STATE_VERSION = 4  # 3: block order runs; 4: records shuffle
-# what must match for a state to give the same batches
-_CONFIG_KEYS = (
-    *("version", "seed", "shuffle", "batch_size", "world_size", "count", "order", "window"),
-    "run",
-)
 ORDER_CHOICES = ("auto", *order_mod.ORDERS)
 
 
@@ -108,7 +103,18 @@ class ShardStream(IterableDataset):
         cache_dir: str | os.PathLike | None = None,
         cache_limit: int | None = None,
     ) -> None:
-        _check_args(batch_size, on_error, order, window, rank, world_size)
+        check_int("batch_size", batch_size, 1)
+        check_int("window", window, 1)
+        check_optional_int("rank", rank)
+        check_optional_int("world_size", world_size, 1)
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        if order not in ORDER_CHOICES:
+            raise ValueError(f"order must be one of {', '.join(ORDER_CHOICES)}, got {order!r}")
+        if rank is not None and not 0 <= rank < (world_size or 1 << 30):
+            raise ValueError(
+                f"rank must be in [0, world_size), got rank={rank}, world_size={world_size}"
+            )
         check_int("seed", seed, 0)
         check_int("shuffle_blocks", shuffle_blocks, 1)
         check_int("run", run, 1)
@@ -120,7 +126,6 @@ class ShardStream(IterableDataset):
         self.source = resolve_source(source, manifest, cache_dir=cache_dir, cache_limit=cache_limit)
         self.manifest = self.source.manifest
         self.pack: LocalPack | None = None
-        self.urls = self.source.urls
         if self.source.is_folder:
             self.pack = self.source.open_pack(on_error)
             self.count = self.pack.count
@@ -145,7 +150,7 @@ class ShardStream(IterableDataset):
         else:
             m = self.manifest
             self._made = UrlBatches(
-                self.urls or (),
+                self.source.urls or (),
                 m.size,
                 m.block_size,
                 batch_size,
@@ -254,7 +259,7 @@ class ShardStream(IterableDataset):
             raise ValueError(
                 f"state_dict is missing {', '.join(missing)}: not a state of this stream"
             )
-        for key in _CONFIG_KEYS:
+        for key in [k for k in mine if k not in ("epoch", "batch")]:  # what sets the batches
             if state[key] != mine[key]:
                 raise ValueError(
                     f"state_dict was saved with {key}={state[key]!r}, this "
@@ -295,25 +300,3 @@ class ShardStream(IterableDataset):
             yield batch
         if info is None and end is not None:
             self.position = end
-
-
-def _check_args(
-    batch_size: int,
-    on_error: str,
-    wanted: str,
-    window: int,
-    rank: int | None,
-    world_size: int | None,
-) -> None:
-    check_int("batch_size", batch_size, 1)
-    check_int("window", window, 1)
-    check_optional_int("rank", rank)
-    check_optional_int("world_size", world_size, 1)
-    if on_error not in ("raise", "skip"):
-        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-    if wanted not in ORDER_CHOICES:
-        raise ValueError(f"order must be one of {', '.join(ORDER_CHOICES)}, got {wanted!r}")
-    if rank is not None and not 0 <= rank < (world_size or 1 << 30):
-        raise ValueError(
-            f"rank must be in [0, world_size), got rank={rank}, world_size={world_size}"
-        )
