@@ -94,8 +94,8 @@ class BatchReader:
         self._stop = threading.Event()
         self._pid = this_process()
         self._feed: BlockFeed | None = None
-        self._jobs: list[tuple[Job, int]] = []  # (job, batches this reader makes before it)
-        self._made = 0
+        self._warm: Job | None = None
+        self._warm_lock = locks.Lock()
         epochs = batches_of.epochs
         pack_bytes = self.pack.manifest.total_bytes
         self.plan = plan.choose(
@@ -122,14 +122,12 @@ class BatchReader:
                 # behind it. Once warm, the pack is mapped if the plan allows
                 then_map = plan.maps_after_warm(batches_of.read, pack_bytes)
                 warm = functools.partial(self.pack.warm, self._stop, then_map)
-                self._jobs.append((Job(warm, "mixshard-warm", False), 0))
-            self._jobs_lock = locks.Lock()
+                self._warm = Job(warm, "mixshard-warm", False)
             # a fresh 5 MB buffer per batch costs ~1,300 page faults: use dropped ones again
             m = self.pack.manifest
             self._recycler = Recycler(batches_of.batch_size, m.image_bytes, keep=RECYCLED)
         # stopped by close(), when collected, or at interpreter exit (`core/jobs.py`)
-        jobs = [job for job, _ in self._jobs]
-        self._closer = own(self, _close_reader, self._stop, self._feed, jobs)
+        self._closer = own(self, _close_reader, self._stop, self._feed, self._warm)
 
     @property
     def reads_ahead(self) -> bool:
@@ -163,7 +161,10 @@ class BatchReader:
             bad = self.pack.read_images(index, images.numpy())
             if buffer is not None:
                 self._recycler.lend(buffer)
-            self._start_jobs()
+            if self._warm is not None and not self._warm.started:
+                with self._warm_lock:
+                    if not self._warm.started and not self._stop.is_set():
+                        self._warm.start()
         if bad is not None:
             index = _substitute(k, index, images.numpy(), bad)
         if not self.source.labels:
@@ -171,29 +172,18 @@ class BatchReader:
         labels = torch.from_numpy(self.pack.labels(index))
         return images, (pinned(labels) if pin else labels)
 
-    def _start_jobs(self) -> None:
-        self._made += 1  # (two threads may count one batch once: a job starts a batch later)
-        for job, after in self._jobs:
-            if not job.started and self._made > after:
-                with self._jobs_lock:
-                    if not job.started and not self._stop.is_set():
-                        job.start()
-
     def close(self) -> None:
         """Stop the reads ahead and wait for their threads."""
-        if self._jobs:
-            with self._jobs_lock:
-                self._closer()
-        else:
+        with self._warm_lock:  # no warm pass starts after this
             self._closer()
 
 
-def _close_reader(stop: threading.Event, feed: BlockFeed | None, jobs: list[Job]) -> None:
+def _close_reader(stop: threading.Event, feed: BlockFeed | None, warm: Job | None) -> None:
     stop.set()
     if feed is not None:
         feed.close()
-    for job in jobs:
-        job.join()
+    if warm is not None:
+        warm.join()
 
 
 def _substitute(k: int, index: np.ndarray, out: np.ndarray, bad: np.ndarray) -> np.ndarray:
