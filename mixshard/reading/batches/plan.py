@@ -16,20 +16,14 @@ used. `MIXSHARD_MMAP=0`, the one environment switch, keeps `"auto"` off the mapp
 from __future__ import annotations
 
 import os
-from typing import Protocol
 
 from ...core.env import available_memory
 from ...core.errors import MixshardError
+from ..pack.local import LocalPack
 from ..pack.mapped import mapping_built
 
 READS = ("auto", "mapped", "feed", "pread")
 MAP_SHARE = 0.5  # a pack is mapped when its bytes are at most this share of the available memory
-
-
-class Mappable(Protocol):
-    """What the plan asks of a pack (`local.LocalPack`)."""
-
-    def map_all(self, resident_only: bool) -> bool: ...
 
 
 def check_read(read: str, order: str, store: bool) -> None:
@@ -62,7 +56,7 @@ def maps_allowed(pack_bytes: int) -> bool:
     return os.environ.get("MIXSHARD_MMAP") != "0" and can_map(pack_bytes)
 
 
-def choose(pack: Mappable, order: str, read: str, drop_cache: bool, pack_bytes: int) -> str:
+def choose(pack: LocalPack, order: str, read: str, drop_cache: bool, pack_bytes: int) -> str:
     """The plan of a reader opening now: `"mapped"`, `"feed"` or `"pread"`. `"mapped"` maps the
     pack here (named: whatever its page-cache state; raises MixshardError when it cannot be)."""
     if read == "mapped":
