@@ -30,17 +30,8 @@ RECYCLED = 32  # global order: batch buffers remembered, to be used again once d
 
 
 class LocalBatches:
-    """The batches of a local pack.
-
-    Args:
-        pack: the open pack.
-        epochs: the stream's epoch sequences (`order.EpochOrder`).
-        batch_size: images per batch.
-        labels: batches are `(images, labels)`.
-        drop_cache: block order: drop blocks from the page cache once read (a pack larger
-            than memory).
-        read: the read plan asked for (`plan.READS`).
-    """
+    """The batches of a local pack, `(images, labels)` with `labels`; `drop_cache`: the block
+    order drops blocks from the page cache once read (a pack larger than memory)."""
 
     def __init__(
         self,
@@ -123,9 +114,8 @@ class BatchReader:
                 then_map = plan.maps_after_warm(batches_of.read, pack_bytes)
                 warm = functools.partial(self.pack.warm, self._stop, then_map)
                 self._warm = Job(warm, "mixshard-warm", False)
-            # a fresh 5 MB buffer per batch costs ~1,300 page faults: use dropped ones again
-            m = self.pack.manifest
-            self._recycler = Recycler(batches_of.batch_size, m.image_bytes, keep=RECYCLED)
+            image_bytes = self.pack.manifest.image_bytes
+            self._recycler = Recycler(batches_of.batch_size, image_bytes, keep=RECYCLED)
         # stopped by close(), when collected, or at interpreter exit (`core/jobs.py`)
         self._closer = own(self, _close_reader, self._stop, self._feed, self._warm)
 
@@ -136,8 +126,7 @@ class BatchReader:
 
     @property
     def feed(self) -> BlockFeed | None:
-        """The block order's feed (its counters), or None: the global order, or a block order
-        copied out of mappings."""
+        """The block order's feed (its counters), or None (another plan)."""
         return self._feed
 
     def get(self, k: int, pin: bool | None = None) -> Any:

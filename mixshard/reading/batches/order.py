@@ -27,7 +27,6 @@ ORDERS = ("global", "block")
 
 
 def batches_per_rank(count: int, world_size: int, batch_size: int) -> int:
-    """Full batches each rank gets per epoch: `count // (world_size * batch_size)`."""
     return count // (world_size * batch_size)
 
 
@@ -46,10 +45,9 @@ def block_sequence(
     shuffle: bool = True,
     run: int = 1,
 ) -> np.ndarray:
-    """Epoch sequence of the block order (int64 image numbers): runs of `run` consecutive
-    blocks (`run_of`, read with one request) in a per-epoch permutation, cut into windows of
-    `window` blocks (rounded up to whole runs) whose images are shuffled among themselves.
-    `block_counts`: images per block, in stored order; `shuffle=False`: the stored order."""
+    """Epoch sequence of the block order: runs of `run` consecutive blocks (read with one
+    request) in a per-epoch permutation, cut into windows of `window` blocks (rounded up to
+    whole runs) whose images are shuffled among themselves. `block_counts`: images per block."""
     counts = np.asarray(block_counts, dtype=np.int64)
     if not shuffle:
         return np.arange(int(counts.sum()), dtype=np.int64)
@@ -109,8 +107,7 @@ def worker_batches(start: int, end: int | None, worker: int, workers: int) -> ra
 
 
 def role_counts(epoch: int, nb: int, workers: int) -> list[int]:
-    """Remote sources: how many of epoch `epoch`'s batches each worker role `r` makes (the
-    batches with `k % workers == r`)."""
+    """How many of epoch `epoch`'s batches each worker role `r` makes (`k % workers == r`)."""
     return [len(role_batches(epoch, nb, r, workers)) for r in range(workers)]
 
 
@@ -123,8 +120,8 @@ def role_batches(epoch: int, nb: int, role: int, workers: int) -> range:
 def role_span(
     epoch: int, nb: int, rank: int, role: int, workers: int, batch: int
 ) -> tuple[int, int]:
-    """Remote sources: `(first, length)`: the positions of epoch `epoch`'s sequence that worker
-    role `role` of `rank` reads: a contiguous part of the rank's run, one role after another."""
+    """`(first, length)`: the positions of epoch `epoch`'s sequence that worker role `role` of
+    `rank` reads: a contiguous part of the rank's run, one role after another."""
     counts = role_counts(epoch, nb, workers)
     return (rank * nb + sum(counts[:role])) * batch, counts[role] * batch
 
@@ -137,9 +134,9 @@ def shard_sequence(shards: int, seed: int, epoch: int, shuffle: bool = True) -> 
 
 
 class EpochOrder:
-    """The epoch sequences of one local stream (`global_sequence` or `block_sequence`), each
-    computed once, with its inverse on demand. Two epochs are kept: around an epoch's end,
-    workers make batches of both. Thread-safe; pickled without its cache."""
+    """The epoch sequences of one local stream, each computed once, with its inverse on demand.
+    Two epochs are kept: around an epoch's end, workers make batches of both. Thread-safe;
+    pickled without its cache."""
 
     def __init__(
         self,
@@ -174,11 +171,9 @@ class EpochOrder:
             return kept
 
     def sequence(self, epoch: int) -> np.ndarray:
-        """Epoch `epoch`'s sequence."""
         return self._entry(epoch, False)[0]
 
     def with_inverse(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
-        """Epoch `epoch`'s sequence and each image's position in it."""
         kept = self._entry(epoch, True)
         return kept[0], kept[1]
 

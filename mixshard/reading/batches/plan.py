@@ -1,16 +1,9 @@
-"""The read plan: how a reader gets a local pack's batches, chosen here once per reader.
-
-* `"mapped"`: every shard mapped and each image copied out of the mappings (`mapped.py`), in
-  either order: for a pack in the page cache that fits in half the available memory. Mapped
-  whole or not at all.
-* `"feed"`: the block order's runs of whole blocks read ahead (`blockfeed.py`): a pack not in
-  the page cache, or larger than memory.
-* `"pread"`: the global order's one `pread` per image, its warm job reading the pack into the
-  page cache meanwhile; once that pass ends and the pack fits, every shard is mapped and the
-  batches after are copied out (decided again then).
-
-`read="auto"` chooses; a caller (a test) may name one. The batches are the same whichever is
-used. `MIXSHARD_MMAP=0`, the one environment switch, keeps `"auto"` off the mappings.
+"""The read plan, chosen here once per reader: `"mapped"` (every shard mapped, or none: a pack
+in the page cache that fits in half the available memory, either order), `"feed"` (the block
+order's runs read ahead) or `"pread"` (the global order; mapped once its warm pass has read in
+a pack that fits). `read="auto"` chooses, a caller (a test) may name one; the batches are the
+same. `MIXSHARD_MMAP=0`, the one environment switch, keeps `"auto"` off the mappings. The why:
+docs/design.md, "One read plan".
 """
 
 from __future__ import annotations
