@@ -144,10 +144,8 @@ def open_in(folder: int, name: str, flags: int, where: Path) -> int:
 
 
 def claim_part(root: Path) -> tuple[Path, int]:
-    """A part folder of `root` no other process holds: `(folder, fd of its held lock)`.
-
-    Raises:
-        MixshardError: `root`, a part or a file in it is a link (`planted`)."""
+    """A part folder of `root` no other process holds: `(folder, fd of its held lock)`; a link
+    at `root`, a part or a file in it raises `planted`'s MixshardError."""
     root.parent.mkdir(parents=True, exist_ok=True)
     os.close(open_folder(root))
     for n in range(1 << 10):

@@ -133,14 +133,9 @@ def feed_plan(feed: FeedReads, workers: int = 1) -> Callable[[int], np.ndarray]:
 
 
 class Schedule:
-    """Follows one reader along its known sequence of block reads.
-
-    Args:
-        uses_of: epoch -> the blocks the reader reads in that epoch, in order (None: nothing
-            is known; every next use is `NEVER`, and eviction falls back to LRU). The first
-            epoch's list starts where the reader starts (a resumed epoch: its remaining reads).
-        blocks: blocks in the pack.
-        first_epoch: the epoch the reader starts in.
+    """Follows one reader, from `first_epoch` on, along its known sequence of block reads:
+    `uses_of(epoch)`, the blocks it reads in that epoch in order, the first epoch's from where
+    the reader starts (None: nothing is known; every next use is `NEVER`: LRU).
 
     Reads may come slightly out of order (reader threads): a read takes its block's earliest
     use still to come. Not thread-safe: its owner holds a lock.
