@@ -24,13 +24,8 @@ from .remote import read_blocks
 
 @dataclass(frozen=True)
 class UrlBatches:
-    """The batches of a stream over shard URLs.
-
-    Attributes:
-        urls: `(url, shard)` pairs, in the order given.
-        size: image side.
-        block_size: images per block (the shuffle buffer holds `shuffle_blocks` of them).
-        batch_size, shuffle, seed, labels, on_error, shuffle_blocks: as `ShardStream` has them.
+    """The batches of a stream over shard URLs (`(url, shard)` pairs, in the order given); the
+    other fields as `ShardStream` has them (`size`: image side, `block_size`: images a block).
     """
 
     urls: tuple[tuple[str, ShardInfo], ...]
