@@ -1,13 +1,10 @@
 """Which images make which batch: pure functions of (seed, epoch, rank, ...), no I/O.
 
 Images are numbered `0 .. count-1` in stored order (blocks in manifest order). Per epoch, an
-*epoch sequence* orders all of them:
-
-* `"global"`: a fresh permutation of every image (random access: for packs in the page cache);
-* `"block"`: a permutation of whole blocks, cut into windows of `window` blocks, each window's
-  images shuffled among themselves (reads whole blocks, sequential I/O: for packs larger than
-  memory). A default pack is shuffled when written, so a block is already a random sample and
-  little shuffle quality is lost (CorgiPile, SIGMOD'22; FFCV's QUASI_RANDOM).
+*epoch sequence* orders all of them: `"global"`, a fresh permutation of every image; `"block"`,
+a permutation of runs of whole blocks, cut into windows whose images are shuffled among
+themselves (a default pack is shuffled when written, so a block is already a random sample:
+CorgiPile, SIGMOD'22; FFCV's QUASI_RANDOM; when each is used: docs/design.md).
 
 Batches are numbered by a global position `k` over epochs: `nb` batches per rank and epoch,
 batch `k` is batch `j = k % nb` of epoch `k // nb`, and rank `r` takes the contiguous positions
