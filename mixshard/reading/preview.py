@@ -33,15 +33,14 @@ def _load_obs(path: str | os.PathLike, size: int) -> np.ndarray:
                 ImageOps.exif_transpose(img).convert("RGB"), (size, size), Image.Resampling.BILINEAR
             )
     except FileNotFoundError:
-        raise MixshardError(f"cannot read the observation image {path}: no such file") from None
-    except (UnidentifiedImageError, OSError) as exc:
-        reason = (
-            "not an image PIL can read"
-            if isinstance(exc, UnidentifiedImageError)
-            else (exc.strerror or str(exc))
-        )
-        raise MixshardError(f"cannot read the observation image {path}: {reason}") from None
-    return np.asarray(fitted, dtype=np.float64)
+        reason = "no such file"
+    except UnidentifiedImageError:
+        reason = "not an image PIL can read"
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+    else:
+        return np.asarray(fitted, dtype=np.float64)
+    raise MixshardError(f"cannot read the observation image {path}: {reason}")
 
 
 def preview_grid(
