@@ -57,9 +57,8 @@ class LocalBatches:
     def batches(
         self, start: int, end: int | None, wid: int, nw: int, nb: int, rank: int, world: int
     ) -> Iterator[tuple[int, Any]]:
-        """`(k, batch)` for the batches worker `wid` of `nw` makes, from batch `start` on; in
-        the shuffled block order with several workers, each reads its own blocks (`roles.py`).
-        """
+        """`(k, batch)` for the batches worker `wid` of `nw` makes from `start` (to `end`); in
+        the shuffled block order with several workers, each reads its own blocks (`roles.py`)."""
         if self.epochs.kind == "block" and self.epochs.shuffle and nw > 1:
             yield from role_batches(self, start, end, wid, nw, nb, rank, world)
             return
@@ -130,8 +129,7 @@ class BatchReader:
         return self._feed
 
     def get(self, k: int, pin: bool | None = None) -> Any:
-        """Batch `k` as a tensor (or `(images, labels)`), pinned if asked (default: as the
-        reader was opened)."""
+        """Batch `k` as a tensor (or `(images, labels)`), pinned if asked (default: as opened)."""
         pin = self._pin if pin is None else pin
         if self._feed is not None:
             check_process(self._pid, "a block-order batch reader")

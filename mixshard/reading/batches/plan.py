@@ -20,8 +20,7 @@ MAP_SHARE = 0.5  # a pack is mapped when its bytes are at most this share of the
 
 
 def check_read(read: str, order: str, store: bool) -> None:
-    """Raise ValueError when `read` is no read plan, or one `order` or a store pack cannot
-    use."""
+    """Raise ValueError unless `read` is a read plan that `order` and the pack can use."""
     if read not in READS:
         raise ValueError(f"read must be one of {', '.join(READS)}, got {read!r}")
     if read == "feed" and order == "global":

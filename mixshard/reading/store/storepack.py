@@ -36,7 +36,6 @@ POLICY = "future"  # eviction policy of new caches ("lru": for the benchmark's c
 
 
 def default_cache_dir() -> Path:
-    """`$XDG_CACHE_HOME/mixshard`, else `~/.cache/mixshard`."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "mixshard"
 

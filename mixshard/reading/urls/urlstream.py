@@ -41,8 +41,7 @@ class UrlBatches:
     def batches(
         self, start: int, end: int | None, wid: int, nw: int, nb: int, rank: int, world: int
     ) -> Iterator[tuple[int, Any]]:
-        """`(k, batch)` for the batches worker `wid` of `nw` makes, from batch `start` on (to
-        `end`, or forever), for `rank` of `world` with `nb` batches per epoch."""
+        """`(k, batch)` for the batches worker `wid` of `nw` makes from `start` (to `end`)."""
         k = start + wid
         role = k % nw
         epoch = k // nb
