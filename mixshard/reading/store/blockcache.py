@@ -33,18 +33,7 @@ from ...core.errors import MixshardError, ShardError
 from ...core.stores import Store
 from ..urls.remote import MIN_RATE, RATE_GRACE
 from . import eviction
-from .cachefiles import (
-    Pages,
-    claim_part,
-    disk_full,
-    footprint,
-    open_folder,
-    open_in,
-    page_size,
-    punch,
-)
-
-__all__ = ["FETCH_THREADS", "BlockCache", "claim_part"]
+from .cachefiles import Pages, disk_full, footprint, open_folder, open_in, page_size, punch
 
 FETCH_THREADS = 8  # ranged reads in flight at once
 AHEAD = 256  # uses of the schedule looked at for prefetching

@@ -29,8 +29,8 @@ from ...core.manifest import Manifest, ShardInfo
 from ...core.stores import Store
 from ..pack.shardfiles import FeedReads, FileId, FolderFiles, shard_path
 from . import eviction
-from .blockcache import BlockCache, claim_part
-from .cachefiles import existing, footprint, page_size
+from .blockcache import BlockCache
+from .cachefiles import claim_part, existing, footprint, page_size
 
 POLICY = "future"  # eviction policy of new caches ("lru": for the benchmark's comparison)
 
