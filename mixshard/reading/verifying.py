@@ -35,21 +35,17 @@ class VerifyReport:
         return not self.problems
 
 
-def _npy_shape(tar: tarfile.TarFile, member: tarfile.TarInfo) -> tuple[tuple, np.dtype, int]:
-    f = tar.extractfile(member)
-    if f is None or np.lib.format.read_magic(f) != (1, 0):
-        raise ValueError(f"{member.name} is not a version 1.0 .npy")
-    shape, _, dtype = np.lib.format.read_array_header_1_0(f)
-    return shape, dtype, f.tell()
-
-
 def _member_problem(
     tar: tarfile.TarFile, members: dict, name: str, offset: int, shape: tuple, dtype: type
 ) -> str | None:
     member = members.get(name)
     if member is None or not member.isreg():
         return f"member {name} is missing"
-    found, found_dtype, head = _npy_shape(tar, member)
+    f = tar.extractfile(member)
+    if f is None or np.lib.format.read_magic(f) != (1, 0):
+        raise ValueError(f"{member.name} is not a version 1.0 .npy")
+    found, _, found_dtype = np.lib.format.read_array_header_1_0(f)
+    head = f.tell()
     if found != shape or found_dtype != np.dtype(dtype):
         return (
             f"{name} holds {found_dtype}{list(found)}, manifest says {np.dtype(dtype)}{list(shape)}"
