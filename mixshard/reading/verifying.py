@@ -136,7 +136,7 @@ def verify(
     if store is None:
         folder = pack_dir(folder)
         manifest = manifest or Manifest.load(folder)
-        listing = dict.fromkeys(os.listdir(folder), 0)
+        listing = dict.fromkeys(os.listdir(folder), 0)  # its names (sizes: a store's only)
     else:
         manifest = manifest or load_manifest(store)
         listing = store.listing()
