@@ -13,7 +13,8 @@ import belady
 import numpy as np
 import pytest
 
-from mixshard.reading.store.blockcache import BlockCache, claim_part
+from mixshard.reading.store.blockcache import BlockCache
+from mixshard.reading.store.cachefiles import claim_part
 
 BLOCK = 4096
 BLOCKS = 16

@@ -147,8 +147,7 @@ def test_the_global_order_maps_a_cold_pack_once_its_warm_pass_ends(pack_dir, mon
     reader = stream.reader(range(0, 12))
     assert (reader.plan, stream.pack.mapped_shards) == ("pread", 0)
     first = reader.get(0).clone()
-    ((job, _),) = reader._jobs
-    job.join()
+    reader._warm.join()
     assert stream.pack.mapped_shards == 5  # whole, once the pass has read it in
     assert torch.equal(reader.get(0), first)
     reader.close()
@@ -156,8 +155,7 @@ def test_the_global_order_maps_a_cold_pack_once_its_warm_pass_ends(pack_dir, mon
     reads = ShardStream(pack_dir, 8, order="global", read="pread")  # named: never mapped
     reader = reads.reader(range(0, 12))
     assert torch.equal(reader.get(0), first)
-    ((job, _),) = reader._jobs
-    job.join()
+    reader._warm.join()
     assert reads.pack.mapped_shards == 0
     reader.close()
 

@@ -14,7 +14,7 @@ from helpers import make_tree, small_pack
 import mixshard
 from mixshard import ManifestError, MixshardError, ShardError, ShardStream
 from mixshard.core.stores import Store
-from mixshard.reading.store import blockcache, eviction, storepack
+from mixshard.reading.store import blockcache, cachefiles, eviction, storepack
 
 N = 96  # images: 5 shards (20, 20, 20, 20, 16) of 8-image blocks
 
@@ -217,11 +217,11 @@ def test_global_order_needs_the_whole_pack_in_the_cache(url, tmp_path):
 
 
 def test_two_processes_never_share_a_cache_part(tmp_path):
-    a, fa = blockcache.claim_part(tmp_path)
-    b, fb = blockcache.claim_part(tmp_path)
+    a, fa = cachefiles.claim_part(tmp_path)
+    b, fb = cachefiles.claim_part(tmp_path)
     assert a != b
     os.close(fa)
-    c, fc = blockcache.claim_part(tmp_path)
+    c, fc = cachefiles.claim_part(tmp_path)
     assert c == a
     os.close(fb)
     os.close(fc)

@@ -25,14 +25,6 @@ from ..core.checks import check_int
 from ..core.device import Fence, Lane, move
 
 
-def _tensors(batch: Any) -> list[torch.Tensor]:
-    return list(batch) if isinstance(batch, (tuple, list)) else [batch]
-
-
-def _pack_like(batch: Any, tensors: list[torch.Tensor]) -> Any:
-    return type(batch)(tensors) if isinstance(batch, (tuple, list)) else tensors[0]
-
-
 def landing(src: torch.Tensor, old: torch.Tensor | None, device: torch.device) -> Any:
     """Where a copy of `src` onto `device` lands: `old` when it has the shape and dtype, a new
     buffer when not, None when `src` is on `device` already (nothing to copy)."""
@@ -88,7 +80,7 @@ class Ring:
     def load(self, i: int, batch: Any) -> None:
         """Queue the copy of `batch` into slot `i % depth`."""
         s = i % self.depth
-        host = _tensors(batch)
+        host = list(batch) if isinstance(batch, (tuple, list)) else [batch]
         old = self.slots[s] + [None] * (len(host) - len(self.slots[s]))
         dsts = [landing(t, o, self.device) for t, o in zip(host, old)]  # on the consumer's stream
         self.copies += any(d is not None for d in dsts)
@@ -103,7 +95,8 @@ class Ring:
         """Slot `i % depth`, for the consumer once its copy is done."""
         s = i % self.depth
         self.lane.wait(self.fences[s])
-        return _pack_like(self.hosts[s], self.slots[s])
+        batch, tensors = self.hosts[s], self.slots[s]
+        return type(batch)(tensors) if isinstance(batch, (tuple, list)) else tensors[0]
 
     def run(self, loader: Iterable[Any]) -> Iterator[Any]:
         """The batches of `loader`, each copied while the one before is used."""

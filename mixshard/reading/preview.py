@@ -33,15 +33,14 @@ def _load_obs(path: str | os.PathLike, size: int) -> np.ndarray:
                 ImageOps.exif_transpose(img).convert("RGB"), (size, size), Image.Resampling.BILINEAR
             )
     except FileNotFoundError:
-        raise MixshardError(f"cannot read the observation image {path}: no such file") from None
-    except (UnidentifiedImageError, OSError) as exc:
-        reason = (
-            "not an image PIL can read"
-            if isinstance(exc, UnidentifiedImageError)
-            else (exc.strerror or str(exc))
-        )
-        raise MixshardError(f"cannot read the observation image {path}: {reason}") from None
-    return np.asarray(fitted, dtype=np.float64)
+        reason = "no such file"
+    except UnidentifiedImageError:
+        reason = "not an image PIL can read"
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+    else:
+        return np.asarray(fitted, dtype=np.float64)
+    raise MixshardError(f"cannot read the observation image {path}: {reason}")
 
 
 def preview_grid(
@@ -83,7 +82,14 @@ def preview_grid(
         n = min(n, manifest.count)
         index = np.sort(np.random.default_rng(seed).choice(manifest.count, n, replace=False))
     base = _load_obs(obs, size) if obs is not None else None
-    nchw, labels = _store_rows(store, manifest, index) if store else _local_rows(folder, index)
+    if store:
+        nchw, labels = _store_rows(store, manifest, index)
+    else:
+        pack = LocalPack(pack_dir(folder), manifest)
+        try:
+            nchw, labels = pack.gather(index), pack.labels(index)
+        finally:
+            pack.close()
     images = nchw.transpose(0, 2, 3, 1)  # NHWC
     if base is not None:
         images = np.floor((1 - alpha) * base + alpha * images + 0.5).astype(np.uint8)
@@ -120,8 +126,7 @@ def clip_frames(manifest: Manifest, n: int, seed: int) -> tuple[np.ndarray, list
 
 def _strips(images: np.ndarray, rows: list[tuple[str, int]], size: int) -> Image.Image:
     """A strip of frames per clip (`images` NHWC, row after row), the clip's name above it."""
-    scale = math.ceil(96 / size)
-    tile = size * scale
+    tile = size * math.ceil(96 / size)  # tiles at least 96 px wide
     row_h = LABEL_HEIGHT + tile
     width = STRIP_FRAMES * (tile + GAP) + GAP
     grid = Image.new("RGB", (width, len(rows) * (row_h + GAP) + GAP), "white")
@@ -141,15 +146,6 @@ def _strips(images: np.ndarray, rows: list[tuple[str, int]], size: int) -> Image
             grid.paste(tile_img, (GAP + c * (tile + GAP), y + LABEL_HEIGHT))
         at += cols
     return grid
-
-
-def _local_rows(folder: str | os.PathLike, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    folder = pack_dir(folder)
-    pack = LocalPack(folder, Manifest.load(folder))
-    try:
-        return pack.gather(index), pack.labels(index)
-    finally:
-        pack.close()
 
 
 def _store_rows(
@@ -185,8 +181,7 @@ def _store_rows(
 def _grid(images: np.ndarray, names: list[str] | None, size: int) -> Image.Image:
     """The tiles of `images` (NHWC), `names` under them."""
     n = len(images)
-    scale = math.ceil(96 / size)  # tiles at least 96 px wide
-    tile = size * scale
+    tile = size * math.ceil(96 / size)  # tiles at least 96 px wide
     cols = math.ceil(math.sqrt(n))
     rows = math.ceil(n / cols)
     cell_h = tile + (LABEL_HEIGHT if names else 0)

@@ -28,17 +28,10 @@ SWAP_TRIES = 5  # reads of a pack folder whose index.json changed while it was r
 
 @dataclass(frozen=True)
 class Source:
-    """A resolved pack.
-
-    Attributes:
-        folder: the pack folder, or None for shard URLs.
-        urls: `(url, shard)` pairs of shard URLs (maybe part of a pack), or None for a folder.
-        manifest: the pack's manifest.
-        store: the pack's store URL (`s3://...`), read through a block cache; else None.
-        cache_dir, cache_limit: a store's cache folder and byte limit (None: the defaults,
-            `storepack.default_cache_dir` and `storepack.default_limit`).
-        ids: a folder's shards as found when its manifest was read (`consistent_pack`).
-    """
+    """A resolved pack: a `folder`; or `urls`, `(url, shard)` pairs (maybe part of a pack); or
+    a `store` URL (`s3://...`) read through a block cache in `cache_dir`, of `cache_limit`
+    bytes (None: `storepack.default_cache_dir`, `storepack.default_limit`). `ids`: a folder's
+    shards as found when its manifest was read (`consistent_pack`)."""
 
     folder: str | None
     urls: tuple[tuple[str, ShardInfo], ...] | None
@@ -55,7 +48,6 @@ class Source:
 
     @property
     def kind(self) -> str:
-        """`"folder"`, `"store"` or `"urls"`."""
         return "store" if self.store else "folder" if self.folder is not None else "urls"
 
     def open_pack(self, on_error: str = "raise") -> LocalPack:
@@ -90,13 +82,8 @@ def resolve_source(
 ) -> Source:
     """`source` (a pack folder or its `index.json`, a store URL `s3://bucket/prefix`, shard
     URLs, brace patterns, `pipe:` commands, a list of them) as a `Source`; a `Source` is
-    returned as it is (with the cache options given here, when they are).
-
-    Args:
-        source: what the user passed.
-        manifest: the `Manifest` already read, or where the manifest of URLs is when it is not
-            `<base>/index.json`.
-        cache_dir, cache_limit: a store URL's block cache, as `ShardStream` takes them.
+    returned as it is (with the cache options given here, when they are). `manifest`: the
+    `Manifest` already read, or where the URLs' manifest is when not `<base>/index.json`.
 
     Raises:
         ManifestError: the folder holds no finished pack, or the URLs' manifest cannot be read.

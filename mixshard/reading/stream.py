@@ -28,11 +28,6 @@ from .source import Source, resolve_source
 from .urls.urlstream import UrlBatches
 
 _STATE_VERSION = 4  # 3: block order runs; 4: records shuffle
-# what must match for a state to give the same batches
-_CONFIG_KEYS = (
-    *("version", "seed", "shuffle", "batch_size", "world_size", "count", "order", "window"),
-    "run",
-)
 ORDER_CHOICES = ("auto", *order_mod.ORDERS)
 
 
@@ -120,7 +115,6 @@ class ShardStream(IterableDataset):
         self.source = resolve_source(source, manifest, cache_dir=cache_dir, cache_limit=cache_limit)
         self.manifest = self.source.manifest
         self.pack: LocalPack | None = None
-        self.urls = self.source.urls
         if self.source.is_folder:
             self.pack = self.source.open_pack(on_error)
             self.count = self.pack.count
@@ -145,7 +139,7 @@ class ShardStream(IterableDataset):
         else:
             m = self.manifest
             self._made = UrlBatches(
-                self.urls or (),
+                self.source.urls or (),
                 m.size,
                 m.block_size,
                 batch_size,
@@ -254,7 +248,7 @@ class ShardStream(IterableDataset):
             raise ValueError(
                 f"state_dict is missing {', '.join(missing)}: not a state of this stream"
             )
-        for key in _CONFIG_KEYS:
+        for key in [k for k in mine if k not in ("epoch", "batch")]:  # what sets the batches
             if state[key] != mine[key]:
                 raise ValueError(
                     f"state_dict was saved with {key}={state[key]!r}, this "

@@ -3,6 +3,7 @@ with every block's members where `index.json` says (torch-free)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import tarfile
@@ -34,21 +35,17 @@ class VerifyReport:
         return not self.problems
 
 
-def _npy_shape(tar: tarfile.TarFile, member: tarfile.TarInfo) -> tuple[tuple, np.dtype, int]:
-    f = tar.extractfile(member)
-    if f is None or np.lib.format.read_magic(f) != (1, 0):
-        raise ValueError(f"{member.name} is not a version 1.0 .npy")
-    shape, _, dtype = np.lib.format.read_array_header_1_0(f)
-    return shape, dtype, f.tell()
-
-
 def _member_problem(
     tar: tarfile.TarFile, members: dict, name: str, offset: int, shape: tuple, dtype: type
 ) -> str | None:
     member = members.get(name)
     if member is None or not member.isreg():
         return f"member {name} is missing"
-    found, found_dtype, head = _npy_shape(tar, member)
+    f = tar.extractfile(member)
+    if f is None or np.lib.format.read_magic(f) != (1, 0):
+        raise ValueError(f"{member.name} is not a version 1.0 .npy")
+    found, _, found_dtype = np.lib.format.read_array_header_1_0(f)
+    head = f.tell()
     if found != shape or found_dtype != np.dtype(dtype):
         return (
             f"{name} holds {found_dtype}{list(found)}, manifest says {np.dtype(dtype)}{list(shape)}"
@@ -135,47 +132,34 @@ def verify(
         ManifestError: `index.json` is missing or invalid.
         ShardError: the store denies access or cannot be reached.
     """
-    if is_store_url(folder):
-        return _verify_store(Store(str(folder)), progress, manifest)
-    folder = pack_dir(folder)
-    manifest = manifest or Manifest.load(folder)
+    store = Store(str(folder)) if is_store_url(folder) else None
+    if store is None:
+        folder = pack_dir(folder)
+        manifest = manifest or Manifest.load(folder)
+        listing = dict.fromkeys(os.listdir(folder), 0)  # its names (sizes: a store's only)
+    else:
+        manifest = manifest or load_manifest(store)
+        listing = store.listing()
     report = VerifyReport(manifest)
-    _extras(report, os.listdir(folder))
-    for shard in manifest.shards:
-        problem = _shard_problem(folder / shard.name, shard, manifest)
-        if problem:
-            report.problems[shard.name] = problem
-        if progress:
-            progress(shard.bytes)
-    return report
-
-
-def _extras(report: VerifyReport, names: list[str]) -> None:
-    listed = {s.name for s in report.manifest.shards}
-    for name in sorted(names):
+    listed = {s.name for s in manifest.shards}
+    for name in sorted(listing):
         if name.startswith(SHARD_PREFIX) and name.endswith(SHARD_SUFFIX) and name not in listed:
             report.problems[name] = "extra: a shard file that index.json does not list"
         elif name.endswith(TMP_SUFFIX):
             report.problems[name] = "leftover temporary file of an interrupted pack"
-
-
-def _verify_store(
-    store: Store, progress: Callable[[int], None] | None, manifest: Manifest | None
-) -> VerifyReport:
-    """`verify` of a pack in an object store: one shard at a time in a temporary file."""
-    manifest = manifest or load_manifest(store)
-    report = VerifyReport(manifest)
-    listing = store.listing()
-    _extras(report, list(listing))
-    with tempfile.TemporaryDirectory(prefix="mixshard-verify-") as tmp:
+    temporary = tempfile.TemporaryDirectory(prefix="mixshard-verify-") if store else None
+    with temporary or contextlib.nullcontext("") as tmp:  # a store's shard, one at a time
         for shard in manifest.shards:
-            size = listing.get(shard.name)
-            problem = "missing" if size is None else _size_problem(size, shard)
-            if problem is None:
-                local = Path(tmp) / shard.name
-                store.download(shard.name, local)
-                problem = _shard_problem(local, shard, manifest)
-                local.unlink()
+            if store is None:
+                problem = _shard_problem(Path(folder) / shard.name, shard, manifest)
+            else:
+                size = listing.get(shard.name)
+                problem = "missing" if size is None else _size_problem(size, shard)
+                if problem is None:
+                    local = Path(tmp) / shard.name
+                    store.download(shard.name, local)
+                    problem = _shard_problem(local, shard, manifest)
+                    local.unlink()
             if problem:
                 report.problems[shard.name] = problem
             if progress:

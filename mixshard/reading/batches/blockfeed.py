@@ -43,24 +43,12 @@ class _EpochReads:
 
 
 class BlockFeed:
-    """Makes the batches `batches` (in that order, from any number of threads) out of whole
-    blocks read ahead.
-
-    Args:
-        pack: the open pack.
-        sequence_of: epoch -> `(its sequence, the inverse)` (`order.block_sequence`,
-            `order.inverse`).
-        per_epoch: batches per epoch and rank (a block is read once per epoch).
-        rank: whose batches these are (`order.batch_span`).
-        batch_size: images per batch.
-        batches: the batch numbers this feed will be asked for, in order (may be endless).
-        ahead: batches planned at most beyond those taken.
-        threads: reader threads (several reads in flight keep a disk busy).
-        drop_cache: drop each block from the page cache once read (packs larger than memory).
-        pin: batches are allocated in pinned memory.
-        run: the sequence keeps runs of this many consecutive blocks together
-            (`order.block_sequence`): a run is read with one request.
-    """
+    """Makes the batches `batches` (an increasing range, maybe endless), taken in that order
+    from any number of threads, out of whole blocks read ahead. `sequence_of(epoch)`: the
+    epoch's sequence and its inverse; `per_epoch` batches a rank (a block is read once an
+    epoch); at most `ahead` batches planned beyond those taken; `threads` reads in flight keep
+    a disk busy; a run of `run` blocks is read with one request; `drop_cache`: packs larger
+    than memory."""
 
     def __init__(
         self,
@@ -204,7 +192,6 @@ class BlockFeed:
         return addresses, [self._buffers[f][0] for f in feeds.tolist()]
 
     def _new(self, k: int) -> tuple[torch.Tensor, int, np.ndarray | None]:
-        """Batch `k`'s buffer: `(images, their address, recycled buffer or None)`."""
         if self._pin:  # torch's pinned allocator keeps and reuses its buffers itself
             images = host_empty(self._shape, torch.uint8, pin=True)
             buffer = None
@@ -289,9 +276,8 @@ class BlockFeed:
         }
 
     def close(self) -> None:
-        """Stop planning and reading; returns once the planner and the reads in flight ended
-        (reads still queued end as errors, for anyone waiting on them). Does nothing in a
-        forked child (the threads are not there)."""
+        """Stop planning and reading; returns once the reads in flight end (those queued end as
+        errors, for anyone waiting). Nothing in a forked child (the threads are not there)."""
         self._closer()
 
     def _shut(self) -> None:

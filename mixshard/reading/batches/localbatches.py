@@ -30,17 +30,8 @@ RECYCLED = 32  # global order: batch buffers remembered, to be used again once d
 
 
 class LocalBatches:
-    """The batches of a local pack.
-
-    Args:
-        pack: the open pack.
-        epochs: the stream's epoch sequences (`order.EpochOrder`).
-        batch_size: images per batch.
-        labels: batches are `(images, labels)`.
-        drop_cache: block order: drop blocks from the page cache once read (a pack larger
-            than memory).
-        read: the read plan asked for (`plan.READS`).
-    """
+    """The batches of a local pack, `(images, labels)` with `labels`; `drop_cache`: the block
+    order drops blocks from the page cache once read (a pack larger than memory)."""
 
     def __init__(
         self,
@@ -66,9 +57,8 @@ class LocalBatches:
     def batches(
         self, start: int, end: int | None, wid: int, nw: int, nb: int, rank: int, world: int
     ) -> Iterator[tuple[int, Any]]:
-        """`(k, batch)` for the batches worker `wid` of `nw` makes, from batch `start` on; in
-        the shuffled block order with several workers, each reads its own blocks (`roles.py`).
-        """
+        """`(k, batch)` for the batches worker `wid` of `nw` makes from `start` (to `end`); in
+        the shuffled block order with several workers, each reads its own blocks (`roles.py`)."""
         if self.epochs.kind == "block" and self.epochs.shuffle and nw > 1:
             yield from role_batches(self, start, end, wid, nw, nb, rank, world)
             return
@@ -94,8 +84,8 @@ class BatchReader:
         self._stop = threading.Event()
         self._pid = this_process()
         self._feed: BlockFeed | None = None
-        self._jobs: list[tuple[Job, int]] = []  # (job, batches this reader makes before it)
-        self._made = 0
+        self._warm: Job | None = None
+        self._warm_lock = locks.Lock()
         epochs = batches_of.epochs
         pack_bytes = self.pack.manifest.total_bytes
         self.plan = plan.choose(
@@ -122,14 +112,11 @@ class BatchReader:
                 # behind it. Once warm, the pack is mapped if the plan allows
                 then_map = plan.maps_after_warm(batches_of.read, pack_bytes)
                 warm = functools.partial(self.pack.warm, self._stop, then_map)
-                self._jobs.append((Job(warm, "mixshard-warm", False), 0))
-            self._jobs_lock = locks.Lock()
-            # a fresh 5 MB buffer per batch costs ~1,300 page faults: use dropped ones again
-            m = self.pack.manifest
-            self._recycler = Recycler(batches_of.batch_size, m.image_bytes, keep=RECYCLED)
+                self._warm = Job(warm, "mixshard-warm", False)
+            image_bytes = self.pack.manifest.image_bytes
+            self._recycler = Recycler(batches_of.batch_size, image_bytes, keep=RECYCLED)
         # stopped by close(), when collected, or at interpreter exit (`core/jobs.py`)
-        jobs = [job for job, _ in self._jobs]
-        self._closer = own(self, _close_reader, self._stop, self._feed, jobs)
+        self._closer = own(self, _close_reader, self._stop, self._feed, self._warm)
 
     @property
     def reads_ahead(self) -> bool:
@@ -138,13 +125,11 @@ class BatchReader:
 
     @property
     def feed(self) -> BlockFeed | None:
-        """The block order's feed (its counters), or None: the global order, or a block order
-        copied out of mappings."""
+        """The block order's feed (its counters), or None (another plan)."""
         return self._feed
 
     def get(self, k: int, pin: bool | None = None) -> Any:
-        """Batch `k` as a tensor (or `(images, labels)`), pinned if asked (default: as the
-        reader was opened)."""
+        """Batch `k` as a tensor (or `(images, labels)`), pinned if asked (default: as opened)."""
         pin = self._pin if pin is None else pin
         if self._feed is not None:
             check_process(self._pid, "a block-order batch reader")
@@ -163,7 +148,10 @@ class BatchReader:
             bad = self.pack.read_images(index, images.numpy())
             if buffer is not None:
                 self._recycler.lend(buffer)
-            self._start_jobs()
+            if self._warm is not None and not self._warm.started:
+                with self._warm_lock:
+                    if not self._warm.started and not self._stop.is_set():
+                        self._warm.start()
         if bad is not None:
             index = _substitute(k, index, images.numpy(), bad)
         if not self.source.labels:
@@ -171,29 +159,18 @@ class BatchReader:
         labels = torch.from_numpy(self.pack.labels(index))
         return images, (pinned(labels) if pin else labels)
 
-    def _start_jobs(self) -> None:
-        self._made += 1  # (two threads may count one batch once: a job starts a batch later)
-        for job, after in self._jobs:
-            if not job.started and self._made > after:
-                with self._jobs_lock:
-                    if not job.started and not self._stop.is_set():
-                        job.start()
-
     def close(self) -> None:
         """Stop the reads ahead and wait for their threads."""
-        if self._jobs:
-            with self._jobs_lock:
-                self._closer()
-        else:
+        with self._warm_lock:  # no warm pass starts after this
             self._closer()
 
 
-def _close_reader(stop: threading.Event, feed: BlockFeed | None, jobs: list[Job]) -> None:
+def _close_reader(stop: threading.Event, feed: BlockFeed | None, warm: Job | None) -> None:
     stop.set()
     if feed is not None:
         feed.close()
-    for job in jobs:
-        job.join()
+    if warm is not None:
+        warm.join()
 
 
 def _substitute(k: int, index: np.ndarray, out: np.ndarray, bad: np.ndarray) -> np.ndarray:

@@ -1,13 +1,10 @@
 """Which images make which batch: pure functions of (seed, epoch, rank, ...), no I/O.
 
 Images are numbered `0 .. count-1` in stored order (blocks in manifest order). Per epoch, an
-*epoch sequence* orders all of them:
-
-* `"global"`: a fresh permutation of every image (random access: for packs in the page cache);
-* `"block"`: a permutation of whole blocks, cut into windows of `window` blocks, each window's
-  images shuffled among themselves (reads whole blocks, sequential I/O: for packs larger than
-  memory). A default pack is shuffled when written, so a block is already a random sample and
-  little shuffle quality is lost (CorgiPile, SIGMOD'22; FFCV's QUASI_RANDOM).
+*epoch sequence* orders all of them: `"global"`, a fresh permutation of every image; `"block"`,
+a permutation of runs of whole blocks, cut into windows whose images are shuffled among
+themselves (a default pack is shuffled when written, so a block is already a random sample:
+CorgiPile, SIGMOD'22; FFCV's QUASI_RANDOM; when each is used: docs/design.md).
 
 Batches are numbered by a global position `k` over epochs: `nb` batches per rank and epoch,
 batch `k` is batch `j = k % nb` of epoch `k // nb`, and rank `r` takes the contiguous positions
@@ -27,7 +24,6 @@ ORDERS = ("global", "block")
 
 
 def batches_per_rank(count: int, world_size: int, batch_size: int) -> int:
-    """Full batches each rank gets per epoch: `count // (world_size * batch_size)`."""
     return count // (world_size * batch_size)
 
 
@@ -46,24 +42,27 @@ def block_sequence(
     shuffle: bool = True,
     run: int = 1,
 ) -> np.ndarray:
-    """Epoch sequence of the block order (int64 image numbers): runs of `run` consecutive
-    blocks (`run_of`, read with one request) in a per-epoch permutation, cut into windows of
-    `window` blocks (rounded up to whole runs) whose images are shuffled among themselves.
-    `block_counts`: images per block, in stored order; `shuffle=False`: the stored order."""
+    """Epoch sequence of the block order: runs of `run` consecutive blocks (read with one
+    request) in a per-epoch permutation, cut into windows of `window` blocks (rounded up to
+    whole runs) whose images are shuffled among themselves. `block_counts`: images per block."""
     counts = np.asarray(block_counts, dtype=np.int64)
     if not shuffle:
         return np.arange(int(counts.sum()), dtype=np.int64)
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    runs = np.random.default_rng([seed, epoch, 1]).permutation(-(-len(counts) // run))
+    runs = run_images(counts, seed, epoch, run)
     per_window = -(-window // run)  # runs in a window
     parts = []
     for w, lo in enumerate(range(0, len(runs), per_window)):
-        chosen = [
-            b for r in runs[lo : lo + per_window].tolist() for b in run_of(r, run, len(counts))
-        ]
-        images = np.concatenate([np.arange(starts[b], starts[b] + counts[b]) for b in chosen])
+        images = np.concatenate(runs[lo : lo + per_window])
         parts.append(np.random.default_rng([seed, epoch, 2, w]).permutation(images))
     return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+def run_images(counts: np.ndarray, seed: int, epoch: int, run: int) -> list[np.ndarray]:
+    """Epoch `epoch`'s permutation of the runs of `run` consecutive blocks (`counts`: images
+    per block), each run as its image numbers."""
+    ends, n = np.concatenate([[0], np.cumsum(counts)]), len(counts)
+    runs = np.random.default_rng([seed, epoch, 1]).permutation(-(-n // run))
+    return [np.arange(ends[r * run], ends[min(n, (r + 1) * run)]) for r in runs.tolist()]
 
 
 def run_of(r: int, run: int, blocks: int) -> range:
@@ -105,8 +104,7 @@ def worker_batches(start: int, end: int | None, worker: int, workers: int) -> ra
 
 
 def role_counts(epoch: int, nb: int, workers: int) -> list[int]:
-    """Remote sources: how many of epoch `epoch`'s batches each worker role `r` makes (the
-    batches with `k % workers == r`)."""
+    """How many of epoch `epoch`'s batches each worker role `r` makes (`k % workers == r`)."""
     return [len(role_batches(epoch, nb, r, workers)) for r in range(workers)]
 
 
@@ -119,8 +117,8 @@ def role_batches(epoch: int, nb: int, role: int, workers: int) -> range:
 def role_span(
     epoch: int, nb: int, rank: int, role: int, workers: int, batch: int
 ) -> tuple[int, int]:
-    """Remote sources: `(first, length)`: the positions of epoch `epoch`'s sequence that worker
-    role `role` of `rank` reads: a contiguous part of the rank's run, one role after another."""
+    """`(first, length)`: the positions of epoch `epoch`'s sequence that worker role `role` of
+    `rank` reads: a contiguous part of the rank's run, one role after another."""
     counts = role_counts(epoch, nb, workers)
     return (rank * nb + sum(counts[:role])) * batch, counts[role] * batch
 
@@ -133,9 +131,9 @@ def shard_sequence(shards: int, seed: int, epoch: int, shuffle: bool = True) -> 
 
 
 class EpochOrder:
-    """The epoch sequences of one local stream (`global_sequence` or `block_sequence`), each
-    computed once, with its inverse on demand. Two epochs are kept: around an epoch's end,
-    workers make batches of both. Thread-safe; pickled without its cache."""
+    """The epoch sequences of one local stream, each computed once, with its inverse on demand.
+    Two epochs are kept: around an epoch's end, workers make batches of both. Thread-safe;
+    pickled without its cache."""
 
     def __init__(
         self,
@@ -170,11 +168,9 @@ class EpochOrder:
             return kept
 
     def sequence(self, epoch: int) -> np.ndarray:
-        """Epoch `epoch`'s sequence."""
         return self._entry(epoch, False)[0]
 
     def with_inverse(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
-        """Epoch `epoch`'s sequence and each image's position in it."""
         kept = self._entry(epoch, True)
         return kept[0], kept[1]
 

@@ -1,40 +1,26 @@
-"""The read plan: how a reader gets a local pack's batches, chosen here once per reader.
-
-* `"mapped"`: every shard mapped and each image copied out of the mappings (`mapped.py`), in
-  either order: for a pack in the page cache that fits in half the available memory. Mapped
-  whole or not at all.
-* `"feed"`: the block order's runs of whole blocks read ahead (`blockfeed.py`): a pack not in
-  the page cache, or larger than memory.
-* `"pread"`: the global order's one `pread` per image, its warm job reading the pack into the
-  page cache meanwhile; once that pass ends and the pack fits, every shard is mapped and the
-  batches after are copied out (decided again then).
-
-`read="auto"` chooses; a caller (a test) may name one. The batches are the same whichever is
-used. `MIXSHARD_MMAP=0`, the one environment switch, keeps `"auto"` off the mappings.
+"""The read plan, chosen here once per reader: `"mapped"` (every shard mapped, or none: a pack
+in the page cache that fits in half the available memory, either order), `"feed"` (the block
+order's runs read ahead) or `"pread"` (the global order; mapped once its warm pass has read in
+a pack that fits). `read="auto"` chooses, a caller (a test) may name one; the batches are the
+same. `MIXSHARD_MMAP=0`, the one environment switch, keeps `"auto"` off the mappings. The why:
+docs/design.md, "One read plan".
 """
 
 from __future__ import annotations
 
 import os
-from typing import Protocol
 
 from ...core.env import available_memory
 from ...core.errors import MixshardError
+from ..pack.local import LocalPack
 from ..pack.mapped import mapping_built
 
 READS = ("auto", "mapped", "feed", "pread")
 MAP_SHARE = 0.5  # a pack is mapped when its bytes are at most this share of the available memory
 
 
-class Mappable(Protocol):
-    """What the plan asks of a pack (`local.LocalPack`)."""
-
-    def map_all(self, resident_only: bool) -> bool: ...
-
-
 def check_read(read: str, order: str, store: bool) -> None:
-    """Raise ValueError when `read` is no read plan, or one `order` or a store pack cannot
-    use."""
+    """Raise ValueError unless `read` is a read plan that `order` and the pack can use."""
     if read not in READS:
         raise ValueError(f"read must be one of {', '.join(READS)}, got {read!r}")
     if read == "feed" and order == "global":
@@ -62,7 +48,7 @@ def maps_allowed(pack_bytes: int) -> bool:
     return os.environ.get("MIXSHARD_MMAP") != "0" and can_map(pack_bytes)
 
 
-def choose(pack: Mappable, order: str, read: str, drop_cache: bool, pack_bytes: int) -> str:
+def choose(pack: LocalPack, order: str, read: str, drop_cache: bool, pack_bytes: int) -> str:
     """The plan of a reader opening now: `"mapped"`, `"feed"` or `"pread"`. `"mapped"` maps the
     pack here (named: whatever its page-cache state; raises MixshardError when it cannot be)."""
     if read == "mapped":

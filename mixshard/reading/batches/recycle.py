@@ -18,14 +18,9 @@ from ...core import locks
 
 
 class Recycler:
-    """Buffers of `rows` rows of `row_bytes` bytes, lent out and used again once free.
-
-    Args:
-        rows, row_bytes: the shape of a buffer (uint8).
-        keep: buffers remembered at most; beyond that the oldest is forgotten (freed by the
-            garbage collector whenever its batch is), so a caller keeping every batch costs
-            nothing here.
-    """
+    """uint8 buffers of `rows` x `row_bytes`, lent out and used again once free. At most `keep`
+    are remembered: beyond that the oldest is forgotten (freed by the garbage collector
+    whenever its batch is), so a caller keeping every batch costs nothing here."""
 
     def __init__(self, rows: int, row_bytes: int, keep: int) -> None:
         self._shape = (rows, row_bytes)

@@ -34,10 +34,7 @@ class RoleOrder(order.EpochOrder):
 
     def _make(self, epoch: int) -> np.ndarray:
         counts = self.block_counts
-        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-        runs = np.random.default_rng([self.seed, epoch, 1]).permutation(-(-len(counts) // self.run))
-        blocks = [b for r in runs.tolist() for b in order.run_of(r, self.run, len(counts))]
-        stored = np.concatenate([np.arange(starts[b], starts[b] + counts[b]) for b in blocks])
+        stored = np.concatenate(order.run_images(counts, self.seed, epoch, self.run))
         per_role = order.role_counts(epoch, self.nb, self.nw)
         cuts = [0]
         for _ in range(self.world):

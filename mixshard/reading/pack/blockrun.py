@@ -20,17 +20,12 @@ from ...core import layout
 
 @dataclass(frozen=True)
 class RunPlan:
-    """Where the bytes of a run's span go.
-
-    Attributes:
-        start: file offset of the span (the first block's images header).
-        length: bytes in the span.
-        heads: per block, `(offset, length)` of its images `.npy` header in the scratch.
-        labels: per block, `(offset, length)` of its labels `.npy` (header and data) there.
-        scratch_bytes: scratch memory the plan needs (headers, labels, then the junk area).
-        segments: `(kind, index, bytes)` in file order: `"head"`/`"labels"` of block
-            `index`, `"images"` of block `index` (`bytes` = count x image bytes), `"junk"`.
-    """
+    """Where the bytes of a run's span go: the span is `length` bytes at file offset `start`
+    (the first block's images header); per block, `heads` and `labels` hold the `(offset,
+    length)` in the scratch of its images `.npy` header and of its labels `.npy` (header and
+    data); the scratch takes `scratch_bytes` (headers, labels, then the junk area at
+    `junk_at`); `segments`: `(kind, block, bytes)` in file order, `kind` one of `"head"`,
+    `"images"` (`bytes` = count x image bytes), `"labels"`, `"junk"`."""
 
     start: int
     length: int
@@ -42,8 +37,7 @@ class RunPlan:
 
     @classmethod
     def of(cls, offsets: list[int], counts: list[int], size: int) -> RunPlan:
-        """The plan for blocks with images at `offsets` (increasing, one shard) holding
-        `counts` images of side `size`."""
+        """The plan for blocks of `counts` images of side `size` at `offsets` (one shard)."""
         image_bytes = 3 * size * size
         segments: list[tuple[str, int, int]] = []
         heads, labels = [], []

@@ -157,7 +157,6 @@ class FolderFiles:
         return True
 
     def stat_shards(self, shards: tuple[ShardInfo, ...]) -> dict[str, FileId | ShardError]:
-        """Each shard's `FileId`, or the `ShardError` that names what is wrong with it."""
         found: dict[str, FileId | ShardError] = {}
         for shard in shards:
             try:
@@ -280,7 +279,9 @@ class OpenShards:
                 for entry in entries:
                     if entry is not None:
                         entry[1] -= 1
-                self._evict()
+                excess = len(self._fds) - MAX_OPEN_SHARDS
+                if excess > 0:
+                    self._close_idle(excess)
 
     def _add(self, slot: int, fd: int) -> list[int]:
         with self._lock:
@@ -291,11 +292,6 @@ class OpenShards:
                 return entry
             entry = self._fds[slot] = [fd, 1]
             return entry
-
-    def _evict(self) -> None:
-        excess = len(self._fds) - MAX_OPEN_SHARDS
-        if excess > 0:
-            self._close_idle(excess)
 
     def _close_idle(self, most: int) -> None:
         """Close at most `most` descriptors nobody holds, least recently used first (locked)."""

@@ -33,18 +33,7 @@ from ...core.errors import MixshardError, ShardError
 from ...core.stores import Store
 from ..urls.remote import MIN_RATE, RATE_GRACE
 from . import eviction
-from .cachefiles import (
-    Pages,
-    claim_part,
-    disk_full,
-    footprint,
-    open_folder,
-    open_in,
-    page_size,
-    punch,
-)
-
-__all__ = ["FETCH_THREADS", "BlockCache", "claim_part"]
+from .cachefiles import Pages, disk_full, footprint, open_folder, open_in, page_size, punch
 
 FETCH_THREADS = 8  # ranged reads in flight at once
 AHEAD = 256  # uses of the schedule looked at for prefetching
@@ -52,18 +41,10 @@ _FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 class BlockCache:
-    """The blocks of one pack, fetched from `store` into `folder`, at most `limit` bytes.
-
-    Args:
-        store: where the pack is.
-        shards: per shard, `(name, bytes)`.
-        spans: per block, `(shard slot, start, end)` in its shard (`layout.block_span`).
-        digests: per block, the sha256 of its span.
-        folder: this process's part folder (`claim_part`).
-        limit: bytes the kept blocks take on disk at most (`footprint`).
-        policy: `"future"` (Belady) or `"lru"`.
-        lock_fd: the descriptor holding `folder` (`claim_part`), closed with the cache.
-    """
+    """The blocks of one pack (`spans`: per block, `(shard slot, start, end)`; `digests`: the
+    sha256 of each) fetched from `store` into the part `folder`, held by `lock_fd` (both from
+    `claim_part`), keeping at most `limit` bytes on disk (`footprint`); `policy`: `"future"`
+    (Belady) or `"lru"`."""
 
     def __init__(
         self,
@@ -120,8 +101,8 @@ class BlockCache:
         self.peak = self.used  # the most bytes kept and being fetched at once
 
     def _open_files(self, shards: list[tuple[str, int]], n: int) -> None:
-        """Open the part's folders (files are opened relative to them, never through a link),
-        make its sparse shard files, and find the blocks an earlier run kept."""
+        """Open the part's folders (its files are opened relative to them, never through a
+        link), make the sparse shard files, find the blocks an earlier run kept."""
         self._dir = open_folder(self.folder)
         self._folders.append(self._dir)
         self._have = open_folder(self.folder / "have")
@@ -213,7 +194,6 @@ class BlockCache:
             self._start(b, t)
 
     def _start(self, b: int, t: int) -> None:
-        """Fetch block `b` (for its use at time `t`)."""
         self._for[b] = t // eviction.STRIDE
         self.used += int(self.sizes[b])
         self.peak = max(self.peak, self.used)

@@ -12,32 +12,25 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import errno
 import fcntl
 import os
 import stat
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from ...core.errors import MixshardError
+from ...core.libc import function
 
 _PUNCH = 0x01 | 0x02  # FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE
 _NOFOLLOW = os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
-def _fallocate() -> Any:
-    name = ctypes.util.find_library("c")
-    fn = getattr(ctypes.CDLL(name, use_errno=True), "fallocate", None) if name else None
-    if fn is not None:
-        fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
-    return fn
-
-
-_FALLOCATE = _fallocate()  # hole punching (Linux): blocks can be dropped again
+_FALLOCATE = function(  # hole punching (Linux): blocks can be dropped again
+    "fallocate", ctypes.c_int, (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+)
 
 
 def punch(fd: int, start: int, length: int) -> None:
@@ -144,10 +137,8 @@ def open_in(folder: int, name: str, flags: int, where: Path) -> int:
 
 
 def claim_part(root: Path) -> tuple[Path, int]:
-    """A part folder of `root` no other process holds: `(folder, fd of its held lock)`.
-
-    Raises:
-        MixshardError: `root`, a part or a file in it is a link (`planted`)."""
+    """A part folder of `root` no other process holds: `(folder, fd of its held lock)`; a link
+    at `root`, a part or a file in it raises `planted`'s MixshardError."""
     root.parent.mkdir(parents=True, exist_ok=True)
     os.close(open_folder(root))
     for n in range(1 << 10):

@@ -4,12 +4,9 @@ The read order is a pure function of (seed, epoch, rank) (`order.py`), so the bl
 of a store pack will need are known for this epoch and the next: the full cache
 (`blockcache.py`) drops the one whose next use is furthest away (Belady's rule, optimal for a
 known sequence; LRU re-fetches a whole pack each epoch when it holds half of it). Time is a
-use's place in that sequence: `epoch * STRIDE + i` for the `i`-th block read in `epoch`.
-
-The sequence must be the one the reader follows, or the rule chooses by a wrong future:
-`feed_uses` lists blocks in the order a block feed reads them, `feed_batches` the batches a
-feed makes in an epoch, including a process worker's role in later epochs (without those,
-every block looked unused after its read).
+use's place in that sequence: `epoch * STRIDE + i` for the `i`-th block read in `epoch`. The
+sequence must be the one the reader follows (`feed_uses`, `feed_batches`), or the rule chooses
+by a wrong future: docs/design.md, "Which blocks a store's cache keeps".
 """
 
 from __future__ import annotations
@@ -133,14 +130,9 @@ def feed_plan(feed: FeedReads, workers: int = 1) -> Callable[[int], np.ndarray]:
 
 
 class Schedule:
-    """Follows one reader along its known sequence of block reads.
-
-    Args:
-        uses_of: epoch -> the blocks the reader reads in that epoch, in order (None: nothing
-            is known; every next use is `NEVER`, and eviction falls back to LRU). The first
-            epoch's list starts where the reader starts (a resumed epoch: its remaining reads).
-        blocks: blocks in the pack.
-        first_epoch: the epoch the reader starts in.
+    """Follows one reader, from `first_epoch` on, along its known sequence of block reads:
+    `uses_of(epoch)`, the blocks it reads in that epoch in order, the first epoch's from where
+    the reader starts (None: nothing is known; every next use is `NEVER`: LRU).
 
     Reads may come slightly out of order (reader threads): a read takes its block's earliest
     use still to come. Not thread-safe: its owner holds a lock.

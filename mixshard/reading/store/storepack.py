@@ -29,14 +29,13 @@ from ...core.manifest import Manifest, ShardInfo
 from ...core.stores import Store
 from ..pack.shardfiles import FeedReads, FileId, FolderFiles, shard_path
 from . import eviction
-from .blockcache import BlockCache, claim_part
-from .cachefiles import existing, footprint, page_size
+from .blockcache import BlockCache
+from .cachefiles import claim_part, existing, footprint, page_size
 
 POLICY = "future"  # eviction policy of new caches ("lru": for the benchmark's comparison)
 
 
 def default_cache_dir() -> Path:
-    """`$XDG_CACHE_HOME/mixshard`, else `~/.cache/mixshard`."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "mixshard"
 
@@ -69,15 +68,9 @@ def default_limit(need: int, root: Path) -> int:
 
 
 class StoreFiles(FolderFiles):
-    """The backend a `LocalPack` reads the store pack at `url` through (see the module).
-
-    Args:
-        url: the pack's store URL.
-        manifest: its `index.json`, already read.
-        cache_dir: the cache's root (default `default_cache_dir()`).
-        cache_limit: bytes the cache takes on disk at most, counting each block's file-system
-            pages (split among DataLoader workers).
-    """
+    """The backend a `LocalPack` reads the store pack at `url` through (see the module), its
+    cache under `cache_dir` taking at most `cache_limit` bytes of file-system pages on disk
+    (split among DataLoader workers)."""
 
     mappable = False  # a cache file holds only the blocks fetched so far
 
@@ -129,7 +122,6 @@ class StoreFiles(FolderFiles):
         return FileId(0, 0, shard.bytes, 0)  # the cache's files are written while read
 
     def open_cache(self) -> BlockCache:
-        """This process's cache (opened on first use)."""
         if self.cache is None or self._cache_pid != os.getpid():
             info = get_worker_info()
             share = self.limit // (info.num_workers if info is not None else 1)

@@ -144,17 +144,9 @@ def open_url(url: str, timeout: float = URL_TIMEOUT) -> BinaryIO:
 
 
 class BoundedStream:
-    """Reads from a stream no more than a limit and no slower than a minimum rate, hashing
-    what it reads.
-
-    Args:
-        raw: the stream; `read1` is used when it has one, so that one call never waits for
-            more than one network read.
-        url: named in errors.
-        limit: most bytes that may be read.
-
-    Reading must average `MIN_RATE` bytes/s once `RATE_GRACE` seconds have passed.
-    """
+    """Reads from `raw` at most `limit` bytes, averaging at least `MIN_RATE` bytes/s once
+    `RATE_GRACE` seconds have passed, and hashes them; `raw.read1` is used where there is one,
+    so that one call never waits for more than one network read. `url`: named in errors."""
 
     def __init__(self, raw: BinaryIO, url: str, limit: int) -> None:
         self.raw, self.url, self.limit = raw, url, limit

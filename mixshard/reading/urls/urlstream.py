@@ -24,13 +24,8 @@ from .remote import read_blocks
 
 @dataclass(frozen=True)
 class UrlBatches:
-    """The batches of a stream over shard URLs.
-
-    Attributes:
-        urls: `(url, shard)` pairs, in the order given.
-        size: image side.
-        block_size: images per block (the shuffle buffer holds `shuffle_blocks` of them).
-        batch_size, shuffle, seed, labels, on_error, shuffle_blocks: as `ShardStream` has them.
+    """The batches of a stream over shard URLs (`(url, shard)` pairs, in the order given); the
+    other fields as `ShardStream` has them (`size`: image side, `block_size`: images a block).
     """
 
     urls: tuple[tuple[str, ShardInfo], ...]
@@ -46,8 +41,7 @@ class UrlBatches:
     def batches(
         self, start: int, end: int | None, wid: int, nw: int, nb: int, rank: int, world: int
     ) -> Iterator[tuple[int, Any]]:
-        """`(k, batch)` for the batches worker `wid` of `nw` makes, from batch `start` on (to
-        `end`, or forever), for `rank` of `world` with `nb` batches per epoch."""
+        """`(k, batch)` for the batches worker `wid` of `nw` makes from `start` (to `end`)."""
         k = start + wid
         role = k % nw
         epoch = k // nb
