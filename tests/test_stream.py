@@ -20,6 +20,7 @@ from helpers import copy_pack, free_port, make_tree, read_pack, serve_folder, sm
 import mixshard
 from mixshard import ManifestError, MixshardError, ShardError, ShardStream
 from mixshard.reading import stream as stream_module
+from mixshard.reading.pack.local import LocalPack
 
 N = 96  # images; a multiple of world_size * batch_size for world sizes 1-4 and batch 8
 PATTERN = "shard-{000000..000004}.tar"
@@ -589,6 +590,16 @@ def test_dead_worker_process_is_an_error_not_a_hang(pack_dir):
     with pytest.raises(MixshardError, match="a loader worker process died"):
         for _ in range(100):
             next(it)
+
+
+def test_a_thread_workers_connection_error_is_not_called_a_dead_process(pack_dir, monkeypatch):
+    def reset(self, index, out):
+        raise ConnectionResetError("peer reset")
+
+    monkeypatch.setattr(LocalPack, "read_images", reset)
+    loader = mixshard.loader(pack_dir, 8, num_workers=2, workers="thread")
+    with pytest.raises(ConnectionResetError, match="peer reset"):
+        next(iter(loader))
 
 
 def test_prefetch_on_cpu_passes_batches_through(pack_dir):

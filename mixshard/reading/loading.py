@@ -227,8 +227,6 @@ def _clean(exc: BaseException, processes: bool) -> BaseException:
     killed while a batch was on its way breaks the connection instead."""
     died = isinstance(exc, RuntimeError) and "DataLoader worker" in str(exc)
     if died or (processes and isinstance(exc, (ConnectionError, EOFError))):
-        return MixshardError(f"a loader worker process died: {exc}")
-    if isinstance(exc, (ConnectionError, EOFError)):  # a worker died while handing a batch over
         return MixshardError(f"a loader worker process died: {type(exc).__name__}: {exc}")
     if isinstance(exc, MixshardError) and "Original Traceback" in str(exc):
         last = str(exc).rstrip().splitlines()[-1]
