@@ -174,6 +174,24 @@ def test_a_shard_truncated_under_its_mapping_is_a_shard_error(pack_dir, tmp_path
 
 
 @needs_mapping
+def test_a_shard_rewritten_in_place_is_named_once_every_block_was_checked(pack_dir, tmp_path):
+    # every block checked: a batch skips the first-read checks, not the files' identity
+    folder = copy_pack(pack_dir, tmp_path / "pack")
+    images = read_pack(folder)[0]
+    pack = warmed(folder)
+    out = np.empty((96, 3, 8, 8), np.uint8)
+    assert pack.read_images(np.arange(96), out) is None
+    shard = folder / "shard-000003.tar"
+    shard.write_bytes(shard.read_bytes())  # the same bytes in the same file, as a writer would
+    os.utime(shard, ns=(1, 1))  # (a new mtime, even within the clock's tick)
+    with pytest.raises(ShardError, match="shard-000003.tar changed after the pack was opened"):
+        pack.read_images(np.array([5, 80]), out)
+    assert pack.read_images(np.arange(72), out) is None  # the other shards are still read
+    assert np.array_equal(out[:72], images[:72])
+    pack.close()
+
+
+@needs_mapping
 def test_copy_rows_checks_its_arrays_and_the_mapping_ends(pack_dir):
     pack = warmed(pack_dir)
     maps, size = pack._maps, pack.manifest.image_bytes
