@@ -425,6 +425,34 @@ def test_cache_misses_counts_sampled_bytes_out_of_the_page_cache(tmp_path, monke
     assert warming.cache_misses(0, size, 5, step) == 6
 
 
+def evicted(path) -> bool:
+    """Drop `path` from the page cache; whether it left (not on tmpfs; this kernel tells)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        size = os.fstat(fd).st_size  # both sampled bytes (the first and last) out, and told
+        return warming.cache_misses(fd, size, size, step=size) == 2
+    finally:
+        os.close(fd)
+
+
+def test_a_warm_pass_ends_with_every_page_in_the_page_cache(tmp_path, monkeypatch):
+    # A kernel reads at most max(read_ahead_kb, max_sectors_kb) of one WILLNEED (128 KB by
+    # default) and drops the rest, which a wait for the chunk's last byte did not see.
+    path, size = tmp_path / "shard", 4 << 20
+    path.write_bytes(os.urandom(size))
+    if not evicted(path):
+        pytest.skip("this file system keeps the file in memory, or cannot tell")
+    real = os.posix_fadvise  # as the default setting reads, whatever this machine's are
+    clamped = lambda fd, at, n, advice: real(fd, at, min(n, 128 << 10), advice)  # noqa: E731
+    monkeypatch.setattr(warming.os, "posix_fadvise", clamped)
+    assert warming.warm_files([(path, size)], threading.Event())
+    fd = os.open(path, os.O_RDONLY)
+    assert warming.cache_misses(fd, size, size, step=4096) == 0  # every page
+    os.close(fd)
+
+
 def block_run(folder, workers: int, read: str) -> tuple[list[np.ndarray], int]:
     """Three epochs of the block order (images and labels as rows), and the shards mapped."""
     loader = mixshard.loader(
