@@ -11,7 +11,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -452,50 +451,6 @@ def test_a_warm_pass_ends_with_every_page_in_the_page_cache(tmp_path, monkeypatc
     fd = os.open(path, os.O_RDONLY)
     assert warming.cache_misses(fd, size, size, step=4096) == 0  # every page
     os.close(fd)
-
-
-def mapped_kb(pack: LocalPack) -> list[int]:
-    """The kB of each shard's mapping that this process has mapped in (its smaps `Rss`)."""
-    rss, start = {}, 0
-    for line in Path("/proc/self/smaps").read_text().splitlines():
-        if line.startswith("Rss:"):
-            rss[start] = int(line.split()[1])
-        elif "-" in line.split(" ")[0]:  # a mapping's first line: start-end perms ...
-            start = int(line.split("-")[0], 16)
-    return [rss[int(base)] for base in pack._maps._bases]
-
-
-@needs_mapping
-def test_the_warm_pass_reads_a_pack_in_through_its_mappings_or_else_maps_it_after(
-    pack_dir, tmp_path, monkeypatch
-):
-    folder = copy_pack(pack_dir, tmp_path / "pack")
-    images = read_pack(folder)[0]
-    shards = sorted(folder.glob("shard-*.tar"))
-    stop = threading.Event()
-    stop.set()
-    pack = open_pack(folder)
-    pack.warm(stop, then_map=True)  # stopped: nothing mapped, and the next reader starts over
-    assert pack.mapped_shards == 0 and str(shards[0]) not in Path("/proc/self/maps").read_text()
-    for refused in (False, True):  # MADV_POPULATE_READ refused (before Linux 5.14): fadvise
-        with monkeypatch.context() as patch:
-            if refused:
-                patch.setattr(mapped, "_POPULATE_READ", 1 << 20)
-            cold = all([evicted(shard) for shard in shards])
-            pack.warm(threading.Event(), then_map=True)
-        assert pack.mapped_shards == 4
-        sizes = [-(-shard.bytes // 4096) * 4 for shard in pack.shards]  # kB in whole pages
-        assert mapped_kb(pack) == ([0] * 4 if refused else sizes)  # in before the first copy
-        for shard in shards:
-            fd = os.open(shard, os.O_RDONLY)
-            assert not cold or warming.cache_misses(fd, os.path.getsize(shard), 99, 4096) == 0
-            os.close(fd)
-        index = np.random.default_rng(9).permutation(96)
-        out = np.empty((96, 3, 8, 8), np.uint8)
-        assert pack.read_images(index, out) is None
-        assert np.array_equal(out, images[index])
-        pack.close()
-    assert str(shards[0]) not in Path("/proc/self/maps").read_text()
 
 
 def block_run(folder, workers: int, read: str) -> tuple[list[np.ndarray], int]:

@@ -362,27 +362,23 @@ class LocalPack:
 
     def warm(self, stop: threading.Event, then_map: bool = False) -> None:
         """Read every shard into the page cache, paced (`warming.py`), then map every shard
-        if `then_map` (`plan.maps_after_warm`): mapped first and read in through the mappings
-        where the kernel can (`mapped.populate`). Runs on a background thread. Once per pack:
+        if `then_map` (`plan.maps_after_warm`). Runs on a background thread. Once per pack:
         later calls return at once; stopped early, the next reader starts over (cached pages
         cost nothing). A store pack's backend fetches every block ahead instead."""
         with self._lock:
             if self._warming:
                 return
             self._warming = True
-        if then_map and self.map_all(resident_only=False, populate=stop):
-            return
         files = [(self.folder / shard.name, shard.bytes) for shard in self.shards]
         if not self.files.warm(files, stop):
             self._warming = False
         elif then_map:
             self.map_all(resident_only=False)
 
-    def map_all(self, resident_only: bool, populate: threading.Event | None = None) -> bool:
+    def map_all(self, resident_only: bool) -> bool:
         """Map every shard (or none, `mapped.py`); with `resident_only`, only when the pack is
-        in the page cache; with `populate`, read in through the mappings until it is set.
-        Returns True when every shard is mapped: any batch is then copied out of the mappings
-        (`read_images`)."""
+        in the page cache. Returns True when every shard is mapped: any batch is then copied
+        out of the mappings (`read_images`)."""
         if self.mapped_shards == len(self.shards):
             return True
         if not self.files.mappable:
@@ -391,6 +387,6 @@ class LocalPack:
         try:
             if resident_only and not resident(self._open_checked, sizes):
                 return False
-            return self._maps.map_all(self._open_checked, sizes, populate)
+            return self._maps.map_all(self._open_checked, sizes)
         except MixshardError:  # read with `pread`, which names what is wrong
             return False

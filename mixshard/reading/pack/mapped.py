@@ -23,8 +23,7 @@ pack larger than memory stays on `pread`. Mappings share the page cache's pages:
 memory, though the pages a process has touched count in its RSS (as shared file pages).
 
 Either order's reader maps a pack it finds in the page cache when it opens; the global order
-maps it as its warm pass reads it in, through the mappings (`populate`: the pages then sit in
-2 MB folios, mapped whole). Its batches are the same either way.
+maps it again once its warm pass has read it in. Its batches are the same either way.
 """
 
 from __future__ import annotations
@@ -33,8 +32,6 @@ import contextlib
 import ctypes
 import mmap
 import os
-import sys
-import threading
 import weakref
 from collections.abc import Callable, Iterator
 from types import ModuleType
@@ -56,9 +53,6 @@ except ImportError:  # pragma: no cover - an install without a compiler
 # cache (pages reclaimed one by one leave holes: 0.9% of the pages, 2.3% of the samples seen on
 # a 4.2 GB pack, whose first mapped pass then ran at 80k images/s: a fault per hole reads it)
 MISSES_ALLOWED = 0.01
-# `populate` faults this much in a call: 8 MB read a cold 1 GB pack in 0.60 s, 128 KB in 0.88 s,
-# the WILLNEED pass in 1.25-1.32 s (`warming.py`; medians of 4, alternated, one 2-core VM)
-POPULATE_CHUNK = 8 << 20
 
 
 # The mappings are made with libc's mmap, not Python's `mmap.mmap`: that one keeps a duplicate
@@ -73,7 +67,6 @@ _mmap = libc.function(
 _munmap = libc.function("munmap", ctypes.c_int, (ctypes.c_void_p, ctypes.c_size_t))
 _madvise = libc.function("madvise", ctypes.c_int, (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int))
 _MAP_FAILED = ctypes.c_void_p(-1).value
-_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22 if sys.platform == "linux" else None)
 
 
 def mapping_built() -> bool:
@@ -107,21 +100,6 @@ def map_file(fd: int, length: int) -> int | None:
     if advice is not None and _madvise is not None:  # where the page cache holds 2 MB folios
         _madvise(address, length, advice)  # (read in sequentially), one fault maps 2 MB
     return int(address)
-
-
-def populate(address: int, length: int, stop: threading.Event) -> bool:
-    """Fault the mapping at `address` in, `POPULATE_CHUNK` bytes at a time, until `stop` is set
-    (`MADV_POPULATE_READ`: what the page cache misses is read from disk, in 2 MB folios mapped
-    whole where `map_file`'s `MADV_HUGEPAGE` took). True once every page is in (it returns when
-    they are); False when stopped, where the kernel cannot (before Linux 5.14) or a page could
-    not be read (the file truncated meanwhile)."""
-    if _POPULATE_READ is None or _madvise is None:
-        return False
-    for lo in range(0, length, POPULATE_CHUNK):
-        n = min(POPULATE_CHUNK, length - lo)
-        if stop.is_set() or _madvise(address + lo, n, _POPULATE_READ) != 0:
-            return False
-    return True
 
 
 def _unmap(regions: dict[int, tuple[int, int]]) -> None:
@@ -180,41 +158,32 @@ class ShardMaps:
         if self._pid != this_process():
             self._users, self._pid = 0, this_process()  # (the lock is renewed by core.locks)
 
-    def map_all(
-        self,
-        open_shard: Callable[[int], int],
-        sizes: list[int],
-        stop: threading.Event | None = None,
-    ) -> bool:
+    def map_all(self, open_shard: Callable[[int], int], sizes: list[int]) -> bool:
         """Map shard `i`: the first `sizes[i]` bytes of `open_shard(i)` (closed here), for
-        every `i`, and with `stop`, read each mapping in (`populate`) before the next; False,
-        and none mapped, when one cannot be, or is not read in (then every image is read with
+        every `i`; False, and none mapped, when one cannot be (then every image is read with
         `pread`). Errors of `open_shard` are raised."""
         self._here()
-        regions: dict[int, tuple[int, int]] = {}  # made unlocked: copies go on meanwhile
-        try:
-            for slot, size in enumerate(sizes):
-                if self._all:
-                    return True
-                fd = open_shard(slot)
-                try:
-                    address = map_file(fd, size)
-                finally:
-                    os.close(fd)
-                if address is None:
-                    return False
-                regions[slot] = (address, size)
-                if stop is not None and not populate(address, size, stop):
-                    return False
-            with self._cond:
-                if not self._all:  # (else mapped by another thread meanwhile)
-                    self._regions.update(regions)
-                    for slot, (address, size) in regions.items():
-                        self._bases[slot], self._lengths[slot] = address, size
-                    self._all = True
-                    regions = {}
-        finally:
-            _unmap(regions)  # those not kept
+        with self._cond:
+            if self._all:
+                return True
+            regions: dict[int, tuple[int, int]] = {}
+            try:
+                for slot, size in enumerate(sizes):
+                    fd = open_shard(slot)
+                    try:
+                        address = map_file(fd, size)
+                    finally:
+                        os.close(fd)
+                    if address is None:
+                        return False
+                    regions[slot] = (address, size)
+            finally:
+                if len(regions) < len(sizes):
+                    _unmap(regions)
+            self._regions.update(regions)
+            for slot, (address, size) in regions.items():
+                self._bases[slot], self._lengths[slot] = address, size
+            self._all = True
         return True
 
     @contextlib.contextmanager
