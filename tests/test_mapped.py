@@ -442,11 +442,15 @@ def test_a_warm_pass_ends_with_every_page_in_the_page_cache(tmp_path, monkeypatc
     # default) and drops the rest, which a wait for the chunk's last byte did not see.
     path, size = tmp_path / "shard", 4 << 20
     path.write_bytes(os.urandom(size))
+    fd = os.open(path, os.O_RDONLY)
+    assert warming.read_whole(fd) >= 4096 and warming.read_whole(fd) % 4096 == 0
+    os.close(fd)
     if not evicted(path):
         pytest.skip("this file system keeps the file in memory, or cannot tell")
-    real = os.posix_fadvise  # as the default setting reads, whatever this machine's are
+    real = os.posix_fadvise  # a device at the default read-ahead, whatever this machine's is
     clamped = lambda fd, at, n, advice: real(fd, at, min(n, 128 << 10), advice)  # noqa: E731
     monkeypatch.setattr(warming.os, "posix_fadvise", clamped)
+    monkeypatch.setattr(warming, "read_whole", lambda fd: 128 << 10)  # as sysfs says there
     assert warming.warm_files([(path, size)], threading.Event())
     fd = os.open(path, os.O_RDONLY)
     assert warming.cache_misses(fd, size, size, step=4096) == 0  # every page
