@@ -174,6 +174,24 @@ def test_a_shard_truncated_under_its_mapping_is_a_shard_error(pack_dir, tmp_path
 
 
 @needs_mapping
+def test_a_shard_rewritten_in_place_is_named_once_every_block_was_checked(pack_dir, tmp_path):
+    # every block checked: a batch skips the first-read checks, not the files' identity
+    folder = copy_pack(pack_dir, tmp_path / "pack")
+    images = read_pack(folder)[0]
+    pack = warmed(folder)
+    out = np.empty((96, 3, 8, 8), np.uint8)
+    assert pack.read_images(np.arange(96), out) is None
+    shard = folder / "shard-000003.tar"
+    shard.write_bytes(shard.read_bytes())  # the same bytes in the same file, as a writer would
+    os.utime(shard, ns=(1, 1))  # (a new mtime, even within the clock's tick)
+    with pytest.raises(ShardError, match="shard-000003.tar changed after the pack was opened"):
+        pack.read_images(np.array([5, 80]), out)
+    assert pack.read_images(np.arange(72), out) is None  # the other shards are still read
+    assert np.array_equal(out[:72], images[:72])
+    pack.close()
+
+
+@needs_mapping
 def test_copy_rows_checks_its_arrays_and_the_mapping_ends(pack_dir):
     pack = warmed(pack_dir)
     maps, size = pack._maps, pack.manifest.image_bytes
@@ -405,6 +423,38 @@ def test_cache_misses_counts_sampled_bytes_out_of_the_page_cache(tmp_path, monke
     assert warming.cache_misses(0, size, 5, step) == 6
     monkeypatch.delattr(os, "RWF_NOWAIT")  # a platform that cannot (macOS)
     assert warming.cache_misses(0, size, 5, step) == 6
+
+
+def evicted(path) -> bool:
+    """Drop `path` from the page cache; whether it left (not on tmpfs; this kernel tells)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        size = os.fstat(fd).st_size  # both sampled bytes (the first and last) out, and told
+        return warming.cache_misses(fd, size, size, step=size) == 2
+    finally:
+        os.close(fd)
+
+
+def test_a_warm_pass_ends_with_every_page_in_the_page_cache(tmp_path, monkeypatch):
+    # A kernel reads at most max(read_ahead_kb, max_sectors_kb) of one WILLNEED (128 KB by
+    # default) and drops the rest, which a wait for the chunk's last byte did not see.
+    path, size = tmp_path / "shard", 4 << 20
+    path.write_bytes(os.urandom(size))
+    fd = os.open(path, os.O_RDONLY)
+    assert warming.read_whole(fd) >= 4096 and warming.read_whole(fd) % 4096 == 0
+    os.close(fd)
+    if not evicted(path):
+        pytest.skip("this file system keeps the file in memory, or cannot tell")
+    real = os.posix_fadvise  # a device at the default read-ahead, whatever this machine's is
+    clamped = lambda fd, at, n, advice: real(fd, at, min(n, 128 << 10), advice)  # noqa: E731
+    monkeypatch.setattr(warming.os, "posix_fadvise", clamped)
+    monkeypatch.setattr(warming, "read_whole", lambda fd: 128 << 10)  # as sysfs says there
+    assert warming.warm_files([(path, size)], threading.Event())
+    fd = os.open(path, os.O_RDONLY)
+    assert warming.cache_misses(fd, size, size, step=4096) == 0  # every page
+    os.close(fd)
 
 
 def block_run(folder, workers: int, read: str) -> tuple[list[np.ndarray], int]:

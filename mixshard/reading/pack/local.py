@@ -85,6 +85,8 @@ class LocalPack:
         self._files = OpenShards()
         self._lock = locks.Lock()
         self._check_locks = [locks.Lock() for _ in range(CHECK_LOCKS)]
+        self._settled = False  # every block checked, none bad (`_check_blocks`)
+        self._where: tuple[np.ndarray, np.ndarray] | None = None  # `_copy_mapped`
         self._warming = False
         self._maps = ShardMaps(len(self.shards))  # every shard mapped, or none (`plan.py`)
 
@@ -134,7 +136,7 @@ class LocalPack:
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        for name in ("_files", "_maps", "_lock", "_check_locks"):
+        for name in ("_files", "_maps", "_lock", "_check_locks", "_where"):
             state[name] = None
         return state
 
@@ -272,62 +274,79 @@ class LocalPack:
         index = np.asarray(index, dtype=np.int64)
         if not out.flags.c_contiguous or out.nbytes < len(index) * self.manifest.image_bytes:
             raise ValueError(f"out must be C-contiguous with room for {len(index)} images")
+        bad = None if self._settled else self._check_blocks(index)
+        rows = np.arange(len(index)) if bad is None else np.flatnonzero(~bad)
+        index = index if bad is None else index[rows]
+        with self._maps.held() as mapped:
+            if mapped:
+                self._copy_mapped(out, rows, index)
+        if not mapped:
+            self._read_rows(out, rows, index)
+        return bad
+
+    def _check_blocks(self, index: np.ndarray) -> np.ndarray | None:
+        """Check the blocks of images `index` on their first read; returns which images come
+        from bad blocks, or None. Once every block is checked and none is bad, `_settled`:
+        `read_images` and `labels` skip this."""
         block = self.block_of(index)
         blocks = np.unique(block)
         for b in blocks[~self._checked[blocks]].tolist():  # a block's first read only
             self._check_block(b)
-        bad = self.bad[block] if self.bad[blocks].any() else None
-        size = self.manifest.image_bytes
+        if self.bad[blocks].any():
+            return self.bad[block]
+        self._settled = bool(self._checked.all()) and not self.bad.any()
+        return None
+
+    def _read_rows(self, out: np.ndarray, rows: np.ndarray, index: np.ndarray) -> None:
+        """Read image `index[j]` into row `rows[j]` of `out` with `pread`, for every `j`,
+        grouped by shard (as the kernel's reads go fastest); each file is checked after."""
+        block, size = self.block_of(index), self.manifest.image_bytes
+        order = np.argsort(self.block_shard[block], kind="stable")
+        rows, block, index = rows[order], block[order], index[order]
         slot_of = self.block_shard[block]
         offset_of = self.block_offset[block] + (index - self.block_start[block]) * size
-        good = np.arange(len(index)) if bad is None else np.flatnonzero(~bad)
-        shards = np.unique(slot_of[good])  # each read's file is checked after the batch
+        shards = np.unique(slot_of)
         files = self._files.held(shards.tolist(), self._open_checked)
-        with self.files.held(blocks.tolist()), files as held, self._maps.held() as mapped:
-            if mapped:  # in the batch's order: the rows written one after the next
-                self._copy_mapped(out, good, slot_of[good], offset_of[good], shards, held)
-            else:  # grouped by shard, as the kernel's reads go fastest
-                rows = good[np.argsort(slot_of[good], kind="stable")]
-                fds = np.array(held, np.int64)[np.searchsorted(shards, slot_of[rows])]
-                first = read_rows(out, rows, fds, offset_of[rows], size)
-                flat = out.reshape(-1).data
-                for j, row in enumerate(rows[first:].tolist(), first):  # again, to raise
-                    view = flat[row * size : (row + 1) * size]  # the error that names it
-                    self._pread(int(slot_of[row]), int(fds[j]), view, int(offset_of[row]))
+        with self.files.held(np.unique(block).tolist()), files as held:
+            fds = np.array(held, np.int64)[np.searchsorted(shards, slot_of)]
+            first = read_rows(out, rows, fds, offset_of, size)
+            flat = out.reshape(-1).data
+            for j, row in enumerate(rows[first:].tolist(), first):  # again, to raise
+                view = flat[row * size : (row + 1) * size]  # the error that names it
+                self._pread(int(slot_of[j]), int(fds[j]), view, int(offset_of[j]))
             for slot, fd in zip(shards.tolist(), held):
                 self._check_same(slot, fd)
-        return bad
 
-    def _copy_mapped(
-        self,
-        out: np.ndarray,
-        rows: np.ndarray,
-        slots: np.ndarray,
-        offsets: np.ndarray,
-        shards: np.ndarray,
-        fds: list[int],
-    ) -> None:
-        """Copy image `j` (at `offsets[j]` of shard `slots[j]`) into row `rows[j]` of `out`,
-        for every `j`, out of the mappings (held by the caller); `fds`: the descriptors of
-        `shards`, for the error."""
-        status, j = self._maps.copy(out, rows, slots, offsets, self.manifest.image_bytes)
-        if status == 0:
-            return
-        slot = int(slots[j])
-        fd_at = dict(zip(shards.tolist(), fds))
-        if status == 1:  # past the shard's end: as a short read
-            self._short(slot, fd_at[slot])
-        self._check_same(slot, fd_at[slot])  # truncated or copied over under the mapping
-        raise ShardError(
-            f"cannot read shard {self.folder / self.shards[slot].name}: a page of it could not "
-            f"be read (a disk error); {self.files.fix()}"
-        )
+    def _copy_mapped(self, out: np.ndarray, rows: np.ndarray, index: np.ndarray) -> None:
+        """Copy image `index[j]` into row `rows[j]` of `out`, for every `j`, out of the
+        mappings (held by the caller), in the batch's order: the rows written one after the
+        next; then each shard read is checked to be the file opened."""
+        if self._where is None:  # each image's shard and offset (a mapped pack fits in memory)
+            size, count = self.manifest.image_bytes, self.block_count
+            start = np.repeat(self.block_offset - self.block_start * size, count)
+            self._where = np.repeat(self.block_shard, count), start + np.arange(self.count) * size
+        slots, offsets = self._where[0][index], self._where[1][index]
+        shards = np.flatnonzero(np.bincount(slots, minlength=len(self.shards))).tolist()
+        with self._files.held(shards, self._open_checked) as fds:
+            status, j = self._maps.copy(out, rows, slots, offsets, self.manifest.image_bytes)
+            if status != 0:
+                slot = int(slots[j])
+                fd = fds[shards.index(slot)]
+                if status == 1:  # past the shard's end: as a short read
+                    self._short(slot, fd)
+                self._check_same(slot, fd)  # truncated or copied over under the mapping
+                raise ShardError(
+                    f"cannot read shard {self.folder / self.shards[slot].name}: a page of it "
+                    f"could not be read (a disk error); {self.files.fix()}"
+                )
+            for slot, fd in zip(shards, fds):
+                self._check_same(slot, fd)
 
     def labels(self, index: np.ndarray) -> np.ndarray:
         """int64 labels of images `index`; their blocks are checked (read) first if needed."""
         index = np.asarray(index, dtype=np.int64)
-        for b in np.unique(self.block_of(index)).tolist():
-            self._check_block(b)
+        if not self._settled:
+            self._check_blocks(index)
         return self._labels[index].astype(np.int64)
 
     def gather(self, index: np.ndarray) -> np.ndarray:

@@ -4,7 +4,9 @@ The shards are read one after the other in chunks asked of the kernel ahead
 (`posix_fadvise(WILLNEED)`: no copy into this process), with at most `WARM_IN_FLIGHT` chunks
 asked for and not yet read. Asking for the whole pack at once queues gigabytes in front of every
 read a loader makes meanwhile (measured: the first pass of the global order at half the
-sequential rate that way, three quarters paced).
+sequential rate that way, three quarters paced). A chunk is no larger than the kernel reads of
+one `WILLNEED` (`read_whole`): it drops the rest, and a chunk whose last byte had arrived was
+then mostly still on disk (72% of a pack warmed in 32 MB chunks at 8 MB of read-ahead).
 
 `cache_misses` tells how much of a file is already there, from a sample of its pages.
 """
@@ -19,8 +21,9 @@ from pathlib import Path
 
 from ...core.files import open_regular
 
-WARM_CHUNK = 8 << 20  # bytes asked for at a time
-WARM_IN_FLIGHT = 4  # chunks asked for and not yet read: what a loader's reads queue behind
+WARM_CHUNK = 8 << 20  # bytes asked for at a time, at most
+WARM_IN_FLIGHT = 4  # chunks of WARM_CHUNK asked for and not yet read: what a loader's reads
+# queue behind (as many more as a chunk is smaller)
 CACHE_SAMPLE = 2 << 20  # cache_misses: one byte read every this many bytes
 
 
@@ -36,13 +39,14 @@ def warm_files(files: list[tuple[Path, int]], stop: threading.Event) -> bool:
             except OSError:
                 return False
             opened.add(fd)
-            for lo in range(0, size, WARM_CHUNK):
+            chunk = min(WARM_CHUNK, read_whole(fd))
+            for lo in range(0, size, chunk):
                 if stop.is_set():
                     return False
-                hi = min(size, lo + WARM_CHUNK)
+                hi = min(size, lo + chunk)
                 os.posix_fadvise(fd, lo, hi - lo, os.POSIX_FADV_WILLNEED)
                 asked.append((fd, hi - 1, i if hi == size else -1))
-                while len(asked) > WARM_IN_FLIGHT:
+                while len(asked) > WARM_IN_FLIGHT * WARM_CHUNK // chunk:
                     _arrived(*asked.popleft(), opened)
         while asked:
             _arrived(*asked.popleft(), opened)
@@ -50,6 +54,23 @@ def warm_files(files: list[tuple[Path, int]], stop: threading.Event) -> bool:
     finally:
         for fd in opened:
             os.close(fd)
+
+
+def read_whole(fd: int) -> int:
+    """Bytes of one `WILLNEED` the kernel reads for the file behind `fd`: the larger of its block
+    device's `read_ahead_kb` and `max_sectors_kb` (it drops the rest); where sysfs does not say
+    (no block device: NFS, FUSE, btrfs), 128 KB, the kernel's default read-ahead."""
+    dev = os.fstat(fd).st_dev
+    for queue in ("queue", "../queue"):  # a disk's, or a partition's disk's
+        at = f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}/{queue}/"
+        try:
+            kb = max(
+                int(Path(at + name).read_text()) for name in ("read_ahead_kb", "max_sectors_kb")
+            )
+        except (OSError, ValueError):
+            continue
+        return max(4, kb) << 10
+    return 128 << 10
 
 
 def _arrived(fd: int, last: int, file: int, opened: set[int]) -> None:
