@@ -78,8 +78,8 @@ def read_rows(
     out: np.ndarray, rows: np.ndarray, fds: np.ndarray, offsets: np.ndarray, size: int
 ) -> int:
     """Read `size` bytes at `offsets[j]` of descriptor `fds[j]` into row `rows[j]` of `out`
-    (C-contiguous), for every `j`, in one call with the GIL released (`_mapped.read_rows`):
-    returns how many were read before one ended short or failed (all: `len(rows)`), which the
+    (C-contiguous), for every `j`, in one call with the GIL released (`_mapped.read_rows`;
+    rows not in the page cache are all asked for before one is waited for): returns how many were read before one ended short or failed (all: `len(rows)`), which the
     caller reads again with `pread` to raise the error that names it. 0 where the extension
     was not built."""
     if _mapped is None:
