@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/uio.h>
@@ -262,7 +263,9 @@ static PyObject *read_rows(PyObject *self, PyObject *args) {
      * behind whatever the disk is doing (the warm pass), one at a time. */
     for (ssz j = 0; j < n; j++) {
         struct iovec v = {out + rows[j] * row_bytes, (size_t)row_bytes};
-        cached[j] = preadv2((int)fds[j], &v, 1, (off_t)offsets[j], RWF_NOWAIT) == row_bytes;
+        ssize_t done = preadv2((int)fds[j], &v, 1, (off_t)offsets[j], RWF_NOWAIT);
+        if (done < 0 && errno == EOPNOTSUPP) break; /* a file system that cannot say */
+        cached[j] = done == row_bytes;
         if (!cached[j])
             posix_fadvise((int)fds[j], (off_t)offsets[j], (off_t)row_bytes, POSIX_FADV_WILLNEED);
     }
