@@ -79,9 +79,10 @@ def read_rows(
 ) -> int:
     """Read `size` bytes at `offsets[j]` of descriptor `fds[j]` into row `rows[j]` of `out`
     (C-contiguous), for every `j`, in one call with the GIL released (`_mapped.read_rows`;
-    rows not in the page cache are all asked for before one is waited for): returns how many were read before one ended short or failed (all: `len(rows)`), which the
-    caller reads again with `pread` to raise the error that names it. 0 where the extension
-    was not built."""
+    rows not in the page cache are all asked for before one is waited for): returns how many
+    were read before one ended short or failed (all: `len(rows)`), which the caller reads
+    again with `pread` to raise the error that names it. 0 where the extension was not
+    built."""
     if _mapped is None:
         return 0
     rows, fds, offsets = (np.ascontiguousarray(a, np.int64) for a in (rows, fds, offsets))
