@@ -211,12 +211,12 @@ def reset_rows(
     index = torch.nonzero(mask).squeeze(1)
     pooled = mixshard.Backgrounds(pack, n, frames=K, playback="pingpong", cache="pool")
     rows: list[list[object]] = []
-    for name, envs, b in (
-        ("bool mask", mask, bg),
-        ("index tensor", index, bg),
-        ("bool mask, cache='pool'", mask, pooled),
+    for name, which, b in (
+        ("bool mask", {"envs": mask}, bg),
+        ("index tensor", {"index": index}, bg),
+        ("bool mask, cache='pool'", {"envs": mask}, pooled),
     ):
-        sec = call_seconds(lambda envs=envs, b=b: b.reset(envs), args.runs * 4)
+        sec = call_seconds(lambda which=which, b=b: b.reset(**which), args.runs * 4)
         rows.append(
             [threads, f"reset of {k} of {n}, {name}", ms(sec), "", verdict(sec <= 1e-3, "<= 1 ms")]
         )  # noqa: E501

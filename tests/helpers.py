@@ -210,9 +210,9 @@ def bad_images(root: Path) -> None:
 
 def clip_pack(root: Path, lengths: list[int], size: int = 8, block_size: int = 4) -> Path:
     """`root/clips`: a clip pack (format version 2) of `len(lengths)` clips of those frame
-    counts, `size` px. Frame `f` of clip `c` is red `c`, green `f`, blue `30 * x` in column `x`
-    (so a flip shows), packed exactly (solid rows survive the resize) with the image packer in
-    play order, then its index.json rewritten as the clip packer writes it."""
+    counts, `size` px. Frame `f` of clip `c` is red `c % 256`, green `f`, blue `30 * x` in
+    column `x` (so a flip shows), packed exactly (solid rows survive the resize) with the image
+    packer in play order, then its index.json rewritten as the clip packer writes it."""
     from mixshard import pack
 
     src = root / "clip-frames"
@@ -220,7 +220,7 @@ def clip_pack(root: Path, lengths: list[int], size: int = 8, block_size: int = 4
     for c, count in enumerate(lengths):
         for f in range(count):
             frame = np.zeros((size, size, 3), np.uint8)
-            frame[..., 0], frame[..., 1] = c, f
+            frame[..., 0], frame[..., 1] = c % 256, f
             frame[..., 2] = (np.arange(size) * 30) % 256
             Image.fromarray(frame).save(src / f"c{c:03d}_f{f:04d}.png")
     out = root / "clips"

@@ -6,11 +6,14 @@ frame (green) and which column (blue, so a flip shows) they are, so every assert
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import io
 import time
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from helpers import clip_pack, make_flat
@@ -114,30 +117,93 @@ def test_an_image_pack_repeats_each_image_and_takes_only_loop(images):
             mixshard.Backgrounds(images, 4, playback=playback)
 
 
-def test_a_reset_by_mask_by_index_or_by_list_resets_those_environments_only(clips):
+def test_a_reset_by_mask_or_by_index_resets_those_environments_only(clips):
+    """A mask is one entry per environment, of any dtype a simulator hands out (bool, 0/1
+    integers of any width, 0/1 floats; torch, numpy or a list); numbers go through index=."""
     results = []
-    for envs in (
-        torch.tensor([True, False, True, False, False]),
-        torch.tensor([0, 2]),
-        torch.tensor([2, 0, 2]),  # listed twice: reset once
-        [0, 2],
+    for envs, index in (
+        (torch.tensor([True, False, True, False, False]), None),
+        (torch.tensor([1, 0, 1, 0, 0]), None),  # Isaac Gym's int64 reset_buf
+        (torch.tensor([1, 0, 1, 0, 0], dtype=torch.uint8), None),
+        (torch.tensor([1.0, 0.0, 1.0, 0.0, 0.0]), None),
+        (np.array([True, False, True, False, False]), None),  # a gymnasium vector env's done
+        (np.array([1, 0, 1, 0, 0], np.int32), None),
+        ([True, False, True, False, False], None),
+        ([1, 0, 1, 0, 0], None),
+        (None, torch.tensor([0, 2])),
+        (None, torch.tensor([2, 0, 2])),  # listed twice: reset once
+        (None, [0, 2]),
+        (None, np.array([2, 0], np.uint8)),
     ):
         bg = mixshard.Backgrounds(clips, 5, frames=1, seed=7)
         for _ in range(3):
             bg.step()
         before = shown(bg)
-        bg.reset(envs)
+        bg.reset(envs, index=index)
         after = shown(bg)
         assert after[1] == before[1] and after[3] == before[3] and after[4] == before[4]
         assert after[0][1] == [0] and after[2][1] == [0]
         assert bg.episode.tolist() == [1, 0, 1, 0, 0]
         bg.step(torch.tensor([False, True, False, False, False]))
-        bg.step([4])
+        bg.step(index=[4])
         results.append((after, shown(bg), bg.played.tolist()))
     assert all(r == results[0] for r in results)
     assert results[0][2] == [0, 4, 0, 3, 4]
     bg.reset(torch.zeros(5, dtype=torch.bool))  # nobody
+    bg.reset(index=[])
     assert bg.episode.tolist() == [1, 0, 1, 0, 0]
+
+
+@pytest.mark.parametrize("cache", ["device", "pool"])
+def test_nothing_about_which_environments_is_guessed(clips, cache):
+    """Each of these was read as indices at 5e33428 (resetting environments 0 and 1, or 2):
+    now a mask of 0/1 or an error naming the value, and nothing is reset."""
+    bg = mixshard.Backgrounds(clips, 4, frames=1, seed=3, cache=cache)
+    bg.reset([True, False, True, False])
+    assert bg.episode.tolist() == [1, 0, 1, 0]
+    bg.reset(torch.tensor([0, 1, 1, 0], dtype=torch.uint8))
+    assert bg.episode.tolist() == [1, 1, 2, 0]
+    bad = [
+        (
+            [2.7],
+            ValueError,
+            r"reset: envs is a mask of one entry per environment \(4,\), got "
+            r"shape \(1,\); to name environments by number pass index=",
+        ),
+        (
+            torch.tensor([0, 2, 1, 0]),
+            ValueError,
+            r"reset: envs is a mask of 0 and 1 \(or bool\), "
+            r"got the value 2; to name environments by number pass index=",
+        ),
+        ([0.0, 0.5, 1.0, 0.0], ValueError, "got the value 0.5"),
+        (torch.tensor([0.0, float("nan"), 1.0, 0.0]), ValueError, "got the value nan"),
+        (
+            ["a", "b", "c", "d"],
+            TypeError,
+            "envs must be a torch tensor, a numpy array or a list of numbers, got a list of str",
+        ),
+        ([[0, 1], [1]], TypeError, "got a list of list"),
+        (torch.ones(4, dtype=torch.complex64), TypeError, "bool, integer or float mask"),
+        (torch.ones(2, 2, dtype=torch.bool), ValueError, r"got shape \(2, 2\)"),
+    ]
+    for envs, kind, message in bad:
+        with pytest.raises(kind, match=message):
+            bg.reset(envs)
+    for index, kind, message in [
+        ([2.7], TypeError, "reset: index must hold integer environment numbers, got torch.float64"),
+        ([True, False], TypeError, "index must hold integer environment numbers, got torch.bool"),
+        ([[0], [1]], ValueError, r"index must be 1-D, got shape \(2, 1\)"),
+        ([4], ValueError, r"environment indices must be in \[0, 4\), got 4 .. 4"),
+    ]:
+        with pytest.raises(kind, match=message):
+            bg.reset(index=index)
+    with pytest.raises(ValueError, match="reset: pass envs \\(a mask\\) or index=, not both"):
+        bg.reset([1, 0, 0, 0], index=[0])
+    with pytest.raises(ValueError, match="step: envs is a mask of 0 and 1"):
+        bg.step([0, 3, 0, 0])
+    assert bg.episode.tolist() == [1, 1, 2, 0] and bg.played.tolist() == [0, 0, 0, 0]
+    bg.close()
 
 
 def run_env_1(bg: mixshard.Backgrounds, others: int) -> list:
@@ -324,14 +390,12 @@ def test_bad_arguments_say_what_is_wrong(clips):
     with pytest.raises(
         ValueError, match=r"reset: environment indices must be in \[0, 4\), got 1 .. 4"
     ):
-        bg.reset(torch.tensor([1, 4]))
+        bg.reset(index=torch.tensor([1, 4]))
     with pytest.raises(ValueError, match=r"step: environment indices must be in \[0, 4\)"):
-        bg.step([-1])
-    with pytest.raises(ValueError, match=r"a bool mask must have shape \(4,\) \(num_envs\)"):
+        bg.step(index=[-1])
+    with pytest.raises(ValueError, match=r"one entry per environment \(4,\), got shape \(5,\)"):
         bg.reset(torch.ones(5, dtype=torch.bool))
-    with pytest.raises(ValueError, match="bool mask or integer indices, got torch.float32"):
-        bg.reset(torch.ones(4))
-    with pytest.raises(TypeError, match="envs must be None, a bool mask"):
+    with pytest.raises(TypeError, match="envs must be a torch tensor, a numpy array or a list"):
         bg.step("all")
     obs = torch.zeros(4, 9, 8, 8)
     with pytest.raises(ValueError, match="obs hold 3 environments, Backgrounds has num_envs=4"):
@@ -411,3 +475,213 @@ def test_cuda_plays_what_the_cpu_plays_without_a_host_sync(clips):
         cpu.reset(mask)
         cpu.step()
         assert torch.allclose(out.cpu(), cpu.composite(obs, keep, alpha=0.5), atol=1e-4)
+
+
+class ScriptedReads:
+    """The pool's read-ahead thread, replaced by reads that finish in an order a seeded
+    generator picks: any read asked may come in at any call (or at none), a blocking take
+    hands over any finished read, not necessarily the one waited for, and one read ahead in
+    `fail` is a damaged block (the pool's own reads at a reset do not fail)."""
+
+    def __init__(self, read, rng: np.random.Generator, fail: float) -> None:
+        self.read, self.rng, self.fail = read, rng, fail
+        self.asked: list[int] = []
+
+    def ask(self, clip: int) -> None:
+        self.asked.append(clip)
+
+    def take(self, block: bool):
+        if not self.asked or (not block and self.rng.random() < 0.5):
+            assert not block, "the pool waits for a read it never asked for"
+            return None
+        clip = self.asked.pop(int(self.rng.integers(len(self.asked))))
+        if self.rng.random() < self.fail:
+            return clip, mixshard.MixshardError(f"clip {clip} has frames in a damaged block")
+        return clip, self.read(clip)
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def many_clips(tmp_path_factory) -> Path:
+    lengths = [1 + (7 * c) % 4 for c in range(40)]  # 40 clips of 1-4 frames
+    return clip_pack(tmp_path_factory.mktemp("bgmany"), lengths, size=4)
+
+
+def random_envs(rng: np.random.Generator, n: int) -> dict:
+    """A random choice of environments, in one of the forms `reset` takes."""
+    mask = rng.random(n) < rng.choice([0.1, 0.5, 1.0])
+    form = rng.integers(4)
+    if form == 0:
+        return {"envs": torch.from_numpy(mask)}
+    if form == 1:
+        return {"envs": mask.astype(np.int64).tolist()}
+    if form == 2:
+        return {"index": np.flatnonzero(mask).tolist()}
+    return {"envs": None}
+
+
+def test_the_pool_matches_the_device_cache_under_any_order_of_reads(many_clips, monkeypatch):
+    """Issue 46: a clip read ahead that came in while another was waited for was placed twice,
+    and a later placement evicted the first copy, handing environments slot -1 (IndexError,
+    or a device-side assert on CUDA). For many seeds, every order of finished reads and every
+    pool size from the tightest up: each images() equals the device cache's, a failed read
+    changes nothing, and the slot bookkeeping stays one clip to one slot."""
+    from mixshard.augment import clippool
+
+    for seed in range(60):
+        rng = np.random.default_rng(seed)
+        n = int(rng.integers(1, 13))
+        slots = min(40, n + int(rng.integers(0, 4)))
+        fail = 0.1 if seed % 3 == 0 else 0.0
+        scripted = functools.partial(ScriptedReads, rng=rng, fail=fail)
+        monkeypatch.setattr(clippool, "ReadAhead", scripted)
+        kwargs = {"frames": 2, "playback": "random", "flip": True, "seed": seed}
+        device = mixshard.Backgrounds(many_clips, n, cache="device", **kwargs)
+        pool = mixshard.Backgrounds(many_clips, n, cache="pool", pool=slots, **kwargs)
+        for _ in range(25):
+            which = random_envs(rng, n)
+            try:
+                pool.reset(**which)
+            except mixshard.MixshardError as e:
+                assert "damaged block" in str(e)  # scripted: nothing was reset
+            else:
+                device.reset(**which)
+            if rng.random() < 0.7:
+                device.step()
+                pool.step()
+            if rng.random() < 0.1:  # a state loaded: every clip acquired again, or nothing
+                with contextlib.suppress(mixshard.MixshardError):
+                    pool.load_state_dict(device.state_dict())
+            assert torch.equal(pool.episode, device.episode)
+            assert torch.equal(pool.images(), device.images()), seed
+            p = pool._pool
+            placed = p.clip_of >= 0
+            assert (p.slot_of[p.clip_of[placed]] == np.flatnonzero(placed)).all()
+            assert (p.slot_of >= 0).sum() == placed.sum()
+            assert (p.users >= 0).all() and p.users.sum() == n
+            assert not p._pending and not p._held
+        pool.close()
+
+
+def test_a_pool_over_many_clips_never_hands_out_slot_minus_one(tmp_path):
+    """Issue 46's reproduction with the real reader thread: 64 environments over 600 one-frame
+    clips in a pool of 100; at 5e33428, 16 of 20 fresh instances raised IndexError (slot -1)
+    within ten resets of half the environments."""
+    pack = clip_pack(tmp_path, [1] * 600, size=4, block_size=64)
+    for seed in range(20):
+        device = mixshard.Backgrounds(pack, 64, cache="device", seed=seed, frames=1)
+        pool = mixshard.Backgrounds(pack, 64, cache="pool", pool=100, seed=seed, frames=1)
+        g = torch.Generator().manual_seed(seed)
+        for _ in range(10):
+            done = torch.rand(64, generator=g) < 0.5
+            pool.reset(done)
+            device.reset(done)
+            assert torch.equal(pool.images(), device.images())
+        pool.close()
+
+
+@pytest.mark.parametrize("cache", ["device", "pool"])
+def test_a_state_that_lies_is_refused_naming_the_field(clips, cache):
+    """At 5e33428 only the scalars were checked: a `played` of shape (1,) was kept and shared by
+    every environment, NaN and inf counters became -9223372036854775807, and a list or a
+    missing key raised AttributeError or KeyError."""
+    bg = mixshard.Backgrounds(clips, 4, frames=2, seed=1, cache=cache)
+    bg.reset(index=[1])
+    bg.step()
+    good = bg.state_dict()
+    before = (bg.images().clone(), {k: v for k, v in good.items()})
+    nan = torch.tensor([0.0, float("nan"), 1.0, 2.0])
+    cases = [
+        (
+            {"played": torch.tensor([3])},
+            ValueError,
+            r"state\['played'\] must be int64 of shape \(4,\) \(num_envs\), got torch.int64 of "
+            r"shape \(1,\)",
+        ),
+        ({"episode": nan}, ValueError, r"state\['episode'\] must be int64 .* got torch.float32"),
+        ({"played": torch.tensor([0.0, float("inf"), 0, 0])}, ValueError, r"state\['played'\]"),
+        (
+            {"episode": [0, 1, 0, 0]},
+            TypeError,
+            r"state\['episode'\] must be a torch tensor, got list",
+        ),
+        (
+            {"episode": torch.tensor([0, -1, 0, 0])},
+            ValueError,
+            r"state\['episode'\] must be counts >= 0, got -1",
+        ),
+        ({"episode": torch.zeros(4, dtype=torch.int32)}, ValueError, "got torch.int32"),
+        ({"seed": 2.5}, TypeError, r"state\['seed'\] must be an integer, got 2.5"),
+        ({"seed": 2**64}, ValueError, r"state\['seed'\] must be below 2\*\*64"),
+        ({"num_envs": True}, ValueError, "state_dict was saved with num_envs=True"),
+        ({"speed": 1.0}, ValueError, "state_dict was saved with speed=1.0"),
+        ({"extra": 1}, ValueError, r"not a Backgrounds.state_dict\(\): unknown keys \['extra'\]"),
+    ]
+    for change, kind, message in cases:
+        with pytest.raises(kind, match=message):
+            bg.load_state_dict({**good, **change})
+    for key in ("played", "seed", "clips"):
+        state = {k: v for k, v in good.items() if k != key}
+        with pytest.raises(ValueError, match=f"not a Backgrounds.state_dict\\(\\): it lacks {key}"):
+            bg.load_state_dict(state)
+    with pytest.raises(TypeError, match="state must be a dict from state_dict"):
+        bg.load_state_dict([("seed", 1)])
+    assert torch.equal(bg.images(), before[0])  # nothing changed
+    after = bg.state_dict()
+    assert all(
+        torch.equal(after[k], v) for k, v in before[1].items() if isinstance(v, torch.Tensor)
+    )
+    bg.load_state_dict(good)
+    assert torch.equal(bg.images(), before[0])
+    bg.close()
+
+
+def test_seeds_and_speeds_are_integers_that_fit_their_words(clips):
+    """At 5e33428: seed=np.int64(3) raised OverflowError, seed=2**64 silently equalled seed=0,
+    speed=2**70 raised OverflowError."""
+    a = mixshard.Backgrounds(clips, 3, seed=np.int64(3), speed=np.int32(2), playback="random")
+    b = mixshard.Backgrounds(clips, 3, seed=3, speed=2, playback="random")
+    for _ in range(3):
+        assert torch.equal(a.images(), b.images())
+        a.step(), b.step()
+        a.reset(), b.reset()
+    assert type(a.seed) is int and type(a.speed) is int
+    top = mixshard.Backgrounds(clips, 3, seed=2**64 - 1)
+    assert top.state_dict()["seed"] == 2**64 - 1
+    with pytest.raises(
+        ValueError, match=r"seed must be below 2\*\*64 .*, got 18446744073709551616"
+    ):
+        mixshard.Backgrounds(clips, 3, seed=2**64)
+    with pytest.raises(
+        ValueError, match=r"speed must be below 2\*\*31 frames a step, got 1180591620717411303424"
+    ):
+        mixshard.Backgrounds(clips, 3, speed=2**70)
+    with pytest.raises(TypeError, match="seed must be an integer, got True"):
+        mixshard.Backgrounds(clips, 3, seed=True)
+
+
+def test_a_closed_pool_says_so_every_time_and_changes_nothing(clips):
+    """At 5e33428 a pool `Backgrounds` used after close() sometimes worked and sometimes said
+    'the clip pool's reader ended'."""
+    bg = mixshard.Backgrounds(clips, 4, frames=2, cache="pool", pool=4, seed=2)
+    bg.reset(index=[0])
+    state = bg.state_dict()
+    bg.close()
+    obs = torch.zeros(4, 6, 8, 8)
+    calls = {
+        "reset": lambda: bg.reset(),
+        "step": lambda: bg.step(),
+        "images": lambda: bg.images(),
+        "positions": lambda: bg.positions(),
+        "composite": lambda: bg.composite(obs),
+        "load_state_dict": lambda: bg.load_state_dict(state),
+    }
+    for _ in range(3):
+        for name, call in calls.items():
+            with pytest.raises(ValueError, match=f"{name}: this Backgrounds was closed"):
+                call()
+    after = bg.state_dict()
+    assert all(torch.equal(after[k], state[k]) for k in ("episode", "played"))
+    bg.close()  # twice is fine

@@ -42,6 +42,19 @@ from .pasting import composite
 from .playback import PLAYBACKS, draw, draw_clips, positions
 
 CACHES = ("auto", "device", "pool")  # `Backgrounds(cache=)`
+MAX_SEED = 2**64 - 1  # a seed is one 64-bit word of the draws' key: larger ones would wrap
+MAX_SPEED = 2**31 - 1  # frames a step: `played` (int64) then lasts 2**32 steps at the most
+STATE_KEYS = ("seed", "num_envs", "clips", "count", "playback", "speed", "episode", "played")
+
+
+def check_seed(name: str, seed: Any) -> None:
+    """A seed of the draws: an integer in [0, 2**64)."""
+    check_int(name, seed, 0)
+    if seed > MAX_SEED:
+        raise ValueError(
+            f"{name} must be below 2**64 (the draws' key is one 64-bit word, a larger seed "
+            f"would repeat a smaller one's draws), got {seed}"
+        )
 
 
 class Backgrounds:
@@ -93,7 +106,11 @@ class Backgrounds:
         check_int("num_envs", num_envs, 1)
         check_int("frames", frames, 1)
         check_int("speed", speed, 0)
-        check_int("seed", seed, 0)
+        if speed > MAX_SPEED:
+            raise ValueError(f"speed must be below 2**31 frames a step, got {speed}")
+        check_seed("seed", seed)
+        # numpy integers as Python ints: the draws' arithmetic is exact on those only
+        num_envs, frames, speed, seed = int(num_envs), int(frames), int(speed), int(seed)
         if pool is not None:
             check_int("pool", pool, 1)
         check_flag("flip", flip)
@@ -136,7 +153,8 @@ class Backgrounds:
         self.episode, self.played = zeros.clone(), zeros.clone()
         self._episode_host = np.zeros(num_envs, np.int64)  # the pool's copy (no syncs)
         self._slot = np.full(num_envs, -1, np.int64)  # the pool slot each env plays
-        self._set_all()
+        self._closed = False
+        self._set_all(self.episode)
 
     def _choose(self, cache: str, fraction: float, pool: int | None) -> str:
         m = self.manifest
@@ -166,44 +184,45 @@ class Backgrounds:
         e, ep = torch.from_numpy(envs), torch.from_numpy(episode)
         return draw_clips(self._key, e, ep, self.clips).numpy()
 
-    def _set_all(self) -> None:
-        """Every environment's draws from its episode counter (construction, a loaded
-        state)."""
-        self.clip, self.start, self.flipped = self._draw(self._envs, self.episode)
-        self.base = self._first[self.clip]
-        if self._pool is not None:
-            envs = np.arange(self.num_envs)
-            if (self._slot >= 0).any():
-                self._pool.release(self._slot[self._slot >= 0])
-                self._pool.forget_wanted()
-            self._use_slots(self._pool, envs, was_next=False)
-
-    def _use_slots(self, pool: ClipPool, envs: np.ndarray, was_next: bool) -> None:
-        """Pool: these environments start their current episodes: their clips' slots, and
-        their next clips read ahead. `was_next`: the clips were wanted as their next ones."""
-        clips = self._draw_host(envs, self._episode_host[envs])
-        slots = pool.acquire(clips)  # (still wanted here, so never evicted for another)
-        self._slot[envs] = slots
-        if was_next:
-            pool.want(clips, -1)
-        pool.want(self._draw_host(envs, self._episode_host[envs] + 1), +1)
-        index = move_index(envs, self.device)
-        self.base.index_copy_(0, index, move_index(pool.base(slots), self.device))
+    def _set_all(self, episode: torch.Tensor) -> None:
+        """Every environment's draws from these episode counters (construction, a loaded
+        state). With a pool, the clips are brought in first: when a read fails, nothing
+        changes."""
+        clip, start, flipped = self._draw(self._envs, episode)
+        pool = self._pool
+        if pool is not None:
+            envs, host = np.arange(self.num_envs), episode.cpu().numpy().copy()
+            old = self._slot[self._slot >= 0]
+            slots = pool.acquire(self._draw_host(envs, host), release=old)
+            pool.forget_wanted()
+            pool.want(self._draw_host(envs, host + 1), +1)
+            self._episode_host, self._slot = host, slots
+            self.base = move_index(pool.base(slots), self.device)
+        else:
+            self.base = self._first[clip]
+        self.episode, self.clip, self.start, self.flipped = episode, clip, start, flipped
 
     # -- the public calls ------------------------------------------------------------------
 
-    def reset(self, envs: torch.Tensor | list[int] | None = None) -> None:
+    def reset(self, envs: Any = None, *, index: Any = None) -> None:
         """Start a new episode in these environments: a new clip, start frame and flip.
 
         Args:
-            envs: None (all), a bool mask `(num_envs,)`, or environment indices (an integer
-                tensor or a list; one listed twice resets once). A bool mask on the device
-                makes no host sync; an index tensor on CUDA is checked with one (range).
+            envs: None (all), or a mask of one entry per environment: a `done` as the
+                simulator hands it out, a torch tensor, numpy array or list of bool, or of
+                integers or floats that are 0 or 1. A bool tensor on the device makes no host
+                sync; the values of an integer or float one are checked (one sync on an
+                accelerator).
+            index: environment numbers instead of a mask (integers; one listed twice resets
+                once), checked to be in range (one sync on an accelerator).
 
         Raises:
-            ValueError, TypeError: a mask of another shape or dtype, indices out of range.
+            ValueError, TypeError: a mask of another length or with values other than 0/1,
+                indices that are not integers or out of range; nothing is reset.
+            MixshardError: a pool's read failed (a damaged block); nothing is reset.
         """
-        mask = env_mask(envs, self.num_envs, self.device, "reset")
+        self._check_open("reset")
+        mask = env_mask(envs, index, self.num_envs, self.device, "reset")
         if self._pool is not None:
             self._reset_pool(self._pool, mask)
             return
@@ -220,39 +239,55 @@ class Backgrounds:
 
     def _reset_pool(self, pool: ClipPool, mask: torch.Tensor | None) -> None:
         """The pool's reset: which environments reset is read to the host (a sync on CUDA),
-        where the pool's bookkeeping is; the draws are the device cache's."""
+        where the pool's bookkeeping is; the draws are the device cache's. The new clips are
+        brought in before anything changes, so a failed read changes nothing."""
         envs = np.arange(self.num_envs) if mask is None else np.flatnonzero(mask.cpu().numpy())
         if len(envs) == 0:
             return
-        pool.release(self._slot[envs])
-        self._episode_host[envs] += 1
+        host = self._episode_host[envs] + 1
+        clips = self._draw_host(envs, host)
+        slots = pool.acquire(clips, release=self._slot[envs])
+        pool.want(clips, -1)  # they were these environments' next clips
+        pool.want(self._draw_host(envs, host + 1), +1)
+        self._episode_host[envs], self._slot[envs] = host, slots
         index = move_index(envs, self.device)
-        episode = torch.from_numpy(self._episode_host[envs]).to(self.device)
+        episode = torch.from_numpy(host).to(self.device)
         self.episode.index_copy_(0, index, episode)
         clip, start, flipped = self._draw(index, episode)
         self.clip.index_copy_(0, index, clip)
         self.start.index_copy_(0, index, start)
         self.flipped.index_copy_(0, index, flipped)
         self.played.index_fill_(0, index, 0)
-        self._use_slots(pool, envs, was_next=True)
+        self.base.index_copy_(0, index, move_index(pool.base(slots), self.device))
 
-    def step(self, envs: torch.Tensor | list[int] | None = None) -> None:
-        """Advance these environments' clips by `speed` frames (envs as for `reset`)."""
-        mask = env_mask(envs, self.num_envs, self.device, "step")
+    def step(self, envs: Any = None, *, index: Any = None) -> None:
+        """Advance these environments' clips by `speed` frames (`envs` a mask, or `index`
+        numbers, as for `reset`)."""
+        self._check_open("step")
+        mask = env_mask(envs, index, self.num_envs, self.device, "step")
         if mask is None:
             self.played += self.speed
         else:
             self.played += mask * self.speed
 
+    def _check_open(self, what: str) -> None:
+        if self._closed:
+            raise ValueError(
+                f"{what}: this Backgrounds was closed (close() stopped its pool's reader); "
+                f"make a new one (its state_dict() continues where this one stopped)"
+            )
+
     def positions(self) -> torch.Tensor:
         """`(num_envs, frames)` int64: each environment's frame numbers within its clip, of
         the frames `images()` gives (oldest first)."""
+        self._check_open("positions")
         length = self._length[self.clip]
         return positions(self.start, self.played, self._lags, length, self.playback)
 
     def images(self) -> torch.Tensor:
         """`(num_envs, 3 * frames, H, W)` uint8: each environment's last `frames` background
         frames, oldest first (one gather)."""
+        self._check_open("images")
         return self._gather(self._index())
 
     def _index(self) -> torch.Tensor:
@@ -292,6 +327,7 @@ class Backgrounds:
         Returns:
             `lerp(obs, background, alpha * (1 - mask))`, like obs.
         """
+        self._check_open("composite")
         n, c, h, w = check_composite_args(obs, self.num_envs, self.frames, self.device, alpha, out)
         if mask is not None:
             mask = frame_mask(mask, self.num_envs, self.frames, h, w, self.device)
@@ -331,32 +367,63 @@ class Backgrounds:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from a `state_dict` (the seed comes from it).
+        """Continue from a `state_dict` (the seed comes from it). Every field is checked
+        before anything changes; with a pool, the state's clips are read in first.
 
         Raises:
-            ValueError: a state of another number of environments, pack or playback.
+            TypeError, ValueError: a state of another number of environments, pack or
+                playback, or a field missing, of another type, shape or range (named).
+            MixshardError: a pool's read failed; nothing changed.
         """
+        self._check_open("load_state_dict")
         if not isinstance(state, dict):
             raise TypeError(f"state must be a dict from state_dict(), got {type(state).__name__}")
-        mine = {
+        missing = [key for key in STATE_KEYS if key not in state]
+        unknown = sorted(str(key) for key in state if key not in STATE_KEYS)
+        if missing or unknown:
+            raise ValueError(
+                "state is not a Backgrounds.state_dict(): "
+                + (f"it lacks {', '.join(missing)}" if missing else f"unknown keys {unknown}")
+            )
+        mine: dict[str, Any] = {
             "num_envs": self.num_envs,
             "clips": self.clips,
             "count": self.manifest.count,
             "playback": self.playback,
             "speed": self.speed,
         }
-        for key, value in mine.items():
-            if state.get(key) != value:
+        for name, value in mine.items():
+            if type(state[name]) is not type(value) or state[name] != value:
                 raise ValueError(
-                    f"state_dict was saved with {key}={state.get(key)!r}, this Backgrounds has "
-                    f"{key}={value!r}: make it with the same pack and arguments"
+                    f"state_dict was saved with {name}={state[name]!r}, this Backgrounds has "
+                    f"{name}={value!r}: make it with the same pack and arguments"
                 )
-        check_int("seed", state.get("seed"), 0)
-        self.seed, self._key = state["seed"], seed_key(state["seed"])
-        self.episode = state["episode"].to(self.device, torch.int64).clone()
-        self.played = state["played"].to(self.device, torch.int64).clone()
-        self._episode_host = self.episode.cpu().numpy().copy()
-        self._set_all()
+        check_seed("state['seed']", state["seed"])
+        episode = self._counter(state, "episode")
+        played = self._counter(state, "played")
+        seed, key = int(state["seed"]), self._key
+        self._key = seed_key(seed)  # the draws of _set_all are the state's
+        try:
+            self._set_all(episode)
+        except BaseException:
+            self._key = key
+            raise
+        self.seed, self.played = seed, played
+
+    def _counter(self, state: dict[str, Any], key: str) -> torch.Tensor:
+        """`state[key]`: an int64 tensor `(num_envs,)` of counts >= 0, checked, on the device."""
+        value = state[key]
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"state[{key!r}] must be a torch tensor, got {type(value).__name__}")
+        if value.dtype != torch.int64 or value.shape != (self.num_envs,):
+            raise ValueError(
+                f"state[{key!r}] must be int64 of shape ({self.num_envs},) (num_envs), got "
+                f"{value.dtype} of shape {tuple(value.shape)}"
+            )
+        value = value.to(self.device).clone()
+        if len(value) and int(value.min()) < 0:  # a sync on an accelerator, once per load
+            raise ValueError(f"state[{key!r}] must be counts >= 0, got {int(value.min())}")
+        return value
 
     def stats(self) -> dict[str, Any]:
         """Which cache (`"device"` or `"pool"`) and, for a pool, its counters."""
@@ -365,6 +432,8 @@ class Backgrounds:
         return self._pool.stats()
 
     def close(self) -> None:
-        """Stop the pool's reader (a device cache holds no thread)."""
+        """Stop the pool's reader (a device cache holds no thread). After it, every call but
+        `state_dict`, `stats` and `close` raises a `ValueError` that says so."""
+        self._closed = True
         if self._pool is not None:
             self._pool.close()

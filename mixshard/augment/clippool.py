@@ -4,21 +4,27 @@ The pool has `slots` slots of the longest clip's length each. An environment's c
 sits in a slot from its reset until its next reset (a slot is shared by the environments that
 play the same clip). Because every draw is a pure function of `(seed, environment, episode)`,
 each environment's *next* clip is known as soon as it resets: the pool reads it ahead, on a
-thread of its own (sequential reads of the clip's frames, consecutive in the pack), and puts it
-in a free slot at the next call, so the reset that needs it finds it there. A reset waits for
-the disk only when the clip it draws is not in the pool yet: its read ahead has not finished
-(two resets of one environment in quick succession), or there was no free slot to read it into
-(a pool barely larger than the clips in use). `stats()` counts those waits. Free slots are
-reused least recently used first, never while an environment plays their clip or another's next
-episode is to play it.
+thread of its own (`ReadAhead`: sequential reads of the clip's frames, consecutive in the
+pack), and puts it in a free slot at the next call, so the reset that needs it finds it there. A
+reset waits for the disk only when the clip it draws is not in the pool yet: its read ahead has
+not finished (two resets of one environment in quick succession), or there was no free slot to
+read it into (a pool barely larger than the clips in use). `stats()` counts those waits. Free
+slots are reused least recently used first, never while an environment plays their clip or
+another's next episode is to play it.
+
+The bookkeeping keeps one invariant: `slot_of[c] == s` exactly when `clip_of[s] == c`, so a clip
+is in at most one slot, and every slot an environment is given holds its clip. `acquire` is all
+or nothing: it gives the environments that reset their new slots and takes back their old ones
+only once every new clip is in; a read that fails leaves the pool as it was (the slots it read
+into hold clips nobody plays).
 """
 
 from __future__ import annotations
 
 import functools
 import queue
-import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -28,6 +34,8 @@ from ..core.device import host_empty, move, wants_pinned
 from ..core.errors import MixshardError
 from ..core.jobs import Job, check_process, own
 from ..reading.source import Source
+
+Read = Callable[[int], torch.Tensor]  # a clip's frames in host memory
 
 
 def pool_slots(pool: int | None, budget: int, clip_bytes: int, envs: int, clips: int) -> int:
@@ -42,6 +50,50 @@ def pool_slots(pool: int | None, budget: int, clip_bytes: int, envs: int, clips:
             f"cache_fraction or pass pool=N (N >= {least})"
         )
     return min(slots, clips)
+
+
+class ReadAhead:
+    """Reads clips on a thread of its own, in the order asked: `ask(clip)`, then `take()` a
+    finished read `(clip, frames or the error that read raised)`. A failed read is handed
+    over like a finished one, so a clip read ahead that turns out damaged fails the reset
+    that needs it, not the reader."""
+
+    def __init__(self, read: Read) -> None:
+        self._requests: queue.Queue = queue.Queue()
+        self._done: queue.Queue = queue.Queue()
+        self._job = Job(_read_loop(self._requests, self._done, read), "mixshard-clip-reader")
+
+    def ask(self, clip: int) -> None:
+        self._requests.put(clip)
+
+    def take(self, block: bool) -> tuple[int, torch.Tensor | BaseException] | None:
+        """A finished read, or None when none is finished (`block`: wait for one)."""
+        check_process(self._job.pid, "the clip pool's reader")
+        while True:
+            try:
+                return self._done.get(timeout=0.1) if block else self._done.get_nowait()
+            except queue.Empty:
+                if not block:
+                    return None
+                if not self._job.alive:  # (it ends only when closed, or by a bug: say so)
+                    self._job.raise_error()
+                    raise MixshardError("the clip pool's reader ended") from None
+
+    def close(self) -> None:
+        self._requests.put(None)
+        self._job.join()
+
+
+def _read_loop(requests: queue.Queue, done: queue.Queue, read: Read) -> Callable[[], None]:
+    # the thread holds these, not the pool: a pool nobody closed is still collected
+    def run() -> None:
+        while (clip := requests.get()) is not None:
+            try:
+                done.put((clip, read(clip)))
+            except Exception as exc:  # noqa: BLE001 - handed to the reset that needs the clip
+                done.put((clip, exc))
+
+    return run
 
 
 class ClipPool:
@@ -84,51 +136,68 @@ class ClipPool:
         self.wait_seconds = 0.0
         self._pin = wants_pinned(device)
         self._pack = source.open_pack()
-        self._requests: queue.Queue = queue.Queue()
-        self._done: queue.Queue = queue.Queue()
-        self._asked = np.zeros(len(first), bool)  # read ahead, not yet put in a slot
-        self._stop = threading.Event()
-        self._job = Job(self._reader_loop(), "mixshard-clip-reader")
-        self._closer = own(self, _stop_reader, self._stop, self._requests, self._job, self._pack)
-
-    def _reader_loop(self) -> Any:
-        # the thread holds these, not the pool: a pool nobody closed is still collected
-        requests, done, stop, read = self._requests, self._done, self._stop, self._read
-
-        def run() -> None:
-            while not stop.is_set():
-                clip = requests.get()
-                if clip is None:
-                    return
-                done.put((clip, read(clip)))
-
-        return run
+        self._asked = np.zeros(len(first), bool)  # read ahead, not yet taken
+        self._pending: dict[int, int] = {}  # clips `acquire` is placing -> their environments
+        self._held: dict[int, torch.Tensor] = {}  # and those of them read, with no slot yet
+        self._reads = ReadAhead(self._read)
+        self._closer = own(self, _close, self._reads, self._pack)
 
     @property
-    def _read(self) -> Any:
+    def _read(self) -> Read:
         return functools.partial(_read_clip, self._pack, self.first, self.length, self._pin)
 
     def base(self, slots: np.ndarray) -> np.ndarray:
         """The frame number in `frames` of each slot's first frame."""
         return slots * self.span
 
-    def acquire(self, clips: np.ndarray) -> np.ndarray:
+    def acquire(self, clips: np.ndarray, release: np.ndarray | None = None) -> np.ndarray:
         """The slot of each clip (one per environment that starts playing it), read in first
-        where it is missing (a wait: counted). Array operations, but a read per missing clip."""
-        self._drain(block=False)
-        present = self.slot_of[clips] >= 0
-        np.add.at(self.users, self.slot_of[clips[present]], 1)  # now never evicted
-        missing, counts = np.unique(clips[~present], return_counts=True)
-        for clip, count in zip(missing.tolist(), counts.tolist()):
-            self.users[self._wait_for(clip)] += count
+        where it is missing (a wait: counted); then `release` (the slots those environments
+        played) is given back. All or nothing: when a read fails, no slot is taken or given
+        back and the error is raised."""
+        self._drain()
+        missing, counts = np.unique(clips[self.slot_of[clips] < 0], return_counts=True)
+        held = self.slot_of[clips[self.slot_of[clips] >= 0]]
+        np.add.at(self.users, held, 1)  # now never evicted
+        self._pending = dict(zip(missing.tolist(), counts.tolist()))
+        try:
+            self._bring_in(missing)
+        except BaseException:
+            np.subtract.at(self.users, held, 1)
+            for clip, count in zip(missing.tolist(), counts.tolist()):
+                if clip not in self._pending:  # placed: it was counted as played
+                    self.users[self.slot_of[clip]] -= count
+            self._pending, self._held = {}, {}
+            raise
+        if release is not None:
+            np.subtract.at(self.users, release, 1)
+        try:
+            for clip, host in self._held.items():  # no slot was free before the release
+                self._place(clip, host, needed=True, count=self._pending.pop(clip))
+        finally:
+            self._pending, self._held = {}, {}
         slots = self.slot_of[clips]
         self.clock += 1
         self.used[slots] = self.clock
         return slots
 
-    def release(self, slots: np.ndarray) -> None:
-        """Environments stop playing these slots' clips."""
-        np.subtract.at(self.users, slots, 1)
+    def _bring_in(self, missing: np.ndarray) -> None:
+        """Every missing clip into a slot, waiting for its read ahead or reading it; where no
+        slot is free yet, its frames are kept in `_held` for after the release."""
+        for clip in missing.tolist():
+            if clip not in self._pending:  # placed meanwhile, as another's read ahead came in
+                continue
+            self.waits += 1
+            t0 = time.perf_counter()
+            try:
+                while clip in self._pending and self._asked[clip]:
+                    self._drain(block=True)
+                if clip in self._pending and clip not in self._held:
+                    host = self._read(clip)
+                    if self._place(clip, host, needed=True, count=None) < 0:
+                        self._held[clip] = host
+            finally:
+                self.wait_seconds += time.perf_counter() - t0
 
     def want(self, clips: np.ndarray, add: int) -> None:
         """Count (`add=1`) or uncount (`-1`) clips as some environments' next clips; a clip
@@ -138,60 +207,49 @@ class ClipPool:
             new = np.unique(clips[(self.slot_of[clips] < 0) & ~self._asked[clips]])
             self._asked[new] = True
             for clip in new.tolist():
-                self._requests.put(clip)
+                self._reads.ask(clip)
 
     def forget_wanted(self) -> None:
         """No clip is anyone's next any more (a state is being loaded)."""
         self.wanted[:] = 0
 
-    def _wait_for(self, clip: int) -> int:
-        self.waits += 1
-        t0 = time.perf_counter()
-        try:
-            while self._asked[clip]:  # being read ahead: wait for it
-                self._drain(block=True)
-                if self.slot_of[clip] >= 0:
-                    return int(self.slot_of[clip])
-            return self._place(clip, self._read(clip), needed=True)
-        finally:
-            self.wait_seconds += time.perf_counter() - t0
-
-    def _drain(self, block: bool) -> None:
-        """Put clips read ahead into free slots (one, waiting for it, when `block`)."""
-        check_process(self._job.pid, "the clip pool's reader")
-        while True:
-            try:
-                clip, host = self._done.get(timeout=0.1) if block else self._done.get_nowait()
-            except queue.Empty:
-                if block and self._job.alive:
-                    continue
-                if block:
-                    self._job.raise_error()
-                    raise MixshardError("the clip pool's reader ended") from None
-                return
-            self._asked[clip] = False
-            if self.slot_of[clip] < 0:
-                self._place(clip, host, needed=False)
+    def _drain(self, block: bool = False) -> None:
+        """Put clips read ahead into free slots (one, waiting for it, when `block`). A clip
+        `acquire` is placing goes in first; its failed read is raised."""
+        while (done := self._reads.take(block)) is not None:
             block = False
+            clip, host = done
+            self._asked[clip] = False
+            if isinstance(host, BaseException):
+                if clip in self._pending:
+                    raise host
+                continue  # read again (and raised) by the reset that draws it, if any
+            if self.slot_of[clip] >= 0:
+                continue
+            needed = clip in self._pending
+            if self._place(clip, host, needed=needed, count=None) < 0 and needed:
+                self._held[clip] = host
 
-    def _place(self, clip: int, host: torch.Tensor, needed: bool) -> int:
-        """Copy a clip into the least recently used free slot; -1 when none is free and it is
-        only read ahead (dropped: read again at its reset)."""
+    def _place(self, clip: int, host: torch.Tensor, needed: bool, count: int | None) -> int:
+        """Copy a clip into the least recently used free slot, counted as played by `count`
+        environments (None: those `acquire` is placing it for). -1 when no slot is free: a
+        clip read ahead is dropped (read again at its reset); a needed one waits for the
+        release (`acquire`)."""
         unused = self.users == 0
         free = unused.copy()
         free[self.slot_of[(self.wanted > 0) & (self.slot_of >= 0)]] = False
         if not free.any() and needed:  # a clip needed now goes before one wanted later
             free = unused
         if not free.any():
-            if not needed:
-                self.dropped += 1
-                return -1
-            # (not met with `slots >= min(num_envs, clips)`, which `Backgrounds` checks: a
-            # reset frees its environments' slots before it takes new ones)
-            raise MixshardError(
-                f"the clip pool is full: its {self.slots} slots all hold clips environments "
-                f"play; pass a larger pool= (at least the number of environments, or of clips)"
-            )
+            if needed and count is not None:
+                # (not met with `slots >= min(num_envs, clips)`, which `Backgrounds` checks:
+                # a reset frees its environments' slots before it places the last clips)
+                raise MixshardError(
+                    f"the clip pool is full: its {self.slots} slots all hold clips environments "
+                    f"play; pass a larger pool= (at least the number of environments, or clips)"
+                )
+            self.dropped += not needed
+            return -1
         slot = int(np.flatnonzero(free)[np.argmin(self.used[free])])
         old = int(self.clip_of[slot])
         if old >= 0:
@@ -199,6 +257,7 @@ class ClipPool:
         lo = slot * self.span
         self.frames[lo : lo + len(host)].copy_(move(host, self.device))
         self.clip_of[slot], self.slot_of[clip] = clip, slot
+        self.users[slot] += self._pending.pop(clip, 0) if count is None else count
         self.loads += 1
         return slot
 
@@ -219,10 +278,8 @@ class ClipPool:
         self._closer()
 
 
-def _stop_reader(stop: threading.Event, requests: queue.Queue, job: Job, pack: Any) -> None:
-    stop.set()
-    requests.put(None)
-    job.join()
+def _close(reads: ReadAhead, pack: Any) -> None:
+    reads.close()
     pack.close()
 
 

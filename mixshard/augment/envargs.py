@@ -1,5 +1,6 @@
-"""The arguments `Backgrounds` checks at each call: which environments (`None`, a bool mask,
-indices or a list, as a bool mask on the device), the composite's mask and observations."""
+"""The arguments `Backgrounds` checks at each call: which environments (`None`, a mask of 0/1
+or bool, or `index=` numbers, as a bool mask on the device), the composite's mask and
+observations."""
 
 from __future__ import annotations
 
@@ -12,57 +13,86 @@ from ..core.checks import is_number
 from .inputs import check_obs, check_weights
 
 
-def env_mask(envs: Any, n: int, device: torch.device, what: str) -> torch.Tensor | None:
-    """`envs` (of `n` environments) as a bool mask on `device`, or None for all, checked. A
-    bool mask makes no host sync; an index tensor is range-checked (one sync on an
-    accelerator); an index listed twice counts once.
+def env_mask(envs: Any, index: Any, n: int, device: torch.device, what: str) -> torch.Tensor | None:
+    """Which of `n` environments a call (`what`: `"reset"`, `"step"`) is for, as a bool mask
+    on `device`, or None for all, checked.
+
+    `envs` is a mask: one entry per environment, true (or 1) for those the call is for: a
+    torch tensor or numpy array of bool, integer or float dtype, or a list (a `done` as
+    simulators hand it out). `index` lists environment numbers instead. Nothing is guessed: a
+    mask of another length, or one with values other than 0 and 1, is an error, as are
+    indices that are not integers. A bool tensor makes no host sync; the values of an integer
+    or float tensor on an accelerator are checked with one.
 
     Raises:
-        TypeError, ValueError: what `envs` is not, named for the call `what`.
+        TypeError, ValueError: what `envs` or `index` is not, named for the call `what`.
     """
+    if index is not None:
+        if envs is not None:
+            raise ValueError(f"{what}: pass envs (a mask) or index=, not both")
+        return _index_mask(_as_tensor(index, "index", what), n, device, what)
     if envs is None:
         return None
-    if isinstance(envs, (list, tuple, range)):
-        return _listed(envs, n, what).to(device)
-    if not isinstance(envs, torch.Tensor):
-        raise TypeError(
-            f"{what}: envs must be None, a bool mask, an index tensor or a list, got "
-            f"{type(envs).__name__}"
-        )
-    if envs.dtype == torch.bool:
-        if envs.shape != (n,):
-            raise ValueError(
-                f"{what}: a bool mask must have shape ({n},) (num_envs), got {tuple(envs.shape)}"
-            )
-        return envs.to(device, non_blocking=True)
-    if envs.is_floating_point() or envs.is_complex():
+    mask = _as_tensor(envs, "envs", what)
+    if mask.dim() != 1 or len(mask) != n:
         raise ValueError(
-            f"{what}: envs must be a bool mask or integer indices, got {envs.dtype} "
-            f"(a float `done` converts with done.bool())"
+            f"{what}: envs is a mask of one entry per environment ({n},), got shape "
+            f"{tuple(mask.shape)}; to name environments by number pass index=[...]"
         )
-    if envs.dim() != 1:
-        raise ValueError(f"{what}: indices must be 1-D, got shape {tuple(envs.shape)}")
-    if envs.numel():
-        lo, hi = torch.aminmax(envs)
-        if int(lo) < 0 or int(hi) >= n:  # one sync on an accelerator
+    if mask.dtype != torch.bool:
+        if mask.is_complex():
+            raise TypeError(f"{what}: envs must be a bool, integer or float mask, got {mask.dtype}")
+        # a sync on an accelerator: integer and float masks are checked, not guessed at
+        odd = (mask != 0) & (mask != 1)
+        if bool(odd.any()):
+            value = mask[odd][0].item()
             raise ValueError(
-                f"{what}: environment indices must be in [0, {n}), got {int(lo)} .. {int(hi)}"
+                f"{what}: envs is a mask of 0 and 1 (or bool), got the value {value!r}; to "
+                f"name environments by number pass index=[...]"
             )
+        mask = mask != 0
+    return mask.to(device, non_blocking=True)
+
+
+def _as_tensor(value: Any, name: str, what: str) -> torch.Tensor:
+    """A torch tensor, numpy array, list, tuple or range as a tensor (numbers only)."""
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, (list, tuple, range, np.ndarray)):
+        try:
+            array = np.asarray(value)
+        except ValueError:  # a ragged list
+            array = np.asarray(value, dtype=object)
+        if array.size == 0:
+            array = array.astype(np.int64)
+        if array.dtype.kind in "biuf":
+            return torch.from_numpy(np.ascontiguousarray(array))
+    raise TypeError(
+        f"{what}: {name} must be a torch tensor, a numpy array or a list of numbers, got "
+        f"{_describe(value)}"
+    )
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        kinds = sorted({type(v).__name__ for v in value})
+        return f"a {type(value).__name__} of {', '.join(kinds)}"
+    return type(value).__name__
+
+
+def _index_mask(index: torch.Tensor, n: int, device: torch.device, what: str) -> torch.Tensor:
+    """Environment numbers as a mask (one listed twice counts once), range-checked (one sync
+    on an accelerator)."""
+    if index.dtype == torch.bool or index.is_floating_point() or index.is_complex():
+        raise TypeError(f"{what}: index must hold integer environment numbers, got {index.dtype}")
+    if index.dim() != 1:
+        raise ValueError(f"{what}: index must be 1-D, got shape {tuple(index.shape)}")
+    if index.numel():
+        lo, hi = (int(v) for v in torch.aminmax(index))
+        if lo < 0 or hi >= n:
+            raise ValueError(f"{what}: environment indices must be in [0, {n}), got {lo} .. {hi}")
     mask = torch.zeros(n, dtype=torch.bool, device=device)
-    return mask.index_fill_(0, envs.to(device, torch.int64), True)
-
-
-def _listed(envs: list | tuple | range, n: int, what: str) -> torch.Tensor:
-    index = np.asarray(envs, dtype=np.int64) if len(envs) else np.zeros(0, np.int64)
-    if index.ndim != 1:
-        raise ValueError(f"{what}: envs must be a flat list of indices")
-    if len(index) and (index.min() < 0 or index.max() >= n):
-        raise ValueError(
-            f"{what}: environment indices must be in [0, {n}), got {index.min()} .. {index.max()}"
-        )
-    mask = torch.zeros(n, dtype=torch.bool)
-    mask[torch.from_numpy(index)] = True
-    return mask
+    return mask.index_fill_(0, index.to(device, torch.int64), True)
 
 
 def frame_mask(

@@ -12,7 +12,7 @@ def check_int(name: str, value: Any, minimum: int | None = None) -> None:
     """`value` is an integer (not a bool, not a float such as 2.5), at least `minimum`."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an integer, got {value!r}")
-    if minimum is not None and value < minimum:
+    if minimum is not None and int(value) < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
 
 
