@@ -5,6 +5,8 @@ included), their shapes, margins, and the errors for bad input."""
 from __future__ import annotations
 
 import colorsys
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -231,7 +233,26 @@ def test_composite_refuses_masks_of_the_wrong_dtype_or_shape():
 def test_masks_is_public():
     import mixshard.augment.masks as module
 
-    assert "masks" in mixshard.__all__ and mixshard.masks is module
+    assert "masks" in mixshard.__all__
     assert {"green_screen", "color_key", "blue_dominant", "from_segmentation"} <= set(
         module.__all__
     )
+    # mixshard.masks re-exports every public builder, the same functions
+    assert mixshard.masks.__all__ == module.__all__
+    assert all(getattr(mixshard.masks, n) is getattr(module, n) for n in module.__all__)
+
+
+def test_mixshard_masks_imports_as_a_module_and_mixshard_still_loads_no_torch():
+    # `import mixshard.masks` and `from mixshard.masks import ...` were ModuleNotFoundError:
+    # `masks` was only an attribute of the package
+    code = (
+        "import sys, mixshard; print('torch' in sys.modules)\n"
+        "import mixshard.masks\n"
+        "from mixshard.masks import green_screen, from_segmentation\n"
+        "import torch\n"
+        "obs = torch.zeros(1, 3, 2, 2, dtype=torch.uint8); obs[:, 1] = 200\n"
+        "print(mixshard.masks.green_screen is green_screen, green_screen(obs).any().item())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "True", "False"]
