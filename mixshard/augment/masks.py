@@ -11,9 +11,9 @@ Python loop over pixels or samples, no host sync), on uint8 or float 0..255 obse
 - `blue_dominant`: DBC's natural-video key (`b > g and b > r` shows the background);
 - `from_segmentation`: the pixels whose segmentation id is kept (ManiSkill's way).
 
-`margin=k` on each grows the kept region by `k` pixels (a `(2k + 1)`-square max-pool): the
-agent's anti-aliased edges stay in front. `hsv_above` is MaDi's `splice` test and
-`salient_patches` SGQN's random patches of an attribution map.
+`margin=k` on each grows the kept region by `k` pixels (a `(2k + 1)`-square max-pool; `k` at
+most the frame's larger side): the agent's anti-aliased edges stay in front. `hsv_above` is
+MaDi's `splice` test and `salient_patches` SGQN's random patches of an attribution map.
 """
 
 from __future__ import annotations
@@ -166,8 +166,8 @@ def color_key(
 
     Args:
         obs: `(N, 3 * frames, H, W)` uint8 or float 0..255.
-        rgb: the key colour, three numbers on 0..255.
-        tol: the tolerance per channel, on 0..255 (0: that colour exactly).
+        rgb: the key colour, three finite numbers on 0..255.
+        tol: the tolerance per channel, a finite number on 0..255 (0: that colour exactly).
         margin: grow the kept region by this many pixels.
 
     Returns:
