@@ -42,9 +42,10 @@ _LAZY: dict[str, str] = {
     "composite": "augment.pasting",
 }
 
-# name -> a submodule exported whole, as a namespace of builders (`mixshard.masks.green_screen`)
+# name -> a submodule exported whole, as a namespace of builders (`mixshard.masks.green_screen`;
+# a real module, so that `import mixshard.masks` and `from mixshard.masks import ...` work too)
 _MODULES: dict[str, str] = {
-    "masks": "augment.masks",
+    "masks": "masks",
 }
 
 __all__ = [
@@ -75,7 +76,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # what type checkers and IDEs see
-    from .augment import masks as masks
+    from . import masks as masks
     from .augment.backgrounds import Backgrounds
     from .augment.ops import blend
     from .augment.overlay import Overlay

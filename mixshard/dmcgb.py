@@ -111,6 +111,7 @@ class VideoWrapper:
         """DMC-GB's green screen of one `(3, H, W)` uint8 frame, when a video mode is set."""
         if "video" not in self._mode:
             return obs
+        _check_frame(obs)
         if self._table is None:
             self._table = keep_table("dmcgb", torch.device("cpu")).numpy()
         # `masks.green_screen`'s lookup (the same table of DMC-GB's rule over all colours) on
@@ -128,3 +129,17 @@ class VideoWrapper:
             obs = np.ascontiguousarray(obs.transpose(2, 0, 1))
         obs = self._greenscreen(obs)
         return np.ascontiguousarray(obs.transpose(1, 2, 0)) if last else obs
+
+
+def _check_frame(obs: Any) -> None:
+    """`obs` is a `(3, H, W)` uint8 numpy frame, as DMC-GB's `do_green_screen` asserts (it
+    refuses every other dtype): an int32 frame above 255 would index past the colour table, a
+    float one below 0 wrap to its end."""
+    if not isinstance(obs, np.ndarray) or obs.dtype != np.uint8:
+        kind = f"{obs.dtype}" if isinstance(obs, np.ndarray) else type(obs).__name__
+        raise TypeError(
+            f"obs must be a (3, H, W) uint8 numpy array, as DMC-GB's do_green_screen takes, got "
+            f"{kind}: convert it with np.clip(obs, 0, 255).astype(np.uint8)"
+        )
+    if obs.ndim != 3 or obs.shape[0] != 3:
+        raise ValueError(f"obs must be a (3, H, W) uint8 frame, got shape {obs.shape}")

@@ -3,6 +3,7 @@ at the front of the API (mixshard.augment.inputs)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -103,6 +104,27 @@ def test_mask_errors():
         composite(obs, imgs, [[1.0]])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="alpha must be in"):
         composite(obs, imgs, torch.ones(4, 1, 5, 6), alpha=2.0)
+
+
+def test_an_alpha_that_is_no_number_is_a_type_error_naming_it():
+    # float() took "0.5" and True: alpha="0.5" blended at 0.5, alpha=True pasted whole
+    obs, imgs, _ = data()
+    mask = torch.ones(4, 1, 5, 6, dtype=torch.bool)
+    for alpha in ("0.5", True, False, np.bool_(True), None, [0.5], np.array([0.5, 0.5])):
+        for fn, args in (
+            (composite, (obs, imgs, mask)),
+            (blend, (obs, imgs)),
+            (blend, (obs.byte(), imgs)),
+        ):
+            with pytest.raises(TypeError) as err:
+                fn(*args, alpha=alpha)
+            assert str(err.value) == (
+                "alpha must be a float in [0, 1] or an (N,) float tensor, got "
+                f"{type(alpha).__name__} {alpha!r}"
+            )
+    # numpy's floats and ints are numbers: the same bytes as Python's
+    assert torch.equal(blend(obs, imgs, np.float32(0.25)), blend(obs, imgs, 0.25))
+    assert torch.equal(composite(obs, imgs, ~mask, np.int64(1)), composite(obs, imgs, ~mask, 1.0))
 
 
 def test_composite_is_public():

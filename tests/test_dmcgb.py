@@ -121,3 +121,32 @@ def test_other_modes_pass_through_and_bad_setups_are_named(data, tmp_path, monke
     monkeypatch.setenv("MIXSHARD_DATA", str(data))
     with pytest.raises(RuntimeError, match=r"call reset\(\) before step\(\)"):
         VideoWrapper(GreenEnv(), "video_easy", seed=0).step(0)
+
+
+def test_observations_that_are_not_uint8_are_refused_as_dmcgb_refuses_them(data, monkeypatch):
+    # DMC-GB's do_green_screen asserts uint8 frames; an int32 frame above 255 was numpy's
+    # IndexError (past the colour table), a float one below 0 keyed from the table's end
+    monkeypatch.setenv("MIXSHARD_DATA", str(data))
+    env = VideoWrapper(GreenEnv(), "video_easy", seed=0)
+    env.reset()
+    frame = GreenEnv().frame
+    bad = [frame.astype(np.int32) + 256, frame.astype(np.float32) - 1, frame.astype(np.int32)]
+    for obs in bad:
+        env.env.frame = obs
+        with pytest.raises(TypeError) as err:
+            env.step(0)
+        assert str(err.value) == (
+            "obs must be a (3, H, W) uint8 numpy array, as DMC-GB's do_green_screen takes, got "
+            f"{obs.dtype}: convert it with np.clip(obs, 0, 255).astype(np.uint8)"
+        )
+        with pytest.raises(TypeError, match=f"got {obs.dtype}: convert it"):
+            env.apply_to(obs.transpose(1, 2, 0))
+    with pytest.raises(
+        ValueError, match=r"obs must be a \(3, H, W\) uint8 frame, got shape \(4, 16"
+    ):
+        env.apply_to(np.zeros((4, SIZE, SIZE), np.uint8))
+    env.env.frame = frame  # uint8 again: as before (the refused steps counted, as DMC-GB's)
+    assert np.array_equal(env.step(0)[0], expected(frame, pack_frames(data)[1][4]))
+    passthrough = VideoWrapper(GreenEnv(), "train", seed=0)  # no green screen: no check
+    passthrough.env.frame = bad[0]
+    assert passthrough.reset() is not None and passthrough.reset().dtype == np.int32

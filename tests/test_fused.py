@@ -55,6 +55,33 @@ def test_composite_and_blend_give_the_torch_paths_bytes(monkeypatch):
         assert same_both_ways(monkeypatch, mixshard.blend, obs, imgs, alpha)
 
 
+FIVE_D = list(itertools.product((1, N), (1, K), (1, 3), (1, H), (1, W)))
+FOUR_D = list(itertools.product((1, N), (1, K, 3 * K), (1, H), (1, W)))
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.float32, torch.float64])
+@pytest.mark.parametrize("shape", FIVE_D + FOUR_D, ids=lambda s: "x".join(map(str, s)))
+def test_every_mask_shape_that_broadcasts_gives_the_torch_paths_bytes(monkeypatch, shape, dtype):
+    # a mask broadcast over H or W was read as whole pixel rows by the compiled pass
+    # ("keep holds 288 bytes, needs 528"); it must give what the torch ops (a GPU) give, and
+    # what the mask made whole gives
+    g = torch.Generator().manual_seed(11)
+    obs = torch.rand(N, 3 * K, H, W, generator=g) * 255
+    imgs = torch.randint(0, 256, (N, 3, H, W), generator=g, dtype=torch.uint8)
+    mask = (torch.rand(shape, generator=g) < 0.5).to(dtype)
+    if mask.dim() == 4:  # (N or 1, 1 or k, ...) per pixel or frame; (N or 1, 3k, ...) per channel
+        n, c, h, w = shape
+        five = mask.reshape(n, K, 3, h, w) if c == 3 * K else mask.reshape(n, c, 1, h, w)
+    else:
+        five = mask
+    whole = five.expand(N, K, 3, H, W).reshape(N, 3 * K, H, W).contiguous()
+    for alpha in (1.0, 0.3, torch.rand(N, generator=g)):
+        assert same_both_ways(monkeypatch, mixshard.composite, obs, imgs, mask, alpha)
+        got = mixshard.composite(obs, imgs, mask, alpha)
+        assert torch.equal(got, mixshard.composite(obs, imgs, whole, alpha))
+        assert not torch.equal(got, obs) or bool(mask.all())  # something was pasted
+
+
 def test_no_samples_give_an_empty_result_both_ways(monkeypatch):
     obs, imgs = torch.zeros(0, 6, 4, 4), torch.zeros(0, 3, 4, 4, dtype=torch.uint8)
     mask = torch.zeros(0, 1, 4, 4, dtype=torch.bool)

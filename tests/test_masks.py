@@ -5,7 +5,10 @@ included), their shapes, margins, and the errors for bad input."""
 from __future__ import annotations
 
 import colorsys
+import subprocess
+import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -198,9 +201,9 @@ def test_bad_inputs_are_refused_with_one_clear_error():
         masks.green_screen(torch.zeros(9, 4, 4, dtype=torch.uint8))
     with pytest.raises(TypeError, match="obs must be a torch.Tensor"):
         masks.blue_dominant([[0]])  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"rgb must be three numbers \(R, G, B\)"):
+    with pytest.raises(ValueError, match=r"rgb must be three finite numbers \(R, G, B\)"):
         masks.color_key(obs, (1, 2))
-    with pytest.raises(ValueError, match="tol must be a number >= 0, got -1"):
+    with pytest.raises(ValueError, match="tol must be a finite number >= 0, got -1"):
         masks.color_key(obs, (1, 2, 3), -1)
     with pytest.raises(TypeError, match="seg must hold integer ids, got torch.float32"):
         masks.from_segmentation(torch.zeros(2, 4, 4), [1])
@@ -231,7 +234,74 @@ def test_composite_refuses_masks_of_the_wrong_dtype_or_shape():
 def test_masks_is_public():
     import mixshard.augment.masks as module
 
-    assert "masks" in mixshard.__all__ and mixshard.masks is module
+    assert "masks" in mixshard.__all__
     assert {"green_screen", "color_key", "blue_dominant", "from_segmentation"} <= set(
         module.__all__
     )
+    # mixshard.masks re-exports every public builder, the same functions
+    assert mixshard.masks.__all__ == module.__all__
+    assert all(getattr(mixshard.masks, n) is getattr(module, n) for n in module.__all__)
+
+
+def test_mixshard_masks_imports_as_a_module_and_mixshard_still_loads_no_torch():
+    # `import mixshard.masks` and `from mixshard.masks import ...` were ModuleNotFoundError:
+    # `masks` was only an attribute of the package
+    code = (
+        "import sys, mixshard; print('torch' in sys.modules)\n"
+        "import mixshard.masks\n"
+        "from mixshard.masks import green_screen, from_segmentation\n"
+        "import torch\n"
+        "obs = torch.zeros(1, 3, 2, 2, dtype=torch.uint8); obs[:, 1] = 200\n"
+        "print(mixshard.masks.green_screen is green_screen, green_screen(obs).any().item())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "True", "False"]
+
+
+def test_color_key_refuses_a_tolerance_or_colour_that_is_not_finite():
+    # a NaN compares false: color_key(tol=nan) keyed out every pixel
+    obs = torch.zeros(1, 3, 2, 2, dtype=torch.uint8)
+    for tol in (float("nan"), float("inf"), True, "1"):
+        with pytest.raises(ValueError, match=f"tol must be a finite number >= 0, got {tol!r}"):
+            masks.color_key(obs, (0, 0, 0), tol)  # type: ignore[arg-type]
+    for rgb in ((float("nan"), 0, 0), (0, float("-inf"), 0), (0, 0, True)):
+        with pytest.raises(ValueError, match=r"rgb must be three finite numbers \(R, G, B\)"):
+            masks.color_key(obs, rgb)
+    # numpy's numbers are numbers: the same mask as Python's
+    got = masks.color_key(obs, (np.float32(0), np.int64(0), 0.0), np.float64(0.5))
+    assert torch.equal(got, masks.color_key(obs, (0, 0, 0), 0.5)) and not got.any()
+
+
+def test_a_margin_larger_than_the_frame_is_refused_by_name():
+    # margin=2**31 was a RuntimeError from max_pool2d; up to the frame's side it works
+    seg = torch.zeros(1, 1, 3, 5, dtype=torch.int32)
+    seg[0, 0, 0, 0] = 1
+    assert masks.from_segmentation(seg, 1, margin=5).all()  # the whole frame
+    for margin in (6, 2**31, 2**70):
+        with pytest.raises(ValueError) as err:
+            masks.from_segmentation(seg, 1, margin=margin)
+        assert str(err.value) == (
+            f"margin must be at most the frame's larger side (5 pixels), got {margin}"
+        )
+    with pytest.raises(ValueError, match="margin must be at most the frame's larger side"):
+        masks.green_screen(torch.zeros(1, 3, 4, 4, dtype=torch.uint8), margin=2**31)
+
+
+def test_from_segmentation_takes_numpy_ids_and_refuses_bools_and_floats():
+    # ids=np.int64(1) was a raw TypeError ("'numpy.int64' object is not iterable")
+    seg = torch.tensor([[[0, 1], [2, 3]]], dtype=torch.int16)
+    ones = seg == 1
+    for ids in (np.int64(1), np.uint8(1), [np.int32(1)], np.array([1, 7], np.uint16), np.array(1)):
+        assert torch.equal(masks.from_segmentation(seg, ids)[:, 0], ones), ids
+    assert torch.equal(masks.from_segmentation(seg, np.array([[3], [1]]))[:, 0], ones | (seg == 3))
+    for ids in (True, np.bool_(True), [1, False], 1.0, [np.float64(1)], "1"):
+        with pytest.raises(TypeError, match="ids must be an int, a sequence of ints or a tensor"):
+            masks.from_segmentation(seg, ids)  # type: ignore[arg-type]
+    for ids, dtype in ((np.array([True]), "bool"), (np.array([1.0]), "float64")):
+        with pytest.raises(TypeError, match=f"ids must be integers, got a numpy array of {dtype}"):
+            masks.from_segmentation(seg, ids)
+    with pytest.raises(ValueError, match="ids must fit in int64"):
+        masks.from_segmentation(seg, np.array([2**64 - 1], np.uint64))
+    with pytest.raises(ValueError, match="ids must fit in int64"):
+        masks.from_segmentation(seg, [2**63])

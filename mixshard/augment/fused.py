@@ -71,6 +71,11 @@ def blend_frames(
     strides = (0, 0, 0)
     if keep is not None:
         keep = keep.to(torch.float32) if keep.dtype != torch.bool else keep.view(torch.uint8)
+        if tuple(keep.shape[-2:]) != (h, w):
+            # `_lerp.c` walks a row's pixels as one contiguous plane: a mask broadcast over H
+            # or W (rare) is made whole over the plane only, its sample, frame and channel
+            # dimensions left broadcast (at most obs's pixels; the usual masks skip this)
+            keep = keep.expand(*keep.shape[:-2], h, w)
         keep = keep.contiguous()  # the broadcast dims then have stride 0 in the expanded view
         sn, sk, sc, *_ = keep.expand(n, k, 3, h, w).stride()
         strides = (sn, sk, sc)

@@ -11,20 +11,23 @@ Python loop over pixels or samples, no host sync), on uint8 or float 0..255 obse
 - `blue_dominant`: DBC's natural-video key (`b > g and b > r` shows the background);
 - `from_segmentation`: the pixels whose segmentation id is kept (ManiSkill's way).
 
-`margin=k` on each grows the kept region by `k` pixels (a `(2k + 1)`-square max-pool): the
-agent's anti-aliased edges stay in front. `hsv_above` is MaDi's `splice` test and
-`salient_patches` SGQN's random patches of an attribution map.
+`margin=k` on each grows the kept region by `k` pixels (a `(2k + 1)`-square max-pool; `k` at
+most the frame's larger side): the agent's anti-aliased edges stay in front. `hsv_above` is
+MaDi's `splice` test and `salient_patches` SGQN's random patches of an attribution map.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+import numbers
+from collections.abc import Iterable, Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..core.checks import is_number
 from .greenscreen import PRESETS, keep_table
 from .inputs import check_obs, check_weights
 
@@ -163,18 +166,19 @@ def color_key(
 
     Args:
         obs: `(N, 3 * frames, H, W)` uint8 or float 0..255.
-        rgb: the key colour, three numbers on 0..255.
-        tol: the tolerance per channel, on 0..255 (0: that colour exactly).
+        rgb: the key colour, three finite numbers on 0..255.
+        tol: the tolerance per channel, a finite number on 0..255 (0: that colour exactly).
         margin: grow the kept region by this many pixels.
 
     Returns:
         `(N, frames, H, W)` bool keep mask on the obs's device.
     """
     key = tuple(rgb) if isinstance(rgb, Sequence) else ()
-    if len(key) != 3 or not all(_is_number(c) for c in key):
-        raise ValueError(f"rgb must be three numbers (R, G, B) on 0..255, got {rgb!r}")
-    if not _is_number(tol) or tol < 0:
-        raise ValueError(f"tol must be a number >= 0, got {tol!r}")
+    # (a NaN compares false, so a NaN key or tolerance would key out every pixel)
+    if len(key) != 3 or not all(_is_finite(c) for c in key):
+        raise ValueError(f"rgb must be three finite numbers (R, G, B) on 0..255, got {rgb!r}")
+    if not _is_finite(tol) or tol < 0:
+        raise ValueError(f"tol must be a finite number >= 0, got {tol!r}")
     x = _frames(obs)
     lo = _constant(tuple(float(c) - tol for c in key), torch.float64, obs.device)
     hi = _constant(tuple(float(c) + tol for c in key), torch.float64, obs.device)
@@ -193,13 +197,17 @@ def blue_dominant(obs: torch.Tensor, *, margin: int = 0) -> torch.Tensor:
 
 
 def from_segmentation(
-    seg: torch.Tensor, ids: int | Sequence[int] | torch.Tensor, *, margin: int = 0
+    seg: torch.Tensor,
+    ids: int | Sequence[int] | torch.Tensor | np.ndarray,
+    *,
+    margin: int = 0,
 ) -> torch.Tensor:
     """True where the segmentation id is one of `ids` (ManiSkill's kept actors and links).
 
     Args:
         seg: integer ids `(N, frames, H, W)`, or `(N, H, W)` for one frame.
-        ids: the ids to keep: an int, a sequence of ints or an integer tensor.
+        ids: the ids to keep: an int, a sequence of ints, or an integer tensor or numpy array
+            (numpy integers count as ints; bools and floats are refused).
         margin: grow the kept region by this many pixels.
 
     Returns:
@@ -211,17 +219,41 @@ def from_segmentation(
         raise TypeError(f"seg must hold integer ids, got {seg.dtype}")
     if seg.dim() not in (3, 4):
         raise ValueError(f"seg must be (N, frames, H, W) or (N, H, W), got {tuple(seg.shape)}")
+    kept = _kept_ids(ids, seg.device)
+    keep = torch.isin(seg if seg.dim() == 4 else seg.unsqueeze(1), kept)
+    return grow(keep, margin)
+
+
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _kept_ids(ids: object, device: torch.device) -> torch.Tensor:
+    """`from_segmentation`'s `ids` as a flat int64 tensor on `device`, checked."""
     if isinstance(ids, torch.Tensor):
         if ids.dtype == torch.bool or ids.is_floating_point() or ids.is_complex():
             raise TypeError(f"ids must be integers, got a {ids.dtype} tensor")
-        kept = ids.to(seg.device).flatten()
-    else:
-        values = (ids,) if isinstance(ids, int) else tuple(ids)
-        if not all(isinstance(i, int) and not isinstance(i, bool) for i in values):
-            raise TypeError(f"ids must be an int, a sequence of ints or a tensor, got {ids!r}")
-        kept = _constant(values, torch.int64, seg.device, per_channel=False)
-    keep = torch.isin(seg if seg.dim() == 4 else seg.unsqueeze(1), kept)
-    return grow(keep, margin)
+        return ids.to(device).flatten()
+    if isinstance(ids, np.ndarray):
+        if ids.dtype.kind not in "iu":  # (a bool array is a mask, not a list of ids)
+            raise TypeError(f"ids must be integers, got a numpy array of {ids.dtype}")
+        if ids.dtype == np.uint64 and ids.size and int(ids.max()) > _INT64[1]:
+            raise ValueError(f"ids must fit in int64, got a numpy uint64 id of {ids.max()}")
+        return torch.from_numpy(ids.astype(np.int64).ravel()).to(device)
+    values = (ids,) if _is_id(ids) or not isinstance(ids, Iterable) else tuple(ids)
+    if not all(_is_id(i) for i in values):
+        raise TypeError(
+            "ids must be an int, a sequence of ints or a tensor (or numpy array) of integers, "
+            f"got {ids!r}"
+        )
+    values = tuple(int(i) for i in values)  # (numpy integers: one cache key per value)
+    if not all(_INT64[0] <= i <= _INT64[1] for i in values):
+        raise ValueError(f"ids must fit in int64, got {ids!r}")
+    return _constant(values, torch.int64, device, per_channel=False)
+
+
+def _is_id(x: object) -> bool:
+    """An int or a numpy integer, not a bool (numpy's bool is no `numbers.Integral`)."""
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
 def grow(keep: torch.Tensor, margin: int) -> torch.Tensor:
@@ -229,6 +261,11 @@ def grow(keep: torch.Tensor, margin: int) -> torch.Tensor:
     neighbourhood kept too (a max-pool, each frame on its own)."""
     if not isinstance(margin, int) or isinstance(margin, bool) or margin < 0:
         raise ValueError(f"margin must be an int >= 0 (pixels), got {margin!r}")
+    side = max(keep.shape[-2:])
+    if margin > side:  # (margin side - 1 already spreads one kept pixel over the whole frame)
+        raise ValueError(
+            f"margin must be at most the frame's larger side ({side} pixels), got {margin}"
+        )
     if margin == 0:
         return keep
     size = 2 * margin + 1
@@ -245,8 +282,9 @@ def _frames(obs: object) -> torch.Tensor:
     return obs.reshape(n, c // 3, 3, h, w)
 
 
-def _is_number(x: object) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
+def _is_finite(x: object) -> bool:
+    """A real number (numpy's too), not a bool, NaN or infinite."""
+    return is_number(x) and math.isfinite(float(x))  # type: ignore[arg-type]
 
 
 @functools.lru_cache(maxsize=64)

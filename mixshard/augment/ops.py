@@ -11,6 +11,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from ..core.checks import is_number
 from ..core.crops import fallback_window
 from . import fused
 from .inputs import check_weights
@@ -49,6 +50,11 @@ def check_blend_args(obs: torch.Tensor, imgs: torch.Tensor, alpha, out: torch.Te
         if alpha.device != obs.device:
             raise ValueError(f"obs is on {obs.device} but alpha on {alpha.device}")
         check_weights("alpha", alpha, bool_ok=False)
+    elif not is_number(alpha):  # (float() would take "0.5" and True)
+        raise TypeError(
+            f"alpha must be a float in [0, 1] or an (N,) float tensor, got "
+            f"{type(alpha).__name__} {alpha!r}"
+        )
     elif not 0.0 <= float(alpha) <= 1.0:
         raise ValueError(f"alpha must be in [0, 1], got {alpha}")
     if out is not None and (
@@ -93,7 +99,7 @@ def blend(
         A tensor like `obs`: float obs give the obs dtype, uint8 obs give uint8 rounded half up.
 
     Raises:
-        TypeError: an integer alpha tensor.
+        TypeError: an alpha that is no number (a str, a bool) or an integer tensor.
         ValueError: channels not a multiple of 3, mismatched N/H/W, different devices, or
             alpha out of [0, 1] or NaN (a CPU tensor's values).
 
