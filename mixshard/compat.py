@@ -26,6 +26,7 @@ import torch
 from .augment.inputs import check_obs
 from .augment.masks import hsv_above, salient_patches
 from .augment.overlay import Overlay
+from .core.checks import is_number
 from .core.constants import DEFAULT_SIZE
 from .datasets import check_dataset, pack_folder
 from .dmcgb import VideoWrapper
@@ -165,6 +166,10 @@ class RandomOverlay(torch.nn.Module):
         dataset: str = "places365_standard",
     ) -> None:
         super().__init__()
+        if not is_number(alpha):
+            raise TypeError(
+                f"alpha must be a float in [0, 1], got {type(alpha).__name__} {alpha!r}"
+            )
         if not 0.0 <= alpha <= 1.0:
             raise ValueError(f"alpha must be in [0, 1], got {alpha}")
         check_dataset(dataset)

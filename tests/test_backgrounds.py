@@ -414,6 +414,9 @@ def test_bad_arguments_say_what_is_wrong(clips):
         bg.composite(obs, alpha=torch.ones(3))
     with pytest.raises(ValueError, match=r"alpha must be in \[0, 1\], got 2"):
         bg.composite(obs, alpha=2)
+    for alpha in ("0.5", True):  # at 5e33428 a ValueError, unlike composite's TypeError
+        with pytest.raises(TypeError, match=r"alpha must be a float in \[0, 1\] or a \(4,\)"):
+            bg.composite(obs, alpha=alpha)
     with pytest.raises(
         ValueError, match=r"alpha must be in \[0, 1\], got a tensor from 0.5 to 1.5"
     ):

@@ -195,6 +195,11 @@ def test_random_overlay_module_in_sequential_and_on_subsets(data):
     )
     with pytest.raises(ValueError, match=r"alpha must be in \[0, 1\], got 1.5"):
         RandomOverlay(alpha=1.5)
+    for alpha in ("0.5", True, None):  # at 5e33428: a raw TypeError, or taken until forward
+        with pytest.raises(
+            TypeError, match=f"alpha must be a float in \\[0, 1\\], got .*{alpha!r}"
+        ):
+            RandomOverlay(alpha=alpha)
 
 
 def test_places_dirs_are_used_when_mixshard_data_is_unset(data, tmp_path, monkeypatch):

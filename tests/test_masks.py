@@ -278,6 +278,8 @@ def test_a_margin_larger_than_the_frame_is_refused_by_name():
     seg = torch.zeros(1, 1, 3, 5, dtype=torch.int32)
     seg[0, 0, 0, 0] = 1
     assert masks.from_segmentation(seg, 1, margin=5).all()  # the whole frame
+    grown = masks.from_segmentation(seg, 1, margin=1)  # a numpy margin as its int
+    assert torch.equal(masks.from_segmentation(seg, 1, margin=np.int64(1)), grown)
     for margin in (6, 2**31, 2**70):
         with pytest.raises(ValueError) as err:
             masks.from_segmentation(seg, 1, margin=margin)

@@ -145,7 +145,12 @@ def check_composite_args(
                 f"{alpha.dtype} {tuple(alpha.shape)}"
             )
         check_weights("alpha", alpha, bool_ok=False)  # its values (on a CPU)
-    elif not is_number(alpha) or not 0 <= alpha <= 1:
+    elif not is_number(alpha):
+        raise TypeError(
+            f"alpha must be a float in [0, 1] or a ({n},) float tensor, got "
+            f"{type(alpha).__name__} {alpha!r}"
+        )
+    elif not 0 <= alpha <= 1:
         raise ValueError(f"alpha must be in [0, 1], got {alpha!r}")
     if out is not None and (
         out.shape != obs.shape or out.dtype != obs.dtype or out.device != obs.device

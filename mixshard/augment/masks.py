@@ -259,8 +259,9 @@ def _is_id(x: object) -> bool:
 def grow(keep: torch.Tensor, margin: int) -> torch.Tensor:
     """`keep` `(N, frames, H, W)` bool with every kept pixel's `(2 * margin + 1)`-square
     neighbourhood kept too (a max-pool, each frame on its own)."""
-    if not isinstance(margin, int) or isinstance(margin, bool) or margin < 0:
+    if not isinstance(margin, numbers.Integral) or isinstance(margin, bool) or margin < 0:
         raise ValueError(f"margin must be an int >= 0 (pixels), got {margin!r}")
+    margin = int(margin)
     side = max(keep.shape[-2:])
     if margin > side:  # (margin side - 1 already spreads one kept pixel over the whole frame)
         raise ValueError(
