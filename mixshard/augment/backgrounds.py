@@ -27,34 +27,23 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core.checks import check_int
 from ..core.device import canonical, free_memory, move_index
 from ..reading.source import Source, resolve_source
 from . import fused
-from .args import check_cache, check_cache_fraction, check_flag
 from .caches import read_pack_to
 from .clippool import ClipPool, pool_slots
-from .envargs import check_composite_args, env_mask, frame_mask
+from .envargs import (
+    check_backgrounds_args,
+    check_composite_args,
+    check_state,
+    env_mask,
+    frame_mask,
+)
 from .inputs import user_stacklevel
 from .keyed import seed_key
 from .ops import flip, resize
 from .pasting import composite
-from .playback import PLAYBACKS, draw, draw_clips, positions
-
-CACHES = ("auto", "device", "pool")  # `Backgrounds(cache=)`
-MAX_SEED = 2**64 - 1  # a seed is one 64-bit word of the draws' key: larger ones would wrap
-MAX_SPEED = 2**31 - 1  # frames a step: `played` (int64) then lasts 2**32 steps at the most
-STATE_KEYS = ("seed", "num_envs", "clips", "count", "playback", "speed", "episode", "played")
-
-
-def check_seed(name: str, seed: Any) -> None:
-    """A seed of the draws: an integer in [0, 2**64)."""
-    check_int(name, seed, 0)
-    if seed > MAX_SEED:
-        raise ValueError(
-            f"{name} must be below 2**64 (the draws' key is one 64-bit word, a larger seed "
-            f"would repeat a smaller one's draws), got {seed}"
-        )
+from .playback import draw, draw_clips, positions
 
 
 class Backgrounds:
@@ -103,21 +92,9 @@ class Backgrounds:
         cache_fraction: float = 0.25,
         pool: int | None = None,
     ) -> None:
-        check_int("num_envs", num_envs, 1)
-        check_int("frames", frames, 1)
-        check_int("speed", speed, 0)
-        if speed > MAX_SPEED:
-            raise ValueError(f"speed must be below 2**31 frames a step, got {speed}")
-        check_seed("seed", seed)
-        # numpy integers as Python ints: the draws' arithmetic is exact on those only
-        num_envs, frames, speed, seed = int(num_envs), int(frames), int(speed), int(seed)
-        if pool is not None:
-            check_int("pool", pool, 1)
-        check_flag("flip", flip)
-        if playback not in PLAYBACKS:
-            raise ValueError(f"playback must be one of {', '.join(PLAYBACKS)}, got {playback!r}")
-        check_cache(cache, CACHES)
-        check_cache_fraction(cache_fraction)
+        num_envs, frames, speed, seed = check_backgrounds_args(
+            num_envs, frames, speed, seed, pool, flip, playback, cache, cache_fraction
+        )
         self.source = resolve_source(source)
         m = self.manifest = self.source.manifest
         if self.source.count != m.count:
@@ -376,15 +353,6 @@ class Backgrounds:
             MixshardError: a pool's read failed; nothing changed.
         """
         self._check_open("load_state_dict")
-        if not isinstance(state, dict):
-            raise TypeError(f"state must be a dict from state_dict(), got {type(state).__name__}")
-        missing = [key for key in STATE_KEYS if key not in state]
-        unknown = sorted(str(key) for key in state if key not in STATE_KEYS)
-        if missing or unknown:
-            raise ValueError(
-                "state is not a Backgrounds.state_dict(): "
-                + (f"it lacks {', '.join(missing)}" if missing else f"unknown keys {unknown}")
-            )
         mine: dict[str, Any] = {
             "num_envs": self.num_envs,
             "clips": self.clips,
@@ -392,16 +360,8 @@ class Backgrounds:
             "playback": self.playback,
             "speed": self.speed,
         }
-        for name, value in mine.items():
-            if type(state[name]) is not type(value) or state[name] != value:
-                raise ValueError(
-                    f"state_dict was saved with {name}={state[name]!r}, this Backgrounds has "
-                    f"{name}={value!r}: make it with the same pack and arguments"
-                )
-        check_seed("state['seed']", state["seed"])
-        episode = self._counter(state, "episode")
-        played = self._counter(state, "played")
-        seed, key = int(state["seed"]), self._key
+        seed, episode, played = check_state(state, mine, self.device)
+        key = self._key
         self._key = seed_key(seed)  # the draws of _set_all are the state's
         try:
             self._set_all(episode)
@@ -409,21 +369,6 @@ class Backgrounds:
             self._key = key
             raise
         self.seed, self.played = seed, played
-
-    def _counter(self, state: dict[str, Any], key: str) -> torch.Tensor:
-        """`state[key]`: an int64 tensor `(num_envs,)` of counts >= 0, checked, on the device."""
-        value = state[key]
-        if not isinstance(value, torch.Tensor):
-            raise TypeError(f"state[{key!r}] must be a torch tensor, got {type(value).__name__}")
-        if value.dtype != torch.int64 or value.shape != (self.num_envs,):
-            raise ValueError(
-                f"state[{key!r}] must be int64 of shape ({self.num_envs},) (num_envs), got "
-                f"{value.dtype} of shape {tuple(value.shape)}"
-            )
-        value = value.to(self.device).clone()
-        if len(value) and int(value.min()) < 0:  # a sync on an accelerator, once per load
-            raise ValueError(f"state[{key!r}] must be counts >= 0, got {int(value.min())}")
-        return value
 
     def stats(self) -> dict[str, Any]:
         """Which cache (`"device"` or `"pool"`) and, for a pool, its counters."""

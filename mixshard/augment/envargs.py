@@ -1,6 +1,6 @@
-"""The arguments `Backgrounds` checks at each call: which environments (`None`, a mask of 0/1
-or bool, or `index=` numbers, as a bool mask on the device), the composite's mask and
-observations."""
+"""The arguments `Backgrounds` checks: its constructor's, a state to load, and at each call
+which environments (`None`, a mask of 0/1 or bool, or `index=` numbers, as a bool mask on the
+device), the composite's mask and observations."""
 
 from __future__ import annotations
 
@@ -9,8 +9,101 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core.checks import is_number
+from ..core.checks import check_int, is_number
+from .args import check_cache, check_cache_fraction, check_flag
 from .inputs import check_obs, check_weights
+from .playback import PLAYBACKS
+
+CACHES = ("auto", "device", "pool")  # `Backgrounds(cache=)`
+MAX_SEED = 2**64 - 1  # a seed is one 64-bit word of the draws' key: larger ones would wrap
+MAX_SPEED = 2**31 - 1  # frames a step: `played` (int64) then lasts 2**32 steps at the most
+STATE_KEYS = ("seed", "num_envs", "clips", "count", "playback", "speed", "episode", "played")
+
+
+def check_backgrounds_args(
+    num_envs: Any,
+    frames: Any,
+    speed: Any,
+    seed: Any,
+    pool: Any,
+    flip: Any,
+    playback: Any,
+    cache: Any,
+    cache_fraction: Any,
+) -> tuple[int, int, int, int]:
+    """The `Backgrounds` constructor's arguments checked; `num_envs`, `frames`, `speed` and
+    `seed` as Python ints (numpy integers too: the draws' arithmetic is exact on ints only)."""
+    check_int("num_envs", num_envs, 1)
+    check_int("frames", frames, 1)
+    check_int("speed", speed, 0)
+    if speed > MAX_SPEED:
+        raise ValueError(f"speed must be below 2**31 frames a step, got {speed}")
+    check_seed("seed", seed)
+    if pool is not None:
+        check_int("pool", pool, 1)
+    check_flag("flip", flip)
+    if playback not in PLAYBACKS:
+        raise ValueError(f"playback must be one of {', '.join(PLAYBACKS)}, got {playback!r}")
+    check_cache(cache, CACHES)
+    check_cache_fraction(cache_fraction)
+    return int(num_envs), int(frames), int(speed), int(seed)
+
+
+def check_seed(name: str, seed: Any) -> None:
+    """A seed of the draws: an integer in [0, 2**64)."""
+    check_int(name, seed, 0)
+    if seed > MAX_SEED:
+        raise ValueError(
+            f"{name} must be below 2**64 (the draws' key is one 64-bit word, a larger seed "
+            f"would repeat a smaller one's draws), got {seed}"
+        )
+
+
+def check_state(
+    state: Any, mine: dict[str, Any], device: torch.device
+) -> tuple[int, torch.Tensor, torch.Tensor]:
+    """A `Backgrounds.state_dict()` checked field by field against `mine` (the settings it
+    must have been saved with): its seed, and its episode and played counters on `device`.
+
+    Raises:
+        TypeError, ValueError: the first field missing, unknown, or of another type, dtype,
+            shape or range, named.
+    """
+    if not isinstance(state, dict):
+        raise TypeError(f"state must be a dict from state_dict(), got {type(state).__name__}")
+    missing = [key for key in STATE_KEYS if key not in state]
+    unknown = sorted(str(key) for key in state if key not in STATE_KEYS)
+    if missing or unknown:
+        raise ValueError(
+            "state is not a Backgrounds.state_dict(): "
+            + (f"it lacks {', '.join(missing)}" if missing else f"unknown keys {unknown}")
+        )
+    for name, value in mine.items():
+        if type(state[name]) is not type(value) or state[name] != value:
+            raise ValueError(
+                f"state_dict was saved with {name}={state[name]!r}, this Backgrounds has "
+                f"{name}={value!r}: make it with the same pack and arguments"
+            )
+    check_seed("state['seed']", state["seed"])
+    n = mine["num_envs"]
+    counters = [_counter(state, key, n, device) for key in ("episode", "played")]
+    return int(state["seed"]), counters[0], counters[1]
+
+
+def _counter(state: dict[str, Any], key: str, n: int, device: torch.device) -> torch.Tensor:
+    """`state[key]`: an int64 tensor `(n,)` of counts >= 0, checked, on `device`."""
+    value = state[key]
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"state[{key!r}] must be a torch tensor, got {type(value).__name__}")
+    if value.dtype != torch.int64 or value.shape != (n,):
+        raise ValueError(
+            f"state[{key!r}] must be int64 of shape ({n},) (num_envs), got "
+            f"{value.dtype} of shape {tuple(value.shape)}"
+        )
+    value = value.to(device).clone()
+    if len(value) and int(value.min()) < 0:  # a sync on an accelerator, once per load
+        raise ValueError(f"state[{key!r}] must be counts >= 0, got {int(value.min())}")
+    return value
 
 
 def env_mask(envs: Any, index: Any, n: int, device: torch.device, what: str) -> torch.Tensor | None:
