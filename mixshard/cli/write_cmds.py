@@ -185,7 +185,8 @@ def _pack_summary(result: Any, out: str) -> None:
         )
         return
     for s in m.skipped[:10]:
-        click.echo(f"skipped: {shown(s['path'])}: {as_flags(s['reason'])}", err=True)
+        # a decoder's reason may quote the file's own bytes (a name, a tag): all of it escaped
+        click.echo(shown(f"skipped: {s['path']}: {as_flags(s['reason'])}"), err=True)
     if len(m.skipped) > 10:
         click.echo(f"skipped: ... and {len(m.skipped) - 10} more (see {out}/index.json)", err=True)
     if m.clips is not None:
