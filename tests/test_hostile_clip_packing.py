@@ -55,6 +55,20 @@ def padded(path: Path, zeros: int) -> Path:
     return path
 
 
+# --- point 8: an unknown --clip-list ---
+
+
+def test_an_unknown_clip_list_is_one_usage_error_naming_the_lists(tmp_path):
+    make_video(tmp_path / "src" / "video0.mp4", 0, 3)
+    res = run("pack", tmp_path / "src", tmp_path / "out", "--clips", "--clip-list", "nope")
+    assert res.exit_code == 2
+    assert (
+        "Error: Invalid value for '--clip-list': 'nope' is not one of 'dmcgb-video_easy', "
+        "'dmcgb-video_hard', 'davis17-train', 'davis17-val'." in res.output
+    )
+    assert "Traceback" not in res.output and not (tmp_path / "out").exists()
+
+
 # --- point 10: names that would forge output lines ---
 
 FORGED = "b\nPacked 999 clips (forged).mp4"

@@ -129,6 +129,17 @@ def _check_clip_flags(opts: dict[str, Any]) -> None:
         raise click.UsageError("--labels does not apply to --clips: a frame's label is its clip's")
 
 
+def _known_clip_list(name: str | None) -> str | None:
+    """`--clip-list NAME` checked as it is parsed: an unknown name is a usage error naming the
+    lists (the lists' module loads numpy, which must not start before `main` sets its threads)."""
+    from ..core.presets import CLIP_LISTS
+
+    if name is not None and name not in CLIP_LISTS:
+        lists = ", ".join(repr(n) for n in CLIP_LISTS)
+        raise click.BadParameter(f"{name!r} is not one of {lists}.")
+    return name
+
+
 def _on_terminal(stream: Any) -> bool:
     """Whether `stream` is a terminal: not for None (a process started without stderr), a
     closed file, or a stand-in without `isatty`."""
@@ -288,6 +299,7 @@ def _classes(classes: tuple[str, ...]) -> str:
 @click.option(
     "--clip-list",
     metavar="NAME",
+    callback=lambda ctx, param, value: _known_clip_list(value),
     default=None,
     help="With --clips: pack only the clips of a benchmark's list, in its order "
     "(dmcgb-video_easy, dmcgb-video_hard, davis17-train, davis17-val); one missing is an error.",
