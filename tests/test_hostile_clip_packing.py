@@ -11,7 +11,7 @@ from pathlib import Path
 import av
 import numpy as np
 from clipdata import frame, make_video
-from helpers import run
+from helpers import make_tree, run
 
 ROOT = Path(__file__).resolve().parent.parent
 ARGS = dict(size=8, shard_size=100, block_size=4, workers=1, clips=True)
@@ -107,3 +107,20 @@ def test_names_with_control_characters_are_printed_escaped(tmp_path):
         "Error: no readable clip in " + str(src) + ": all 1 entries were skipped (first: "
         "c\\x0aError: forged line\\x1b[2J.mp4: "
     )
+
+
+# --- point 12: a dangling OUT link, a file that vanishes ---
+
+
+def test_a_dangling_output_link_is_named_and_nothing_is_made_through_it(tmp_path):
+    make_tree(tmp_path / "src", per_class=1)
+    link = tmp_path / "out"
+    link.symlink_to(tmp_path / "disk" / "pack")
+    res = run("pack", tmp_path / "src", link, "--size", 8)
+    assert res.exit_code == 1
+    assert res.output == (
+        f"Error: output folder {link} is a symbolic link to {tmp_path / 'disk' / 'pack'}, "
+        "which leads to no folder: make that folder (or mount the disk it is on) or remove the "
+        "link; nothing was written\n"
+    )
+    assert not (tmp_path / "disk").exists() and link.is_symlink()

@@ -241,6 +241,7 @@ ERRORS = [
     "decompression bomb",
     "empty file (0 bytes)",
     "corrupt or truncated",
+    "which leads to no folder",
 ]
 
 
