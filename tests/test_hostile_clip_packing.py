@@ -4,14 +4,25 @@ output lines, a Ctrl-C in a pack's last moments, a dangling OUT link, a file tha
 
 from __future__ import annotations
 
+import fractions
+import io
 import json
 import os
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import av
 import numpy as np
-from clipdata import frame, make_video
-from helpers import make_tree, run
+import pytest
+from clipdata import frame, make_video, tar_of, zip_of
+from helpers import files, make_tree, run
+from PIL import Image
+
+from mixshard import pack
+from mixshard.core.manifest import Manifest
+from mixshard.writing import video, videofile
 
 ROOT = Path(__file__).resolve().parent.parent
 ARGS = dict(size=8, shard_size=100, block_size=4, workers=1, clips=True)
@@ -53,6 +64,165 @@ def padded(path: Path, zeros: int) -> Path:
     mkv(path)
     os.truncate(path, path.stat().st_size + zeros)
     return path
+
+
+# --- point 2: a video over 1 MB inside a .tar or .zip ---
+
+
+def test_a_video_over_1_mb_in_an_archive_packs_as_from_its_folder(tmp_path):
+    """The archive reader judged members over 1 MB by an image's first bytes: a 1.3 MB video
+    in a .tar or .zip was skipped as "not an image PIL can read". Each archive (a stored and a
+    deflated zip member among them) now gives the folder's pack, byte for byte."""
+    src = tmp_path / "videos"
+    src.mkdir()
+    assert noise_video(src / "noise.mp4").stat().st_size > 1 << 20
+    make_video(src / "small.mp4", 0, 5)
+    ref = tmp_path / "ref"
+    pack(src, ref, **ARGS)
+    assert [c.name for c in Manifest.load(ref).clips] == ["noise.mp4", "small.mp4"]
+    deflated = tmp_path / "deflated.zip"
+    with zipfile.ZipFile(deflated, "w", zipfile.ZIP_DEFLATED) as zf:
+        for p in sorted(src.iterdir()):
+            zf.write(p, f"v/{p.name}")
+    archives = [tar_of(src, tmp_path / "v.tar", "v"), zip_of(src, tmp_path / "v.zip", "v")]
+    for i, archive in enumerate([*archives, deflated]):
+        out = tmp_path / f"out{i}"
+        pack(archive, out, **ARGS, within="v")
+        assert Manifest.load(out).skipped == (), archive.name
+        assert files(out) == files(ref), archive.name
+
+
+# --- point 3: one pixel limit for images and frames ---
+
+
+def test_video_frames_over_the_pixel_limit_are_refused_before_any_is_decoded(tmp_path, monkeypatch):
+    """A 64x48 video under a limit of 3071 pixels (PIL's, as for an image): skipped at plan
+    time from its declared size, in a folder and in a .tar alike; no decoder is made."""
+    src = tmp_path / "videos"
+    make_video(src / "a.mp4", 0, 4)
+    make_video(src / "b.mp4", 1, 3)
+    tar_of(src, tmp_path / "v.tar", "v")
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 64 * 48 - 1)
+    decoders = []
+    monkeypatch.setattr(video, "_Decoding", lambda *a: decoders.append(a))
+    reason = (
+        "decompression bomb: 64x48 = 3072 pixels exceeds PIL's limit of 3071 "
+        "(PIL.Image.MAX_IMAGE_PIXELS)"
+    )
+    for i, source in enumerate([src, tmp_path / "v.tar"]):
+        with pytest.raises(Exception, match="no readable clip") as info:
+            pack(source, tmp_path / f"out{i}", **ARGS, within="v" if i else None)
+        assert f"(first: a.mp4: {reason})" in str(info.value)
+    assert decoders == []
+
+
+def mjpeg_growing(path: Path) -> Path:
+    """An MJPEG .mkv declared 64x48 whose third frame is 128x96."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("mjpeg", rate=10)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuvj420p"
+        for t, (w, h) in enumerate([(64, 48), (64, 48), (128, 96)]):
+            data = io.BytesIO()
+            Image.fromarray(np.full((h, w, 3), 40 * t, np.uint8)).save(data, "JPEG")
+            packet = av.Packet(data.getvalue())
+            packet.stream, packet.pts, packet.dts = stream, t, t
+            packet.time_base = fractions.Fraction(1, 10)
+            container.mux(packet)
+    return path
+
+
+def test_a_frame_larger_than_its_stream_said_is_refused_by_the_decoder(tmp_path, monkeypatch):
+    """The declared size passes (64x48 = 3072 pixels); the decoder, given the limit, refuses
+    the 128x96 frame unmade, and its run is skipped with a reason that names the limit."""
+    src = tmp_path / "videos"
+    mjpeg_growing(src / "grow.mkv")
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 64 * 48)
+    with pytest.raises(Exception, match="no readable image") as info:
+        pack(src, tmp_path / "out", **ARGS)
+    assert (
+        "grow.mkv: 3 frames not packed (frames 0-2): cannot decode frame 2 of 3: Invalid "
+        "argument (damaged, or a frame over PIL's limit of 3072 pixels, "
+        "PIL.Image.MAX_IMAGE_PIXELS)"
+    ) in str(info.value)
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", None)  # no limit: all three are packed
+    assert Manifest.load(pack(src, tmp_path / "all", **ARGS).out).count == 3
+
+
+# --- point 9: a probe's byte and time budget, and its progress ---
+
+
+def test_a_probe_stops_within_its_byte_budget(tmp_path, monkeypatch):
+    """A 3-frame .mkv followed by 64 MB of zeros (4 GB took 38-66 s): the probe stops once it
+    has read its budget past the last frame (1 MB here, 256 MB by default) and skips it; the
+    other clip is packed."""
+    padded(tmp_path / "src" / "a.mkv", 64 << 20)
+    make_video(tmp_path / "src" / "b.mp4", 1, 3)
+    monkeypatch.setattr(videofile, "GAP_BYTES", 1 << 20)
+    reads = []
+    real = videofile.VideoFile.read
+    monkeypatch.setattr(videofile.VideoFile, "read", lambda f, n=-1: reads.append(n) or real(f, n))
+    m = Manifest.load(pack(tmp_path / "src", tmp_path / "out", **ARGS).out)
+    assert [c.name for c in m.clips] == ["b.mp4"]
+    assert m.skipped == (
+        {"path": "a.mkv", "reason": "probe stopped: 1 MB read past frame 3 without another (data "
+         "after the video, or damage?); cut the file after its last frame, or remux it (ffmpeg "
+         "-i IN -c copy OUT)"},
+    )  # fmt: skip
+    assert sum(reads) < 4 << 20  # of a 64 MB file
+
+
+def test_a_probe_stops_within_its_time_budget_and_shows_its_progress(tmp_path, monkeypatch):
+    """A clock that runs a second a read: the probe stops once 60 s have passed without a
+    packet; from its first second on, `progress` hears which video it reads and how far."""
+    padded(tmp_path / "src" / "a.mkv", 64 << 20)
+    make_video(tmp_path / "src" / "b.mp4", 1, 3)
+    clock = iter(range(10**6))
+    monkeypatch.setattr(videofile.time, "monotonic", lambda: float(next(clock)))
+    seen = []
+    m = Manifest.load(pack(tmp_path / "src", tmp_path / "out", **ARGS, progress=seen.append).out)
+    assert m.skipped[0]["reason"].startswith("probe stopped: 60 s spent past frame ")
+    probing = [p for p in seen if p.probing == "a.mkv"]  # (b.mp4's probe is long here too)
+    assert len(probing) > 10 and (probing[0].total, probing[0].done) == (0, 0)
+    assert [p.probed for p in probing] == sorted(p.probed for p in probing)
+    assert probing[-1].probed > probing[0].probed
+    first_image = min(i for i, p in enumerate(seen) if p.probing is None)
+    assert all(p.probing is not None for p in seen[:first_image])
+
+
+def test_a_long_probe_draws_its_bar_at_a_terminal(tmp_path):
+    """At a terminal (a pseudo-terminal here), a probe over its quiet second (0 here) draws a
+    bar of the bytes it has read, named by the video."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    padded(tmp_path / "src" / "a.mkv", 4 << 20)
+    code = (
+        "import sys; from mixshard.writing import videofile; videofile.QUIET_SECONDS = -1; "
+        "videofile._REPORT_EVERY = 0; from mixshard.cli import cli; "
+        "cli.main(sys.argv[1:], prog_name='mixshard')"
+    )
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
+    args = ["pack", tmp_path / "src", tmp_path / "out", "--clips", "--size", 8, "--workers", 1]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    subprocess.run(
+        [sys.executable, "-c", code, *map(str, args)],
+        stdout=subprocess.DEVNULL, stderr=follower, timeout=60, env=env,
+    )  # fmt: skip
+    os.close(follower)
+    chunks = []
+    try:
+        while chunk := os.read(leader, 1 << 16):
+            chunks.append(chunk)
+    except OSError:  # EIO: all read, the other end closed
+        pass
+    finally:
+        os.close(leader)
+    drawn = b"".join(chunks).decode()
+    assert "probing a.mkv: " in drawn and "B/s" in drawn
 
 
 # --- point 8: an unknown --clip-list ---
@@ -124,3 +294,26 @@ def test_a_dangling_output_link_is_named_and_nothing_is_made_through_it(tmp_path
         "link; nothing was written\n"
     )
     assert not (tmp_path / "disk").exists() and link.is_symlink()
+
+
+def test_a_file_that_vanishes_during_the_pack_is_named_so(tmp_path):
+    """An image and a video removed once the plan is made (at the first progress report)
+    are skipped as vanished, not as "corrupt or truncated: [Errno 2] ..."."""
+    make_tree(tmp_path / "images", classes=("a",), per_class=3)
+    make_video(tmp_path / "videos" / "a.mp4", 0, 3)
+    make_video(tmp_path / "videos" / "b.mp4", 1, 3)
+    for src, gone, options in [
+        (tmp_path / "images", "a/img1.png", dict(size=8, workers=1)),
+        (tmp_path / "videos", "b.mp4", ARGS),
+    ]:
+
+        def remove(progress, path=src / gone):
+            if progress.done == 0 and path.exists():
+                path.unlink()
+
+        out = tmp_path / f"out-{src.name}"
+        skipped = Manifest.load(pack(src, out, **options, progress=remove).out).skipped
+        reason = (
+            VANISHED if src.name == "images" else f"3 frames not packed (frames 0-2): {VANISHED}"
+        )
+        assert skipped == ({"path": gone, "reason": reason},)

@@ -242,6 +242,9 @@ ERRORS = [
     "empty file (0 bytes)",
     "corrupt or truncated",
     "which leads to no folder",
+    "vanished during the pack",
+    "probe stopped:",
+    "a frame over PIL's limit of",
 ]
 
 

@@ -158,10 +158,20 @@ def _progress_bar(quiet: bool) -> tuple[Callable[[Any], None], Callable[[], None
         return lambda p: None, lambda: None
     from tqdm import tqdm
 
-    bar = None
+    bar = probe = None  # the images' bar; a long probe's (bytes of one video read)
 
     def update(p: Any) -> None:
-        nonlocal bar
+        nonlocal bar, probe
+        if probe is not None and p.probing != probe.video:
+            probe.close()
+            probe = None
+        if p.probing is not None:  # before the plan: a video whose probe takes long
+            if probe is None:
+                name = f"probing {shown(p.probing)}"
+                probe = tqdm(desc=name, unit="B", unit_scale=True, disable=None, dynamic_ncols=True)
+                probe.video = p.probing
+            probe.update(p.probed - probe.n)
+            return
         if bar is None:
             bar = tqdm(
                 total=p.total,
@@ -177,8 +187,9 @@ def _progress_bar(quiet: bool) -> tuple[Callable[[Any], None], Callable[[], None
             bar.set_postfix(skipped=p.skipped, uploaded=p.uploaded, refresh=True)
 
     def close() -> None:
-        if bar is not None:
-            bar.close()
+        for shown_bar in (probe, bar):
+            if shown_bar is not None:
+                shown_bar.close()
 
     return update, close
 

@@ -176,7 +176,7 @@ def pack(
     src, out = Path(src), sink.staging if sink else Path(out)
     check_out_path(out)
     check_apart(src, out)
-    plan = plan_clips(src, within, options) or _plan(src, within, options, labels)
+    plan = plan_clips(src, within, options, progress) or _plan(src, within, options, labels)
     if finish and sink is None:
         return _finish(out, plan, t0)
     if ray is not None:
