@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -20,6 +20,7 @@ from ..core.constants import (
     MAX_SIZE,
 )
 from ..core.stores import is_store_url
+from ..writing.ctrlc import CtrlC, LateInterrupt
 from .base import RESUME_HINT, PartType, as_flags, cli, human_bytes, quiet_option, shown
 
 PACK_OPTIONS = [
@@ -348,21 +349,39 @@ def pack(src: str, out: str, quiet: bool, **opts: Any) -> None:
             raise click.UsageError(as_flags(str(exc))) from None
     shuffle = not opts.pop("no_shuffle")
     update, close = _progress_bar(quiet)
-    try:
-        result = run_pack(src, out, shuffle=shuffle, progress=update, **opts)
-    except KeyboardInterrupt:
-        if opts["overwrite"] and not is_store_url(out):  # a store's old pack is gone first
-            click.echo(
-                f"Interrupted. {out} still holds the earlier pack, unchanged; rerun the same "
-                "command to continue the new one (its finished shards are kept).",
-                err=True,
-            )
-        else:
-            # the Makefile's targets resume by themselves: rerunning the target is the way on
-            rerun = os.environ.get("MIXSHARD_RERUN_HINT")
-            hint = f"rerun `{rerun}` to continue" if rerun else RESUME_HINT
-            click.echo(f"Interrupted. Finished shards are kept: {hint}.", err=True)
-        sys.exit(130)
-    finally:
-        close()
-    _pack_summary(result, out)
+    with CtrlC() as ctrl_c:  # a Ctrl-C Python drops, up to the summary's last line, is seen
+        try:
+            result = run_pack(src, out, shuffle=shuffle, progress=update, **opts)
+        except LateInterrupt:  # while index.json was written: the pack is whole
+            _interrupted_when_finished(out, part=False)
+        except KeyboardInterrupt:
+            _interrupted(out, opts["overwrite"])
+        finally:
+            close()
+        try:
+            _pack_summary(result, out)
+            ctrl_c.check()
+        except KeyboardInterrupt:
+            _interrupted_when_finished(out, part=result.manifest is None)
+
+
+def _interrupted(out: str, overwrite: bool) -> NoReturn:
+    if overwrite and not is_store_url(out):  # a store's old pack is gone first
+        click.echo(
+            f"Interrupted. {out} still holds the earlier pack, unchanged; rerun the same "
+            "command to continue the new one (its finished shards are kept).",
+            err=True,
+        )
+    else:
+        # the Makefile's targets resume by themselves: rerunning the target is the way on
+        rerun = os.environ.get("MIXSHARD_RERUN_HINT")
+        hint = f"rerun `{rerun}` to continue" if rerun else RESUME_HINT
+        click.echo(f"Interrupted. Finished shards are kept: {hint}.", err=True)
+    sys.exit(130)
+
+
+def _interrupted_when_finished(out: str, part: bool) -> NoReturn:
+    """A Ctrl-C that came once the pack was written: still exit 130, and say what is there."""
+    done = "this part's shards are all written" if part else f"{out} holds the whole pack"
+    click.echo(f"Interrupted as the pack finished: {done}; nothing is left to do.", err=True)
+    sys.exit(130)
