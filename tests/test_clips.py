@@ -256,9 +256,9 @@ def test_a_video_that_decodes_short_is_skipped_once_and_left_out_of_the_table(
     from mixshard.writing import clipsource
     from mixshard.writing.video import VideoInfo, probe_video
 
-    def probe(path, data=None):
-        info = probe_video(path, data)
-        return VideoInfo(30, info.fps) if path.endswith("video2.mp4") else info
+    def probe(file, progress=None):
+        info = probe_video(file, progress)
+        return VideoInfo(30, info.fps) if file.name.endswith("video2.mp4") else info
 
     monkeypatch.setattr(clipsource, "probe_video", probe)
     out = tmp_path / "out"

@@ -241,6 +241,12 @@ ERRORS = [
     "decompression bomb",
     "empty file (0 bytes)",
     "corrupt or truncated",
+    "Interrupted as the pack finished",
+    "Interrupted as mixshard exited",
+    "which leads to no folder",
+    "vanished during the pack",
+    "probe stopped:",
+    "a frame over PIL's limit of",
 ]
 
 

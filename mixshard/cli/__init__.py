@@ -3,8 +3,12 @@ commands (`read_cmds`). Library code never prints; these modules do."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
+from typing import Any
+
+import click
 
 from . import read_cmds, write_cmds  # noqa: F401 - registers the commands
 from .base import cli
@@ -15,7 +19,34 @@ __all__ = ["cli", "main"]
 def main() -> None:
     """Console-script entry point."""
     _one_blas_thread()
-    cli(prog_name="mixshard")
+    from ..writing import ctrlc
+
+    # Ctrl-C counted to the process's very end: one the command dropped, or one that lands in
+    # an `atexit` callback (a process pool's, where Python drops it), still exits 130
+    seen = ctrlc.CtrlC().__enter__()
+    told: list[int] = []
+    atexit.register(_interrupted_at_exit, told)  # registered first: called last
+    code: Any = 0
+    try:
+        cli(prog_name="mixshard")
+    except SystemExit as exc:
+        code = exc.code
+    ctrlc.count_only()
+    told.append(ctrlc.count())
+    if seen.seen and not code:  # came while the command ran, and it did not say so
+        click.echo("Interrupted as mixshard finished; what it printed above is complete.", err=True)
+        code = 130
+    sys.exit(code)
+
+
+def _interrupted_at_exit(told: list[int]) -> None:
+    from ..writing import ctrlc
+
+    if told and ctrlc.count() > told[0]:
+        sys.stdout.flush()
+        sys.stderr.write("Interrupted as mixshard exited; what it printed above is complete.\n")
+        sys.stderr.flush()
+        os._exit(130)  # noqa: SLF001 - the exit status is all that is left to give
 
 
 def _one_blas_thread() -> None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -62,14 +63,39 @@ def _repack_hint(message: str) -> str:
     return message.replace("pass --overwrite", f"rerun with `{hint}`")
 
 
+# What a name from the data must not print as is: control characters (a newline would start a
+# line of its own, as if mixshard had printed it; ESC drives the terminal), line and paragraph
+# separators, and the bidirectional overrides that show text in another order than it has.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
 def shown(text: str) -> str:
-    """Text for the terminal: the bytes of a file name that are not UTF-8 (surrogate escapes,
-    as `os.listdir` gives them) appear as `\\xNN`."""
+    """Text for the terminal, one line: the bytes of a file name that are not UTF-8 (surrogate
+    escapes, as `os.listdir` gives them) appear as `\\xNN`, control characters as `\\xNN`
+    (a newline as `\\x0a`), line separators and bidirectional overrides as `\\uNNNN`."""
     try:
         raw = text.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError:
         raw = text.encode("utf-8", "backslashreplace")
-    return raw.decode("utf-8", "backslashreplace")
+    return _UNSAFE.sub(_escape, raw.decode("utf-8", "backslashreplace"))
+
+
+def shown_json(data: Any) -> str:
+    """`data` as indented JSON for the terminal: JSON escapes C0 in strings itself; what else
+    `shown` escapes in a name is written as a JSON escape (`\\u2028`), so the text stays valid
+    JSON and each line one line."""
+    text = json.dumps(data, indent=2, ensure_ascii=False)
+    text = _UNSAFE.sub(lambda m: m.group() if m.group() == "\n" else _json_escape(m), text)
+    return "\n".join(shown(line) for line in text.split("\n"))
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
 
 
 class _Group(click.Group):

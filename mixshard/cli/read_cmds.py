@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
@@ -11,7 +10,7 @@ import click
 from ..core.errors import MixshardError
 from ..core.packpath import pack_dir
 from ..core.stores import is_store_url
-from .base import cli, human_bytes, pack_argument, quiet_option, shown
+from .base import cli, human_bytes, pack_argument, quiet_option, shown, shown_json
 
 
 def _manifest(pack: str) -> Any:
@@ -54,7 +53,7 @@ def verify(pack: str, quiet: bool) -> None:
         )
         return
     for name, problem in report.problems.items():
-        click.echo(f"BAD {name}: {problem}")
+        click.echo(shown(f"BAD {name}: {problem}"))
     folder = pack if is_store_url(pack) else pack_dir(pack)
     raise MixshardError(
         f"{len(report.problems)} bad shard file(s) in {folder}; repack with `mixshard pack SRC "
@@ -97,7 +96,7 @@ def inspect(pack: str, as_json: bool) -> None:
         summary["clip_frames"] = [c.count for c in m.clips]
         summary["fps"] = sorted({c.fps for c in m.clips})
     if as_json:
-        click.echo(shown(json.dumps(summary, indent=2, ensure_ascii=False)))
+        click.echo(shown_json(summary))
         return
     names = ", ".join(m.classes[:8]) + (", ..." if len(m.classes) > 8 else "")
     shuffled = "yes" if o.get("shuffle") else "no"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -20,6 +20,7 @@ from ..core.constants import (
     MAX_SIZE,
 )
 from ..core.stores import is_store_url
+from ..writing.ctrlc import CtrlC, LateInterrupt
 from .base import RESUME_HINT, PartType, as_flags, cli, human_bytes, quiet_option, shown
 
 PACK_OPTIONS = [
@@ -129,6 +130,17 @@ def _check_clip_flags(opts: dict[str, Any]) -> None:
         raise click.UsageError("--labels does not apply to --clips: a frame's label is its clip's")
 
 
+def _known_clip_list(name: str | None) -> str | None:
+    """`--clip-list NAME` checked as it is parsed: an unknown name is a usage error naming the
+    lists (the lists' module loads numpy, which must not start before `main` sets its threads)."""
+    from ..core.presets import CLIP_LISTS
+
+    if name is not None and name not in CLIP_LISTS:
+        lists = ", ".join(repr(n) for n in CLIP_LISTS)
+        raise click.BadParameter(f"{name!r} is not one of {lists}.")
+    return name
+
+
 def _on_terminal(stream: Any) -> bool:
     """Whether `stream` is a terminal: not for None (a process started without stderr), a
     closed file, or a stand-in without `isatty`."""
@@ -147,10 +159,20 @@ def _progress_bar(quiet: bool) -> tuple[Callable[[Any], None], Callable[[], None
         return lambda p: None, lambda: None
     from tqdm import tqdm
 
-    bar = None
+    bar = probe = None  # the images' bar; a long probe's (bytes of one video read)
 
     def update(p: Any) -> None:
-        nonlocal bar
+        nonlocal bar, probe
+        if probe is not None and p.probing != probe.video:
+            probe.close()
+            probe = None
+        if p.probing is not None:  # before the plan: a video whose probe takes long
+            if probe is None:
+                name = f"probing {shown(p.probing)}"
+                probe = tqdm(desc=name, unit="B", unit_scale=True, disable=None, dynamic_ncols=True)
+                probe.video = p.probing
+            probe.update(p.probed - probe.n)
+            return
         if bar is None:
             bar = tqdm(
                 total=p.total,
@@ -166,8 +188,9 @@ def _progress_bar(quiet: bool) -> tuple[Callable[[Any], None], Callable[[], None
             bar.set_postfix(skipped=p.skipped, uploaded=p.uploaded, refresh=True)
 
     def close() -> None:
-        if bar is not None:
-            bar.close()
+        for shown_bar in (probe, bar):
+            if shown_bar is not None:
+                shown_bar.close()
 
     return update, close
 
@@ -185,7 +208,8 @@ def _pack_summary(result: Any, out: str) -> None:
         )
         return
     for s in m.skipped[:10]:
-        click.echo(f"skipped: {shown(s['path'])}: {as_flags(s['reason'])}", err=True)
+        # a decoder's reason may quote the file's own bytes (a name, a tag): all of it escaped
+        click.echo(shown(f"skipped: {s['path']}: {as_flags(s['reason'])}"), err=True)
     if len(m.skipped) > 10:
         click.echo(f"skipped: ... and {len(m.skipped) - 10} more (see {out}/index.json)", err=True)
     if m.clips is not None:
@@ -287,6 +311,7 @@ def _classes(classes: tuple[str, ...]) -> str:
 @click.option(
     "--clip-list",
     metavar="NAME",
+    callback=lambda ctx, param, value: _known_clip_list(value),
     default=None,
     help="With --clips: pack only the clips of a benchmark's list, in its order "
     "(dmcgb-video_easy, dmcgb-video_hard, davis17-train, davis17-val); one missing is an error.",
@@ -324,21 +349,39 @@ def pack(src: str, out: str, quiet: bool, **opts: Any) -> None:
             raise click.UsageError(as_flags(str(exc))) from None
     shuffle = not opts.pop("no_shuffle")
     update, close = _progress_bar(quiet)
-    try:
-        result = run_pack(src, out, shuffle=shuffle, progress=update, **opts)
-    except KeyboardInterrupt:
-        if opts["overwrite"] and not is_store_url(out):  # a store's old pack is gone first
-            click.echo(
-                f"Interrupted. {out} still holds the earlier pack, unchanged; rerun the same "
-                "command to continue the new one (its finished shards are kept).",
-                err=True,
-            )
-        else:
-            # the Makefile's targets resume by themselves: rerunning the target is the way on
-            rerun = os.environ.get("MIXSHARD_RERUN_HINT")
-            hint = f"rerun `{rerun}` to continue" if rerun else RESUME_HINT
-            click.echo(f"Interrupted. Finished shards are kept: {hint}.", err=True)
-        sys.exit(130)
-    finally:
-        close()
-    _pack_summary(result, out)
+    with CtrlC() as ctrl_c:  # a Ctrl-C Python drops, up to the summary's last line, is seen
+        try:
+            result = run_pack(src, out, shuffle=shuffle, progress=update, **opts)
+        except LateInterrupt:  # while index.json was written: the pack is whole
+            _interrupted_when_finished(out, part=False)
+        except KeyboardInterrupt:
+            _interrupted(out, opts["overwrite"])
+        finally:
+            close()
+        try:
+            _pack_summary(result, out)
+            ctrl_c.check()
+        except KeyboardInterrupt:
+            _interrupted_when_finished(out, part=result.manifest is None)
+
+
+def _interrupted(out: str, overwrite: bool) -> NoReturn:
+    if overwrite and not is_store_url(out):  # a store's old pack is gone first
+        click.echo(
+            f"Interrupted. {out} still holds the earlier pack, unchanged; rerun the same "
+            "command to continue the new one (its finished shards are kept).",
+            err=True,
+        )
+    else:
+        # the Makefile's targets resume by themselves: rerunning the target is the way on
+        rerun = os.environ.get("MIXSHARD_RERUN_HINT")
+        hint = f"rerun `{rerun}` to continue" if rerun else RESUME_HINT
+        click.echo(f"Interrupted. Finished shards are kept: {hint}.", err=True)
+    sys.exit(130)
+
+
+def _interrupted_when_finished(out: str, part: bool) -> NoReturn:
+    """A Ctrl-C that came once the pack was written: still exit 130, and say what is there."""
+    done = "this part's shards are all written" if part else f"{out} holds the whole pack"
+    click.echo(f"Interrupted as the pack finished: {done}; nothing is left to do.", err=True)
+    sys.exit(130)

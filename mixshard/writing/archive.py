@@ -46,6 +46,14 @@ class ArchiveTruncated(PackInterrupted):
     """An archive ended inside a member while packing (cut short, or replaced since the scan)."""
 
 
+def truncated_member(path: str, key: str, detail: str = "") -> ArchiveTruncated:
+    """The error of an archive that ends inside the member `key` while packing."""
+    return ArchiveTruncated(
+        f"{path} ends inside member {key}{detail}: the archive was cut short or replaced while "
+        "packing; finished shards are kept"
+    )
+
+
 def is_archive(path: str | os.PathLike) -> bool:
     """True when `path` names a tar, tar.gz or zip file (by its name)."""
     return str(path).lower().endswith(ARCHIVE_SUFFIXES)
@@ -80,10 +88,7 @@ class MemberReader:
                     raise ImageDecodeError(NOT_AN_IMAGE)
             data = os.pread(fd, size, offset)
             if len(data) != size:
-                raise ArchiveTruncated(
-                    f"{self.path} ends inside member {key} ({len(data)} of {size} bytes): the "
-                    "archive was cut short or replaced while packing; finished shards are kept"
-                )
+                raise truncated_member(self.path, key, f" ({len(data)} of {size} bytes)")
             return key, data
         import zipfile
 
@@ -96,10 +101,7 @@ class MemberReader:
             return key, archive.read(info)
         except (zipfile.BadZipFile, EOFError, OSError) as exc:
             if os.path.getsize(self.path) < member_end(info):
-                raise ArchiveTruncated(
-                    f"{self.path} ends inside member {key}: the archive was cut short or "
-                    "replaced while packing; finished shards are kept"
-                ) from None
+                raise truncated_member(self.path, key) from None
             raise ImageDecodeError(f"corrupt archive member: {exc}") from None
 
 

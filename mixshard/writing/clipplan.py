@@ -16,6 +16,7 @@ class folder's does, so that every frame's label is still its clip's place in `c
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from ..core.manifest import Clip, dump_json
 from .archive import Source
 from .clipsource import ClipScan, find_clips
 from .plan import PackPlan, PlannedClip
+from .results import PackProgress
 from .scanning import path_key
 
 
@@ -67,14 +69,22 @@ def check_clips(
     }
 
 
-def plan_clips(src: Path, within: str | None, options: dict) -> PackPlan | None:
+def plan_clips(
+    src: Path,
+    within: str | None,
+    options: dict,
+    progress: Callable[[PackProgress], None] | None = None,
+) -> PackPlan | None:
     """The plan of a clip pack: the clips of `src` (`find_clips`) with the pack's `options`,
     whose `"clips"` (`check_clips`; taken out of them) are None for an image pack (then None
-    is returned, and `options` are an image pack's)."""
+    is returned, and `options` are an image pack's). A long probe reports to `progress`."""
     clips = options.pop("clips")
     if clips is None:
         return None
-    source, found = find_clips(src, within, clips.get("clip_list"))
+    probing = None
+    if progress is not None:
+        probing = lambda name, read: progress(PackProgress(0, 0, 0, probing=name, probed=read))  # noqa: E731
+    source, found = find_clips(src, within, clips.get("clip_list"), probing)
     kept = {k: v for k, v in options.items() if k not in ("variants", "shuffle")}
     folder = source.reader.kind == "folder"
     label = str(src) if folder else source.label

@@ -13,6 +13,7 @@ so a clip pack read in place is byte-identical to one of the extracted folder.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from .archivelist import list_tar as _list_tar
 from .archivelist import list_zip as _list_zip
 from .scanning import natural_key, path_key, refuse_pack_source, walk
 from .video import probe_video
+from .videofile import open_video
 
 
 def is_video_name(name: str) -> bool:
@@ -167,7 +169,10 @@ def _members(path: str, within: str | None) -> tuple[Source, list[str], list[dic
 
 
 def find_clips(
-    src: str | os.PathLike, within: str | None = None, clip_list: str | None = None
+    src: str | os.PathLike,
+    within: str | None = None,
+    clip_list: str | None = None,
+    progress: Callable[[str, int], None] | None = None,
 ) -> tuple[Source, ClipScan]:
     """List the clips of SRC: its video files (probed) and its frame folders.
 
@@ -176,6 +181,7 @@ def find_clips(
         within: the folder inside an archive that holds the clips, as for an image pack.
         clip_list: only the clips of this benchmark list (`core/presets.py`), in its order
             (by name, or name without extension); a clip of it not in SRC is a `SourceError`.
+        progress: called with a video's name and the bytes read of it while a long probe runs.
 
     Raises:
         ValueError: `within` with a folder, or not a relative path.
@@ -193,8 +199,7 @@ def find_clips(
     clips: list[FoundClip] = []
     for name in videos:
         try:
-            path, data = source.reader.fetch(name, source.refs.get(name))
-            info = probe_video(path, data)
+            info = probe_video(open_video(source.reader, name, source.refs.get(name)), progress)
         except ImageDecodeError as exc:
             skipped.append({"path": name, "reason": exc.reason})
             continue

@@ -167,14 +167,17 @@ def _fast_jpeg(
         return None
     if colour != "YCbCr":
         return None
-    _check_bomb(width, height)
+    check_pixels(width, height)
     rng = crop_rng(seed, key) if crop == "random" else None
     boxes = crop_boxes(width, height, crop, variants, rng)
     pixels = _scaled_pixels(data, (width, height), boxes, size)
     return None if pixels is None else _crops(pixels, boxes, width, height, size)
 
 
-def _check_bomb(width: int, height: int) -> None:
+VANISHED = "vanished during the pack: it was listed when the pack began, and is gone now"
+
+
+def check_pixels(width: int, height: int) -> None:
     limit = Image.MAX_IMAGE_PIXELS
     if limit is not None and width * height > limit:
         raise ImageDecodeError(
@@ -297,6 +300,8 @@ def load_image(
         raise ImageDecodeError(f"decompression bomb: {exc}") from None
     except UnidentifiedImageError:
         raise ImageDecodeError(NOT_AN_IMAGE) from None
+    except FileNotFoundError:  # listed by the scan, removed or renamed since
+        raise ImageDecodeError(VANISHED) from None
     except PermissionError as exc:
         raise ImageDecodeError(f"unreadable: {exc.strerror}") from None
     except OSError as exc:
@@ -309,7 +314,7 @@ def _decode(
     img: Image.Image, size: int, crop: str, variants: int, seed: int, key: str
 ) -> np.ndarray:
     raw_w, raw_h = img.size
-    _check_bomb(raw_w, raw_h)
+    check_pixels(raw_w, raw_h)
     orientation = img.getexif().get(_ORIENTATION_TAG, 1)
     width, height = (raw_h, raw_w) if orientation in _ROTATED else (raw_w, raw_h)
     rng = crop_rng(seed, key) if crop == "random" else None

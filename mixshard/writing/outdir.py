@@ -122,6 +122,12 @@ def _made_afresh(name: str) -> bool:
 
 
 def check_out_path(out: Path) -> None:
+    if out.is_symlink() and not out.exists():  # not made through it: a disk may be unmounted
+        raise OutputError(
+            f"output folder {out} is a symbolic link to {os.readlink(out)}, which leads to no "
+            "folder: make that folder (or mount the disk it is on) or remove the link; nothing "
+            "was written"
+        )
     if out.exists() and not out.is_dir():
         raise OutputError(f"output path {out} exists and is not a folder; choose a folder")
     if not out.exists() and str(out).startswith("~"):

@@ -171,30 +171,32 @@ def pack(
         clips, crop, variants, every, max_frames, shuffle_clips, clip_list
     )
     t0 = time.perf_counter()
-    check_location(out)
-    sink = _store_out(out, part)
-    src, out = Path(src), sink.staging if sink else Path(out)
-    check_out_path(out)
-    check_apart(src, out)
-    plan = plan_clips(src, within, options) or _plan(src, within, options, labels)
-    if finish and sink is None:
-        return _finish(out, plan, t0)
-    if ray is not None:
-        from .raypack import connect
+    with CtrlC() as ctrl_c:  # a Ctrl-C Python drops is raised again (see `CtrlC`)
+        check_location(out)
+        sink = _store_out(out, part)
+        src, out = Path(src), sink.staging if sink else Path(out)
+        check_out_path(out)
+        check_apart(src, out)
+        plan = plan_clips(src, within, options, progress) or _plan(src, within, options, labels)
+        if finish and sink is None:
+            return _finish(out, plan, t0, ctrl_c)
+        if ray is not None:
+            from .raypack import connect
 
-        connect(ray)  # an unreachable cluster must fail before OUT is touched
-    job = _Job(plan, part, progress, workers, strict, ray, t0)
-    if sink is not None:  # shards staged in `out`, each uploaded when finished
-        job.progress, job.sink = sink.progress(progress), sink
-        work = (
-            (lambda: _finish(out, plan, t0, sink.sizes)) if finish else (lambda: job.into(out, ()))
-        )
-        return sink.run(work, resume=resume, overwrite=overwrite, finish=finish)
-    if overwrite and holds_files(out):
-        # the old pack stays whole until the new one is complete beside it
-        result = replace_pack(out, plan.fingerprint, lambda staging, fds: job.into(staging, fds))
-        return dataclasses.replace(result, out=out, already_complete=False)
-    return job.into(out, (), resume=resume or part is not None)
+            connect(ray)  # an unreachable cluster must fail before OUT is touched
+        job = _Job(plan, part, progress, workers, strict, ray, t0, ctrl_c)
+        if sink is not None:  # shards staged in `out`, each uploaded when finished
+            job.progress, job.sink = sink.progress(progress), sink
+
+            def work() -> PackResult:
+                return _finish(out, plan, t0, ctrl_c, sink.sizes) if finish else job.into(out, ())
+
+            return sink.run(work, resume=resume, overwrite=overwrite, finish=finish)
+        if overwrite and holds_files(out):
+            # the old pack stays whole until the new one is complete beside it
+            result = replace_pack(out, plan.fingerprint, job.into)  # into(staging, fds)
+            return dataclasses.replace(result, out=out, already_complete=False)
+        return job.into(out, (), resume=resume or part is not None)
 
 
 @dataclass
@@ -208,6 +210,7 @@ class _Job:
     strict: bool
     ray: str | None
     t0: float
+    ctrl_c: CtrlC  # the pack's: a Ctrl-C before `index.json` is written stops it (`_finalize`)
     sink: StoreOut | None = None
 
     def into(self, out: Path, held: tuple[int, ...], resume: bool = True) -> PackResult:
@@ -243,7 +246,7 @@ class _Job:
             if part is not None:
                 return PackResult(None, out, seconds, len(done) - tracker.written, False,
                                   tracker.written, len(changed))  # fmt: skip
-            manifest = _finalize(plan, out, done, self.strict)
+            manifest = _finalize(plan, out, done, self.ctrl_c, self.strict)
             reused = len(done) - tracker.written
             seconds = time.perf_counter() - self.t0
             return PackResult(manifest, out, seconds, reused, False, tracker.written, len(changed))
@@ -322,6 +325,7 @@ def _run(plan, out, done, todo, part, progress, workers, ray, lock_fds, sink=Non
 
             runner = WholeShards if whole else LocalRun
             runner(plan, out, todo, cpus, tracker.chunk, on_shard, lock_fds).run()
+        tracker.ctrl_c.check()  # one dropped as the pool went (its weakref callbacks)
         if sink is not None:
             sink.drain()
     except OSError as exc:
@@ -335,7 +339,7 @@ def _run(plan, out, done, todo, part, progress, workers, ray, lock_fds, sink=Non
 
 
 def _finalize(
-    plan: PackPlan, out: Path, done: dict[int, DoneShard], strict: bool = False
+    plan: PackPlan, out: Path, done: dict[int, DoneShard], ctrl_c: CtrlC, strict: bool = False
 ) -> Manifest:
     """Write `index.json` from the shards of the whole plan, then drop the journals. A strict
     pack that skipped any file (found by the scan or by a decoder) names them all instead."""
@@ -367,6 +371,8 @@ def _finalize(
         shards=infos,
         source=source_record(plan, done),
     )
+    ctrl_c.check()  # interrupted before `index.json`, a pack is resumed; after it, whole:
+    ctrl_c.defer()  # the pack finishes, then raises `LateInterrupt` (see `CtrlC`)
     try:
         manifest.save(out)
     except OSError as exc:
@@ -376,7 +382,7 @@ def _finalize(
 
 
 def _finish(
-    out: Path, plan: PackPlan, t0: float, sizes: dict[str, int] | None = None
+    out: Path, plan: PackPlan, t0: float, ctrl_c: CtrlC, sizes: dict[str, int] | None = None
 ) -> PackResult:
     """Write `index.json` once every job-array part has written its shards."""
     if not out.is_dir():
@@ -388,7 +394,7 @@ def _finish(
             check_source(out, finished, plan)
             return PackResult(finished, out, time.perf_counter() - t0, len(finished.shards), True)
         done = load_done(out, plan.fingerprint, sizes=sizes, run=run_summary(plan))
-        manifest = _finalize(plan, out, done)
+        manifest = _finalize(plan, out, done, ctrl_c)
         return PackResult(manifest, out, time.perf_counter() - t0, len(done))
     finally:
         lock.release()

@@ -11,12 +11,18 @@ from ..core.manifest import Manifest
 @dataclass(frozen=True)
 class PackProgress:
     """Progress of a running pack: `done` of `total` images written (a source image counts
-    once per variant), and how many source files were skipped."""
+    once per variant), and how many source files were skipped.
+
+    While a clip pack's probe of a video has run over a second (before the plan exists: then
+    `total`, `done` and `skipped` are 0), `probing` names the video and `probed` counts the
+    bytes read of it."""
 
     total: int
     done: int
     skipped: int
     uploaded: int | None = None  # into an object store: images in shards uploaded so far
+    probing: str | None = None
+    probed: int = 0
 
 
 @dataclass(frozen=True)

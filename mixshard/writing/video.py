@@ -10,19 +10,21 @@ worker decodes it; a worker keeps its last video open so the next run of the sam
 continues where it stopped instead of decoding again from the start. The decoder runs on one
 thread: a pack's parallelism is its worker processes, one clip each.
 
-A video that cannot be opened, has no video stream or frames, or holds fewer frames than its
-header lists (a file cut short) is skipped at plan time. One that fails part-way through
-decoding, or decodes to fewer frames than its packets, has every frame of the failing run
-skipped with one reason (never a traceback).
+A video that cannot be opened, has no video stream or frames, frames over PIL's pixel limit,
+holds fewer frames than its header lists (a file cut short), or whose probe ran out of its
+budget (`videofile.Budget`: data after the frames) is skipped at plan time. One that fails
+part-way through decoding, or decodes to fewer frames than its packets, has every frame of the
+failing run skipped with one reason (never a traceback). Every video, a folder's or an
+archive's, is read through a `videofile.VideoFile`, so the two give the same pack.
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
+import errno
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +32,8 @@ import numpy as np
 
 from ..core.errors import ImageDecodeError
 from .archive import MemberReader
-from .image import frame_pixels
+from .image import check_pixels, frame_pixels
+from .videofile import Budget, VideoFile, open_video, options
 
 
 @dataclass(frozen=True)
@@ -47,13 +50,29 @@ def _why(exc: BaseException) -> str:
     return str(text)
 
 
-def _open(path: str, data: bytes | None) -> Any:
+def _over(exc: BaseException) -> str:
+    """What else an FFmpeg "Invalid argument" may mean: a frame larger than the stream said,
+    over the pixel limit the decoder was given (`videofile.options`), refused unmade."""
+    limit = options().get("max_pixels")
+    if limit is None or getattr(exc, "errno", None) != errno.EINVAL:
+        return ""
+    return f" (damaged, or a frame over PIL's limit of {limit} pixels, PIL.Image.MAX_IMAGE_PIXELS)"
+
+
+def _open(file: VideoFile) -> Any:
+    """The container of `file`, its first video stream's frames within PIL's pixel limit (as
+    declared: the decoders refuse larger ones by themselves, `videofile.options`)."""
     import av
 
-    container = av.open(io.BytesIO(data) if data is not None else path, mode="r")
-    if not container.streams.video:
+    container = av.open(file, mode="r", options=options())
+    try:
+        if not container.streams.video:
+            raise ImageDecodeError("no video stream in the file")
+        codec = container.streams.video[0].codec_context
+        check_pixels(codec.width, codec.height)
+    except BaseException:
         container.close()
-        raise ImageDecodeError("no video stream in the file")
+        raise
     return container
 
 
@@ -62,26 +81,36 @@ def _fps(stream: Any) -> float:
     return round(float(rate), 6) if rate else 0.0
 
 
-def probe_video(path: str, data: bytes | None = None) -> VideoInfo:
+def probe_video(file: VideoFile, progress: Callable[[str, int], None] | None = None) -> VideoInfo:
     """Frame count (packets of the first video stream, no decoding) and rate of a video file,
-    or of `data` (an archive member) that `path` names.
+    read within a `videofile.Budget` (`progress(name, bytes read)` while a long one runs).
 
     Raises:
-        ImageDecodeError: not a video PyAV can open, no video stream, no frames, or fewer
-            frames than the header lists (cut short); `reason` says which.
+        ImageDecodeError: not a video PyAV can open, no video stream, frames over PIL's pixel
+            limit, no frames, fewer frames than the header lists (cut short), or a probe that
+            ran out of its budget; `reason` says which.
+        KeyboardInterrupt: a Ctrl-C came while FFmpeg read (PyAV drops it there).
     """
+    budget = file.budget = Budget(os.path.basename(file.name), progress)  # the clip's name
+    failed = None
     try:
-        container = _open(path, data)
-        try:
-            stream = container.streams.video[0]
-            header, fps = int(stream.frames or 0), _fps(stream)
-            count = sum(1 for packet in container.demux(stream) if packet.size)
-        finally:
-            container.close()
+        header, fps = _count_packets(file, budget)
     except ImageDecodeError:
         raise
     except Exception as exc:  # noqa: BLE001 - a bad file must never stop a pack
-        raise ImageDecodeError(f"not a video PyAV can read: {_why(exc)}") from None
+        failed = f"not a video PyAV can read: {_why(exc)}"
+    finally:
+        file.close()
+    file.check()
+    count = budget.frames
+    if budget.stopped is not None:  # (an open that ran out of it fails: this is why)
+        raise ImageDecodeError(
+            f"probe stopped: {budget.stopped} past frame {count} without another (data after "
+            "the video, or damage?); cut the file after its last frame, or remux it "
+            "(ffmpeg -i IN -c copy OUT)"
+        )
+    if failed is not None:
+        raise ImageDecodeError(failed)
     if count == 0:
         raise ImageDecodeError("no frames in its video stream")
     if count < header:
@@ -91,21 +120,39 @@ def probe_video(path: str, data: bytes | None = None) -> VideoInfo:
     return VideoInfo(count, fps)
 
 
+def _count_packets(file: VideoFile, budget: Budget) -> tuple[int, float]:
+    """Counts the video packets of `file` into `budget.frames` (a packet of any stream renews
+    the budget); its header's frame count and its rate."""
+    container = _open(file)
+    try:
+        stream = container.streams.video[0]
+        header, fps = int(stream.frames or 0), _fps(stream)
+        for packet in container.demux():
+            if packet.size:
+                budget.packet(packet.stream.index == stream.index)
+    finally:
+        container.close()
+    return header, fps
+
+
 class _Decoding:
     """One open video being decoded in play order; `next` is the number of the next frame."""
 
-    def __init__(self, key: tuple[str, str, str], path: str, data: bytes | None, total: int):
+    def __init__(self, key: tuple[str, str, str], file: VideoFile, total: int):
         self.key, self.total, self.next = key, total, 0
-        self.pid = os.getpid()
+        self.pid, self.file = os.getpid(), file
         try:
-            self.container = _open(path, data)
+            self.container = _open(file)
             stream = self.container.streams.video[0]
             stream.thread_type = "NONE"  # one core per worker: the pack runs one per core
             stream.codec_context.thread_count = 1
+            stream.codec_context.options = options()  # no frame over PIL's pixel limit
             self.frames: Iterator[Any] = self.container.decode(stream)
         except ImageDecodeError:
+            file.close()
             raise
         except Exception as exc:  # noqa: BLE001
+            file.close()
             raise ImageDecodeError(f"not a video PyAV can read: {_why(exc)}") from None
 
     def frame(self, t: int) -> np.ndarray:
@@ -119,20 +166,24 @@ class _Decoding:
             try:
                 frame = next(self.frames)
             except StopIteration:
+                self.file.check()
                 raise ImageDecodeError(
                     f"decodes to {self.next} frames, {self.total} expected (its packets)"
                 ) from None
             except Exception as exc:  # noqa: BLE001 - a bad file must never stop a pack
+                self.file.check()
                 raise ImageDecodeError(
-                    f"cannot decode frame {self.next} of {self.total}: {_why(exc)}"
+                    f"cannot decode frame {self.next} of {self.total}: {_why(exc)}{_over(exc)}"
                 ) from None
             self.next += 1
             if self.next > t:
+                check_pixels(frame.width, frame.height)  # (FFmpeg's `max_pixels` did already)
                 return frame.to_ndarray(format="rgb24")
 
     def close(self) -> None:
         with contextlib.suppress(Exception):  # closing after a decode error may fail again
             self.container.close()
+        self.file.close()
 
 
 _local = threading.local()  # per thread: `.open`, its open video (a pack runs in any thread)
@@ -147,8 +198,7 @@ def _decoding(reader: MemberReader, rel: str, ref: Any, first: int, total: int) 
         if held.key == key and held.pid == os.getpid() and held.next <= first:
             return held
         _release(held)
-    path, data = reader.fetch(rel, ref)
-    held = _local.open = _Decoding(key, path, data, total)
+    held = _local.open = _Decoding(key, open_video(reader, rel, ref), total)
     return held
 
 

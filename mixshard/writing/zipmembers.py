@@ -39,6 +39,28 @@ def member_end(info: zipfile.ZipInfo) -> int:
     )
 
 
+def data_start(fd: int, info: zipfile.ZipInfo) -> int | None:
+    """Where the data of a stored, deflated or bzip2 member starts in the zip open as `fd`,
+    its local header checked against the directory's entry; None leaves the member to
+    `zipfile` (encrypted, another method, a header that does not match)."""
+    if info.flag_bits & 1 or info.compress_type not in (_STORED, _DEFLATED, _BZIP2):
+        return None
+    if info.compress_type == _STORED and info.compress_size != info.file_size:
+        return None
+    name = info.orig_filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437", "replace")
+    head = os.pread(fd, 30 + len(name), info.header_offset)
+    if len(head) != 30 + len(name) or head[:4] != b"PK\x03\x04" or head[30:] != name:
+        return None
+    if int.from_bytes(head[26:28], "little") != len(name):
+        return None
+    return info.header_offset + 30 + len(name) + int.from_bytes(head[28:30], "little")
+
+
+def stored(info: zipfile.ZipInfo) -> bool:
+    """Whether the member's bytes lie in the zip as they are (not compressed)."""
+    return info.compress_type == _STORED
+
+
 def zip_data(fd: int, info: zipfile.ZipInfo) -> bytes | None:
     """A stored, deflated or bzip2 member of the zip open as `fd`, read with `pread`s (its local
     header, its data), its name and CRC checked as `zipfile` checks them: 2-3x faster than
@@ -52,16 +74,8 @@ def zip_data(fd: int, info: zipfile.ZipInfo) -> bytes | None:
         ImageDecodeError: the member inflates past its declared size, or is large and no image
             (the file is skipped).
     """
-    if info.flag_bits & 1 or info.compress_type not in (_STORED, _DEFLATED, _BZIP2):
-        return None
-    if info.compress_type == _STORED and info.compress_size != info.file_size:
-        return None
-    name = info.orig_filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437", "replace")
-    head = os.pread(fd, 30 + len(name), info.header_offset)
-    if len(head) != 30 + len(name) or head[:4] != b"PK\x03\x04" or head[30:] != name:
-        return None
-    start = info.header_offset + 30 + len(name) + int.from_bytes(head[28:30], "little")
-    if int.from_bytes(head[26:28], "little") != len(name):
+    start = data_start(fd, info)
+    if start is None:
         return None
     if info.compress_type == _STORED:
         if info.file_size > SNIFF_FIRST:
