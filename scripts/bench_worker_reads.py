@@ -12,7 +12,8 @@ rest is imports, pipes and `/proc`. Two ways of reading an epoch:
   at the end of the epoch;
 * `loader`: `mixshard.loader(..., workers="process")`, closed after the epochs: its workers
   never stop at an epoch's end (epochs do not respawn them), so they read ahead into the next
-  one, whose bytes count when the loader is closed there.
+  one, whose bytes count when the loader is closed there (once those reads have landed: how
+  many had when it is closed at once is a race).
 
 Each cell is run for 1 and for `--epochs` epochs: the difference over the epochs between is
 what an epoch costs once running; what one epoch reads beyond that is paid once per loader.
@@ -29,6 +30,7 @@ import json
 import multiprocessing
 import os
 import sys
+import time
 from pathlib import Path
 
 from benchlib import OUT, machine, run_json, table
@@ -84,6 +86,19 @@ def count_shard_reads():
     return count
 
 
+def settle(count, quiet: float = 0.5, most: float = 20.0) -> None:
+    """Wait until no shard byte has been read for `quiet` seconds (at most `most`): the reads
+    ahead a loader's workers started before the epoch ended have all landed, so the figure
+    does not depend on how soon after its last batch the loader is closed."""
+    last, still, end = -1, time.monotonic(), time.monotonic() + most
+    while time.monotonic() < end:
+        if count.value != last:
+            last, still = count.value, time.monotonic()
+        elif time.monotonic() - still >= quiet:
+            return
+        time.sleep(0.05)
+
+
 def cell(pack: str, mode: str, workers: int, batch: int, window: int, epochs: int) -> dict:
     """One cell, in this (fresh) process: read_chars and shard bytes over `epochs` epochs."""
     from torch.utils.data import DataLoader
@@ -104,6 +119,7 @@ def cell(pack: str, mode: str, workers: int, batch: int, window: int, epochs: in
         for batch_images in source:
             images += len(batch_images)
     if mode == "loader":
+        settle(count)
         source.close()
     del source, batch_images
     gc.collect()
