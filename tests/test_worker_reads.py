@@ -67,7 +67,8 @@ def _epoch(pack: Path, workers: int, count) -> int:
     every = {bytes(image) for image in stream.pack.gather(np.arange(stream.count))}
     count.value = 0
     images: list[bytes] = []
-    for batch in DataLoader(stream, batch_size=None, num_workers=workers):
+    bound = {"timeout": 60} if workers else {}  # a batch that never comes fails the test
+    for batch in DataLoader(stream, batch_size=None, num_workers=workers, **bound):
         images += [bytes(image.numpy()) for image in torch.as_tensor(batch)]
     assert len(images) == len(set(images)) == 17 * BATCH
     assert set(images) <= every  # none read from the wrong place
