@@ -67,7 +67,9 @@ def loader(
 class Loader:
     """What `loader()` returns. Its workers live for the whole run: epochs are cut from one
     endless batch sequence, so a new epoch never respawns them; `state_dict()` records how
-    many batches were handed out.
+    many batches were handed out. So they read ahead across an epoch's end, as within one: a
+    loader closed there has read the first batches of the next epoch (in the block order,
+    their window: about `window` blocks a process worker) for nothing.
 
     For a local pack the workers are threads of this process: reads release the GIL, and
     handing a 5 MB batch from a DataLoader worker process to this one costs more than making

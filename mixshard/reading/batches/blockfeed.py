@@ -4,7 +4,8 @@ The batches a reader will make are known in advance (`order.py`), and so is wher
 of a block goes: which batch, which row. A planner thread walks the batches in order; the first
 time a batch needs a block, reader threads read it (with the rest of its run) in one `preadv`
 whose buffers are the rows its images take in every batch of this feed (images of other ranks
-or workers, and those left over, go to a scratch row). Each image is copied once, from the
+or workers, and those left over, go to a scratch row; a block whose first or last images are
+another's is read alone, only the span of ours). Each image is copied once, from the
 page cache into the batch handed out, and no Python object is made per image. Memory is about
 one and a half windows of images (the batches planned ahead, half a window, and those a
 window's blocks feed), whatever the size of the pack.
@@ -137,30 +138,40 @@ class BlockFeed:
         batches' images, so they outlive the read whatever happens. (No batch before `k`
         needs a block of the run: it would have been read with that batch.)"""
         run = order.run_of(b // self._run, self._run, len(self.pack.block_count))
-        # Only the run's blocks that feed a batch of ours: where the part of the epoch of a
-        # worker process or rank starts or ends inside the run, the blocks wholly on the other
-        # side are the other's (reading the whole run there made four process workers read
-        # 1.4x the pack an epoch, issue 40).
+        # Only the run's blocks that feed a batch of ours, and of a block only the span of
+        # images that do: where the part of the epoch of a worker process or rank starts or
+        # ends inside the run, the blocks wholly on the other side are the other's (reading
+        # the whole run there made four process workers read 1.4x the pack an epoch, issue
+        # 40), and the block the cut falls in is read by both sides, each its own images
+        # (read whole by both, it cost a block a seam: 1.07-1.25x the pack, issue 46).
         places: dict[int, tuple[np.ndarray, list]] = {}
         for x in run:
             if reads.state[x] == NOT_READ:
-                at, held = self._addresses(k, x, must_feed_k=x == b)
-                if held or x == b:
+                at, held, (lo, hi) = self._addresses(k, x, must_feed_k=x == b)
+                if not held:
+                    continue
+                if hi - lo < len(at):  # where two parts meet in it: only our images of it
+                    reads.state[x] = READING
+                    self._jobs.put((reads, [x], [at[lo:hi]], held, lo))
+                else:
                     places[x] = (at, held)
         members = np.array(sorted(places), np.int64)
         shard = self.pack.block_shard[members]
         cuts = (np.diff(shard) != 0) | (np.diff(members) != 1)  # one read: consecutive blocks
-        for group in np.split(members, np.flatnonzero(cuts) + 1):  # of one shard
-            addresses, images = [], []
+        for group in np.split(members, np.flatnonzero(cuts) + 1) if len(members) else []:
+            addresses, images = [], []  # a group: consecutive blocks of one shard
             for x in group.tolist():
                 addresses.append(places[x][0])
                 images += places[x][1]
             reads.state[group] = READING
-            self._jobs.put((reads, group.tolist(), addresses, images))
+            self._jobs.put((reads, group.tolist(), addresses, images, None))
 
-    def _addresses(self, k: int, b: int, must_feed_k: bool) -> tuple[np.ndarray, list]:
+    def _addresses(
+        self, k: int, b: int, must_feed_k: bool
+    ) -> tuple[np.ndarray, list, tuple[int, int]]:
         """Where each image of block `b` goes (its row in the batch of ours that takes it,
-        else the sink), and the images of those batches."""
+        else the sink), the images of those batches, and the span `(lo, hi)` of the block's
+        images that are ours (`(0, 0)`: none)."""
         start, count = int(self.pack.block_start[b]), int(self.pack.block_count[b])
         where, rows = order.batch_places(
             self._inverse[start : start + count],
@@ -189,7 +200,9 @@ class BlockFeed:
             base = at[np.searchsorted(feeds, ours)]
         addresses = np.full(count, self._sink.ctypes.data, np.uint64)
         addresses[mine] = base + (rows * self._image_bytes).astype(np.uint64)
-        return addresses, [self._buffers[f][0] for f in feeds.tolist()]
+        used = np.flatnonzero(mine)
+        span = (int(used[0]), int(used[-1]) + 1) if len(used) else (0, 0)
+        return addresses, [self._buffers[f][0] for f in feeds.tolist()], span
 
     def _new(self, k: int) -> tuple[torch.Tensor, int, np.ndarray | None]:
         if self._pin:  # torch's pinned allocator keeps and reuses its buffers itself
@@ -208,13 +221,14 @@ class BlockFeed:
             job = self._jobs.get()
             if job is None:
                 return
-            reads, blocks, addresses, _images = job  # `_images`: alive until the read ends
+            # `_images`: alive until the read ends; `first`: the first image of a part read
+            reads, blocks, addresses, _images, first = job
             results: list[bool | BaseException]
             if self._stop:
                 results = [MixshardError("the block reader was closed")] * len(blocks)
             else:
                 try:
-                    results = list(self.pack.scatter_run(blocks, addresses, self._drop_cache))
+                    results = self._read(blocks, addresses, first)
                 except BaseException as exc:  # noqa: BLE001 - raised by the batches needing it
                     results = [exc] * len(blocks)
             with self._cond:
@@ -228,6 +242,14 @@ class BlockFeed:
                         self._any_bad = True
                 self._cond.notify_all()
             del job, _images
+
+    def _read(
+        self, blocks: list[int], addresses: list[np.ndarray], first: int | None
+    ) -> list[bool | BaseException]:
+        """A run of whole blocks (`first` None), or images `first`, ... of one block."""
+        if first is None:
+            return list(self.pack.scatter_run(blocks, addresses, self._drop_cache))
+        return [self.pack.scatter_part(blocks[0], first, addresses[0], self._drop_cache)]
 
     # ------------------------------------------------------------------ consumer side
     def take(self, k: int) -> tuple[np.ndarray, torch.Tensor, np.ndarray | None]:

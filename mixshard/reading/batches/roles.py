@@ -6,8 +6,8 @@ window takes images of every block of it, so each such worker would read the who
 role `r` makes instead a contiguous part of the epoch (the `order.role_counts` batches after
 those of the roles before it), from an epoch sequence whose windows never cross the parts (the
 runs of `order.block_sequence`, cut into the parts, each part shuffled within windows). A
-worker reads only the blocks of a run that feed its batches (`blockfeed.py`): only a block
-that a seam between two parts falls in is read twice.
+worker reads only the blocks of a run that feed its batches (`blockfeed.py`), and of a block
+that a seam between two parts falls in only its own images: each image is read once an epoch.
 
 So with `nw > 1` process workers an epoch's batches differ from those with 0 or 1 (and depend
 on `nw`); for a given `nw` they are fixed, and resumption is exact.

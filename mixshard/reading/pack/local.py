@@ -3,8 +3,9 @@ files (`shardfiles.FolderFiles`, or a store's block cache, `storepack.StoreFiles
 
 Images are read straight into the caller's memory: one `pread` each or copied out of mappings
 of every shard (`mapped.py`, surviving a shard truncated under it), or runs of whole blocks
-with one `preadv` (`blockrun.py`). A short read, a fault in a mapping and a changed file all
-raise `ShardError`. A block's `.npy` header is checked, and its labels kept, on its first read.
+(`blockrun.py`) or a span of one block's images with one `preadv`. A short read, a fault in a
+mapping and a changed file all raise `ShardError`. A block's `.npy` header is checked, and its
+labels kept, on its first read.
 """
 
 from __future__ import annotations
@@ -243,6 +244,40 @@ class LocalPack:
             else:
                 results.append(not self.bad[b])
         return results
+
+    def scatter_part(
+        self, b: int, first: int, addresses: np.ndarray, drop_cache: bool = False
+    ) -> bool | ShardError:
+        """Images `first`, `first + 1`, ... of block `b` (one per address of `addresses`,
+        uint64) in one scattered read, without the rest of the block: where the parts of an
+        epoch of two worker processes meet inside a block, each reads only its own images
+        (every image of the pack is read once an epoch; issue 46). The block's headers and
+        labels are checked first, on its first read (two small reads). `drop_cache` as in
+        `scatter_run`. Returns True, False (bad and skipped) or the `ShardError` naming it.
+
+        Raises:
+            ShardError: the images could not be read (unreadable, truncated, changed).
+        """
+        try:
+            if not self._check_block(b):
+                return False
+        except ShardError as exc:
+            return exc
+        slot, size = int(self.block_shard[b]), self.manifest.image_bytes
+        iov = np.empty((len(addresses), 2), np.uint64)
+        iov[:, 0], iov[:, 1] = addresses, size
+        start = int(self.block_offset[b]) + first * size
+        with self.files.held([b]), self._files.held([slot], self._open_checked) as (fd,):
+            try:
+                got = read_iov(fd, iov, start)
+            except OSError as exc:
+                raise self.files.unreadable(self.shards[slot].name, exc) from None
+            if got != len(addresses) * size:
+                self._short(slot, fd)
+            self._check_same(slot, fd)
+            if drop_cache and hasattr(os, "posix_fadvise"):
+                os.posix_fadvise(fd, start, got, os.POSIX_FADV_DONTNEED)
+        return True
 
     def block_of(self, index: np.ndarray) -> np.ndarray:
         """The block of each image number."""
