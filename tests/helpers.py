@@ -235,3 +235,30 @@ def clip_pack(root: Path, lengths: list[int], size: int = 8, block_size: int = 4
     ]
     Manifest.from_dict(data, "clip_pack").save(out)
     return out
+
+
+def on_terminal(
+    cmd: list[str], timeout: float, env: dict[str, str] | None = None, check: bool = False
+) -> str:
+    """What `cmd` draws on its standard error when that is a terminal (a pseudo-terminal of
+    100 columns: a new one has 0), its standard output discarded; `check`: it must exit 0."""
+    import fcntl
+    import pty
+    import subprocess
+    import termios
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
+    subprocess.run(
+        cmd, stdout=subprocess.DEVNULL, stderr=follower, timeout=timeout, env=env, check=check
+    )
+    os.close(follower)
+    chunks = []
+    try:
+        while chunk := os.read(leader, 1 << 16):
+            chunks.append(chunk)
+    except OSError:  # EIO: all read, the other end closed
+        pass
+    finally:
+        os.close(leader)
+    return b"".join(chunks).decode()

@@ -226,35 +226,15 @@ def test_a_quiet_folder_pack_starts_without_what_it_does_not_use(tmp_path):
 def test_a_pack_at_a_terminal_shows_its_progress_bar(tmp_path):
     """Where stderr is a terminal (a pseudo-terminal here) the bar is drawn, to the last image;
     `-q` draws none."""
-    import fcntl
-    import pty
-    import struct
-    import termios
-
-    from helpers import noise
+    from helpers import noise, on_terminal
 
     for i in range(3):
         noise(tmp_path / "src" / f"{i}.jpg", size=(40, 30), seed=i)
 
     def drawn(*flags: str) -> str:
-        leader, follower = pty.openpty()
-        # a new pseudo-terminal has 0 columns (termios.tcsetwinsize: Python 3.11+)
-        fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
         cmd = [sys.executable, "-m", "mixshard", "pack", str(tmp_path / "src")]
-        subprocess.run(
-            [*cmd, str(tmp_path / f"out{len(flags)}"), "--workers", "1", *flags],
-            stdout=subprocess.DEVNULL, stderr=follower, check=True, timeout=120,
-        )  # fmt: skip
-        os.close(follower)
-        chunks = []
-        try:
-            while chunk := os.read(leader, 1 << 16):
-                chunks.append(chunk)
-        except OSError:  # EIO: all read, the other end closed
-            pass
-        finally:
-            os.close(leader)
-        return b"".join(chunks).decode()
+        cmd += [str(tmp_path / f"out{len(flags)}"), "--workers", "1", *flags]
+        return on_terminal(cmd, timeout=120, check=True)
 
     bar = drawn()
     assert "3/3" in bar and "img/s" in bar

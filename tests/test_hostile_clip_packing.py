@@ -18,7 +18,7 @@ import av
 import numpy as np
 import pytest
 from clipdata import frame, make_video, tar_of, zip_of
-from helpers import files, make_tree, run
+from helpers import files, make_tree, on_terminal, run
 from PIL import Image
 
 from mixshard import pack
@@ -194,35 +194,15 @@ def test_a_probe_stops_within_its_time_budget_and_shows_its_progress(tmp_path, m
 def test_a_long_probe_draws_its_bar_at_a_terminal(tmp_path):
     """At a terminal (a pseudo-terminal here), a probe over its quiet second (0 here) draws a
     bar of the bytes it has read, named by the video."""
-    import fcntl
-    import pty
-    import struct
-    import termios
-
     padded(tmp_path / "src" / "a.mkv", 4 << 20)
     code = (
         "import sys; from mixshard.writing import videofile; videofile.QUIET_SECONDS = -1; "
         "videofile._REPORT_EVERY = 0; from mixshard.cli import cli; "
         "cli.main(sys.argv[1:], prog_name='mixshard')"
     )
-    leader, follower = pty.openpty()
-    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
     args = ["pack", tmp_path / "src", tmp_path / "out", "--clips", "--size", 8, "--workers", 1]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    subprocess.run(
-        [sys.executable, "-c", code, *map(str, args)],
-        stdout=subprocess.DEVNULL, stderr=follower, timeout=60, env=env,
-    )  # fmt: skip
-    os.close(follower)
-    chunks = []
-    try:
-        while chunk := os.read(leader, 1 << 16):
-            chunks.append(chunk)
-    except OSError:  # EIO: all read, the other end closed
-        pass
-    finally:
-        os.close(leader)
-    drawn = b"".join(chunks).decode()
+    drawn = on_terminal([sys.executable, "-c", code, *map(str, args)], timeout=60, env=env)
     assert "probing a.mkv: " in drawn and "B/s" in drawn
 
 
