@@ -220,16 +220,7 @@ class LocalPack:
         )
         scratch = np.empty(plan.scratch_bytes, np.uint8)
         iov = plan.iov(addresses, scratch.ctypes.data, self.manifest.image_bytes)
-        with self.files.held(blocks), self._files.held([slot], self._open_checked) as (fd,):
-            try:
-                got = read_iov(fd, iov, plan.start)
-            except OSError as exc:
-                raise self.files.unreadable(self.shards[slot].name, exc) from None
-            if got != plan.length:
-                self._short(slot, fd)
-            self._check_same(slot, fd)
-            if drop_cache and hasattr(os, "posix_fadvise"):  # not on macOS
-                os.posix_fadvise(fd, plan.start, got, os.POSIX_FADV_DONTNEED)
+        self._read_span(slot, blocks, iov, plan.start, plan.length, drop_cache)
         results: list[bool | ShardError] = []
         for j, b in enumerate(blocks):
             (h, hn), (lo, ln) = plan.heads[j], plan.labels[j]
@@ -267,17 +258,28 @@ class LocalPack:
         iov = np.empty((len(addresses), 2), np.uint64)
         iov[:, 0], iov[:, 1] = addresses, size
         start = int(self.block_offset[b]) + first * size
-        with self.files.held([b]), self._files.held([slot], self._open_checked) as (fd,):
+        self._read_span(slot, [b], iov, start, len(addresses) * size, drop_cache)
+        return True
+
+    def _read_span(
+        self, slot: int, blocks: list[int], iov: np.ndarray, start: int, length: int, drop: bool
+    ) -> None:
+        """One scattered read of `length` bytes of shard `slot` from `start` (blocks `blocks`
+        held in a store's cache meanwhile), then dropped from the page cache if `drop`.
+
+        Raises:
+            ShardError: unreadable, short (truncated) or changed under the read.
+        """
+        with self.files.held(blocks), self._files.held([slot], self._open_checked) as (fd,):
             try:
                 got = read_iov(fd, iov, start)
             except OSError as exc:
                 raise self.files.unreadable(self.shards[slot].name, exc) from None
-            if got != len(addresses) * size:
+            if got != length:
                 self._short(slot, fd)
             self._check_same(slot, fd)
-            if drop_cache and hasattr(os, "posix_fadvise"):
+            if drop and hasattr(os, "posix_fadvise"):  # not on macOS
                 os.posix_fadvise(fd, start, got, os.POSIX_FADV_DONTNEED)
-        return True
 
     def block_of(self, index: np.ndarray) -> np.ndarray:
         """The block of each image number."""
