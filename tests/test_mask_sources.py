@@ -314,3 +314,21 @@ def test_bad_ids_depth_and_tolerances_are_refused_with_one_clear_error():
         compat.chroma_key(obs.float(), ["nope"])
     with pytest.raises(ValueError, match="keycolor must be one colour string or a list of 1 or 1"):
         compat.chroma_key(obs.float(), ["#439f82"] * 2)
+
+
+def test_color_key_on_uint8_compares_in_integers_as_the_float_rule_does():
+    # uint8 obs now compare against integer bounds (ceil(c - tol), floor(c + tol)): the same
+    # mask as |x - c| <= tol in float64, for fractional keys, tolerances and keys off 0..255
+    g = torch.Generator().manual_seed(5)
+    obs = torch.randint(0, 256, (8, 6, 12, 12), generator=g, dtype=torch.uint8)
+    cases = [((10, 200, 30), 0), ((0.5, 255, 3.2), 7.7), ((-20, 300, 5), 30), ((300, 0, 0), 10)]
+    for rgb, tol in cases + [((128, 128, 128), 127.5), ((12, 7, 99), 0.49)]:
+        x = obs.double().view(8, 2, 3, 12, 12)
+        key = torch.tensor(rgb, dtype=torch.float64).view(1, 1, 3, 1, 1)
+        expected = ((x - key).abs() > tol).any(2)
+        assert torch.equal(masks.color_key(obs, rgb, tol), expected), (rgb, tol)
+        last = obs.view(8, 2, 3, 12, 12).permute(0, 3, 4, 1, 2).reshape(8, 12, 12, 6)
+        got = masks.color_key(last, rgb, tol, layout="NHWC")
+        assert torch.equal(got, expected.permute(0, 2, 3, 1)), (rgb, tol)
+    assert masks.color_key(obs, (300, 0, 0), 10).all()  # red beyond 255: nothing keyed
+    assert not masks.color_key(obs, (128, 128, 128), 128).any()  # every colour keyed

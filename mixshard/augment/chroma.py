@@ -54,7 +54,7 @@ def chroma_key(
     keys = key_colours(key, n, rgb.device)
     lo, hi = check_tolerances(tola, tolb, n)
     r, g, b = (c if c.dtype == torch.float32 else c.float() for c in rgb.unbind(dim))
-    keep = keep_matte(r, g, b, keys, lo, hi)
+    keep = keep_matte(r, g, b, keys, lo, hi, finite=rgb.dtype == torch.uint8)
     return grow(keep, margin, layout)
 
 
@@ -95,15 +95,23 @@ def chroma_composite(
 
 
 def keep_matte(
-    r: torch.Tensor, g: torch.Tensor, b: torch.Tensor, keys: torch.Tensor, lo: Tol, hi: Tol
+    r: torch.Tensor,
+    g: torch.Tensor,
+    b: torch.Tensor,
+    keys: torch.Tensor,
+    lo: Tol,
+    hi: Tol,
+    finite: bool = False,
 ) -> torch.Tensor:
     """The keep matte of float R, G, B planes on 0..255 (`(N, ...)`, 4-D) against `keys`
     `(1 or N, 3)`: 1 minus chromakey's background weight, in the planes' dtype; a NaN or inf
-    colour gives 0 (chromakey's background)."""
+    colour gives 0 (chromakey's background), a pass saved when the caller knows there is
+    none (`finite`: from uint8)."""
     cb, cr = _floored_chroma(r, g, b)
     kcb, kcr = (c.view(-1, 1, 1, 1) for c in _floored_chroma(*keys.unbind(1)))
     dist = cb.sub_(kcb).square_().add_(cr.sub_(kcr).square_()).sqrt_()
-    return _ramp(dist, lo, hi).nan_to_num_(nan=0.0)
+    keep = _ramp(dist, lo, hi)
+    return keep if finite else keep.nan_to_num_(nan=0.0)
 
 
 def despill(

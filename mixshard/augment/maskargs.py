@@ -147,12 +147,19 @@ def grow(keep: torch.Tensor, margin: int, layout: str = "NCHW") -> torch.Tensor:
         )
     if margin == 0:
         return keep
-    # (N, k, H, W) planes for max_pool2d; NHWC through a permuted view, no copy
-    planes = keep.unsqueeze(1) if keep.dim() == 3 else keep.permute(0, 3, 1, 2) if last else keep
+    # contiguous (N, k, H, W) planes for max_pool2d: (torch 2.14's channels-last max-pool
+    # of uint8 fails on a large batch: "Expected input_depth * input_height * ...")
+    n, h, w, k = keep.shape if last else (keep.shape[0], *keep.shape[-2:], 0)
+    if keep.dim() == 3 or (last and k == 1):
+        planes = keep.reshape(n, 1, h, w)  # a view
+    else:
+        planes = keep.permute(0, 3, 1, 2).contiguous() if last else keep
     values = planes if planes.is_floating_point() else planes.to(torch.uint8)
     grown = F.max_pool2d(values, 2 * margin + 1, stride=1, padding=margin)
-    grown = grown.squeeze(1) if keep.dim() == 3 else grown.permute(0, 2, 3, 1) if last else grown
-    return grown if keep.is_floating_point() else grown.bool()
+    grown = grown if keep.is_floating_point() else grown.bool()
+    if last and k > 1:
+        return grown.permute(0, 2, 3, 1).contiguous()
+    return grown.view(keep.shape)
 
 
 def is_finite(x: object) -> bool:

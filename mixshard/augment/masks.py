@@ -200,10 +200,31 @@ def color_key(
     if not is_finite(tol) or tol < 0:
         raise ValueError(f"tol must be a finite number >= 0, got {tol!r}")
     x, dim = rgb_frames(obs, layout)
+    lows, highs = tuple(float(c) - tol for c in key), tuple(float(c) + tol for c in key)
+    if x.dtype == torch.uint8:
+        # for integer colours, x < lo is x < ceil(lo): uint8 bounds compare in uint8
+        ints = [(max(math.ceil(lo), 0), min(math.floor(hi), 255)) for lo, hi in zip(lows, highs)]
+        return grow(_outside(x.unbind(dim), ints), margin, layout)
     shape = channel_shape(dim)
-    lo = constant(tuple(float(c) - tol for c in key), torch.float64, x.device).view(shape)
-    hi = constant(tuple(float(c) + tol for c in key), torch.float64, x.device).view(shape)
+    lo = constant(lows, torch.float64, x.device).view(shape)
+    hi = constant(highs, torch.float64, x.device).view(shape)
     return grow(((x < lo) | (x > hi)).any(dim), margin, layout)
+
+
+def _outside(planes: Sequence[torch.Tensor], bounds: list[tuple[int, int]]) -> torch.Tensor:
+    """Bool: where any uint8 plane lies outside its `[lo, hi]` (0 <= lo, hi <= 255): a
+    comparison per plane and bound, none for a bound of 0 or 255, into one reused buffer (a
+    broadcast compare of all three channels, then `any`, is 3-5x slower on CPUs)."""
+    keep = torch.zeros(planes[0].shape, dtype=torch.bool, device=planes[0].device)
+    if any(lo > hi for lo, hi in bounds):  # a channel no value is within: nothing keyed
+        return keep.logical_not_()
+    scratch = torch.empty_like(keep)
+    for plane, (lo, hi) in zip(planes, bounds):
+        if lo > 0:
+            keep.logical_or_(torch.lt(plane, lo, out=scratch))
+        if hi < 255:
+            keep.logical_or_(torch.gt(plane, hi, out=scratch))
+    return keep
 
 
 def blue_dominant(obs: torch.Tensor, *, margin: int = 0, layout: str = "NCHW") -> torch.Tensor:
