@@ -132,6 +132,11 @@ def main() -> int:
         worst_out, worst_mask, count = max(worst_out, out), max(worst_mask, mask), count + 1
         if out > 1e-6 or mask > 1e-6:
             print(f"  {name}: out {out:.3g}, mask {mask:.3g}", flush=True)
+        elif count % 100 == 0:
+            print(
+                f"  {count} cases, max so far: out {worst_out:.3g}, mask {worst_mask:.3g}",
+                flush=True,
+            )
     print(f"compat.chroma_key vs chromakey.torch.chroma_key, {count} cases (float32):")
     print(f"  max |out| difference  {worst_out:.3g}")
     print(f"  max |mask| difference {worst_mask:.3g}")

@@ -332,3 +332,37 @@ def test_color_key_on_uint8_compares_in_integers_as_the_float_rule_does():
         assert torch.equal(got, expected.permute(0, 2, 3, 1)), (rgb, tol)
     assert masks.color_key(obs, (300, 0, 0), 10).all()  # red beyond 255: nothing keyed
     assert not masks.color_key(obs, (128, 128, 128), 128).any()  # every colour keyed
+
+
+def test_every_obs_builder_gives_in_nhwc_what_it_gives_in_nchw():
+    g = torch.Generator().manual_seed(6)
+    first = torch.randint(0, 256, (3, 6, 9, 11), generator=g, dtype=torch.uint8)  # 2 frames
+    first[:, 1::3] = torch.randint(150, 256, (3, 2, 9, 11), generator=g, dtype=torch.uint8)
+    last = first.view(3, 2, 3, 9, 11).permute(0, 3, 4, 1, 2).reshape(3, 9, 11, 6)
+    builders = [
+        lambda x, **kw: masks.green_screen(x, **kw),
+        lambda x, **kw: masks.color_key(x, (40, 200, 40), 60, **kw),
+        lambda x, **kw: masks.blue_dominant(x, **kw),
+        lambda x, **kw: masks.chroma_key(x, "#28c828", 20, 60, **kw),
+    ]
+    for build in builders:
+        for margin in (0, 1):
+            nchw = build(first, margin=margin)
+            nhwc = build(last, margin=margin, layout="NHWC")
+            assert nchw.shape == (3, 2, 9, 11) and nhwc.shape == (3, 9, 11, 2)
+            assert torch.equal(nhwc, nchw.permute(0, 2, 3, 1)), (build, margin)
+        # RGBA: keyed on its RGB, one frame
+        rgba = torch.cat([last[..., :3], torch.full((3, 9, 11, 1), 255, dtype=torch.uint8)], -1)
+        assert torch.equal(build(rgba, layout="NHWC")[..., 0], build(first[:, :3])[:, 0])
+
+
+def test_chroma_key_reads_uint8_as_its_float_values():
+    # uint8 planes go into the float32 arithmetic without converted copies: the same matte
+    g = torch.Generator().manual_seed(7)
+    obs = torch.randint(0, 256, (4, 6, 16, 16), generator=g, dtype=torch.uint8)
+    obs[:2, 1::3] = torch.randint(120, 200, (2, 2, 16, 16), generator=g, dtype=torch.uint8)
+    for tola, tolb in ((10, 30), (0, 60), (25.5, 25.5)):
+        keep = masks.chroma_key(obs, "#439f82", tola, tolb)
+        assert torch.equal(keep, masks.chroma_key(obs.float(), "#439f82", tola, tolb))
+        assert torch.equal(keep, masks.chroma_key(obs.double(), "#439f82", tola, tolb))
+    assert (keep == 0).any() and (keep == 1).any()

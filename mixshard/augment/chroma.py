@@ -53,7 +53,7 @@ def chroma_key(
     n = rgb.shape[0]
     keys = key_colours(key, n, rgb.device)
     lo, hi = check_tolerances(tola, tolb, n)
-    r, g, b = (c if c.dtype == torch.float32 else c.float() for c in rgb.unbind(dim))
+    r, g, b = (c if c.dtype in (torch.uint8, torch.float32) else c.float() for c in rgb.unbind(dim))
     keep = keep_matte(r, g, b, keys, lo, hi, finite=rgb.dtype == torch.uint8)
     return grow(keep, margin, layout)
 
@@ -103,10 +103,10 @@ def keep_matte(
     hi: Tol,
     finite: bool = False,
 ) -> torch.Tensor:
-    """The keep matte of float R, G, B planes on 0..255 (`(N, ...)`, 4-D) against `keys`
-    `(1 or N, 3)`: 1 minus chromakey's background weight, in the planes' dtype; a NaN or inf
-    colour gives 0 (chromakey's background), a pass saved when the caller knows there is
-    none (`finite`: from uint8)."""
+    """The keep matte of R, G, B planes on 0..255 (4-D, `(N, ...)`) against `keys` `(1 or N,
+    3)`: 1 minus chromakey's background weight, in the planes' float dtype (float32 for
+    uint8); a NaN or inf colour gives 0 (chromakey's background), a pass saved when the
+    caller knows there is none (`finite`: from uint8)."""
     cb, cr = _floored_chroma(r, g, b)
     kcb, kcr = (c.view(-1, 1, 1, 1) for c in _floored_chroma(*keys.unbind(1)))
     dist = cb.sub_(kcb).square_().add_(cr.sub_(kcr).square_()).sqrt_()
@@ -128,14 +128,18 @@ def despill(
 def _floored_chroma(
     r: torch.Tensor, g: torch.Tensor, b: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """floor(Cb), floor(Cr) of float32 R, G, B on 0..255: chromakey's (kornia's) YCbCr, the
-    same float32 operations in the same order (no fused multiply-add, which rounds once
-    where they round twice and would move a colour across a floor)."""
-    y = 0.299 * r
-    y += 0.587 * g
-    y += 0.114 * b
-    cb = (b - y).mul_(0.564).add_(128.0).floor_()
-    cr = (r - y).mul_(0.713).add_(128.0).floor_()
+    """floor(Cb), floor(Cr) of R, G, B on 0..255 (uint8, or float: computed in that dtype,
+    float32 for uint8): chromakey's (kornia's) YCbCr, the same operations in the same order
+    (no fused multiply-add, which rounds once where they round twice and would move a colour
+    across a floor). Two new tensors, the planes left as they are; uint8 planes are read as
+    float32 by each operation (no converted copies)."""
+    y = torch.mul(r, 0.299)
+    scratch = torch.mul(g, 0.587)
+    y += scratch
+    torch.mul(b, 0.114, out=scratch)
+    y += scratch
+    cb = torch.sub(b, y, out=scratch).mul_(0.564).add_(128.0).floor_()
+    cr = torch.sub(r, y, out=y).mul_(0.713).add_(128.0).floor_()
     return cb, cr
 
 
