@@ -27,6 +27,7 @@ import torch
 
 from .augment.chroma import check_tolerances, despill, keep_matte
 from .augment.inputs import check_obs
+from .augment.maskargs import constant
 from .augment.masks import hsv_above, salient_patches
 from .augment.overlay import Overlay
 from .core.checks import is_number
@@ -259,4 +260,6 @@ def _key_rgb(keycolor: object, n: int, device: torch.device) -> torch.Tensor:
                 f"keycolor must hold RGB colour strings like '#439f82', got {colour!r}"
             )
         rgb.append(value)
-    return torch.tensor(rgb, dtype=torch.float32).to(device)
+    # made once per colours and device (a fresh tensor per call: a blocking copy to a GPU)
+    flat = tuple(float(c) for colour in rgb for c in colour)
+    return constant(flat, torch.float32, device).view(-1, 3)

@@ -15,9 +15,11 @@ floors fall on the same side for every colour (`scripts/compare_greenaug.py` run
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 
-from .maskargs import grow, is_finite, rgb_frames
+from .maskargs import constant, grow, is_finite, rgb_frames
 
 Tol = float | torch.Tensor
 
@@ -147,11 +149,14 @@ def _ramp(dist: torch.Tensor, lo: Tol, hi: Tol) -> torch.Tensor:
     """The keep matte from the distances, in place: 0 below `lo`, 1 from `hi`, linear
     between (chromakey's `(dist - tola) / (tolb - tola)`)."""
     if isinstance(lo, torch.Tensor) or isinstance(hi, torch.Tensor):
-        lo_t = torch.as_tensor(lo, dtype=torch.float32, device=dist.device).reshape(-1, 1, 1, 1)
-        hi_t = torch.as_tensor(hi, dtype=torch.float32, device=dist.device).reshape(-1, 1, 1, 1)
-        ramp = ((dist - lo_t) / (hi_t - lo_t)).clamp_(0, 1)
+        # (a number stays a number: a tensor made of it on a GPU would be a blocking copy)
+        lo_t, hi_t = (
+            t.to(dist).reshape(-1, 1, 1, 1) if isinstance(t, torch.Tensor) else t for t in (lo, hi)
+        )
+        span = cast(torch.Tensor, hi_t - lo_t)  # (one of them is a tensor)
+        ramp = ((dist - lo_t) / span).clamp_(0, 1)
         # where tola == tolb the ramp is 0 / 0: a hard key at tolb
-        return torch.where(hi_t > lo_t, ramp, (dist >= hi_t).float())
+        return torch.where(span > 0, ramp, (dist >= hi_t).float())
     if lo == hi:
         return dist.ge_(hi)  # (in place: 1.0 or 0.0, float)
     return dist.sub_(lo).div_(hi - lo).clamp_(0, 1)
@@ -189,7 +194,7 @@ def key_colours(key: object, n: int, device: torch.device) -> torch.Tensor:
             values = tuple(int(digits[i : i + 2], 16) for i in (0, 2, 4))
         except ValueError:
             raise ValueError(f"key must be '#rrggbb' (or '#rgb'), got {key!r}") from None
-        return torch.tensor([values], dtype=torch.float32).to(device)
+        return constant(values, torch.float32, device).view(1, 3)
     if isinstance(key, torch.Tensor):
         if key.dtype == torch.bool or key.is_complex() or tuple(key.shape) not in ((3,), (n, 3)):
             raise ValueError(
@@ -205,7 +210,7 @@ def key_colours(key: object, n: int, device: torch.device) -> torch.Tensor:
         raise ValueError(
             f"key must be '#rrggbb', three numbers (R, G, B) on 0..255 or a tensor, got {key!r}"
         )
-    return torch.tensor([values], dtype=torch.float32).to(device)
+    return constant(tuple(float(c) for c in values), torch.float32, device).view(1, 3)
 
 
 def check_tolerances(tola: object, tolb: object, n: int) -> tuple[Tol, Tol]:
