@@ -102,6 +102,10 @@ def test_from_segmentation_gives_the_maps_shape_in_either_layout():
     # dm_control's (H, W, 2) per env (geom id, object type): the geom ids are a slice
     two = torch.stack([flat.int(), torch.full_like(flat.int(), 5)], dim=-1)
     assert torch.equal(masks.from_segmentation(two[..., 0], background=-1), flat != -1)
+    many = [0, 1, 2, 3, 9, 11]  # through the table, from a slice with no flat view
+    expected = torch.isin(flat, torch.tensor(many, dtype=torch.int16))
+    assert torch.equal(masks.from_segmentation(two[..., 0], many), expected)
+    assert torch.equal(masks.from_segmentation(nchw.permute(0, 2, 3, 1)[..., 0], many), expected)
 
 
 def test_a_margin_grows_channels_last_and_flat_masks_like_channels_first():

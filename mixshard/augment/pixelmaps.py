@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ..core.checks import is_number
-from .maskargs import check_fits, check_map, grow
+from .maskargs import check_fits, check_map, constant, grow
 
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 # Up to this many ids a mask is one comparison per id; above, one gather from a table of the
@@ -170,8 +170,7 @@ def _members(
     lo, hi = inside[0], inside[-1]
     if hi - lo < _TABLE:
         return _lookup(seg, tuple(inside), invert)
-    ids = torch.tensor(inside, dtype=seg.dtype).to(seg.device)
-    return torch.isin(seg, ids, invert=invert)
+    return torch.isin(seg, constant(tuple(inside), seg.dtype, seg.device), invert=invert)
 
 
 def _compare(seg: torch.Tensor, values: list[int], invert: bool) -> torch.Tensor:
@@ -200,7 +199,8 @@ def _lookup(seg: torch.Tensor, values: tuple[int, ...], invert: bool) -> torch.T
         index = index.sub_(lo).to(torch.int32)
     else:
         index = index.to(torch.int32).sub_(lo)
-    return table.index_select(0, index.view(-1)).view(seg.shape)
+    # (reshape: a sliced or permuted seg, dm_control's seg[..., 0], has no flat view)
+    return table.index_select(0, index.reshape(-1)).view(seg.shape)
 
 
 @functools.lru_cache(maxsize=32)
