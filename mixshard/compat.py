@@ -8,6 +8,8 @@
     from mixshard.compat import RandomOverlay as random_overlay  # was: class random_overlay
     # DMC-GB's video evaluation (src/env/wrappers.py):
     from mixshard.compat import VideoWrapper  # was: class VideoWrapper
+    # GreenAug (GreenAugRandom, GreenAugGenerative):
+    from mixshard.compat import chroma_key  # was: from chromakey.torch import chroma_key
 
 The pack for a dataset and `size x size` observations is `$MIXSHARD_DATA/<dataset>-<size>`
 when it exists, else `$MIXSHARD_DATA/<dataset>` (`make places365 [SIZE=96]`, `make coco`).
@@ -23,7 +25,9 @@ from collections.abc import Sequence
 
 import torch
 
+from .augment.chroma import check_tolerances, despill, keep_matte
 from .augment.inputs import check_obs
+from .augment.maskargs import constant
 from .augment.masks import hsv_above, salient_patches
 from .augment.overlay import Overlay
 from .core.checks import is_number
@@ -36,6 +40,7 @@ __all__ = [
     "VideoWrapper",
     "attribution_augmentation",
     "attribution_random_patch_augmentation",
+    "chroma_key",
     "random_overlay",
 ]
 
@@ -181,3 +186,80 @@ class RandomOverlay(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return f"alpha={self.alpha}, dataset={self.dataset!r}"
+
+
+def chroma_key(
+    image: torch.Tensor,
+    keycolor: str | Sequence[str],
+    tola: float | torch.Tensor = 10,
+    tolb: float | torch.Tensor = 30,
+    background_image: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GreenAug's soft chroma key, `chromakey.torch.chroma_key` (chromakey 0.2.1): the same
+    outputs for float32 input (`scripts/compare_greenaug.py` runs both side by side).
+
+    Args:
+        image: `(B, 3, H, W)` float in [0, 1].
+        keycolor: the key colour per sample as PIL's `ImageColor` reads it (`"#439f82"`): a
+            list of B strings or of one (for every sample), or one string.
+        tola, tolb: the (Cb, Cr) distances between which the background's weight falls from 1
+            to 0 (0 <= tola <= tolb): numbers, or `(B,)` tensors, one per sample (chromakey
+            itself broadcasts those against the image's width).
+        background_image: `(B, 3, H, W)` float in [0, 1], or None.
+
+    Returns:
+        `(out, mask)`: `out` `(B, 3, H, W)` in [0, 1], `image - mask * key + mask *
+        background` with the key colour's spill removed; `mask` `(B, H, W)` float32, the
+        background's weight (1 on the key colour). In mixshard's terms `1 - mask` is
+        `mixshard.masks.chroma_key`'s keep matte.
+    """
+    if not isinstance(image, torch.Tensor) or not image.is_floating_point():
+        what = image.dtype if isinstance(image, torch.Tensor) else type(image).__name__
+        raise TypeError(
+            f"image must be a float tensor (B, 3, H, W) in [0, 1], got {what} (uint8 images: "
+            f"image.float() / 255)"
+        )
+    if image.dim() != 4 or image.shape[1] != 3:
+        raise ValueError(f"image must be (B, 3, H, W), got {tuple(image.shape)}")
+    n = image.shape[0]
+    keys = _key_rgb(keycolor, n, image.device)
+    check_tolerances(tola, tolb, n)
+    x = image * 255  # chromakey keys on 0..255, in the image's dtype
+    keep = keep_matte(x[:, 0:1], x[:, 1:2], x[:, 2:3], keys, tola, tolb)
+    mask = 1 - keep
+    background = None
+    if background_image is not None:
+        if not isinstance(background_image, torch.Tensor) or background_image.shape != image.shape:
+            got = getattr(background_image, "shape", type(background_image).__name__)
+            raise ValueError(
+                f"background_image must be shaped like image {tuple(image.shape)}, got {got}"
+            )
+        background = background_image * 255
+    out = despill(x, mask, keys.view(-1, 3, 1, 1), background)
+    return torch.clip(out / 255, 0, 1), mask[:, 0]
+
+
+def _key_rgb(keycolor: object, n: int, device: torch.device) -> torch.Tensor:
+    """`keycolor` as a `(1 or n, 3)` float32 tensor, read by PIL as chromakey reads it."""
+    from PIL import ImageColor
+
+    colours = [keycolor] if isinstance(keycolor, str) else keycolor
+    if not isinstance(colours, Sequence) or len(colours) not in (1, n):
+        raise ValueError(
+            f"keycolor must be one colour string or a list of 1 or {n} (one per image), got "
+            f"{keycolor!r}"
+        )
+    rgb = []
+    for colour in colours:
+        try:
+            value = ImageColor.getrgb(colour) if isinstance(colour, str) else ()
+        except ValueError:
+            value = ()
+        if len(value) != 3:
+            raise ValueError(
+                f"keycolor must hold RGB colour strings like '#439f82', got {colour!r}"
+            )
+        rgb.append(value)
+    # made once per colours and device (a fresh tensor per call: a blocking copy to a GPU)
+    flat = tuple(float(c) for colour in rgb for c in colour)
+    return constant(flat, torch.float32, device).view(-1, 3)

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from .augment.masks import (
     blue_dominant,
+    chroma_composite,
+    chroma_key,
     color_key,
+    from_depth,
     from_segmentation,
     green_screen,
     hsv_above,
@@ -19,7 +22,10 @@ from .augment.masks import (
 
 __all__ = [
     "blue_dominant",
+    "chroma_composite",
+    "chroma_key",
     "color_key",
+    "from_depth",
     "from_segmentation",
     "green_screen",
     "hsv_above",

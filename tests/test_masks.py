@@ -151,7 +151,7 @@ def test_color_key_blue_dominant_and_segmentation_exact():
     assert masks.blue_dominant(blues).flatten().tolist() == [0, 1, 1, 0, 1, 1]
     seg = torch.tensor([[[[0, 1, 2], [3, 4, 1]]]], dtype=torch.int16)  # (1, 1, 2, 3)
     assert masks.from_segmentation(seg, [1, 4]).flatten().tolist() == [0, 1, 0, 0, 1, 1]
-    assert masks.from_segmentation(seg[:, 0], 3).shape == (1, 1, 2, 3)
+    assert masks.from_segmentation(seg[:, 0], 3).shape == (1, 2, 3)  # the map's own shape
     assert masks.from_segmentation(seg, torch.tensor([0])).flatten().tolist() == [1, 0, 0, 0, 0, 0]
     assert not masks.from_segmentation(seg, []).any()
     stacked = torch.randint(0, 5, (2, 3, 4, 4))
@@ -207,7 +207,7 @@ def test_bad_inputs_are_refused_with_one_clear_error():
         masks.color_key(obs, (1, 2, 3), -1)
     with pytest.raises(TypeError, match="seg must hold integer ids, got torch.float32"):
         masks.from_segmentation(torch.zeros(2, 4, 4), [1])
-    with pytest.raises(ValueError, match=r"seg must be \(N, frames, H, W\) or \(N, H, W\)"):
+    with pytest.raises(ValueError, match=r"seg must be \(N, H, W\), \(N, k, H, W\) with layout="):
         masks.from_segmentation(torch.zeros(4, 4, dtype=torch.long), [1])
     with pytest.raises(TypeError, match="ids must be an int, a sequence of ints or a tensor"):
         masks.from_segmentation(torch.zeros(1, 4, 4, dtype=torch.long), [1.5])
@@ -295,8 +295,8 @@ def test_from_segmentation_takes_numpy_ids_and_refuses_bools_and_floats():
     seg = torch.tensor([[[0, 1], [2, 3]]], dtype=torch.int16)
     ones = seg == 1
     for ids in (np.int64(1), np.uint8(1), [np.int32(1)], np.array([1, 7], np.uint16), np.array(1)):
-        assert torch.equal(masks.from_segmentation(seg, ids)[:, 0], ones), ids
-    assert torch.equal(masks.from_segmentation(seg, np.array([[3], [1]]))[:, 0], ones | (seg == 3))
+        assert torch.equal(masks.from_segmentation(seg, ids), ones), ids
+    assert torch.equal(masks.from_segmentation(seg, np.array([[3], [1]])), ones | (seg == 3))
     for ids in (True, np.bool_(True), [1, False], 1.0, [np.float64(1)], "1"):
         with pytest.raises(TypeError, match="ids must be an int, a sequence of ints or a tensor"):
             masks.from_segmentation(seg, ids)  # type: ignore[arg-type]
