@@ -2,15 +2,16 @@
 every simulator that is installed (docs/simulators.md).
 
     python scripts/bench_simulators.py [--quick] [--envs 4] [--size 96] [--steps 20] \\
-        [--rounds 5] [--only genesis ...]
+        [--rounds 5] [--threads 1] [--only genesis ...]
 
 Each simulator runs in a process of its own (they bring their own renderers and thread pools),
-from a pack of procedural backgrounds made at the render size. "without" is a step as a user
-without backgrounds pays it: the simulator's step and its RGB render, as a torch tensor (or
-the raw env's step, for ManiSkill3). "with" is the same plus what backgrounds need: the ids
-(rendered in the same pass where the simulator can), the keep mask from them,
-`Backgrounds.step` and the composite (for ManiSkill3: `ManiSkillBackgrounds`' step). The two
-alternate round by round; the table gives their medians, their ratio and the layer alone.
+from a pack of procedural backgrounds made at the render size. "RGB step" is a step as a user
+without backgrounds pays it: the simulator's step and its RGB render, as a torch tensor.
+"+ ids" adds the ids a mask needs (in the same render pass where the simulator can);
+"+ background" adds the keep mask from them, `Backgrounds.step` and the composite. ManiSkill3
+renders RGB and ids at once: its rows are the raw env's step and `ManiSkillBackgrounds`' step.
+The variants alternate round by round; the table gives their medians, the background layer's
+ratio to the step with ids, and the layer alone on one frame.
 Simulators that are not installed, or cannot render here, are listed with the reason.
 
 Writes bench-out/bench_simulators.json. First runs compile kernels (MuJoCo Warp and MJX about
@@ -83,18 +84,21 @@ def paste(bg: Any, rgb: Any, keep: Any) -> Any:
     return out
 
 
-def measure(without: Callable[[], Any], with_: Callable[[], Any], args: Any) -> dict:
-    """Median seconds per step of each, alternated round by round after a warm-up of each."""
-    for fn in (without, with_):
+def measure(steps: dict[str, Callable[[], Any] | None], args: Any) -> dict:
+    """Median seconds per step of each variant (`rgb`: the RGB render alone, `ids`: with the
+    ids a mask needs, `with`: and the background layer; None where a simulator has no such
+    variant), alternated round by round after a warm-up of each."""
+    ran = {name: fn for name, fn in steps.items() if fn is not None}
+    for fn in ran.values():
         fn()
-    times: dict[str, list[float]] = {"without": [], "with": []}
+    times: dict[str, list[float]] = {name: [] for name in ran}
     for _ in range(args.rounds):
-        for name, fn in (("without", without), ("with", with_)):
+        for name, fn in ran.items():
             t0 = time.perf_counter()
             for _ in range(args.steps):
                 fn()
             times[name].append((time.perf_counter() - t0) / args.steps)
-    return {k: statistics.median(v) for k, v in times.items()}
+    return {name: statistics.median(v) for name, v in times.items()}
 
 
 def backgrounds(args: Any, device: Any = "cpu") -> Any:
@@ -155,7 +159,7 @@ def run_dm_control(args: Any) -> dict:
         return rgb, torch.from_numpy(np.stack(ids)[..., :1])
 
     bg, background = backgrounds(args), [-1, *floors]  # the skybox and the ground
-    row = measure(rgb_only, with_layer(frame, background, bg), args)
+    row = measure({"rgb": rgb_only, "ids": frame, "with": with_layer(frame, background, bg)}, args)
     row["layer"] = layer_only(frame, background, bg, args)
     row["render"] = "per env (H, W, 3) uint8 numpy; ids a 2nd pass (H, W, 2) int32, sky -1"
     return row
@@ -199,7 +203,7 @@ def mujoco_warp_frame(args: Any) -> tuple[Callable[[], Any], Callable[[], tuple]
 def run_mujoco_warp(args: Any) -> dict:
     rgb_only, frame = mujoco_warp_frame(args)
     bg = backgrounds(args)
-    row = measure(rgb_only, with_layer(frame, [-1, 0], bg), args)
+    row = measure({"rgb": rgb_only, "ids": frame, "with": with_layer(frame, [-1, 0], bg)}, args)
     row["layer"] = layer_only(frame, [-1, 0], bg, args)
     row["render"] = "(N, H, W) vec3 float32 0..1 (Warp) -> (N, H, W, 3); ids vec2i, sky -1"
     return row
@@ -256,7 +260,7 @@ def run_mjx(args: Any) -> dict:
         pasted_t = pasted()
         return state["back"](pasted_t).block_until_ready()
 
-    row = measure(rgb_only, as_jax, args)
+    row = measure({"rgb": None, "ids": rgb_only, "with": as_jax}, args)
     row["layer"] = layer_only(frame, [-1, 0], bg, args)
     row["render"] = "jax (N, H, W, 3) float32 0..1, ids (N, H, W) int32, sky -1; via DLPack"
     return row
@@ -290,7 +294,7 @@ def run_genesis(args: Any) -> dict:
 
     bg = backgrounds(args)
     # segmentation index 0 is no entity (-1 in the scene's map), 1 the plane
-    row = measure(rgb_only, with_layer(frame, [0, 1], bg), args)
+    row = measure({"rgb": rgb_only, "ids": frame, "with": with_layer(frame, [0, 1], bg)}, args)
     row["layer"] = layer_only(frame, [0, 1], bg, args)
     row["render"] = "(N, H, W, 3) uint8 numpy; seg (N, H, W) int64 index map, 0 = none"
     return row
@@ -315,7 +319,10 @@ def run_maniskill3(args: Any) -> dict:
     env = ManiSkillBackgrounds(raw, bg)
     env.reset(seed=0)
     action = raw.action_space.sample() * 0
-    row = measure(lambda: raw.step(action), lambda: env.step(action), args)
+    # (rgb and segmentation come from one render pass: no RGB-only variant)
+    row = measure(
+        {"rgb": None, "ids": lambda: raw.step(action), "with": lambda: env.step(action)}, args
+    )
     row["layer"] = float("nan")
     row["envs"] = 1
     row["render"] = "torch (1, H, W, 3) uint8, seg (1, H, W, 1) int16, 0 = none"
@@ -353,7 +360,7 @@ def child(name: str, args: argparse.Namespace) -> dict:
     if importlib.util.find_spec(RUNNERS_MODULE[name]) is None:
         return {"name": name, "error": f"not installed (pip install {DISTRIBUTION[name]})"}
     cmd = [sys.executable, __file__, "--one", name, "--pack", str(args.pack)]
-    cmd += [f"--{k}={getattr(args, k)}" for k in ("envs", "size", "steps", "rounds")]
+    cmd += [f"--{k}={getattr(args, k)}" for k in ("envs", "size", "steps", "rounds", "threads")]
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     except subprocess.TimeoutExpired:
@@ -376,6 +383,11 @@ RUNNERS_MODULE = {
 
 def one(name: str, args: argparse.Namespace) -> None:
     """The child: run one simulator, print its row as one JSON line."""
+    import torch
+
+    # two threads on a busy 2-core machine wait for each other at every op (70 ms for a
+    # 4 x 96 x 96 composite at a load of 11, 0.6 ms with one): the count is the run's choice
+    torch.set_num_threads(args.threads)
     row = RUNNERS[name](args)
     row.setdefault("envs", args.envs)
     row["name"] = name
@@ -383,20 +395,28 @@ def one(name: str, args: argparse.Namespace) -> None:
     print(json.dumps(row))
 
 
+def ms(row: dict, key: str) -> str:
+    value = row.get(key)
+    return "-" if value is None or value != value else f"{1e3 * value:.2f}"
+
+
 def report(rows: list[dict], args: argparse.Namespace, load: tuple) -> str:
     ran = [r for r in rows if "error" not in r]
     body = table(
-        ["simulator", "version", "envs", "step without (ms)", "step with (ms)", "ratio",
-         "layer alone (ms)", "what it renders"],
+        ["simulator", "version", "envs", "RGB step (ms)", "+ ids (ms)", "+ background (ms)",
+         "background / ids step", "layer alone (ms)", "what it renders"],
         [
-            [r["name"], r["version"], r["envs"], f"{1e3 * r['without']:.2f}",
-             f"{1e3 * r['with']:.2f}", f"{r['with'] / r['without']:.3f}",
-             "-" if r["layer"] != r["layer"] else f"{1e3 * r['layer']:.2f}", r["render"]]
+            [r["name"], r["version"], r["envs"], ms(r, "rgb"), ms(r, "ids"), ms(r, "with"),
+             f"{r['with'] / r['ids']:.3f}", ms(r, "layer"), r["render"]]
             for r in ran
         ],
     )  # fmt: skip
     lines = [f"Machine: {machine()}; load average before/after {load[0]:.1f}/{load[1]:.1f}"]
-    lines += [f"{args.size} x {args.size} px, {args.steps} steps x {args.rounds} rounds", body]
+    lines += [
+        f"{args.size} x {args.size} px, medians of {args.rounds} rounds of {args.steps} steps, "
+        f"torch threads {args.threads}",
+        body,
+    ]
     for r in rows:
         if "error" in r:
             lines.append(f"could not run {r['name']}: {r['error']}")
@@ -410,6 +430,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=96)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads in each child")
     parser.add_argument("--only", action="append", choices=SIMULATORS)
     parser.add_argument("--timeout", type=float, default=900, help="seconds per simulator")
     parser.add_argument("--one", choices=SIMULATORS, help=argparse.SUPPRESS)
