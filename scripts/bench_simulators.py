@@ -400,14 +400,21 @@ def ms(row: dict, key: str) -> str:
     return "-" if value is None or value != value else f"{1e3 * value:.2f}"
 
 
+def share(row: dict) -> str:
+    """The layer alone as a share of the step with ids (steadier on a busy machine than the
+    ratio of two noisy steps)."""
+    layer = row.get("layer")
+    return "-" if layer is None or layer != layer else f"{100 * layer / row['ids']:.1f}%"
+
+
 def report(rows: list[dict], args: argparse.Namespace, load: tuple) -> str:
     ran = [r for r in rows if "error" not in r]
     body = table(
         ["simulator", "version", "envs", "RGB step (ms)", "+ ids (ms)", "+ background (ms)",
-         "background / ids step", "layer alone (ms)", "what it renders"],
+         "background / ids step", "layer alone (ms)", "layer / ids step", "what it renders"],
         [
             [r["name"], r["version"], r["envs"], ms(r, "rgb"), ms(r, "ids"), ms(r, "with"),
-             f"{r['with'] / r['ids']:.3f}", ms(r, "layer"), r["render"]]
+             f"{r['with'] / r['ids']:.3f}", ms(r, "layer"), share(r), r["render"]]
             for r in ran
         ],
     )  # fmt: skip
