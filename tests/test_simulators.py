@@ -126,13 +126,14 @@ def test_mjx_lines(clips):
     n, floor = 2, m.geom("floor").id
     mx = mjx.put_model(m, impl="warp")
     d = jax.vmap(lambda i: mjx.make_data(m, impl="warp"))(jax.numpy.arange(n))
-    rc = mjx.create_render_context(m, nworld=n, cam_res=(8, 8), render_rgb=True, render_seg=True)
+    d = jax.jit(jax.vmap(mjx.forward, in_axes=(None, 0)))(mx, d)  # the bodies' poses
+    rc = mjx.create_render_context(m, nworld=n, cam_res=(64, 64), render_rgb=True, render_seg=True)
     d = jax.jit(jax.vmap(mjx.refit_bvh, in_axes=(None, 0, None)))(mx, d, rc.pytree())
     render = jax.jit(jax.vmap(mjx.render_with_segmentation, in_axes=(None, 0, None)))
     packed_rgb, _, packed_seg, d = render(mx, d, rc.pytree())
     get_rgb = jax.vmap(mjx.get_rgb, in_axes=(None, None, 0))
     get_seg = jax.vmap(mjx.get_segmentation, in_axes=(None, None, 0))
-    bg = mixshard.Backgrounds(clips[8], n, frames=1)
+    bg = mixshard.Backgrounds(clips[64], n, frames=1)
     rgb = get_rgb(rc.pytree(), 0, packed_rgb) * 255
     geoms = get_seg(rc.pytree(), 0, packed_seg)
     keep = masks.from_segmentation(geoms, background=[-1, floor])
