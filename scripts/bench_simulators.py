@@ -10,8 +10,8 @@ without backgrounds pays it: the simulator's step and its RGB render, as a torch
 "+ ids" adds the ids a mask needs (in the same render pass where the simulator can);
 "+ background" adds the keep mask from them, `Backgrounds.step` and the composite. ManiSkill3
 renders RGB and ids at once: its rows are the raw env's step and `ManiSkillBackgrounds`' step.
-The variants alternate round by round; the table gives their medians, the background layer's
-ratio to the step with ids, and the layer alone on one frame.
+The variants take turns step by step; the table gives the median step of each, the background
+layer's ratio to the step with ids, and the layer alone on one frame.
 Simulators that are not installed, or cannot render here, are listed with the reason.
 
 Writes bench-out/bench_simulators.json. First runs compile kernels (MuJoCo Warp and MJX about
@@ -85,19 +85,19 @@ def paste(bg: Any, rgb: Any, keep: Any) -> Any:
 
 
 def measure(steps: dict[str, Callable[[], Any] | None], args: Any) -> dict:
-    """Median seconds per step of each variant (`rgb`: the RGB render alone, `ids`: with the
+    """Median seconds of one step of each variant (`rgb`: the RGB render alone, `ids`: with the
     ids a mask needs, `with`: and the background layer; None where a simulator has no such
-    variant), alternated round by round after a warm-up of each."""
+    variant), the variants taking turns step by step (a load spike of the busy machine then
+    falls on all of them alike), after a warm-up of each."""
     ran = {name: fn for name, fn in steps.items() if fn is not None}
     for fn in ran.values():
         fn()
     times: dict[str, list[float]] = {name: [] for name in ran}
-    for _ in range(args.rounds):
+    for _ in range(args.rounds * args.steps):
         for name, fn in ran.items():
             t0 = time.perf_counter()
-            for _ in range(args.steps):
-                fn()
-            times[name].append((time.perf_counter() - t0) / args.steps)
+            fn()
+            times[name].append(time.perf_counter() - t0)
     return {name: statistics.median(v) for name, v in times.items()}
 
 
@@ -420,7 +420,7 @@ def report(rows: list[dict], args: argparse.Namespace, load: tuple) -> str:
     )  # fmt: skip
     lines = [f"Machine: {machine()}; load average before/after {load[0]:.1f}/{load[1]:.1f}"]
     lines += [
-        f"{args.size} x {args.size} px, medians of {args.rounds} rounds of {args.steps} steps, "
+        f"{args.size} x {args.size} px, median of {args.rounds * args.steps} steps each, "
         f"torch threads {args.threads}",
         body,
     ]
