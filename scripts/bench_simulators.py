@@ -36,13 +36,14 @@ from typing import Any
 
 from benchlib import OUT, machine, table
 
-SIMULATORS = ("dm_control", "mujoco_warp", "mjx", "genesis", "maniskill3")
+SIMULATORS = ("dm_control", "mujoco_warp", "mjx", "genesis", "newton", "maniskill3")
 # the distribution whose version a row names
 DISTRIBUTION = {
     "dm_control": "dm-control",
     "mujoco_warp": "mujoco-warp",
     "mjx": "mujoco-mjx",
     "genesis": "genesis-world",
+    "newton": "newton",
     "maniskill3": "mani-skill",
 }
 
@@ -78,9 +79,14 @@ def paste(bg: Any, rgb: Any, keep: Any) -> Any:
 
     if "layout" in inspect.signature(bg.composite).parameters:
         return bg.composite(rgb, keep, layout="NHWC")
-    # until layout="NHWC" (issue 47 §1): NCHW views of channels-last tensors
+    # until layout="NHWC" (issue 47 §1): NCHW views of channels-last tensors (RGBA: the
+    # alpha copied as it is)
     out = torch.empty_like(rgb)
-    bg.composite(rgb.permute(0, 3, 1, 2), keep.permute(0, 3, 1, 2), out=out.permute(0, 3, 1, 2))
+    if rgb.shape[-1] == 4:
+        out[..., 3] = rgb[..., 3]
+    nchw = (0, 3, 1, 2)
+    rgb3, out3 = rgb[..., :3].permute(nchw), out[..., :3].permute(nchw)
+    bg.composite(rgb3, keep.permute(nchw), out=out3)
     return out
 
 
@@ -300,6 +306,69 @@ def run_genesis(args: Any) -> dict:
     return row
 
 
+def newton_frame(args: Any) -> tuple[Callable[[], Any], Callable[[], tuple], int]:
+    """Newton's SensorCamera on Warp's CPU device, a box falling in each world."""
+    import newton
+    import numpy as np
+    import torch
+    import warp as wp
+    from newton.sensors import SensorCamera
+
+    n, s = args.envs, args.size
+    wp.config.quiet = True
+    wp.set_device("cpu")
+    builder = newton.ModelBuilder()
+    for _ in range(n):
+        builder.begin_world()
+        body = builder.add_body(xform=wp.transform(wp.vec3(0.0, 0.0, 0.6), wp.quat_identity()))
+        builder.add_shape_box(body, hx=0.3, hy=0.3, hz=0.3, color=(1.0, 0.2, 0.2))
+        builder.end_world()
+    ground = builder.add_ground_plane()
+    model = builder.finalize()
+    state, after, control = model.state(), model.state(), model.control()
+    solver = newton.solvers.SolverXPBD(model)
+    camera = SensorCamera(model)
+    camera.create_default_light()
+    rays = SensorCamera.compute_camera_rays_pinhole(s, s, camera_fov=0.9, device=model.device)
+    eye, target = np.array([0.0, -3.0, 1.2]), np.array([0.0, 0.0, 0.5])
+    forward = (target - eye) / np.linalg.norm(target - eye)
+    right = np.cross(forward, [0.0, 0.0, 1.0])
+    right /= np.linalg.norm(right)
+    turn = np.stack([right, np.cross(right, forward), -forward], axis=1).flatten().tolist()
+    pose = wp.transformf(wp.vec3(*eye), wp.quat_from_matrix(wp.mat33(*turn)))
+    views = wp.array([pose] * n, dtype=wp.transformf)
+    color, shape = camera.allocate_image_color(n, s, s), camera.allocate_image_shape_index(n, s, s)
+    rgba = torch.from_dlpack(color).view(torch.uint8).unflatten(-1, (s, 4))  # views, made once
+    ids = torch.from_dlpack(shape).view(torch.int32)
+
+    def render(**outputs: Any) -> None:
+        solver.step(state, after, control, None, 1 / 60)
+        state.assign(after)
+        model.bvh_refit_shapes(state)
+        camera.update(state, views, rays, **outputs)
+
+    def rgb_only() -> Any:
+        render(color_image=color)
+        return rgba
+
+    def frame() -> tuple:
+        render(color_image=color, shape_index_image=shape)
+        return rgba, ids.unsqueeze(-1)
+
+    return rgb_only, frame, ground
+
+
+def run_newton(args: Any) -> dict:
+    rgb_only, frame, ground = newton_frame(args)
+    bg = backgrounds(args)
+    row = measure(
+        {"rgb": rgb_only, "ids": frame, "with": with_layer(frame, [-1, ground], bg)}, args
+    )
+    row["layer"] = layer_only(frame, [-1, ground], bg, args)
+    row["render"] = "(N, H, W) uint32 packed RGBA (Warp) -> (N, H, W, 4); shape ids uint32, none -1"
+    return row
+
+
 def run_maniskill3(args: Any) -> dict:
     import gymnasium as gym
     import mani_skill.envs  # noqa: F401 - registers the tasks
@@ -334,6 +403,7 @@ RUNNERS: dict[str, Callable[[Any], dict]] = {
     "mujoco_warp": run_mujoco_warp,
     "mjx": run_mjx,
     "genesis": run_genesis,
+    "newton": run_newton,
     "maniskill3": run_maniskill3,
 }
 
@@ -377,6 +447,7 @@ RUNNERS_MODULE = {
     "mujoco_warp": "mujoco_warp",
     "mjx": "mujoco.mjx",
     "genesis": "genesis",
+    "newton": "newton",
     "maniskill3": "mani_skill",
 }
 

@@ -188,20 +188,51 @@ def test_isaac_lab_lines(clips):
     assert bg.episode.tolist() == [0, 1, 0]
 
 
+@pytest.mark.timeout(600)
 def test_newton_lines(clips):
-    """Newton's documented colour (packed RGBA uint32, red in the low byte) and depth (negative:
-    no hit), `(worlds, cameras, H, W)`, made by hand as torch tensors (DLPack reads them as it
-    reads Warp's)."""
-    n, h, w = 2, 8, 8
-    rgba_bytes = torch.randint(0, 256, (n, 1, h, w, 4), dtype=torch.uint8)
-    color = rgba_bytes.view(torch.uint32).squeeze(-1)  # (n, 1, h, w) packed
-    depth = torch.full((n, 1, h, w), 2.0)
-    depth[..., :5] = -1.0
-    bg = mixshard.Backgrounds(clips[8], n, frames=1)
-    w = color.shape[-1]
-    rgba = torch.from_dlpack(color)[:, 0].view(torch.uint8).unflatten(-1, (w, 4))
-    assert torch.equal(rgba, rgba_bytes[:, 0])
-    keep = masks.from_depth(torch.from_dlpack(depth)[:, 0], far=math.inf)
+    """Newton's SensorCamera on Warp's CPU device: a red box per world over the ground plane."""
+    newton = pytest.importorskip("newton")
+    wp = pytest.importorskip("warp")
+    from newton.sensors import SensorCamera
+
+    n, w, h = 2, 64, 64
+    with wp.ScopedDevice("cpu"):
+        builder = newton.ModelBuilder()
+        for _ in range(n):
+            builder.begin_world()
+            body = builder.add_body(xform=wp.transform(wp.vec3(0.0, 0.0, 0.5), wp.quat_identity()))
+            builder.add_shape_box(body, hx=0.4, hy=0.4, hz=0.4, color=(1.0, 0.0, 0.0))
+            builder.end_world()
+        ground = builder.add_ground_plane()
+        model = builder.finalize()
+        state = model.state()
+        camera = SensorCamera(model)
+        camera.create_default_light()
+        rays = SensorCamera.compute_camera_rays_pinhole(w, h, camera_fov=0.9, device=model.device)
+        camera_transforms = wp.array(
+            [look_from((0.0, -3.0, 1.2), (0.0, 0.0, 0.5))] * n, dtype=wp.transformf
+        )
+        bg = mixshard.Backgrounds(clips[64], n, frames=1)
+        color = camera.allocate_image_color(n, w, h)
+        shape = camera.allocate_image_shape_index(n, w, h)
+        camera.update(state, camera_transforms, rays, color_image=color, shape_index_image=shape)
+    rgba = torch.from_dlpack(color).view(torch.uint8).unflatten(-1, (w, 4))
+    ids = torch.from_dlpack(shape).view(torch.int32)
+    keep = masks.from_segmentation(ids, background=[-1, ground])
     obs = bg.composite(rgba, keep, layout="NHWC")
+    assert rgba[0, h // 2, w // 2, 0] > 100 and rgba[0, h // 2, w // 2, 1:3].max() == 0  # red
     assert torch.equal(obs[..., 3], rgba[..., 3])  # the alpha comes back unchanged
     check_pasted(obs, rgba[..., :3], keep, bg)
+
+
+def look_from(eye, target):
+    """A Warp transform of a camera at `eye` looking at `target` (-Z forward, +Y up, z up)."""
+    import warp as wp
+
+    eye_, forward = np.array(eye), np.array(target) - np.array(eye)
+    forward /= np.linalg.norm(forward)
+    right = np.cross(forward, [0.0, 0.0, 1.0])
+    right /= np.linalg.norm(right)
+    rotation = np.stack([right, np.cross(right, forward), -forward], axis=1)
+    quat = wp.quat_from_matrix(wp.mat33(*rotation.flatten().tolist()))
+    return wp.transformf(wp.vec3(*eye_), quat)
