@@ -133,7 +133,7 @@ def _check_device(t: torch.Tensor, name: str, what: str, device: torch.device | 
     if device is not None and t.device != torch.device(device):
         raise ValueError(
             f"{name} is {what} (torch's {t.device}), but mixshard computes on {device} here: "
-            f"put it there first, or make the Backgrounds on {t.device}"
+            f"put it there first (or the Backgrounds and the other arrays on {t.device})"
         )
 
 
