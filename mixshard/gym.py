@@ -108,7 +108,7 @@ class VectorBackgroundWrapper(VectorWrapper):
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         """Step the environments and their clips; backgrounds change where episodes do."""
         obs, reward, terminated, truncated, info = self.env.step(actions)
-        done = np.asarray(terminated, dtype=bool) | np.asarray(truncated, dtype=bool)
+        done = _flags(terminated) | _flags(truncated)
         bg = self.backgrounds
         bg.step()
         if self.autoreset_mode == AutoresetMode.NEXT_STEP:
@@ -184,6 +184,7 @@ class BackgroundWrapper(gymnasium.Wrapper):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
+        """Reset the environment; every reset but the first starts the next background."""
         obs, info = self.env.reset(seed=seed, options=options)
         if self._started:
             self.backgrounds.reset()
@@ -191,6 +192,7 @@ class BackgroundWrapper(gymnasium.Wrapper):
         return self._screen(obs, info, single=True), info
 
     def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        """Step the environment, and its background's clip with it."""
         obs, reward, terminated, truncated, info = self.env.step(action)
         self.backgrounds.step()
         return self._screen(obs, info, single=True), reward, terminated, truncated, info
@@ -256,6 +258,14 @@ def _autoreset_mode(env: Any) -> AutoresetMode:
             f"{_name(env)}'s metadata['autoreset_mode'] is {mode!r}, not one of gymnasium's "
             f"AutoresetMode ({', '.join(m.value for m in AutoresetMode)})"
         ) from None
+
+
+def _flags(flags: Any) -> np.ndarray:
+    """`terminated` or `truncated` of a vector env as a numpy bool array (a torch one's read
+    to the host: which environments reset is the host's business here)."""
+    if isinstance(flags, torch.Tensor):
+        flags = flags.detach().cpu().numpy()
+    return np.asarray(flags, dtype=bool)
 
 
 def _with_rows(obs: Any, rows: dict[int, Any]) -> Any:

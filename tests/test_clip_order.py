@@ -179,3 +179,29 @@ def test_bad_clip_orders_say_what_is_wrong(clips, tmp_path):
     bg = mixshard.Backgrounds(tmp_path / "images", 4, clip_order="no-repeat", seed=1)
     played = history(bg, 30)
     assert not (played[:, 1:] == played[:, :-1]).any()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("order", ["next", "no-repeat"])
+def test_cuda_draws_each_order_as_the_cpu_does_without_a_host_sync(clips, order):
+    kwargs = {"frames": 1, "seed": 4, "clip_order": order}
+    cpu = mixshard.Backgrounds(clips, 6, **kwargs)
+    gpu = mixshard.Backgrounds(clips, 6, device="cuda", **kwargs)
+    g = torch.Generator().manual_seed(1)
+    masks = [torch.rand(6, generator=g) < 0.5 for _ in range(10)]
+    on_gpu = [m.cuda() for m in masks]
+    gpu.images()  # warm-up
+    torch.cuda.synchronize()
+    shown = []
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for mask in on_gpu:
+            gpu.reset(mask)
+            gpu.step()
+            shown.append(gpu.images())
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    for mask, images in zip(masks, shown):
+        cpu.reset(mask)
+        cpu.step()
+        assert torch.equal(images.cpu(), cpu.images())

@@ -222,6 +222,58 @@ def test_a_saved_state_shows_the_same_frames_mid_episode(pack):
         b.load_state_dict({**b.state_dict(), "pending": torch.zeros(3, dtype=torch.bool)})
 
 
+class TorchStripes(gym.vector.VectorEnv):
+    """A vector env of our own handing out torch tensors, as GPU simulators do: 3 `Stripes`
+    stepped together, autoresetting SAME_STEP (declared as a string, as a vector env may)."""
+
+    metadata: dict = {"autoreset_mode": "SameStep"}
+
+    def __init__(self):
+        self.envs = [Stripes(i, LENGTHS[i]) for i in range(3)]
+        self.num_envs = 3
+        self.single_observation_space = self.envs[0].observation_space
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, 3)
+        self.single_action_space = self.envs[0].action_space
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, 3)
+
+    def reset(self, *, seed=None, options=None):
+        return torch.from_numpy(np.stack([e.reset()[0] for e in self.envs])), {}
+
+    def step(self, actions):
+        out = [e.step(0) for e in self.envs]
+        done = np.array([o[2] or o[3] for o in out])
+        finals = np.full(3, None, dtype=object)
+        obs = [o[0] for o in out]
+        for i in np.flatnonzero(done):
+            finals[i], obs[i] = obs[i], self.envs[i].reset()[0]
+        flags = [torch.tensor([o[k] for o in out]) for k in (2, 3)]
+        info = {"final_obs": finals} if done.any() else {}
+        return torch.from_numpy(np.stack(obs)), torch.zeros(3), *flags, info
+
+
+def test_a_vector_env_of_torch_tensors_gets_torch_tensors_back(pack):
+    bg = mixshard.Backgrounds(pack, 3, frames=1, clip_order="next")
+    keep = lambda obs, info: obs[..., 0] != 0  # noqa: E731  (a torch mask of torch obs)
+    envs = VectorBackgroundWrapper(TorchStripes(), bg, keep)
+    assert envs.autoreset_mode == AutoresetMode.SAME_STEP
+    obs, _ = envs.reset()
+    last = read(obs.numpy())
+    for t in range(1, 5):
+        obs, _, term, trunc, info = envs.step(None)
+        assert isinstance(obs, torch.Tensor) and obs.dtype == torch.uint8
+        now = read(obs.numpy())
+        assert changed(last, now) == {1: set(), 2: {2}, 3: {0}, 4: {2}}[t]  # as SyncVectorEnv
+        for e in np.flatnonzero((term | trunc).numpy()):  # the ended episode's clip, last frame
+            assert info["final_obs"][e][0, -1, :2].tolist() == [last[e][2], last[e][1] + 1]
+        last = now
+    bogus = TorchStripes()
+    bogus.metadata = {"autoreset_mode": "Whenever"}
+    with pytest.raises(
+        ValueError, match="metadata\\['autoreset_mode'\\] is 'Whenever', not one of"
+    ):
+        VectorBackgroundWrapper(bogus, bg, keep)
+
+
 def test_bad_input_is_named_before_any_environment_is_stepped(pack):
     """Issue 47 §5: each is one error naming what was given and what is expected, at
     construction, or (a mask's shape) at the first reset, before any step."""
@@ -332,7 +384,8 @@ def in_a_process(checks: list, tmp_path: Path, num_envs: int) -> None:
     tests = str(Path(__file__).parent)
     names = [check.__name__ for check in checks]
     args = [sys.executable, "-c", REAL_ENV, str(tmp_path), str(num_envs), tests, *names]
-    res = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    # (in tmp_path: MuJoCo writes its warnings to MUJOCO_LOG.TXT in the working folder)
+    res = subprocess.run(args, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     if res.returncode == NO_RENDER:
         pytest.skip(res.stdout.strip())
     assert res.returncode == 0, res.stderr[-4000:]

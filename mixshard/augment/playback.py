@@ -38,15 +38,16 @@ def draw_clips(
         first = below(keyed(key, zero, zero, _FIRST), clips)  # s: the seed's alone
         return (first + envs + episode) % clips
     # an odd episode: a draw among the clips but its two (even) neighbours', `lo` and `hi`,
-    # the draw's `r` skipping them in turn (uniform over the `clips - 1` or `- 2` left)
-    before = _free(key, envs, episode - 1, clips)
-    after = _free(key, envs, episode + 1, clips)
+    # the draw's `r` skipping them in turn (uniform over the `clips - 1` or `- 2` left); the
+    # free draws of the episode and both neighbours in one call (a reset's cost is its ops)
+    around = torch.stack((episode - 1, episode, episode + 1))
+    before, own, after = _free(key, envs.expand_as(around), around, clips)
     lo, hi = torch.minimum(before, after), torch.maximum(before, after)
     two = lo != hi
     r = below(keyed(key, envs, episode, _OTHER), clips - 1 - two.long())
     r += r >= lo
     r += (r >= hi) & two
-    return torch.where(episode % 2 == 0, _free(key, envs, episode, clips), r)
+    return torch.where(episode % 2 == 0, own, r)
 
 
 def _free(key: int, envs: torch.Tensor, episode: torch.Tensor, clips: int) -> torch.Tensor:
