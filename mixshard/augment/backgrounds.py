@@ -34,6 +34,7 @@ from .caches import read_pack_to
 from .clippool import ClipPool, pool_slots
 from .envargs import (
     check_backgrounds_args,
+    check_clip_order,
     check_composite_args,
     check_state,
     env_mask,
@@ -63,6 +64,9 @@ class Backgrounds:
             `"random"` (a random start frame at each reset, then loop). An image pack takes
             only `"loop"`.
         speed: frames a `step` advances (0: a still frame per episode).
+        clip_order: which clip each reset plays (`playback.py`): `"random"` (independent
+            draws), `"next"` (the pack's next clip, as DMC-GB plays its videos) or
+            `"no-repeat"` (random, never the clip just played; at least 2 clips).
         seed: the seed of every draw.
         flip: flip each episode's background horizontally with probability 1/2.
         cache: `"device"` (every frame on the device), `"pool"` (a pool of whole clips, read
@@ -91,9 +95,10 @@ class Backgrounds:
         cache: str = "auto",
         cache_fraction: float = 0.25,
         pool: int | None = None,
+        clip_order: str = "random",
     ) -> None:
         num_envs, frames, speed, seed = check_backgrounds_args(
-            num_envs, frames, speed, seed, pool, flip, playback, cache, cache_fraction
+            num_envs, frames, speed, seed, pool, flip, playback, cache, cache_fraction, clip_order
         )
         self.source = resolve_source(source)
         m = self.manifest = self.source.manifest
@@ -109,7 +114,7 @@ class Backgrounds:
                 f"VIDEOS OUT --clips`)"
             )
         self.num_envs, self.frames, self.playback = num_envs, frames, playback
-        self.speed, self.seed, self.flip = speed, seed, flip
+        self.speed, self.seed, self.flip, self.clip_order = speed, seed, flip, clip_order
         self.device = canonical(device if device is not None else "cpu")
         if m.clips is None:
             first, length = np.arange(m.count, dtype=np.int64), np.ones(m.count, np.int64)
@@ -117,6 +122,7 @@ class Backgrounds:
             first = np.array([c.start for c in m.clips], np.int64)
             length = np.array([c.count for c in m.clips], np.int64)
         self.clips = len(first)
+        check_clip_order(clip_order, self.clips, m.origin)
         self._first_np, self._length_np = first, length
         dev = self.device
         self._first = torch.from_numpy(first).to(dev)
@@ -154,12 +160,13 @@ class Backgrounds:
 
     def _draw(self, envs: torch.Tensor, episode: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """(clip, start, flipped) of these environments' episodes (`playback.draw`)."""
-        return draw(self._key, envs, episode, self._length, self.playback, self.flip)
+        order = self.clip_order
+        return draw(self._key, envs, episode, self._length, self.playback, self.flip, order)
 
     def _draw_host(self, envs: np.ndarray, episode: np.ndarray) -> np.ndarray:
         """The clips of these episodes, computed on the CPU (the same function as `_draw`)."""
         e, ep = torch.from_numpy(envs), torch.from_numpy(episode)
-        return draw_clips(self._key, e, ep, self.clips).numpy()
+        return draw_clips(self._key, e, ep, self.clips, self.clip_order).numpy()
 
     def _set_all(self, episode: torch.Tensor) -> None:
         """Every environment's draws from these episode counters (construction, a loaded
@@ -339,6 +346,7 @@ class Backgrounds:
             "count": self.manifest.count,
             "playback": self.playback,
             "speed": self.speed,
+            "clip_order": self.clip_order,
             "episode": self.episode.clone(),
             "played": self.played.clone(),
         }
@@ -348,8 +356,8 @@ class Backgrounds:
         before anything changes; with a pool, the state's clips are read in first.
 
         Raises:
-            TypeError, ValueError: a state of another number of environments, pack or
-                playback, or a field missing, of another type, shape or range (named).
+            TypeError, ValueError: a state of another number of environments, pack, playback
+                or clip order, or a field missing, of another type, shape or range (named).
             MixshardError: a pool's read failed; nothing changed.
         """
         self._check_open("load_state_dict")
@@ -359,6 +367,7 @@ class Backgrounds:
             "count": self.manifest.count,
             "playback": self.playback,
             "speed": self.speed,
+            "clip_order": self.clip_order,
         }
         seed, episode, played = check_state(state, mine, self.device)
         key = self._key

@@ -12,12 +12,14 @@ import torch
 from ..core.checks import check_int, is_number
 from .args import check_cache, check_cache_fraction, check_flag
 from .inputs import check_obs, check_weights
-from .playback import PLAYBACKS
+from .playback import CLIP_ORDERS, PLAYBACKS
 
 CACHES = ("auto", "device", "pool")  # `Backgrounds(cache=)`
 MAX_SEED = 2**64 - 1  # a seed is one 64-bit word of the draws' key: larger ones would wrap
 MAX_SPEED = 2**31 - 1  # frames a step: `played` (int64) then lasts 2**32 steps at the most
-STATE_KEYS = ("seed", "num_envs", "clips", "count", "playback", "speed", "episode", "played")
+STATE_KEYS = (
+    "seed", "num_envs", "clips", "count", "playback", "speed", "clip_order", "episode", "played"
+)  # fmt: skip
 
 
 def check_backgrounds_args(
@@ -30,6 +32,7 @@ def check_backgrounds_args(
     playback: Any,
     cache: Any,
     cache_fraction: Any,
+    clip_order: Any,
 ) -> tuple[int, int, int, int]:
     """The `Backgrounds` constructor's arguments checked; `num_envs`, `frames`, `speed` and
     `seed` as Python ints (numpy integers too: the draws' arithmetic is exact on ints only)."""
@@ -46,7 +49,18 @@ def check_backgrounds_args(
         raise ValueError(f"playback must be one of {', '.join(PLAYBACKS)}, got {playback!r}")
     check_cache(cache, CACHES)
     check_cache_fraction(cache_fraction)
+    if clip_order not in CLIP_ORDERS:
+        raise ValueError(f"clip_order must be one of {', '.join(CLIP_ORDERS)}, got {clip_order!r}")
     return int(num_envs), int(frames), int(speed), int(seed)
+
+
+def check_clip_order(order: str, clips: int, origin: str) -> None:
+    """`clip_order` against the pack's number of clips: one clip cannot avoid repeating."""
+    if order == "no-repeat" and clips < 2:
+        raise ValueError(
+            f"clip_order='no-repeat' needs at least 2 clips (or images) to take turns, but "
+            f"{origin} holds {clips}: use clip_order='random'"
+        )
 
 
 def check_seed(name: str, seed: Any) -> None:
@@ -71,6 +85,8 @@ def check_state(
     """
     if not isinstance(state, dict):
         raise TypeError(f"state must be a dict from state_dict(), got {type(state).__name__}")
+    if "clip_order" not in state:  # saved before the orders were: its clips were "random"
+        state = {**state, "clip_order": "random"}
     missing = [key for key in STATE_KEYS if key not in state]
     unknown = sorted(str(key) for key in state if key not in STATE_KEYS)
     if missing or unknown:

@@ -1,5 +1,19 @@
 """How `Backgrounds` plays clips: each episode's draws and each frame's position, as pure
-tensor functions of the environments' counters (no state of their own, any device)."""
+tensor functions of the environments' counters (no state of their own, any device).
+
+Which clip an episode plays (`clip_order`) is a pure function of `(seed, environment,
+episode)` in every order, so environment `i`'s clips do not depend on `num_envs` or on the
+others, a pool can read an environment's next clip ahead, and a state is its counters:
+
+- `"random"`: independent draws (with `n` clips, `1/n` of the resets replay the clip just
+  played);
+- `"next"`: each reset plays the pack's next clip (`(index + 1) % n`, as DMC-GB's
+  `VideoWrapper` does), environment `e` starting at clip `(s + e) % n` with `s` drawn from the
+  seed, so that environments resetting together play different clips (up to `n` of them);
+- `"no-repeat"`: random draws that never replay the clip just played. Even episodes draw
+  freely; an odd episode draws among the clips other than both its neighbours' (the two
+  episodes around it, both even), which needs no history: at least 3 clips (2 alternate).
+"""
 
 from __future__ import annotations
 
@@ -8,12 +22,36 @@ import torch
 from .keyed import below, keyed
 
 PLAYBACKS = ("loop", "pingpong", "random")
-_CLIP, _START, _FLIP = 0, 1, 2  # the streams of the draws
+CLIP_ORDERS = ("random", "next", "no-repeat")
+_CLIP, _START, _FLIP, _FIRST, _OTHER = 0, 1, 2, 3, 4  # the streams of the draws
 
 
-def draw_clips(key: int, envs: torch.Tensor, episode: torch.Tensor, clips: int) -> torch.Tensor:
-    """The clip of each `(env, episode)`: a pure function of the key (the seed), the
-    environment and the episode."""
+def draw_clips(
+    key: int, envs: torch.Tensor, episode: torch.Tensor, clips: int, order: str = "random"
+) -> torch.Tensor:
+    """The clip of each `(env, episode)` in the order `order` (`CLIP_ORDERS`): a pure function
+    of the key (the seed), the environment and the episode."""
+    if order == "random":
+        return _free(key, envs, episode, clips)
+    if order == "next" or clips <= 2:  # with 2 clips, no repeat is taking turns
+        zero = torch.zeros_like(episode)
+        first = below(keyed(key, zero, zero, _FIRST), clips)  # s: the seed's alone
+        return (first + envs + episode) % clips
+    # an odd episode: a draw among the clips but its two (even) neighbours', `lo` and `hi`,
+    # the draw's `r` skipping them in turn (uniform over the `clips - 1` or `- 2` left); the
+    # free draws of the episode and both neighbours in one call (a reset's cost is its ops)
+    around = torch.stack((episode - 1, episode, episode + 1))
+    before, own, after = _free(key, envs.expand_as(around), around, clips)
+    lo, hi = torch.minimum(before, after), torch.maximum(before, after)
+    two = lo != hi
+    r = below(keyed(key, envs, episode, _OTHER), clips - 1 - two.long())
+    r += r >= lo
+    r += (r >= hi) & two
+    return torch.where(episode % 2 == 0, own, r)
+
+
+def _free(key: int, envs: torch.Tensor, episode: torch.Tensor, clips: int) -> torch.Tensor:
+    """Independent draws: the clip of `"random"`, and of `"no-repeat"`'s even episodes."""
     return below(keyed(key, envs, episode, _CLIP), clips)
 
 
@@ -24,10 +62,12 @@ def draw(
     length: torch.Tensor,
     playback: str,
     flip: bool,
+    order: str = "random",
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`(clip, start frame, flipped)` of each `(env, episode)`; `length` is every clip's frame
-    count. The start is drawn for `"random"` playback (else 0), the flip when `flip`."""
-    clip = draw_clips(key, envs, episode, len(length))
+    count. The clip is drawn in `order`, the start for `"random"` playback (else 0), the flip
+    when `flip`."""
+    clip = draw_clips(key, envs, episode, len(length), order)
     if playback == "random":
         start = below(keyed(key, envs, episode, _START), length[clip])
     else:
