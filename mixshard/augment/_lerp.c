@@ -53,6 +53,7 @@ enum {
  * prefetcher restarts at each 4 KB page: runs of a page or two ran 1.6x slower). */
 #define SPAN 16384
 #define QMAX 8192
+#define ISTEP 2048 /* pixel-frames a channels-last step blends at once: its inputs stay in L1 */
 /* Software prefetch: the keys' loops read the obs first, plane by plane, each a few KB long
  * and over before a hardware prefetcher ramps up (each restarts at a 4 KB page): they ask for
  * their inputs AHEAD bytes on (20% off the whole step; the blend's rows, reading three
@@ -71,6 +72,8 @@ typedef struct {
     int lo8[3], hi8[3]; /* a colour key's bounds for uint8 values (integers) */
     float lof[3], hif[3]; /* ... for float32 values (exact: the nearest floats inside) */
     int interleaved;   /* obs and out are channels-last: frames and channels per pixel */
+    int fused;         /* uint8 obs, a colour key at alpha 1 and AVX2: `fused_*` do it all */
+    int fused_f32;     /* float32 obs, the same, with FMA: `fused_planar_f32` */
     ssz spans, span;   /* spans per sample, pixels per span */
     ssz lo, hi;        /* this thread's units, a unit being one (sample, span) */
     int bad;           /* 1: an index out of range was met; 2: no memory */
@@ -79,9 +82,9 @@ typedef struct {
 typedef struct {
     uint8_t keep[SPAN], fix[SPAN];
     float weight[SPAN];
-    uint8_t t[3][QMAX];     /* the background's channels by pixel-frame */
-    uint8_t colour[3][QMAX]; /* a key's colours as uint8 */
-    float plane[3][QMAX];   /* a key's float colours, or a map's values (any dtype) */
+    uint8_t t[3][QMAX + 320]; /* the background's channels by pixel-frame */
+    uint8_t colour[3][QMAX + 448]; /* a key's colours as uint8 */
+    float plane[3][QMAX + 80];   /* a key's float colours, or a map's values (any dtype) */
     uint8_t line[4096];     /* a mirrored line of background */
 } Scratch;
 
@@ -229,12 +232,124 @@ static IRowU irow_u8[2];
 
 /* -- layout helpers: values by pixel-frame ------------------------------------------------- */
 
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#define X86 1
+static int avx2; /* the CPU has AVX2: the hand-written byte shuffles below may run */
+/* Three byte streams and their interleave (a0 b0 c0 a1 b1 c1 ...: a pixel's RGB, a pixel's
+ * three frames), 32 of each at a time with AVX2's in-lane byte shuffles: a 16-byte lane of
+ * each source makes 48 interleaved bytes, three lanes; the two lanes' results are put in order
+ * with 128-bit permutes. SHUF[k][s]: where output lane k takes bytes of source s (0x80: none);
+ * ONE[k]: the same for one source repeated three times (a mask per pixel-frame, per value). */
+static uint8_t SHUF[3][3][16], UNSHUF[3][3][16], ONE[3][16];
+static void shuffles(void) {
+    for (int k = 0; k < 3; k++)
+        for (int t = 0; t < 16; t++) {
+            int at = 16 * k + t;
+            for (int s = 0; s < 3; s++) SHUF[k][s][t] = at % 3 == s ? (uint8_t)(at / 3) : 0x80;
+            ONE[k][t] = (uint8_t)(at / 3);
+            for (int s = 0; s < 3; s++) /* source s's byte t lies at 3 t + s of the 48 */
+                UNSHUF[k][s][t] = (3 * t + s) / 16 == k ? (uint8_t)((3 * t + s) % 16) : 0x80;
+        }
+}
+#define LANE(table) _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(table)))
+#define SH(x, table) _mm256_shuffle_epi8(x, LANE(table))
+
+/* dst[3 i + s] = src_s[i]; returns how many i it did (whole 32s). */
+__attribute__((target("avx2"))) static ssz interleave3(uint8_t *dst, const uint8_t *a,
+                                                      const uint8_t *b, const uint8_t *c, ssz n) {
+    ssz i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i x[3] = {_mm256_loadu_si256((const __m256i *)(a + i)),
+                        _mm256_loadu_si256((const __m256i *)(b + i)),
+                        _mm256_loadu_si256((const __m256i *)(c + i))}, v[3];
+        for (int k = 0; k < 3; k++)
+            v[k] = _mm256_or_si256(_mm256_or_si256(SH(x[0], SHUF[k][0]), SH(x[1], SHUF[k][1])),
+                                   SH(x[2], SHUF[k][2]));
+        _mm256_storeu_si256((__m256i *)(dst + 3 * i), _mm256_permute2x128_si256(v[0], v[1], 0x20));
+        _mm256_storeu_si256((__m256i *)(dst + 3 * i + 32), _mm256_permute2x128_si256(v[2], v[0], 0x30));
+        _mm256_storeu_si256((__m256i *)(dst + 3 * i + 64), _mm256_permute2x128_si256(v[1], v[2], 0x31));
+    }
+    return i;
+}
+
+/* a[i], b[i], c[i] = src[3 i], src[3 i + 1], src[3 i + 2]; returns how many i it did. */
+__attribute__((target("avx2"))) static ssz deinterleave3(uint8_t *a, uint8_t *b, uint8_t *c,
+                                                        const uint8_t *src, ssz n) {
+    ssz i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i r0 = _mm256_loadu_si256((const __m256i *)(src + 3 * i));
+        __m256i r1 = _mm256_loadu_si256((const __m256i *)(src + 3 * i + 32));
+        __m256i r2 = _mm256_loadu_si256((const __m256i *)(src + 3 * i + 64));
+        __m256i v[3] = {_mm256_permute2x128_si256(r0, r1, 0x30), /* lanes 0 of 48 and 48' */
+                        _mm256_permute2x128_si256(r0, r2, 0x21),
+                        _mm256_permute2x128_si256(r1, r2, 0x30)};
+        uint8_t *out[3] = {a, b, c};
+        for (int s = 0; s < 3; s++) {
+            __m256i x = _mm256_or_si256(_mm256_or_si256(SH(v[0], UNSHUF[0][s]), SH(v[1], UNSHUF[1][s])),
+                                        SH(v[2], UNSHUF[2][s]));
+            _mm256_storeu_si256((__m256i *)(out[s] + i), x);
+        }
+    }
+    return i;
+}
+
+/* d = obs where the pixel-frame is kept, else its background, for n pixel-frames of 3 uint8
+ * channels (a bool mask at alpha 1: a select, the torch path's `torch.where`). */
+__attribute__((target("avx2"))) static ssz select3(uint8_t *d, const uint8_t *o, const uint8_t *t0,
+                                                  const uint8_t *t1, const uint8_t *t2,
+                                                  const uint8_t *m8, ssz n) {
+    const __m256i zero = _mm256_setzero_si256();
+    ssz i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i x[3] = {_mm256_loadu_si256((const __m256i *)(t0 + i)),
+                        _mm256_loadu_si256((const __m256i *)(t1 + i)),
+                        _mm256_loadu_si256((const __m256i *)(t2 + i))}, v[3], w[3];
+        __m256i keep = _mm256_sub_epi8(zero, _mm256_loadu_si256((const __m256i *)(m8 + i)));
+        for (int k = 0; k < 3; k++) {
+            v[k] = _mm256_or_si256(_mm256_or_si256(SH(x[0], SHUF[k][0]), SH(x[1], SHUF[k][1])),
+                                   SH(x[2], SHUF[k][2]));
+            w[k] = SH(keep, ONE[k]);
+        }
+        __m256i bg[3] = {_mm256_permute2x128_si256(v[0], v[1], 0x20),
+                         _mm256_permute2x128_si256(v[2], v[0], 0x30),
+                         _mm256_permute2x128_si256(v[1], v[2], 0x31)};
+        __m256i mk[3] = {_mm256_permute2x128_si256(w[0], w[1], 0x20),
+                         _mm256_permute2x128_si256(w[2], w[0], 0x30),
+                         _mm256_permute2x128_si256(w[1], w[2], 0x31)};
+        for (int k = 0; k < 3; k++) {
+            __m256i ob = _mm256_loadu_si256((const __m256i *)(o + 3 * i + 32 * k));
+            _mm256_storeu_si256((__m256i *)(d + 3 * i + 32 * k), _mm256_blendv_epi8(bg[k], ob, mk[k]));
+        }
+    }
+    return i;
+}
+#else
+#define X86 0
+static int avx2;
+static void shuffles(void) {}
+static ssz interleave3(uint8_t *d, const uint8_t *a, const uint8_t *b, const uint8_t *c, ssz n) {
+    return 0;
+}
+static ssz deinterleave3(uint8_t *a, uint8_t *b, uint8_t *c, const uint8_t *s, ssz n) { return 0; }
+static ssz select3(uint8_t *d, const uint8_t *o, const uint8_t *t0, const uint8_t *t1,
+                   const uint8_t *t2, const uint8_t *m8, ssz n) {
+    return 0;
+}
+#endif
+
 /* dst[i * k + f] = the K planes' values at i (a frame's planes interleaved by pixel); a
  * constant K is a fixed group of stores, which the compiler vectorises. */
 #define SPREAD(K)                                                                               \
     for (ssz i = 0; i < m; i++)                                                                 \
         for (int f = 0; f < K; f++) dst[i * K + f] = src[f][i]
 WIDE static void spread_u8(uint8_t *restrict dst, const uint8_t *const *src, ssz k, ssz m) {
+    ssz done = k == 3 && avx2 ? interleave3(dst, src[0], src[1], src[2], m) : 0;
+    if (done) {
+        const uint8_t *rest[3] = {src[0] + done, src[1] + done, src[2] + done};
+        spread_u8(dst + 3 * done, rest, k, m - done);
+        return;
+    }
     switch (k) {
     case 2: SPREAD(2); break;
     case 3: SPREAD(3); break;
@@ -259,6 +374,8 @@ WIDE static void spread_u8(uint8_t *restrict dst, const uint8_t *const *src, ssz
             for (ssz f = 0; f < k; f++) ((T *)dst)[i * k + f] = ((const T *)src)[i];            \
     }
 WIDE static void repeat(void *restrict dst, const void *restrict src, ssz size, ssz k, ssz m) {
+    ssz done = size == 1 && k == 3 && avx2 ? interleave3(dst, src, src, src, m) : 0;
+    dst = (char *)dst + 3 * done, src = (const char *)src + done, m -= done;
     if (size == 1) { REPEATS(uint8_t) }
     else if (size == 2) { REPEATS(uint16_t) }
     else if (size == 4) { REPEATS(uint32_t) }
@@ -266,10 +383,16 @@ WIDE static void repeat(void *restrict dst, const void *restrict src, ssz size, 
 }
 
 /* dst[i] = src[i * step] for values of `size` bytes (a strided read made contiguous). */
+#define GATHER(T) for (ssz i = 0; i < m; i++) ((T *)dst)[i] = ((const T *)src)[i * step]
 static void gather(void *restrict dst, const void *restrict src, ssz size, ssz step, ssz m) {
-    const char *s = src;
-    char *d = dst;
-    for (ssz i = 0; i < m; i++) memcpy(d + i * size, s + i * step * size, (size_t)size);
+    if (size == 1)
+        GATHER(uint8_t);
+    else if (size == 2)
+        GATHER(uint16_t);
+    else if (size == 4)
+        GATHER(uint32_t);
+    else
+        GATHER(uint64_t);
 }
 
 /* Three channel planes from values a group of `step` apart (channels-last pixels). */
@@ -281,6 +404,8 @@ static void gather(void *restrict dst, const void *restrict src, ssz size, ssz s
     }
 WIDE static void split_u8(uint8_t *restrict r, uint8_t *restrict g, uint8_t *restrict b,
                           const uint8_t *restrict src, ssz step, ssz m) {
+    ssz done = step == 3 && avx2 ? deinterleave3(r, g, b, src, m) : 0;
+    r += done, g += done, b += done, src += 3 * done, m -= done;
     if (step == 3) { SPLIT(uint8_t, 3) }
     else if (step == 4) { SPLIT(uint8_t, 4) }
     else { SPLIT(uint8_t, step) }
@@ -430,8 +555,7 @@ static ssz green16(const uint8_t *r, const uint8_t *g, const uint8_t *b, const i
 }
 #endif
 
-#if defined(__GNUC__) && defined(__x86_64__)
-#include <immintrin.h>
+#if X86
 #define DMCGB_AVX2 1
 /* DMC-GB's bounds (h 100-185, s 80-255, v 70-255) with AVX2 on 32 pixels at a time, in
  * bytes. For them the rule is: green the largest channel (after red) and 3 (r - b) <= span
@@ -444,48 +568,183 @@ static ssz green16(const uint8_t *r, const uint8_t *g, const uint8_t *b, const i
  * decides. */
 #define SATS(a, b) _mm256_adds_epu8(a, b)
 #define LE(a, b) _mm256_cmpeq_epi8(_mm256_max_epu8(a, b), b) /* unsigned a <= b */
+/* The keep mask (0xff: kept) of 32 colours under DMC-GB's bounds, the rule itself on the
+ * rare ones where rounding decides. */
+__attribute__((target("avx2"), always_inline)) static inline __m256i
+green_vec(__m256i R, __m256i G, __m256i B, const int *k) {
+    const __m256i v70 = _mm256_set1_epi8(70), low4 = _mm256_set1_epi8(15);
+    const __m256i zero = _mm256_setzero_si256(), all = _mm256_set1_epi8(-1);
+    __m256i top = _mm256_max_epu8(_mm256_max_epu8(R, G), B);
+    __m256i span = _mm256_sub_epi8(top, _mm256_min_epu8(_mm256_min_epu8(R, G), B));
+    __m256i rtop = _mm256_cmpeq_epi8(R, top);
+    __m256i gtop = _mm256_andnot_si256(rtop, _mm256_cmpeq_epi8(G, top));
+    __m256i btop = _mm256_andnot_si256(_mm256_or_si256(rtop, gtop), _mm256_cmpeq_epi8(B, top));
+    __m256i u = _mm256_subs_epu8(R, B), u3 = SATS(SATS(u, u), u);
+    __m256i v = _mm256_subs_epu8(G, R), w = _mm256_sub_epi8(span, v);
+    __m256i w2 = SATS(w, w), w4 = SATS(w2, w2), w11 = SATS(SATS(SATS(w4, w4), w2), w);
+    __m256i s3 = SATS(SATS(span, span), span), over = _mm256_subs_epu8(top, s3);
+    __m256i sixteenths = _mm256_and_si256(_mm256_srli_epi16(s3, 4), low4);
+    __m256i hue = _mm256_or_si256(_mm256_and_si256(gtop, LE(u3, span)),
+                                  _mm256_and_si256(btop, LE(w11, v)));
+    __m256i maybe = _mm256_and_si256(_mm256_and_si256(hue, LE(over, sixteenths)), LE(v70, top));
+    __m256i whole = _mm256_cmpeq_epi8(_mm256_and_si256(s3, low4), zero);
+    __m256i bound = _mm256_or_si256(
+        _mm256_or_si256(_mm256_and_si256(gtop, _mm256_cmpeq_epi8(u3, span)),
+                        _mm256_and_si256(btop, _mm256_cmpeq_epi8(w11, v))),
+        _mm256_or_si256(_mm256_and_si256(_mm256_cmpeq_epi8(over, sixteenths), whole),
+                        _mm256_cmpeq_epi8(top, v70)));
+    __m256i keep = _mm256_xor_si256(maybe, all);
+    unsigned rare = (unsigned)_mm256_movemask_epi8(_mm256_and_si256(maybe, bound));
+    if (rare) { /* the rule itself where rounding decides */
+        uint8_t r[32], g[32], b[32], kept[32];
+        _mm256_storeu_si256((__m256i *)r, R), _mm256_storeu_si256((__m256i *)g, G);
+        _mm256_storeu_si256((__m256i *)b, B), _mm256_storeu_si256((__m256i *)kept, keep);
+        for (; rare; rare &= rare - 1) {
+            int at = __builtin_ctz(rare);
+            kept[at] = green_rule(r[at], g[at], b[at], k) ? 0xff : 0;
+        }
+        keep = _mm256_loadu_si256((const __m256i *)kept);
+    }
+    return keep;
+}
+
 __attribute__((target("avx2"))) static ssz green_dmcgb(const uint8_t *r, const uint8_t *g,
                                                       const uint8_t *b, const int *k,
                                                       uint8_t *keep, ssz m) {
-    const __m256i ones = _mm256_set1_epi8(1), v70 = _mm256_set1_epi8(70);
-    const __m256i low4 = _mm256_set1_epi8(15), zero = _mm256_setzero_si256();
+    const __m256i ones = _mm256_set1_epi8(1);
     ssz i = 0;
     for (; i + 32 <= m; i += 32) {
         _mm_prefetch((const char *)(r + i + AHEAD), _MM_HINT_T0);
         _mm_prefetch((const char *)(g + i + AHEAD), _MM_HINT_T0);
         _mm_prefetch((const char *)(b + i + AHEAD), _MM_HINT_T0);
-        __m256i R = _mm256_loadu_si256((const __m256i *)(r + i));
-        __m256i G = _mm256_loadu_si256((const __m256i *)(g + i));
-        __m256i B = _mm256_loadu_si256((const __m256i *)(b + i));
-        __m256i top = _mm256_max_epu8(_mm256_max_epu8(R, G), B);
-        __m256i span = _mm256_sub_epi8(top, _mm256_min_epu8(_mm256_min_epu8(R, G), B));
-        __m256i rtop = _mm256_cmpeq_epi8(R, top);
-        __m256i gtop = _mm256_andnot_si256(rtop, _mm256_cmpeq_epi8(G, top));
-        __m256i btop = _mm256_andnot_si256(_mm256_or_si256(rtop, gtop), _mm256_cmpeq_epi8(B, top));
-        __m256i u = _mm256_subs_epu8(R, B), u3 = SATS(SATS(u, u), u);
-        __m256i v = _mm256_subs_epu8(G, R), w = _mm256_sub_epi8(span, v);
-        __m256i w2 = SATS(w, w), w4 = SATS(w2, w2), w11 = SATS(SATS(SATS(w4, w4), w2), w);
-        __m256i s3 = SATS(SATS(span, span), span), over = _mm256_subs_epu8(top, s3);
-        __m256i sixteenths = _mm256_and_si256(_mm256_srli_epi16(s3, 4), low4);
-        __m256i hue = _mm256_or_si256(_mm256_and_si256(gtop, LE(u3, span)),
-                                      _mm256_and_si256(btop, LE(w11, v)));
-        __m256i maybe = _mm256_and_si256(_mm256_and_si256(hue, LE(over, sixteenths)), LE(v70, top));
-        __m256i whole = _mm256_cmpeq_epi8(_mm256_and_si256(s3, low4), zero);
-        __m256i bound = _mm256_or_si256(
-            _mm256_or_si256(_mm256_and_si256(gtop, _mm256_cmpeq_epi8(u3, span)),
-                            _mm256_and_si256(btop, _mm256_cmpeq_epi8(w11, v))),
-            _mm256_or_si256(_mm256_and_si256(_mm256_cmpeq_epi8(over, sixteenths), whole),
-                            _mm256_cmpeq_epi8(top, v70)));
-        _mm256_storeu_si256((__m256i *)(keep + i), _mm256_andnot_si256(maybe, ones));
-        unsigned rare = (unsigned)_mm256_movemask_epi8(_mm256_and_si256(maybe, bound));
-        for (; rare; rare &= rare - 1) { /* the rule itself where rounding decides */
-            ssz at = i + __builtin_ctz(rare);
-            keep[at] = (uint8_t)green_rule(r[at], g[at], b[at], k);
+        __m256i kept = green_vec(_mm256_loadu_si256((const __m256i *)(r + i)),
+                                 _mm256_loadu_si256((const __m256i *)(g + i)),
+                                 _mm256_loadu_si256((const __m256i *)(b + i)), k);
+        _mm256_storeu_si256((__m256i *)(keep + i), _mm256_and_si256(kept, ones));
+    }
+    return i;
+}
+
+/* The keep mask (0xff: kept) of 32 colours under a colour key: off [lo, hi] in a channel, as
+ * one unsigned compare each: (v - lo) <= hi - lo. */
+__attribute__((target("avx2"), always_inline)) static inline __m256i
+range_vec(__m256i R, __m256i G, __m256i B, const int *lo, const int *hi) {
+    __m256i in = _mm256_and_si256(
+        _mm256_and_si256(LE(_mm256_sub_epi8(R, _mm256_set1_epi8((char)lo[0])), _mm256_set1_epi8((char)(hi[0] - lo[0]))),
+                         LE(_mm256_sub_epi8(G, _mm256_set1_epi8((char)lo[1])), _mm256_set1_epi8((char)(hi[1] - lo[1])))),
+        LE(_mm256_sub_epi8(B, _mm256_set1_epi8((char)lo[2])), _mm256_set1_epi8((char)(hi[2] - lo[2]))));
+    return _mm256_xor_si256(in, _mm256_set1_epi8(-1));
+}
+
+/* The keep mask of a colour key (the green screen or a range) on 32 colours. */
+__attribute__((target("avx2"), always_inline)) static inline __m256i
+key_vec(const Job *j, __m256i R, __m256i G, __m256i B) {
+    return j->p[P_KEY] == KEY_GREEN ? green_vec(R, G, B, j->bounds)
+                                    : range_vec(R, G, B, j->lo8, j->hi8);
+}
+
+/* Fused, channels-first uint8: 32 pixels at a time, the key made from the obs's three planes
+ * and the select made with it, in one loop (no keep row). Returns the pixels it did. */
+__attribute__((target("avx2"))) static ssz fused_planar(const Job *j, uint8_t *const *d,
+                                                       const uint8_t *const *o,
+                                                       const uint8_t *const *b, ssz m) {
+    ssz i = 0;
+    for (; i + 32 <= m; i += 32) {
+        __m256i x[3];
+        for (int c = 0; c < 3; c++) {
+            _mm_prefetch((const char *)(o[c] + i + AHEAD), _MM_HINT_T0);
+            x[c] = _mm256_loadu_si256((const __m256i *)(o[c] + i));
+        }
+        __m256i keep = key_vec(j, x[0], x[1], x[2]);
+        for (int c = 0; c < 3; c++) {
+            __m256i bg = _mm256_loadu_si256((const __m256i *)(b[c] + i));
+            _mm256_storeu_si256((__m256i *)(d[c] + i), _mm256_blendv_epi8(bg, x[c], keep));
         }
     }
     return i;
 }
-static int avx2;
+
+/* 8 float colours as the uint8 they are read as (`colours`): rounded half to even, clamped
+ * to 0..255 (maxps gives its second operand, 0, for a NaN), in the low 8 bytes. */
+__attribute__((target("avx2"), always_inline)) static inline __m256i u8_of(__m256 x) {
+    __m256 r = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r = _mm256_min_ps(_mm256_max_ps(r, _mm256_setzero_ps()), _mm256_set1_ps(255.0f));
+    return _mm256_cvttps_epi32(r);
+}
+
+/* 32 float colours of a plane as 32 bytes, in order. */
+__attribute__((target("avx2"), always_inline)) static inline __m256i bytes_of(const float *x) {
+    __m256i a = u8_of(_mm256_loadu_ps(x)), b = u8_of(_mm256_loadu_ps(x + 8));
+    __m256i c = u8_of(_mm256_loadu_ps(x + 16)), d = u8_of(_mm256_loadu_ps(x + 24));
+    __m256i ab = _mm256_packus_epi32(a, b), cd = _mm256_packus_epi32(c, d); /* per 128 bits */
+    __m256i abcd = _mm256_packus_epi16(ab, cd);
+    return _mm256_permutevar8x32_epi32(abcd, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* Fused, channels-first float32 at alpha 1: the key from the colours the obs round to, then
+ * the torch path's lerp with the keep weight 0 or 1 (`lerp(bg, obs, keep)`: the vector lerp at
+ * w = 0 and 1 is fma(0, obs - bg, bg or obs), kept here op for op). 32 pixels at a time. */
+__attribute__((target("avx2,fma"))) static ssz fused_planar_f32(const Job *j, float *const *d,
+                                                                const float *const *o,
+                                                                const uint8_t *const *b, ssz m) {
+    ssz i = 0;
+    const __m256 zero = _mm256_setzero_ps();
+    for (; i + 32 <= m; i += 32) {
+        for (int c = 0; c < 3; c++) _mm_prefetch((const char *)(o[c] + i) + 4 * AHEAD, _MM_HINT_T0);
+        __m256i keep = key_vec(j, bytes_of(o[0] + i), bytes_of(o[1] + i), bytes_of(o[2] + i));
+        for (int q = 0; q < 4; q++) { /* 8 pixels: their keep bytes widened to lanes */
+            __m256i kq = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)((const char *)&keep + 8 * q)));
+            __m256 mask = _mm256_castsi256_ps(kq);
+            for (int c = 0; c < 3; c++) {
+                __m256 ov = _mm256_loadu_ps(o[c] + i + 8 * q);
+                __m256i b8 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(b[c] + i + 8 * q)));
+                __m256 bv = _mm256_cvtepi32_ps(b8);
+                __m256 base = _mm256_blendv_ps(bv, ov, mask);
+                _mm256_storeu_ps(d[c] + i + 8 * q, _mm256_fmadd_ps(zero, _mm256_sub_ps(ov, bv), base));
+            }
+        }
+    }
+    return i;
+}
+
+/* Fused, channels-last uint8 RGB: 32 pixel-frames (96 bytes) at a time, the obs split into its
+ * channels in registers, the key made, the background's channels (by pixel-frame) interleaved
+ * and the select made. Returns the pixel-frames it did. */
+__attribute__((target("avx2"))) static ssz fused_interleaved(const Job *j, uint8_t *d,
+                                                            const uint8_t *o,
+                                                            const uint8_t *const *t, ssz n) {
+    ssz i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i r0 = _mm256_loadu_si256((const __m256i *)(o + 3 * i));
+        __m256i r1 = _mm256_loadu_si256((const __m256i *)(o + 3 * i + 32));
+        __m256i r2 = _mm256_loadu_si256((const __m256i *)(o + 3 * i + 64));
+        __m256i v[3] = {_mm256_permute2x128_si256(r0, r1, 0x30),
+                        _mm256_permute2x128_si256(r0, r2, 0x21),
+                        _mm256_permute2x128_si256(r1, r2, 0x30)}, x[3], y[3], w[3];
+        for (int c = 0; c < 3; c++)
+            x[c] = _mm256_or_si256(_mm256_or_si256(SH(v[0], UNSHUF[0][c]), SH(v[1], UNSHUF[1][c])),
+                                   SH(v[2], UNSHUF[2][c]));
+        __m256i keep = key_vec(j, x[0], x[1], x[2]);
+        __m256i bgs[3] = {_mm256_loadu_si256((const __m256i *)(t[0] + i)),
+                          _mm256_loadu_si256((const __m256i *)(t[1] + i)),
+                          _mm256_loadu_si256((const __m256i *)(t[2] + i))};
+        for (int k = 0; k < 3; k++) {
+            y[k] = _mm256_or_si256(_mm256_or_si256(SH(bgs[0], SHUF[k][0]), SH(bgs[1], SHUF[k][1])),
+                                   SH(bgs[2], SHUF[k][2]));
+            w[k] = SH(keep, ONE[k]);
+        }
+        __m256i bg[3] = {_mm256_permute2x128_si256(y[0], y[1], 0x20),
+                         _mm256_permute2x128_si256(y[2], y[0], 0x30),
+                         _mm256_permute2x128_si256(y[1], y[2], 0x31)};
+        __m256i mk[3] = {_mm256_permute2x128_si256(w[0], w[1], 0x20),
+                         _mm256_permute2x128_si256(w[2], w[0], 0x30),
+                         _mm256_permute2x128_si256(w[1], w[2], 0x31)};
+        __m256i ob[3] = {r0, r1, r2};
+        for (int k = 0; k < 3; k++)
+            _mm256_storeu_si256((__m256i *)(d + 3 * i + 32 * k), _mm256_blendv_epi8(bg[k], ob[k], mk[k]));
+    }
+    return i;
+}
 #endif
 
 WIDE static void green(const uint8_t *restrict r, const uint8_t *restrict g,
@@ -693,9 +952,17 @@ static const void *by_pixel_frame(const char *at, ssz size, ssz fstep, ssz pstep
         repeat(buf, pstep == 1 ? at : tmp, size, k, m);
         return buf;
     }
-    for (ssz i = 0; i < m; i++)
-        for (ssz f = 0; f < k; f++)
-            memcpy((char *)buf + (i * k + f) * size, at + (i * pstep + f * fstep) * size, (size_t)size);
+#define TWO_D(T)                                                                                \
+    for (ssz i = 0; i < m; i++)                                                                 \
+        for (ssz f = 0; f < k; f++) ((T *)buf)[i * k + f] = ((const T *)at)[i * pstep + f * fstep]
+    if (size == 1)
+        TWO_D(uint8_t);
+    else if (size == 2)
+        TWO_D(uint16_t);
+    else if (size == 4)
+        TWO_D(uint32_t);
+    else
+        TWO_D(uint64_t);
     return buf;
 }
 
@@ -775,15 +1042,30 @@ static void planar_channel(const Job *j, ssz n, ssz f, ssz c, ssz px, ssz m, con
  * cut to a few KB, the key made and used chunk by chunk, ran 1.5x slower). */
 #define CHUNK SPAN
 static int unit_planar(const Job *j, ssz n, ssz p0, ssz len, Scratch *s) {
-    const int64_t *p = j->p;
+    const int64_t *p = j->p, *so = p + P_OBS, *sd = p + P_OUT, *sb = p + P_BG;
     ssz width = p[P_W], step = CHUNK;
     int flip = j->flipped != NULL && j->flipped[n];
+    int fused = (j->fused || j->fused_f32) && !flip && so[3] == 1 && sd[3] == 1 && sb[4] == 1;
     float a = j->alpha[n * p[P_ALPHA_STEP]];
     if (flip) step = width > CHUNK ? width : CHUNK - CHUNK % width;
     for (ssz f = 0; f < p[P_K]; f++) {
         const uint8_t *bg;
         if (frame_of(j, n, f, &bg)) return 1;
-        for (ssz i = 0; i < len; i += step) {
+        ssz done = 0;
+        if (fused) { /* the key and the blend in one loop; the last few pixels below */
+            void *d[3];
+            const void *o[3];
+            const uint8_t *b[3];
+            ssz size = p[P_U8] ? 1 : 4;
+            for (int c = 0; c < 3; c++) {
+                d[c] = (char *)j->out + (n * sd[0] + f * sd[1] + c * sd[2] + p0) * size;
+                o[c] = (const char *)j->obs + (n * so[0] + f * so[1] + c * so[2] + p0) * size;
+                b[c] = bg + c * sb[3] + p0;
+            }
+            done = j->fused ? fused_planar(j, (uint8_t *const *)d, (const uint8_t *const *)o, b, len)
+                            : fused_planar_f32(j, (float *const *)d, (const float *const *)o, b, len);
+        }
+        for (ssz i = done; i < len; i += step) {
             ssz m = len - i < step ? len - i : step, px = p0 + i;
             const void *w = NULL;
             for (ssz c = 0; c < p[P_C]; c++) {
@@ -859,7 +1141,7 @@ static const void *weights_by_pixel_frame(const Job *j, ssz n, ssz px, ssz m, Sc
 /* Channels-last: pixel-frames of C channels, QMAX at a time (whole lines when mirrored). */
 static int unit_interleaved(const Job *j, ssz n, ssz p0, ssz len, Scratch *s) {
     const int64_t *p = j->p, *so = p + P_OBS, *sd = p + P_OUT;
-    ssz k = p[P_K], width = p[P_W], size = p[P_U8] ? 1 : 4, step = QMAX / k;
+    ssz k = p[P_K], width = p[P_W], size = p[P_U8] ? 1 : 4, step = ISTEP / k;
     int flip = j->flipped != NULL && j->flipped[n], four = p[P_C] == 4;
     int kind = p[P_KEY] != KEY_NONE ? KEEP_BOOL : (int)p[P_KEEP], plain = (int)p[P_PLAIN];
     float a = j->alpha[n * p[P_ALPHA_STEP]];
@@ -869,12 +1151,22 @@ static int unit_interleaved(const Job *j, ssz n, ssz p0, ssz len, Scratch *s) {
     if (flip) step -= step % width;
     for (ssz i = 0; i < len; i += step) {
         ssz m = len - i < step ? len - i : step, px = p0 + i;
-        const void *w = weights_by_pixel_frame(j, n, px, m, s);
+        const void *w = j->fused && !four ? NULL : weights_by_pixel_frame(j, n, px, m, s);
         const uint8_t *t[3];
         backgrounds_by_pixel_frame(j, frames, px, m, flip, s, t);
         char *d = (char *)j->out + (n * sd[0] + px * sd[3]) * size;
         const char *o = (const char *)j->obs + (n * so[0] + px * so[3]) * size;
-        if (size == 1)
+        ssz q = m * k, done = 0;
+        if (j->fused && !four) { /* the key and the select in one loop; the last few after */
+            done = fused_interleaved(j, (uint8_t *)d, (const uint8_t *)o, t, q);
+            key_colours(j, o + 3 * done, 1, 3, q - done, s->keep, s);
+            w = s->keep - done;
+        } else if (size == 1 && !four && kind == KEEP_BOOL && plain && avx2) /* a select */
+            done = select3((uint8_t *)d, (const uint8_t *)o, t[0], t[1], t[2], w, q);
+        if (size == 1 && done)
+            irow_u8[0]((uint8_t *)d + 3 * done, (const uint8_t *)o + 3 * done, t[0] + done,
+                       t[1] + done, t[2] + done, (const uint8_t *)w + done, kind, plain, a, q - done);
+        else if (size == 1)
             irow_u8[four]((uint8_t *)d, (const uint8_t *)o, t[0], t[1], t[2], w, kind, plain, a, m * k);
         else
             irow_f32[four]((float *)d, (const float *)o, t[0], t[1], t[2], w, kind, plain, a, m * k);
@@ -1024,6 +1316,11 @@ static void prepare(Job *job) {
             k[7] &= k[8 + 2 * i] * (i < 2 ? 1530 : 255) <= 32767 && k[9 + 2 * i] * 255 <= 32767 &&
                     k[i] >= 0;
     }
+    int dmcgb = p[P_KEY] == KEY_GREEN && v[0] == 100 && v[1] == 185 && v[2] == 80 &&
+                v[3] == 255 && v[4] == 70 && v[5] == 255;
+    int colour_key = p[P_PLAIN] && c == 3 && (dmcgb || p[P_KEY] == KEY_RANGE);
+    job->fused = avx2 && p[P_U8] && colour_key;
+    job->fused_f32 = avx2 && has_fma() && !p[P_U8] && colour_key && p[P_KEY] == KEY_GREEN;
     if (p[P_KEY] == KEY_RANGE) /* lo R, G, B, hi R, G, B */
         for (int i = 0; i < 3; i++) {
             double lo = ceil(v[i]), hi = floor(v[3 + i]);
@@ -1031,6 +1328,7 @@ static void prepare(Job *job) {
             job->hi8[i] = hi < -1 ? -1 : hi > 255 ? 255 : (int)hi;
             job->lof[i] = inside(v[i], 1);
             job->hif[i] = inside(v[3 + i], 0);
+            if (job->lo8[i] > job->hi8[i]) job->fused = 0; /* no value inside: range_u8's */
         }
 }
 
@@ -1099,9 +1397,10 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_lerp", NULL, -1, me
 
 PyMODINIT_FUNC PyInit__lerp(void) {
     int fma = has_fma();
-#ifdef DMCGB_AVX2
+#if X86
     __builtin_cpu_init();
     avx2 = __builtin_cpu_supports("avx2");
+    shuffles();
 #endif
     row_f32 = fma ? row_f32_fma : row_f32_plain;
     row_u8 = fma ? row_u8_fma : row_u8_plain;

@@ -56,7 +56,7 @@ def user_stacklevel() -> int:
     return level
 
 
-_CHECKED_SITES: set[tuple[str, int]] = set()  # lines of user code whose obs range was checked
+_CHECKED_SITES: set[tuple[str, str, int]] = set()  # (function, file, line) of checked calls
 
 
 def warn_if_unit_range_at_site(obs: torch.Tensor) -> None:
@@ -66,10 +66,10 @@ def warn_if_unit_range_at_site(obs: torch.Tensor) -> None:
     (`Overlay`, `Backgrounds`, which check once per object) it checks nothing."""
     if not obs.is_floating_point() or obs.numel() == 0:
         return
-    frame = sys._getframe(2)  # the caller of the free function
+    function, frame = sys._getframe(1).f_code.co_name, sys._getframe(2)  # and its caller
     if frame.f_code.co_filename.startswith(_PACKAGE):
         return
-    site = (frame.f_code.co_filename, frame.f_lineno)
+    site = (function, frame.f_code.co_filename, frame.f_lineno)
     if site not in _CHECKED_SITES:
         _CHECKED_SITES.add(site)
         warn_if_unit_range(obs)
