@@ -173,7 +173,7 @@ class Backgrounds:
             self._episode_host, self._slot = host, slots
             self.base = move_index(pool.base(slots), self.device)
         else:
-            self.base = self._first[clip]
+            self.base = self._first.index_select(0, clip)
         self.episode, self.clip, self.start, self.flipped = episode, clip, start, flipped
 
     # -- the public calls ------------------------------------------------------------------
@@ -209,7 +209,9 @@ class Backgrounds:
         # every environment's draws again: those of the others come out as they were (a pure
         # function of their unchanged episodes), so no select is needed
         self.clip, self.start, self.flipped = self._draw(self._envs, self.episode)
-        self.base = self._first[self.clip]
+        # (index_select, not `[]`: advanced indexing ran on torch's thread pool, and waited
+        # up to a scheduler tick, 4-8 ms, for a worker on a busy machine)
+        self.base = self._first.index_select(0, self.clip)
 
     def _reset_pool(self, pool: ClipPool, mask: torch.Tensor | None) -> None:
         """The pool's reset: which environments reset is read to the host (a sync on CUDA),
@@ -255,7 +257,7 @@ class Backgrounds:
         """`(num_envs, frames)` int64: each environment's frame numbers within its clip, of
         the frames `images()` gives (oldest first)."""
         self._check_open("positions")
-        length = self._length[self.clip]
+        length = self._length.index_select(0, self.clip)
         return positions(self.start, self.played, self._lags, length, self.playback)
 
     def images(self, layout: str = "NCHW") -> torch.Tensor:
