@@ -167,3 +167,47 @@ def test_the_kernel_splits_rows_over_threads_and_refuses_bad_buffers():
     read_only.setflags(write=False)
     with pytest.raises(ValueError, match="read-only"):
         call_kernel(read_only, np.array([0, 1], np.int64))
+
+
+def test_what_the_pass_does_not_walk_goes_to_the_torch_ops(monkeypatch):
+    # over 64 frames: the torch ops (the pass keeps 64 frame pointers a sample)
+    g = torch.Generator().manual_seed(6)
+    obs = torch.rand(2, 3 * 65, 2, 40, generator=g) * 255
+    imgs = torch.randint(0, 256, (2, 3, 2, 40), generator=g, dtype=torch.uint8)
+    mask = torch.rand(2, 65, 2, 40, generator=g) < 0.5
+    assert same_both_ways(monkeypatch, mixshard.composite, obs, imgs, mask, 0.5)
+
+
+def test_wide_mirrored_channels_last_lines_are_blended_whole(tmp_path, monkeypatch):
+    """A flipped environment's lines, channels-last, wider than a step of the interleaved
+    loop holds (1,024 px x 3 frames): the planar loop takes them, mirrored line by line."""
+    pack = clip_pack(tmp_path, [2, 3], size=1024, block_size=2)
+    bg = mixshard.Backgrounds(pack, 2, frames=3, flip=True, seed=0)
+    while not bool(bg.flipped.all()):
+        bg.reset()
+    obs = torch.zeros(2, 1024, 1024, 9, dtype=torch.uint8)
+    keep = torch.zeros(2, 1024, 1024, 3, dtype=torch.bool)
+    got = bg.composite(obs, keep, layout="NHWC")
+    assert torch.equal(got, bg.images(layout="NHWC"))  # all background, mirrored
+    assert same_both_ways(monkeypatch, lambda: bg.composite(obs, keep, 0.5, layout="NHWC"))
+
+
+def test_float_obs_that_are_not_finite_give_the_torch_ops_bytes(monkeypatch):
+    g = torch.Generator().manual_seed(7)
+    imgs = torch.randint(0, 256, (N, 3 * K, H, W), generator=g, dtype=torch.uint8)
+    for layout in ("NCHW", "NHWC"):
+        obs = torch.rand(N, 3 * K, H, W, generator=g) * 255
+        obs.view(-1)[::5] = float("nan")
+        obs.view(-1)[1::7] = float("inf")
+        obs.view(-1)[2::11] = -float("inf")
+        background = imgs
+        if layout == "NHWC":
+            obs, background = obs.permute(0, 2, 3, 1).contiguous(), imgs.permute(0, 2, 3, 1)
+        for key in (mixshard.keys.green_screen(), mixshard.keys.color_key((10, 20, 30), 50)):
+            for alpha in (1.0, 0.5):
+                got = mixshard.composite(obs, background, key, alpha, layout=layout)
+                with monkeypatch.context() as m:
+                    m.setattr(fused, "_lerp", None)
+                    want = mixshard.composite(obs, background, key, alpha, layout=layout)
+                assert torch.equal(got.nan_to_num(1e9), want.nan_to_num(1e9)), (layout, key)
+                assert torch.equal(got.isnan(), want.isnan())

@@ -446,6 +446,22 @@ WIDE static void colours(uint8_t *restrict d, const float *restrict x, ssz m) {
     }
 }
 
+/* The uint8 colours (as `colours` reads them) of m pixels of channels side by side, `step`
+ * apart, into three planes: the split and the rounding in one loop. */
+#define ROUNDED(x) (nearbyintf(x) >= 255.0f ? 255 : nearbyintf(x) > 0.0f ? (uint8_t)nearbyintf(x) : 0)
+#define SPLIT_ROUND(S)                                                                          \
+    for (ssz i = 0; i < m; i++) {                                                               \
+        r[i] = (uint8_t)ROUNDED(src[i * S]);                                                    \
+        g[i] = (uint8_t)ROUNDED(src[i * S + 1]);                                                \
+        b[i] = (uint8_t)ROUNDED(src[i * S + 2]);                                                \
+    }
+WIDE static void split_colours(uint8_t *restrict r, uint8_t *restrict g, uint8_t *restrict b,
+                               const float *restrict src, ssz step, ssz m) {
+    if (step == 3) { SPLIT_ROUND(3) }
+    else if (step == 4) { SPLIT_ROUND(4) }
+    else { SPLIT_ROUND(step) }
+}
+
 /* DMC-GB's green screen on uint8 colours, as `greenscreen._maybe_replaced` states it exactly in
  * integers: keep[i] = 0 where the rule replaces the colour. Off its bounds the float64 rule
  * DMC-GB evaluates agrees with this one (greenscreen.py says why); on a bound (hue, saturation
@@ -901,6 +917,11 @@ static void key_colours(const Job *j, const char *at, ssz cs, ssz ps, ssz m, uin
                         Scratch *s) {
     ssz size = j->p[P_U8] ? 1 : 4;
     const void *r = at, *g = at + cs * size, *b = at + 2 * cs * size;
+    if (ps != 1 && cs == 1 && size == 4 && j->p[P_KEY] == KEY_GREEN) { /* the colours only */
+        split_colours(s->colour[0], s->colour[1], s->colour[2], r, ps, m);
+        green(s->colour[0], s->colour[1], s->colour[2], j->bounds, keep, s->fix, m);
+        return;
+    }
     if (ps != 1 && cs == 1) { /* a pixel's channels side by side: split into planes */
         if (size == 1)
             split_u8(s->colour[0], s->colour[1], s->colour[2], r, ps, m);
@@ -1148,7 +1169,8 @@ static int unit_interleaved(const Job *j, ssz n, ssz p0, ssz len, Scratch *s) {
     const uint8_t *frames[64];
     for (ssz f = 0; f < k; f++)
         if (frame_of(j, n, f, &frames[f])) return 1;
-    if (flip) step -= step % width;
+    if (flip) step -= step % width; /* (prepare keeps width * k <= ISTEP then) */
+    if (step < 1) step = 1;          /* (never a loop that does not move) */
     for (ssz i = 0; i < len; i += step) {
         ssz m = len - i < step ? len - i : step, px = p0 + i;
         const void *w = j->fused && !four ? NULL : weights_by_pixel_frame(j, n, px, m, s);
@@ -1299,7 +1321,8 @@ static void prepare(Job *job) {
     if (job->span < 1) job->span = 1;
     job->spans = (pixels + job->span - 1) / job->span;
     job->interleaved = so[1] == c && so[2] == 1 && so[3] == c * k && sd[1] == c && sd[2] == 1 &&
-                       sd[3] == c * k && p[P_W] * k <= QMAX && (p[P_KEEP_S + 2] == 0 || !p[P_KEEP]);
+                       sd[3] == c * k && (p[P_KEEP_S + 2] == 0 || !p[P_KEEP]) &&
+                       (job->flipped == NULL || p[P_W] * k <= ISTEP); /* whole lines a step */
     const double *v = job->values;
     if (p[P_KEY] == KEY_GREEN) { /* the preset's integer bounds: h, s, v */
         int *k = job->bounds;

@@ -44,6 +44,7 @@ _SLOTS = (
 )
 _AT = {name: _SLOTS.index(name) for name in _SLOTS}
 MAX_LINE = 4096
+MAX_FRAMES = 64  # (the compiled pass's frame pointers a sample)
 
 
 @dataclass(frozen=True)
@@ -101,10 +102,11 @@ def run(
     `obs5` `(N, k, C, H, W)` views (channels from the 4th copied), the keep weights a mask
     `keep5` broadcasting to them, or made by `key`, or none (blend everywhere). At a float alpha
     of 1 with a mask the weight is the mask itself, as in `_masked_lerp`. False (nothing
-    written) where a view's pixels are not one stride apart: the caller runs the torch path."""
+    written) where a view's pixels are not one stride apart or there are over 64 frames: the
+    caller runs the torch path."""
     n, k, c, h, w = obs5.shape
     obs_strides, out_strides = _plane_strides(obs5), _plane_strides(out5)
-    if obs_strides is None or out_strides is None:
+    if obs_strides is None or out_strides is None or k > MAX_FRAMES:
         return False
     keep_buf, keep_strides, kind = _keep(keep5, (n, k, 3, h, w))
     p = np.zeros(len(_SLOTS), np.int64)
