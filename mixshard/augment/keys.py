@@ -128,7 +128,7 @@ class Segmentation(Key):
     id is not one of `ids` (the ids listed are the background's)."""
 
     seg: torch.Tensor
-    ids: torch.Tensor  # int64, on the CPU
+    ids: tuple[int, ...]  # (the builder keeps them on each device once: no copy per call)
     invert: bool = False
     margin: int = 0
 
@@ -146,7 +146,7 @@ class Segmentation(Key):
         if self.margin or self.seg.dtype not in ID_TYPES:
             return None
         source = map_view(self.seg, geom, "seg", per_channel=False)
-        ids = np.unique(self.ids.numpy())  # sorted: the pass searches them
+        ids = np.unique(np.array(self.ids, np.int64))  # sorted: the pass searches them
         return Compiled(IDS, source=source, ids=ids, invert=self.invert)
 
 
@@ -227,7 +227,7 @@ def from_segmentation(
     if (ids is None) == (background is None):
         raise ValueError("from_segmentation: pass the ids to keep or background=, one of the two")
     listed = masks._kept_ids(ids if background is None else background, torch.device("cpu"))
-    return Segmentation(seg, listed, background is not None, _margin(margin))
+    return Segmentation(seg, tuple(listed.tolist()), background is not None, _margin(margin))
 
 
 def from_depth(depth: torch.Tensor, far: float, *, margin: int = 0) -> Key:
