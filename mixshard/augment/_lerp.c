@@ -781,6 +781,21 @@ __attribute__((target("avx2"))) static ssz fused_interleaved(const Job *j, uint8
 }
 #endif
 
+#ifndef DMCGB_AVX2 /* (without AVX2 the fused loops never run: `prepare` leaves them off) */
+static ssz fused_planar(const Job *j, uint8_t *const *d, const uint8_t *const *o,
+                        const uint8_t *const *b, ssz m) {
+    return 0;
+}
+static ssz fused_planar_f32(const Job *j, float *const *d, const float *const *o,
+                            const uint8_t *const *b, ssz m) {
+    return 0;
+}
+static ssz fused_interleaved(const Job *j, uint8_t *d, const uint8_t *o, const uint8_t *const *t,
+                             ssz n) {
+    return 0;
+}
+#endif
+
 WIDE static void green(const uint8_t *restrict r, const uint8_t *restrict g,
                        const uint8_t *restrict b, const int *k, uint8_t *restrict keep,
                        uint8_t *restrict fix, ssz m) {
