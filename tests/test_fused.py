@@ -170,12 +170,18 @@ def test_the_kernel_splits_rows_over_threads_and_refuses_bad_buffers():
 
 
 def test_what_the_pass_does_not_walk_goes_to_the_torch_ops(monkeypatch):
-    # over 64 frames: the torch ops (the pass keeps 64 frame pointers a sample)
+    # over 64 frames, channels-last: the torch ops (the pass keeps 64 frame pointers a sample)
     g = torch.Generator().manual_seed(6)
-    obs = torch.rand(2, 3 * 65, 2, 40, generator=g) * 255
-    imgs = torch.randint(0, 256, (2, 3, 2, 40), generator=g, dtype=torch.uint8)
-    mask = torch.rand(2, 65, 2, 40, generator=g) < 0.5
-    assert same_both_ways(monkeypatch, mixshard.composite, obs, imgs, mask, 0.5)
+    obs = torch.rand(2, 2, 40, 3 * 65, generator=g) * 255
+    imgs = torch.randint(0, 256, (2, 2, 40, 3), generator=g, dtype=torch.uint8)
+    mask = torch.rand(2, 2, 40, 65, generator=g) < 0.5  # (65 frames: the mask says so)
+
+    def nhwc(*args):
+        return mixshard.composite(*args, layout="NHWC")
+
+    assert same_both_ways(monkeypatch, nhwc, obs, imgs, mask, 0.5)
+    kept = mask.repeat_interleave(3, dim=3)
+    assert torch.equal(nhwc(obs, imgs, mask, 1.0)[kept], obs[kept])
 
 
 def test_wide_mirrored_channels_last_lines_are_blended_whole(tmp_path, monkeypatch):
