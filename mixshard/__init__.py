@@ -46,6 +46,7 @@ _LAZY: dict[str, str] = {
 # a real module, so that `import mixshard.masks` and `from mixshard.masks import ...` work too)
 _MODULES: dict[str, str] = {
     "masks": "masks",
+    "keys": "keys",
 }
 
 __all__ = [
@@ -73,9 +74,11 @@ __all__ = [
     "blend",
     "composite",
     "masks",
+    "keys",
 ]
 
 if TYPE_CHECKING:  # what type checkers and IDEs see
+    from . import keys as keys
     from . import masks as masks
     from .augment.backgrounds import Backgrounds
     from .augment.ops import blend

@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from benchlib import OUT, ROOT, call_seconds, machine, table
+from wholestep import step_rows
 
 import mixshard
 from mixshard.augment import fused
@@ -58,7 +59,9 @@ def decode(path: Path, max_frames: int | None = None) -> list:
     return frames
 
 
-def make_clip_pack(videos: list[Path], out: Path, max_frames: int | None = None) -> Path:
+def make_clip_pack(
+    videos: list[Path], out: Path, max_frames: int | None = None, size: int = SIZE
+) -> Path:
     """A clip pack of `videos` (one clip each), made once.
 
     Bench-only scaffolding until `mixshard pack SRC OUT --clips` exists (then this is that
@@ -80,7 +83,7 @@ def make_clip_pack(videos: list[Path], out: Path, max_frames: int | None = None)
             Image.fromarray(frame).save(src / f"v{v:03d}_f{f:05d}.png", compress_level=1)
         clips.append({"name": path.stem, "start": start, "count": len(frames), "fps": 25.0})
         start += len(frames)
-    mixshard.pack(src, out, size=SIZE, shuffle=False, labels="none", overwrite=True)
+    mixshard.pack(src, out, size=size, shuffle=False, labels="none", overwrite=True)
     data = json.loads((out / "index.json").read_text())
     data.update(version=2, classes=[c["name"] for c in clips], clips=clips)
     Manifest.from_dict(data, str(out)).save(out)
@@ -267,34 +270,53 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=15, help="timed calls per median")
     parser.add_argument("--videos", type=Path, default=VIDEOS, help="folder of video clips")
     parser.add_argument("--quick", action="store_true", help="tiny: one short clip, 64 envs")
+    parser.add_argument("--only-step", action="store_true", help="only the whole-step rows")
     args = parser.parse_args()
+    video, packs = prepare(args)
+    command = "python scripts/bench_backgrounds.py" + (" --quick" if args.quick else "")
+    command += " --only-step" if args.only_step else ""
+    print(f"Command: {command}")
+    print(f"Machine: {machine()}; torch {torch.__version__}; {datetime.date.today()}")
+    print(f"Load average at the start: {os.getloadavg()[0]:.2f}")
+    m = mixshard.Manifest.load(packs[SIZE])
+    size = f"{m.total_bytes / 1e6:.1f} MB"
+    print(f"Clip pack: {len(m.clips or ())} clips, {m.count} frames of {m.size} px ({size})")
+    default = torch.get_num_threads()
+    rows = []
+    for threads in sorted({default, 1}, reverse=True):
+        torch.set_num_threads(threads)
+        if not args.only_step:
+            rows += measure(packs[SIZE], video, args)
+        for n, k, side in args.steps_at:
+            rows += step_rows(packs[side], n, k, side, args.runs)
+    torch.set_num_threads(default)
+    print()
+    print(table(["torch threads", "what", "ms per call", "vs baseline", "goal"], rows))
+    print(f"Load average at the end: {os.getloadavg()[0]:.2f}")
+
+
+def prepare(args: argparse.Namespace) -> tuple[Path, dict[int, Path]]:
+    """The video of DMC-GB's row and the clip packs of the whole-step rows, by size; the
+    sizes of the run into args."""
     if args.quick:  # its own short clip: runs anywhere (the test suite)
         args.runs, args.envs, args.reset, args.steps, args.video_runs = 3, 64, 8, 40, 2
+        args.steps_at = [(64, 3, SIZE), (64, 1, 32)]
         video = OUT / "backgrounds-quick.mp4"
         if not video.exists():
             write_synthetic_video(video, 40)
-        pack = make_clip_pack([video], OUT / "backgrounds-clips-quick")
+        videos, name, frames = [video], "backgrounds-clips-quick", None
     else:
         videos = sorted(p for p in args.videos.glob("*.mp4"))
         if not videos:
             sys.exit(f"no .mp4 clips in {args.videos} (pass --videos DIR)")
         args.envs, args.reset, args.steps, args.video_runs = N_ENVS, RESET, EPISODE, 3
-        pack = make_clip_pack(videos, OUT / "backgrounds-clips")
-        video = videos[0]
-    command = "python scripts/bench_backgrounds.py" + (" --quick" if args.quick else "")
-    print(f"Command: {command}")
-    print(f"Machine: {machine()}; torch {torch.__version__}; {datetime.date.today()}")
-    m = mixshard.Manifest.load(pack)
-    size = f"{m.total_bytes / 1e6:.1f} MB"
-    print(f"Clip pack: {len(m.clips or ())} clips, {m.count} frames of {m.size} px ({size})")
-    default = torch.get_num_threads()
-    rows = measure(pack, video, args)
-    if default != 1:
-        torch.set_num_threads(1)
-        rows += measure(pack, video, args)
-        torch.set_num_threads(default)
-    print()
-    print(table(["torch threads", "what", "ms per call", "vs baseline", "goal"], rows))
+        args.steps_at = [(1024, 3, SIZE), (4096, 1, 128)]
+        video, name, frames = videos[0], "backgrounds-clips", None
+    packs = {}
+    for _, _, side in args.steps_at:
+        suffix = "" if side == SIZE else f"-{side}"
+        packs[side] = make_clip_pack(videos, OUT / (name + suffix), frames, size=side)
+    return video, packs
 
 
 def write_synthetic_video(out: Path, frames: int, side: int = 96) -> Path:

@@ -12,7 +12,9 @@
 # cache, the pool and the stream), bench_compat_cuda.txt, prefetch.txt, masks.txt
 # (masks.green_screen + composite at 4,096 environments, issue 39), backgrounds_cuda.txt
 # (Backgrounds at 4,096 environments: composite, step + images and a reset, against
-# obs.clone(), under set_sync_debug_mode("error")).
+# obs.clone(), under set_sync_debug_mode("error")), whole_step_cuda.txt (issue 47: the whole
+# step, a key of mixshard.keys and the composite, at 4,096 x 128 x 128 x 3 channels-last uint8
+# and float32, goal under 250 us, under set_sync_debug_mode("error")).
 #
 # webdataset and braceexpand may be missing where torch is: put their wheels in .whl/ and they
 # are installed into /tmp/site first, e.g.
@@ -102,4 +104,44 @@ finally:
 print(f"obs.clone() of {n} x 9 x 84 x 84 float32: {clone * 1e3:.3f} ms")
 for name, sec in rows.items():
     print(f"Backgrounds {name}: {sec * 1e3:.3f} ms ({sec / clone:.2f}x obs.clone())")
+PY
+python3 - <<'PY' 2>&1 | tee "$OUT/whole_step_cuda.txt"
+# The whole step (issue 47) at 4,096 x 128 x 128 x 3 channels-last on CUDA, each key, every
+# call under set_sync_debug_mode("error"); goal: under 250 us a step on an H200
+import sys, tempfile, time, torch, mixshard
+from pathlib import Path
+sys.path.insert(0, "tests"); sys.path.insert(0, "scripts")
+from helpers import clip_pack
+from wholestep import scene, GREEN, FAR
+from mixshard import keys
+DEV = sys.argv[1] if len(sys.argv) > 1 else "cuda"
+n = int(sys.argv[2]) if len(sys.argv) > 2 else 4096
+pack = clip_pack(Path(tempfile.mkdtemp()), [50] * 20, size=128, block_size=64)
+bg = mixshard.Backgrounds(pack, n, frames=1, playback="loop", device=DEV)
+sync = torch.cuda.synchronize if DEV == "cuda" else (lambda: None)
+def seconds(fn, runs=50):
+    for _ in range(5): fn()
+    sync(); t0 = time.perf_counter()
+    for _ in range(runs): fn()
+    sync(); return (time.perf_counter() - t0) / runs
+for dtype in (torch.uint8, torch.float32):
+    obs, seg, depth = (t.to(DEV) for t in scene(n, 1, 128, "NHWC", dtype))
+    clone = seconds(obs.clone)
+    done = torch.rand(n, device=DEV) < 0.05
+    sources = {"green screen": keys.green_screen(), "colour key": keys.color_key(GREEN, 60),
+               "segmentation ids": keys.from_segmentation(seg, background=[0]),
+               "depth": keys.from_depth(depth, FAR)}
+    bg.composite(obs, sources["green screen"], layout="NHWC")  # (the range check: one sync)
+    if DEV == "cuda": torch.cuda.set_sync_debug_mode("error")
+    try:
+        rows = {name: seconds(lambda key=key: bg.composite(obs, key, layout="NHWC"))
+                for name, key in sources.items()}
+        rows["step + reset of 5%"] = seconds(lambda: (bg.step(), bg.reset(done)))
+    finally:
+        if DEV == "cuda": torch.cuda.set_sync_debug_mode("default")
+    print(f"obs.clone() of {n} x 128 x 128 x 3 {dtype}: {clone * 1e6:.0f} us")
+    for name, sec in rows.items():
+        what = name if name.startswith("step") else f"whole step, {name}"
+        goal = "" if name.startswith("step") else f" (goal < 250 us: {'met' if sec < 250e-6 else 'NOT met'})"
+        print(f"{what}: {sec * 1e6:.0f} us ({sec / clone:.2f}x obs.clone()){goal}")
 PY

@@ -135,5 +135,11 @@ def test_bench_backgrounds_quick(tmp_path):
         "reset of 8 of 64, bool mask",
         "DMC-GB: decode the clip + 40 x F.interpolate, per env",
         "Backgrounds: reset + 40 x (step + images), per env of 64",
+        # the whole step (mask + composite) of issue 47, each source, layout and dtype
+        "whole step, green screen (keys.green_screen), NCHW 64x9x84x84 uint8",
+        "whole step, segmentation ids (keys.from_segmentation), NHWC 64x84x84x9 float32",
+        "whole step, depth (keys.from_depth), NHWC 64x32x32x3 uint8",
+        "mask, then composite: masks.green_screen + composite, NCHW 64x9x84x84 uint8",
+        "step + reset of 3 of 64 (5%), vs clone of 64x32x32x3 uint8",
     ):
         assert f"| {row} |" in out, row

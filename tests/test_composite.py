@@ -97,10 +97,11 @@ def test_mask_errors():
     with pytest.raises(ValueError) as err:
         composite(obs, imgs, torch.ones(4, 2, 5, 6))
     assert str(err.value) == (
-        "mask (4, 2, 5, 6) does not broadcast to obs (4, 9, 5, 6): give (N, 1, H, W) per "
-        "pixel, (N, k, H, W) per frame, (N, 3k, H, W) per channel or (N, k, 1, H, W)"
+        "mask (4, 2, 5, 6) does not broadcast to obs (4, 9, 5, 6): give (N, H, W) or "
+        "(N, 1, H, W) per pixel, (N, k, H, W) per frame, (N, 3k, H, W) per channel or "
+        "(N, k, 1, H, W); here N=4, k=3, H=5, W=6"
     )
-    with pytest.raises(TypeError, match="mask must be a torch.Tensor, got list"):
+    with pytest.raises(TypeError, match="mask must be a torch.Tensor, a mixshard.keys key or None"):
         composite(obs, imgs, [[1.0]])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="alpha must be in"):
         composite(obs, imgs, torch.ones(4, 1, 5, 6), alpha=2.0)

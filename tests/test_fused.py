@@ -109,31 +109,46 @@ def test_it_takes_only_what_it_can():
     obs = torch.rand(2, 3, 4, 4) * 255
     frames = torch.zeros(2, 3, 4, 4, dtype=torch.uint8)
     assert fused.usable(obs, frames, torch.empty_like(obs), None, 0.5)
-    assert not fused.usable(obs.double(), frames, obs.double(), None, 0.5)  # float32 only
+    assert fused.usable(obs.byte(), frames, obs.byte(), None, 0.5)  # uint8 obs too
+    assert not fused.usable(obs.double(), frames, obs.double(), None, 0.5)  # float32, uint8
     assert not fused.usable(obs, frames.float(), obs, None, 0.5)  # uint8 frames only
-    assert not fused.usable(obs, frames, torch.empty(2, 4, 4, 3).permute(0, 3, 1, 2), None, 1.0)
+    assert not fused.usable(obs, frames, obs.byte(), None, 0.5)  # out like obs
     assert not fused.usable(obs.requires_grad_(), frames, obs, None, 0.5)  # autograd: torch's
     with torch.no_grad():
         assert fused.usable(obs, frames, obs, None, 0.5)
     assert not fused.usable(obs.detach(), frames, obs, None, torch.rand(2, requires_grad=True))
     got = mixshard.composite(obs.detach().double(), frames, None, 0.5)  # the torch ops do it
     assert got.dtype == torch.float64 and torch.equal(got, obs.detach().double() * 0.5)
+    # an out laid out otherwise (channels-last memory) is written through its strides
+    out = torch.empty(2, 4, 4, 3).permute(0, 3, 1, 2)
+    mixshard.composite(obs.detach(), frames, None, 0.5, out=out)
+    assert torch.equal(out, obs.detach() * 0.5)
 
 
 def call_kernel(out, index, threads=2, keep=None, kind=0, side=(2, 3)):
+    """`_lerp.composite` itself: 2 samples of one frame, backgrounds from a store of 2 frames
+    by `index`, a bool `keep` of one plane per sample (`kind` 1) or none."""
     h, w = side
     obs = np.full((2, 3, h, w), 10.0, np.float32)
     frames = (np.arange(2 * 3 * h * w) % 251).astype(np.uint8).reshape(2, 3, h, w)
+    p = np.zeros(len(fused._SLOTS), np.int64)
+    plane = h * w
+    fused._put(p, "n", [2, 1, 3, h, w, 0])
+    fused._put(p, "obs", [3 * plane, 3 * plane, plane, 1])
+    fused._put(p, "out", [3 * plane, 3 * plane, plane, 1])
+    fused._put(p, "bg", [3 * plane, 0, 0, plane, 1, 2, kind, plane, 0, 0, 1])
+    fused._put(p, "plain", [1, 0, threads])
     alpha = np.array([1.0], np.float32)
-    fused._lerp.blend_frames(  # type: ignore[union-attr]
-        out, obs, frames, index, None, keep, (6, 0, 0), kind, alpha, 0, 0, 2, 1, h, w, threads
+    fused._lerp.composite(  # type: ignore[union-attr]
+        out, obs, frames, index, None, keep, None, None, None, alpha, p
     )
     return frames
 
 
 def test_the_kernel_splits_rows_over_threads_and_refuses_bad_buffers():
-    # 6 rows of 45,000 values: over 1 MB of output, so split over threads (fewer, as many and
-    # more threads than rows: the same bytes); 6 tiny rows run on one thread whatever is asked
+    assert len(fused._SLOTS) == fused._lerp.PARAMS  # type: ignore[union-attr]
+    # 2 samples of 45,000 pixels: over a quarter million values, so split over threads
+    # (fewer, as many and more threads than units: the same bytes); tiny ones run on one
     for side in ((150, 300), (2, 3)):
         for threads in (0, 1, 4, 6, 100):
             out = np.zeros((2, 3, *side), np.float32)
@@ -152,3 +167,53 @@ def test_the_kernel_splits_rows_over_threads_and_refuses_bad_buffers():
     read_only.setflags(write=False)
     with pytest.raises(ValueError, match="read-only"):
         call_kernel(read_only, np.array([0, 1], np.int64))
+
+
+def test_what_the_pass_does_not_walk_goes_to_the_torch_ops(monkeypatch):
+    # over 64 frames, channels-last: the torch ops (the pass keeps 64 frame pointers a sample)
+    g = torch.Generator().manual_seed(6)
+    obs = torch.rand(2, 2, 40, 3 * 65, generator=g) * 255
+    imgs = torch.randint(0, 256, (2, 2, 40, 3), generator=g, dtype=torch.uint8)
+    mask = torch.rand(2, 2, 40, 65, generator=g) < 0.5  # (65 frames: the mask says so)
+
+    def nhwc(*args):
+        return mixshard.composite(*args, layout="NHWC")
+
+    assert same_both_ways(monkeypatch, nhwc, obs, imgs, mask, 0.5)
+    kept = mask.repeat_interleave(3, dim=3)
+    assert torch.equal(nhwc(obs, imgs, mask, 1.0)[kept], obs[kept])
+
+
+def test_wide_mirrored_channels_last_lines_are_blended_whole(tmp_path, monkeypatch):
+    """A flipped environment's lines, channels-last, wider than a step of the interleaved
+    loop holds (1,024 px x 3 frames): the planar loop takes them, mirrored line by line."""
+    pack = clip_pack(tmp_path, [2, 3], size=1024, block_size=2)
+    bg = mixshard.Backgrounds(pack, 2, frames=3, flip=True, seed=0)
+    while not bool(bg.flipped.all()):
+        bg.reset()
+    obs = torch.zeros(2, 1024, 1024, 9, dtype=torch.uint8)
+    keep = torch.zeros(2, 1024, 1024, 3, dtype=torch.bool)
+    got = bg.composite(obs, keep, layout="NHWC")
+    assert torch.equal(got, bg.images(layout="NHWC"))  # all background, mirrored
+    assert same_both_ways(monkeypatch, lambda: bg.composite(obs, keep, 0.5, layout="NHWC"))
+
+
+def test_float_obs_that_are_not_finite_give_the_torch_ops_bytes(monkeypatch):
+    g = torch.Generator().manual_seed(7)
+    imgs = torch.randint(0, 256, (N, 3 * K, H, W), generator=g, dtype=torch.uint8)
+    for layout in ("NCHW", "NHWC"):
+        obs = torch.rand(N, 3 * K, H, W, generator=g) * 255
+        obs.view(-1)[::5] = float("nan")
+        obs.view(-1)[1::7] = float("inf")
+        obs.view(-1)[2::11] = -float("inf")
+        background = imgs
+        if layout == "NHWC":
+            obs, background = obs.permute(0, 2, 3, 1).contiguous(), imgs.permute(0, 2, 3, 1)
+        for key in (mixshard.keys.green_screen(), mixshard.keys.color_key((10, 20, 30), 50)):
+            for alpha in (1.0, 0.5):
+                got = mixshard.composite(obs, background, key, alpha, layout=layout)
+                with monkeypatch.context() as m:
+                    m.setattr(fused, "_lerp", None)
+                    want = mixshard.composite(obs, background, key, alpha, layout=layout)
+                assert torch.equal(got.nan_to_num(1e9), want.nan_to_num(1e9)), (layout, key)
+                assert torch.equal(got.isnan(), want.isnan())

@@ -38,12 +38,13 @@ from .envargs import (
     check_composite_args,
     check_state,
     env_mask,
-    frame_mask,
 )
-from .inputs import user_stacklevel
+from .inputs import user_stacklevel, warn_if_unit_range
 from .keyed import seed_key
+from .keys import Key
+from .layouts import check_layout
 from .ops import flip, resize
-from .pasting import composite
+from .pasting import paste
 from .playback import draw, draw_clips, positions
 
 
@@ -132,6 +133,7 @@ class Backgrounds:
         self._lags = torch.arange(frames - 1, -1, -1, device=dev) * speed  # oldest first
         self.mode = self._choose(cache, cache_fraction, pool)
         self._warned_sizes: set[tuple[int, int]] = set()
+        self._range_checked = False
         zeros = torch.zeros(num_envs, dtype=torch.int64, device=dev)
         self.episode, self.played = zeros.clone(), zeros.clone()
         self._episode_host = np.zeros(num_envs, np.int64)  # the pool's copy (no syncs)
@@ -183,7 +185,7 @@ class Backgrounds:
             self._episode_host, self._slot = host, slots
             self.base = move_index(pool.base(slots), self.device)
         else:
-            self.base = self._first[clip]
+            self.base = self._first.index_select(0, clip)
         self.episode, self.clip, self.start, self.flipped = episode, clip, start, flipped
 
     # -- the public calls ------------------------------------------------------------------
@@ -219,7 +221,9 @@ class Backgrounds:
         # every environment's draws again: those of the others come out as they were (a pure
         # function of their unchanged episodes), so no select is needed
         self.clip, self.start, self.flipped = self._draw(self._envs, self.episode)
-        self.base = self._first[self.clip]
+        # (index_select, not `[]`: advanced indexing ran on torch's thread pool, and waited
+        # up to a scheduler tick, 4-8 ms, for a worker on a busy machine)
+        self.base = self._first.index_select(0, self.clip)
 
     def _reset_pool(self, pool: ClipPool, mask: torch.Tensor | None) -> None:
         """The pool's reset: which environments reset is read to the host (a sync on CUDA),
@@ -265,14 +269,18 @@ class Backgrounds:
         """`(num_envs, frames)` int64: each environment's frame numbers within its clip, of
         the frames `images()` gives (oldest first)."""
         self._check_open("positions")
-        length = self._length[self.clip]
+        length = self._length.index_select(0, self.clip)
         return positions(self.start, self.played, self._lags, length, self.playback)
 
-    def images(self) -> torch.Tensor:
-        """`(num_envs, 3 * frames, H, W)` uint8: each environment's last `frames` background
-        frames, oldest first (one gather)."""
+    def images(self, layout: str = "NCHW") -> torch.Tensor:
+        """Each environment's last `frames` background frames, oldest first (one gather):
+        `(num_envs, 3 * frames, H, W)` uint8, or with `layout="NHWC"` `(num_envs, H, W, 3 *
+        frames)`, a view of the same gather (channels-first in memory: `.contiguous()` makes
+        it channels-last)."""
         self._check_open("images")
-        return self._gather(self._index())
+        layout = check_layout(layout)
+        imgs = self._gather(self._index())
+        return imgs if layout == "NCHW" else imgs.permute(0, 2, 3, 1)
 
     def _index(self) -> torch.Tensor:
         """`(num_envs, frames)`: where in the frame store `images()` gathers from."""
@@ -280,7 +288,7 @@ class Backgrounds:
 
     def _gather(self, index: torch.Tensor) -> torch.Tensor:
         """The backgrounds at `index` `(num_envs, frames)` of the frame store, flipped where
-        drawn."""
+        drawn: `(num_envs, 3 * frames, H, W)`."""
         s = self.manifest.size
         out = self._frames.index_select(0, index.reshape(-1))
         out = out.view(self.num_envs, 3 * self.frames, s, s)
@@ -289,50 +297,61 @@ class Backgrounds:
     def composite(
         self,
         obs: torch.Tensor,
-        mask: torch.Tensor | None = None,
+        mask: torch.Tensor | Key | None = None,
         alpha: float | torch.Tensor = 1.0,
         *,
+        layout: str = "NCHW",
         out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Each environment's backgrounds behind its observations, in one fused pass
-        (`mixshard.composite` over `images()`).
+        (`mixshard.composite` over `images()`, which takes the same masks with the same errors).
 
         Args:
-            obs: `(num_envs, 3 * frames, H, W)`, float (0..255) or uint8; the dtype comes back.
-                Another size than the pack's is resized on the device (warned once).
-            mask: None (blend everywhere: random overlay with a background per environment),
-                or bool or float `(num_envs, frames or 1, H, W)`: true (1) keeps the
-                observation, false (0) shows the background, fractions blend.
+            obs: `(num_envs, 3 * frames, H, W)` (`layout="NCHW"`) or `(num_envs, H, W, C *
+                frames)` (`"NHWC"`, C = 3 RGB or 4 RGBA, whose alpha comes back unchanged);
+                float (0..255) or uint8: the dtype and layout come back. Another size than the
+                pack's is resized on the device (warned once).
+            mask: None (blend everywhere: random overlay with a background per environment);
+                a keep mask, bool or float: `(num_envs, H, W)`, channels-first `(num_envs,
+                frames or 1, H, W)` (and `composite`'s other shapes), channels-last
+                `(num_envs, H, W, frames or 1)`; true (1) keeps the observation, false (0)
+                shows the background, fractions blend. Or a key (`mixshard.keys`): the mask
+                made in the same pass, from the obs, its segmentation ids or its depth.
             alpha: the backgrounds' weight where they show: a float in [0, 1] or a
                 `(num_envs,)` tensor.
+            layout: `"NCHW"` or `"NHWC"`, of obs, out and the mask.
             out: where to write (shape, dtype and device of obs); `out=obs` works in place,
                 which on a CPU saves reading the output's memory before writing it.
 
         Returns:
-            `lerp(obs, background, alpha * (1 - mask))`, like obs.
+            `lerp(obs, background, alpha * (1 - mask))`, like obs (no permuted copy made).
         """
         self._check_open("composite")
-        n, c, h, w = check_composite_args(obs, self.num_envs, self.frames, self.device, alpha, out)
-        if mask is not None:
-            mask = frame_mask(mask, self.num_envs, self.frames, h, w, self.device)
-        s = self.manifest.size
-        if (h, w) != (s, s) and (h, w) not in self._warned_sizes:
-            self._warned_sizes.add((h, w))
+        geom = check_composite_args(
+            obs, self.num_envs, self.frames, self.device, alpha, out, layout
+        )
+        if not self._range_checked and obs.numel():
+            self._range_checked = True  # (one reduction and host sync, on a first batch)
+            warn_if_unit_range(obs)
+        s, size = self.manifest.size, (geom.h, geom.w)
+        if size != (s, s) and size not in self._warned_sizes:
+            self._warned_sizes.add(size)
             warnings.warn(
-                f"mixshard: pack frames are {s}x{s} but the obs {h}x{w}; resizing on the "
-                f"device at each call (pack with --size {h} to avoid it)",
+                f"mixshard: pack frames are {s}x{s} but the obs {geom.h}x{geom.w}; resizing on "
+                f"the device at each call (pack with --size {geom.h} to avoid it)",
                 stacklevel=user_stacklevel(),
             )
         index = self._index()
-        result = torch.empty_like(obs) if out is None else out
-        if (h, w) == (s, s) and fused.usable(obs, self._frames, result, mask, alpha):
-            flipped = self.flipped if self.flip else None
-            fused.blend_frames(result, obs, self._frames, index, mask, alpha, flipped)
-            return result
-        imgs = self._gather(index)
-        if (h, w) != (s, s):
-            imgs = resize(imgs.view(-1, 3, s, s), (h, w)).view(n, c, h, w)
-        return composite(obs, imgs, mask, alpha, out=result)
+        flipped = self.flipped if self.flip else None
+        backdrop = fused.store(self._frames, index, flipped) if size == (s, s) else None
+
+        def backgrounds() -> torch.Tensor:  # the torch path's (N, k, 3, H, W)
+            imgs = self._gather(index)
+            if size != (s, s):
+                imgs = resize(imgs.view(-1, 3, s, s), size)
+            return imgs.view(geom.n, geom.frames, 3, *size)
+
+        return paste(geom, obs, mask, alpha, out, backdrop, backgrounds)
 
     # -- state -----------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """The arguments `Backgrounds` checks: its constructor's, a state to load, and at each call
 which environments (`None`, a mask of 0/1 or bool, or `index=` numbers, as a bool mask on the
-device), the composite's mask and observations."""
+device) and the composite's observations (its mask: `layouts.keep_view`, as `composite`'s)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import torch
 
 from ..core.checks import check_int, is_number
 from .args import check_cache, check_cache_fraction, check_flag
-from .inputs import check_obs, check_weights
+from .inputs import check_weights
+from .layouts import Geometry, obs_geometry
 from .playback import CLIP_ORDERS, PLAYBACKS
 
 CACHES = ("auto", "device", "pool")  # `Backgrounds(cache=)`
@@ -204,41 +205,20 @@ def _index_mask(index: torch.Tensor, n: int, device: torch.device, what: str) ->
     return mask.index_fill_(0, index.to(device, torch.int64), True)
 
 
-def frame_mask(
-    mask: Any, n: int, frames: int, h: int, w: int, device: torch.device
-) -> torch.Tensor:
-    """A composite mask `(n, frames or 1, H, W)`, bool or float, checked, as `(n, frames or
-    1, 1, H, W)`: the same on the three channels of a frame."""
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"mask must be a torch.Tensor or None, got {type(mask).__name__}")
-    if not (mask.dtype == torch.bool or mask.is_floating_point()):
-        raise ValueError(f"mask must be bool or float, got {mask.dtype}")
-    shape = tuple(mask.shape)
-    if mask.dim() != 4 or shape[0] != n or shape[2:] != (h, w) or shape[1] not in (1, frames):
-        raise ValueError(
-            f"mask must be ({n}, {frames} or 1, {h}, {w}) (num_envs, frames or 1, H, W), "
-            f"got {shape}"
-        )
-    if mask.device != device:
-        raise ValueError(f"mask is on {mask.device} but Backgrounds on {device}")
-    check_weights("mask", mask, bool_ok=True)  # a float mask's values (on a CPU)
-    return mask.unsqueeze(2)
-
-
 def check_composite_args(
-    obs: Any, n: int, frames: int, device: torch.device, alpha: Any, out: Any
-) -> tuple[int, int, int, int]:
-    """`obs.shape` when `obs`, `alpha` and `out` suit `Backgrounds.composite` (`n`
-    environments, `frames` frames, on `device`).
+    obs: Any, n: int, frames: int, device: torch.device, alpha: Any, out: Any, layout: Any
+) -> Geometry:
+    """`obs`'s geometry when `obs`, `alpha` and `out` suit `Backgrounds.composite` (`n`
+    environments, `frames` frames, on `device`, in `layout`).
 
     Raises:
         TypeError, ValueError: the first that does not, with the fix.
     """
-    check_obs(obs)
-    batch, c, h, w = obs.shape
-    if batch != n:
-        raise ValueError(f"obs hold {batch} environments, Backgrounds has num_envs={n}")
-    if c != 3 * frames:
+    geom = obs_geometry(obs, layout, frames=frames)
+    if geom.n != n:
+        raise ValueError(f"obs hold {geom.n} environments, Backgrounds has num_envs={n}")
+    if geom.frames != frames:  # (channels-first: 3 channels a frame)
+        c = 3 * geom.frames
         raise ValueError(
             f"obs have {c} channels ({c // 3} stacked frames) but Backgrounds has "
             f"frames={frames} ({3 * frames} channels): pass frames={c // 3}"
@@ -262,7 +242,10 @@ def check_composite_args(
     elif not 0 <= alpha <= 1:
         raise ValueError(f"alpha must be in [0, 1], got {alpha!r}")
     if out is not None and (
-        out.shape != obs.shape or out.dtype != obs.dtype or out.device != obs.device
+        not isinstance(out, torch.Tensor)
+        or out.shape != obs.shape
+        or out.dtype != obs.dtype
+        or out.device != obs.device
     ):
         raise ValueError("out must have the shape, dtype and device of obs")
-    return batch, c, h, w
+    return geom

@@ -56,6 +56,25 @@ def user_stacklevel() -> int:
     return level
 
 
+_CHECKED_SITES: set[tuple[str, str, int]] = set()  # (function, file, line) of checked calls
+
+
+def warn_if_unit_range_at_site(obs: torch.Tensor) -> None:
+    """`warn_if_unit_range` for a free function (`composite`, `blend`): once per line of the
+    user's code that calls it, so its reduction and host sync are paid on a first batch, not
+    on every call, and each place that passes 0..1 obs is named. Called by mixshard itself
+    (`Overlay`, `Backgrounds`, which check once per object) it checks nothing."""
+    if not obs.is_floating_point() or obs.numel() == 0:
+        return
+    function, frame = sys._getframe(1).f_code.co_name, sys._getframe(2)  # and its caller
+    if frame.f_code.co_filename.startswith(_PACKAGE):
+        return
+    site = (function, frame.f_code.co_filename, frame.f_lineno)
+    if site not in _CHECKED_SITES:
+        _CHECKED_SITES.add(site)
+        warn_if_unit_range(obs)
+
+
 def warn_if_unit_range(obs: torch.Tensor) -> None:
     """Warn when float `obs` lie within 0..1 (and are not all 0): the overlay takes 0..255, as
     the reference does.
@@ -68,7 +87,7 @@ def warn_if_unit_range(obs: torch.Tensor) -> None:
     if bool((lo >= 0) & (hi > 0) & (hi <= 1)):  # all black says nothing of the range
         warnings.warn(
             f"mixshard: the observations lie within 0..1 (min {float(lo):.3g}, max "
-            f"{float(hi):.3g}) but the overlay takes float 0..255, as the reference "
+            f"{float(hi):.3g}) but mixshard takes float 0..255, as the reference "
             f"random_overlay does: multiply them by 255, or the backgrounds dominate",
             stacklevel=user_stacklevel(),
         )

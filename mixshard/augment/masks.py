@@ -32,7 +32,6 @@ import torch.nn.functional as F
 
 from .chroma import chroma_composite, chroma_key
 from .greenscreen import PRESETS, keep_table
-from .inputs import check_weights
 from .maskargs import channel_shape, constant, grow, is_finite, rgb_frames
 from .pixelmaps import from_depth, from_segmentation
 
@@ -47,29 +46,6 @@ __all__ = [
     "hsv_above",
     "salient_patches",
 ]
-
-
-def broadcast_mask(
-    mask: object, n: int, k: int, h: int, w: int, device: torch.device
-) -> torch.Tensor:
-    """`mask` (for `composite`) as a view that broadcasts against `(N, k, 3, H, W)`, checked:
-    `(N, 1, H, W)` per pixel, `(N, 3k, H, W)` per channel or any 5-D shape that broadcasts."""
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
-    if mask.device != device:
-        raise ValueError(f"obs is on {device} but mask on {mask.device}")
-    check_weights("mask", mask, bool_ok=True)
-    shape = tuple(mask.shape)
-    if mask.dim() == 4 and shape[1] in (1, k, 3 * k):
-        # per pixel, per frame and pixel (what the builders below return), per channel
-        frames, chans = (shape[1], 1) if shape[1] in (1, k) else (k, 3)
-        mask = mask.reshape(shape[0], frames, chans, shape[2], shape[3])
-    if mask.dim() != 5 or any(m not in (1, s) for m, s in zip(mask.shape, (n, k, 3, h, w))):
-        raise ValueError(
-            f"mask {shape} does not broadcast to obs {(n, 3 * k, h, w)}: give (N, 1, H, W) per "
-            f"pixel, (N, k, H, W) per frame, (N, 3k, H, W) per channel or (N, k, 1, H, W)"
-        )
-    return mask
 
 
 def hsv_above(obs: torch.Tensor, thresholds: torch.Tensor) -> torch.Tensor:

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from ..core.checks import is_number
 from ..core.crops import fallback_window
 from . import fused
-from .inputs import check_weights
+from .inputs import check_weights, warn_if_unit_range_at_site
 
 _UINT8_CHUNK_BYTES = 8 << 20  # float scratch per chunk of the uint8 blend path
 
@@ -44,6 +44,14 @@ def check_blend_args(obs: torch.Tensor, imgs: torch.Tensor, alpha, out: torch.Te
         raise ValueError(f"obs must be float (0..255) or uint8, got {obs.dtype}")
     if not (imgs.dtype == torch.uint8 or imgs.is_floating_point()):
         raise ValueError(f"imgs must be uint8 (or float 0..255), got {imgs.dtype}")
+    check_alpha_out(alpha, out, obs)
+    return c // 3
+
+
+def check_alpha_out(alpha, out: torch.Tensor | None, obs: torch.Tensor) -> None:
+    """A blend's alpha (a float in [0, 1] or an `(N,)` float tensor) and `out` (obs's shape,
+    dtype and device), checked against obs."""
+    n = obs.shape[0]
     if isinstance(alpha, torch.Tensor):
         if alpha.dim() > 1 or (alpha.dim() == 1 and alpha.shape[0] != n):
             raise ValueError(f"alpha must be a float or an (N,) tensor, got {tuple(alpha.shape)}")
@@ -58,10 +66,12 @@ def check_blend_args(obs: torch.Tensor, imgs: torch.Tensor, alpha, out: torch.Te
     elif not 0.0 <= float(alpha) <= 1.0:
         raise ValueError(f"alpha must be in [0, 1], got {alpha}")
     if out is not None and (
-        out.shape != obs.shape or out.dtype != obs.dtype or out.device != obs.device
+        not isinstance(out, torch.Tensor)
+        or out.shape != obs.shape
+        or out.dtype != obs.dtype
+        or out.device != obs.device
     ):
         raise ValueError("out must have the shape, dtype and device of obs")
-    return c // 3
 
 
 def frames_of(imgs: torch.Tensor, n: int, h: int, w: int) -> torch.Tensor:
@@ -108,17 +118,25 @@ def blend(
     backgrounds in the obs dtype, is staged in the output (a call allocates just the output).
     """
     k = check_blend_args(obs, imgs, alpha, out)
-    if obs.dtype == torch.uint8:
-        return _blend_uint8(obs, imgs, alpha, out, k)
-    if torch.is_grad_enabled() and (obs.requires_grad or imgs.requires_grad or _needs_grad(alpha)):
+    warn_if_unit_range_at_site(obs)
+    grad = torch.is_grad_enabled() and (
+        obs.requires_grad or imgs.requires_grad or _needs_grad(alpha)
+    )
+    if grad and obs.dtype != torch.uint8:
         if out is not None:
             raise ValueError("out= cannot be used when obs, imgs or alpha require grad")
         return _blend_autograd(obs, imgs, alpha, k)
     result = torch.empty_like(obs) if out is None else out
     if fused.usable(obs, imgs, result, alpha):  # a CPU's one pass
-        fused.blend_images(result, obs, imgs, None, alpha)
-    else:
-        _blend_one_pass(obs, imgs, alpha, result, k)
+        backdrop = fused.images(imgs.unflatten(1, (-1, 3)), obs.shape[0], k)
+        five = (1, (k, 3))
+        if backdrop and fused.run(
+            result.unflatten(*five), obs.unflatten(*five), backdrop, None, None, alpha
+        ):
+            return result
+    if obs.dtype == torch.uint8:
+        return _blend_uint8(obs, imgs, alpha, result, k)
+    _blend_one_pass(obs, imgs, alpha, result, k)
     return result
 
 
