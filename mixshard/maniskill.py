@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from .augment import masks
 from .augment.backgrounds import Backgrounds
 
 __all__ = ["ManiSkillBackgrounds"]
@@ -286,17 +287,13 @@ def _ids_of(x: Any) -> torch.Tensor:
 
 def _keep_mask(seg: torch.Tensor, ids: torch.Tensor, replaced: bool) -> torch.Tensor:
     """`(N, H, W, 1)` bool: true where the observation stays."""
-    # until layout="NHWC": masks.from_segmentation(seg, ids / background=ids, layout="NHWC")
-    hit = torch.isin(seg, ids)
-    return ~hit if replaced else hit
+    if replaced:
+        return masks.from_segmentation(seg, background=ids, layout="NHWC")
+    return masks.from_segmentation(seg, ids, layout="NHWC")
 
 
 def _composite_nhwc(
     bg: Backgrounds, rgb: torch.Tensor, keep: torch.Tensor, alpha: float | torch.Tensor
 ) -> torch.Tensor:
     """`bg.composite` on channels-last rgb `(N, H, W, 3)` and keep `(N, H, W, 1)`."""
-    # until layout="NHWC": bg.composite(rgb, keep, alpha, layout="NHWC")
-    out = torch.empty_like(rgb)
-    nchw = (0, 3, 1, 2)  # views: the NCHW composite writes straight into the NHWC result
-    bg.composite(rgb.permute(nchw), keep.permute(nchw), alpha, out=out.permute(nchw))
-    return out
+    return bg.composite(rgb, keep, alpha, layout="NHWC")

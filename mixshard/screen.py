@@ -23,9 +23,14 @@ import torch
 from .augment.backgrounds import Backgrounds
 
 Mask = Callable[[Any, dict[str, Any]], Any]
-_BUILDERS = ("mixshard.augment.masks", "mixshard.masks")  # where `mixshard.masks` builders live
+# where `mixshard.masks` builders live
+_BUILDERS = (
+    "mixshard.augment.masks",
+    "mixshard.augment.pixelmaps",
+    "mixshard.augment.chroma",
+    "mixshard.masks",
+)
 # Backgrounds.composite with channels-last observations (issue 47 §1), where it is there
-_NHWC = "layout" in inspect.signature(Backgrounds.composite).parameters
 
 
 class Screen:
@@ -119,13 +124,7 @@ def _composite_nhwc(
 ) -> torch.Tensor:
     """`bg.composite` of channels-last images `(N, H, W, 3)` behind keep masks `(N, H, W, 1)`,
     channels-last back."""
-    if _NHWC:
-        return bg.composite(obs, keep, alpha, layout="NHWC")  # type: ignore[call-arg]
-    # until layout="NHWC": Backgrounds.composite takes (N, 3, H, W), so views of that shape go
-    # in (no copy), and the result, channels-last in memory as empty_like keeps the strides,
-    # comes back as a view
-    nchw = None if keep is None else keep.permute(0, 3, 1, 2)
-    return bg.composite(obs.permute(0, 3, 1, 2), nchw, alpha).permute(0, 2, 3, 1)
+    return bg.composite(obs, keep, alpha, layout="NHWC")
 
 
 def _is_builder(mask: Any) -> bool:

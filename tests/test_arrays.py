@@ -11,9 +11,9 @@ from mixshard.augment.arrays import as_torch, kind_of, same_kind
 from mixshard.augment.masks import from_segmentation
 from mixshard.augment.pasting import composite
 
-# the entry points as they will be wired: one decorator line each
-composite_any = same_kind("obs", "imgs", "mask", "out")(composite)
-segmentation_any = same_kind("seg")(from_segmentation)
+# the public entry points, each wired with one decorator line
+composite_any = composite
+segmentation_any = from_segmentation
 
 
 def scene(n=2, h=4, w=5):
@@ -43,7 +43,7 @@ def test_numpy_in_numpy_out_sharing_memory():
     assert isinstance(t, torch.Tensor) and t.data_ptr() == obs.ctypes.data
     assert back(t).ctypes.data == obs.ctypes.data
     keep = segmentation_any(seg, [7])
-    assert isinstance(keep, np.ndarray) and keep.shape == (2, 1, 4, 5)
+    assert isinstance(keep, np.ndarray) and keep.shape == (2, 4, 5)
     out = np.empty_like(obs)
     got = composite_any(obs, img, keep, out=out)
     assert isinstance(got, np.ndarray) and np.shares_memory(got, out)
@@ -102,7 +102,7 @@ def test_jax_arrays_go_through_zero_copy_and_come_back_as_jax():
     assert isinstance(y, jax.Array) and y.unsafe_buffer_pointer() == t.data_ptr()
     assert y.devices() == x.devices()
     keep = segmentation_any(jnp.asarray(seg), [7])
-    assert isinstance(keep, jax.Array) and keep.dtype == jnp.bool_ and keep.shape == (2, 1, 4, 5)
+    assert isinstance(keep, jax.Array) and keep.dtype == jnp.bool_ and keep.shape == (2, 4, 5)
     got = composite_any(x, jnp.asarray(img), keep)
     assert isinstance(got, jax.Array)
     np.testing.assert_array_equal(np.asarray(got), expected(obs, img, seg))
@@ -143,3 +143,26 @@ def test_warp_arrays_keep_their_vector_dtype():
     np.testing.assert_array_equal(keep.numpy(), (seg != 0)[:, None])
     mask = segmentation_any(wp.array(seg.astype(np.int32), device="cpu"), [7])
     assert isinstance(mask, wp.array) and mask.shape == (2, 1, 4, 5)
+
+
+def test_the_public_entry_points_take_numpy_and_give_numpy(tmp_path):
+    """`composite`, the mask builders, the keys and `Backgrounds.composite` as they are
+    exported: numpy in (a gymnasium vector env's observations), numpy out."""
+    from helpers import clip_pack
+
+    import mixshard
+
+    obs, img, seg = scene()
+    keep = mixshard.masks.from_segmentation(seg, background=0)
+    assert isinstance(keep, np.ndarray) and keep.shape == (2, 4, 5)
+    got = mixshard.composite(obs, img, keep)
+    assert isinstance(got, np.ndarray)
+    np.testing.assert_array_equal(got, expected(obs, img, seg))
+    np.testing.assert_array_equal(
+        mixshard.composite(obs, img, mixshard.keys.from_segmentation(seg, background=0)), got
+    )
+    bg = mixshard.Backgrounds(clip_pack(tmp_path, [2, 3], size=5), 2, frames=1)
+    nhwc = np.zeros((2, 5, 5, 3), np.uint8)  # channels-last, as a simulator renders
+    out = bg.composite(nhwc, np.zeros((2, 5, 5), bool), layout="NHWC")  # all background
+    assert isinstance(out, np.ndarray) and out.shape == (2, 5, 5, 3)
+    np.testing.assert_array_equal(out, bg.images(layout="NHWC").numpy())

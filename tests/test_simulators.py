@@ -8,7 +8,6 @@ pixel: the kept pixels are the render's, the others the environment's own backgr
 
 from __future__ import annotations
 
-import inspect
 import math
 import os
 
@@ -19,16 +18,6 @@ from helpers import clip_pack
 
 import mixshard
 from mixshard import masks
-
-
-def _merged() -> bool:
-    """Whether `layout="NHWC"` and `masks.from_depth` (issue 47, §1 and §2) are in."""
-    composite = inspect.signature(mixshard.Backgrounds.composite).parameters
-    return "layout" in composite and hasattr(masks, "from_depth")
-
-
-# (removed at the merge that brings them: the lines below are the docs', in the final API)
-pytestmark = pytest.mark.skipif(not _merged(), reason="until layout= and from_depth are merged")
 
 XML = """<mujoco><worldbody><light pos="0 0 3" dir="0 0 -1"/>
 <camera name="cam" pos="0 -1.6 1.1" xyaxes="1 0 0 0 0.57 0.82"/>

@@ -914,15 +914,16 @@ WIDE static void ids_keep(const void *src, int type, const int64_t *ids, ssz cou
         for (ssz i = 0; i < m; i++) keep[i] ^= 1;
 }
 
-/* Depth: keep where finite, not 0 (no hit) and nearer than far, compared in the depth's own
- * precision (torch compares a float32 tensor with a Python float as float32). */
+/* Depth: keep where above 0 (0 or less: no hit) and nearer than far (NaN and inf fail one of
+ * the two), as masks.from_depth; compared in the depth's own precision (torch compares a
+ * float32 tensor with a Python float as float32). */
 #if VECTORS
 #define DEPTHS(T, V, U, LANES)                                                                  \
     for (; i + LANES <= m; i += LANES) {                                                        \
         V v, f = {0};                                                                           \
         memcpy(&v, x + i, sizeof v);                                                            \
         f += far_t;                                                                             \
-        U k = __builtin_convertvector((v < f) & (v != 0) & (v > -INFINITY) & 1, U);            \
+        U k = __builtin_convertvector((v > 0) & (v < f) & 1, U);                              \
         memcpy(keep + i, &k, LANES);                                                            \
     }
 #else
@@ -935,12 +936,12 @@ WIDE static void depth_keep(const void *src, int type, double far, uint8_t *rest
         const float *x = src;
         float far_t = (float)far;
         DEPTHS(float, f32x8, u8x8, 8)
-        for (; i < m; i++) keep[i] = (uint8_t)((x[i] < far_t) & (x[i] != 0.0f) & (x[i] > -INFINITY));
+        for (; i < m; i++) keep[i] = (uint8_t)((x[i] > 0.0f) & (x[i] < far_t));
     } else {
         const double *x = src;
         double far_t = far;
         DEPTHS(double, f64x4, u8x4, 4)
-        for (; i < m; i++) keep[i] = (uint8_t)((x[i] < far_t) & (x[i] != 0.0) & (x[i] > -INFINITY));
+        for (; i < m; i++) keep[i] = (uint8_t)((x[i] > 0.0) & (x[i] < far_t));
     }
 }
 

@@ -30,6 +30,7 @@ import torch
 from ..core.device import canonical, free_memory, move_index
 from ..reading.source import Source, resolve_source
 from . import fused
+from .arrays import same_kind
 from .caches import read_pack_to
 from .clippool import ClipPool, pool_slots
 from .envargs import (
@@ -294,6 +295,7 @@ class Backgrounds:
         out = out.view(self.num_envs, 3 * self.frames, s, s)
         return flip(out, self.flipped) if self.flip else out
 
+    @same_kind("obs", "mask", "out")
     def composite(
         self,
         obs: torch.Tensor,

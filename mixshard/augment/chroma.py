@@ -19,11 +19,13 @@ from typing import cast
 
 import torch
 
+from .arrays import same_kind
 from .maskargs import constant, grow, is_finite, rgb_frames
 
 Tol = float | torch.Tensor
 
 
+@same_kind("obs")
 def chroma_key(
     obs: torch.Tensor,
     key: str | tuple[float, float, float] | torch.Tensor,
@@ -60,6 +62,7 @@ def chroma_key(
     return grow(keep, margin, layout)
 
 
+@same_kind("obs", "imgs")
 def chroma_composite(
     obs: torch.Tensor,
     imgs: torch.Tensor,

@@ -57,6 +57,7 @@ def user_stacklevel() -> int:
 
 
 _CHECKED_SITES: set[tuple[str, str, int]] = set()  # (function, file, line) of checked calls
+_ARRAYS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "arrays.py")
 
 
 def warn_if_unit_range_at_site(obs: torch.Tensor) -> None:
@@ -67,6 +68,8 @@ def warn_if_unit_range_at_site(obs: torch.Tensor) -> None:
     if not obs.is_floating_point() or obs.numel() == 0:
         return
     function, frame = sys._getframe(1).f_code.co_name, sys._getframe(2)  # and its caller
+    while frame.f_back is not None and frame.f_code.co_filename == _ARRAYS:
+        frame = frame.f_back  # (`arrays.same_kind`'s wrapper is the function itself)
     if frame.f_code.co_filename.startswith(_PACKAGE):
         return
     site = (function, frame.f_code.co_filename, frame.f_lineno)

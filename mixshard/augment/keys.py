@@ -15,7 +15,6 @@ The segmentation or depth map lies in the obs's layout: `(N, H, W)`, or `(N, k, 
 
 from __future__ import annotations
 
-import math
 import numbers
 from dataclasses import dataclass
 from typing import Any
@@ -24,8 +23,11 @@ import numpy as np
 import torch
 
 from . import masks
+from .arrays import same_kind
 from .greenscreen import PRESETS
 from .layouts import Geometry, map_view, obs_geometry
+from .maskargs import is_finite
+from .pixelmaps import id_values
 
 GREEN, RANGE, IDS, DEPTH = 1, 2, 3, 4  # the compiled pass's key kinds (`_lerp.c`)
 ID_TYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
@@ -137,10 +139,11 @@ class Segmentation(Key):
 
     def keep5(self, obs: torch.Tensor, geom: Geometry) -> torch.Tensor:
         seg = map_view(self.seg, geom, "seg", per_channel=False)[:, :, 0]
-        if not self.invert:
-            return masks.from_segmentation(seg, self.ids, margin=self.margin).unsqueeze(2)
-        keep = ~masks.from_segmentation(seg, self.ids)
-        return masks.grow(keep, self.margin).unsqueeze(2)
+        if self.invert:
+            keep = masks.from_segmentation(seg, background=self.ids, margin=self.margin)
+        else:
+            keep = masks.from_segmentation(seg, self.ids, margin=self.margin)
+        return keep.unsqueeze(2)
 
     def compiled(self, geom: Geometry) -> Compiled | None:
         if self.margin or self.seg.dtype not in ID_TYPES:
@@ -152,9 +155,8 @@ class Segmentation(Key):
 
 @dataclass(frozen=True, eq=False)
 class Depth(Key):
-    """Keep where the depth is finite, not 0 (no hit) and nearer than `far` (issue 47's
-    `masks.from_depth` rule: the background shows at `far` and beyond, where nothing was hit,
-    and where the depth is not finite)."""
+    """Keep where `masks.from_depth` keeps: the depth is above 0 (no hit is 0) and nearer than
+    `far` (NaN and inf are background)."""
 
     depth: torch.Tensor
     far: float
@@ -164,9 +166,8 @@ class Depth(Key):
         _check_map("depth", self.depth, geom, device)
 
     def keep5(self, obs: torch.Tensor, geom: Geometry) -> torch.Tensor:
-        d = map_view(self.depth, geom, "depth", per_channel=False)
-        keep = (d < self.far) & (d != 0) & d.isfinite()
-        return masks.grow(keep[:, :, 0], self.margin).unsqueeze(2) if self.margin else keep
+        d = map_view(self.depth, geom, "depth", per_channel=False)[:, :, 0]
+        return masks.from_depth(d, self.far, margin=self.margin).unsqueeze(2)
 
     def compiled(self, geom: Geometry) -> Compiled | None:
         if self.margin or self.depth.dtype not in DEPTH_TYPES:
@@ -199,13 +200,14 @@ def color_key(rgb: Any, tol: float = 0, *, margin: int = 0) -> Key:
     """A chroma key, `masks.color_key(obs, rgb, tol, margin=margin)`, made in the composite's
     pass: false where every channel lies within `tol` of `rgb`."""
     key = tuple(rgb) if isinstance(rgb, (tuple, list)) else ()
-    if len(key) != 3 or not all(masks._is_finite(c) for c in key):
+    if len(key) != 3 or not all(is_finite(c) for c in key):
         raise ValueError(f"rgb must be three finite numbers (R, G, B) on 0..255, got {rgb!r}")
-    if not masks._is_finite(tol) or tol < 0:
+    if not is_finite(tol) or tol < 0:
         raise ValueError(f"tol must be a finite number >= 0, got {tol!r}")
     return ColorKey(tuple(float(c) for c in key), float(tol), _margin(margin))
 
 
+@same_kind("seg")
 def from_segmentation(
     seg: torch.Tensor, ids: Any = None, *, background: Any = None, margin: int = 0
 ) -> Key:
@@ -226,13 +228,18 @@ def from_segmentation(
         raise TypeError(f"seg must hold integer ids, got {seg.dtype}")
     if (ids is None) == (background is None):
         raise ValueError("from_segmentation: pass the ids to keep or background=, one of the two")
-    listed = masks._kept_ids(ids if background is None else background, torch.device("cpu"))
-    return Segmentation(seg, tuple(listed.tolist()), background is not None, _margin(margin))
+    listed = id_values(
+        "ids" if background is None else "background", ids if background is None else background
+    )
+    if isinstance(listed, torch.Tensor):  # ids on an accelerator: read once, here
+        listed = tuple(listed.tolist())
+    return Segmentation(seg, listed, background is not None, _margin(margin))
 
 
+@same_kind("depth")
 def from_depth(depth: torch.Tensor, far: float, *, margin: int = 0) -> Key:
-    """Keep where the depth is nearer than `far`, finite and not 0 (0 is no hit): the
-    background shows at `far` and beyond, made in the composite's pass.
+    """Keep where `masks.from_depth` keeps (above 0, nearer than `far`; NaN, inf and 0, no
+    hit, are background), made in the composite's pass.
 
     Args:
         depth: float depths in the obs's layout (see the module's note).
@@ -243,10 +250,8 @@ def from_depth(depth: torch.Tensor, far: float, *, margin: int = 0) -> Key:
     if not isinstance(depth, torch.Tensor) or not depth.is_floating_point():
         what = depth.dtype if isinstance(depth, torch.Tensor) else type(depth).__name__
         raise TypeError(f"depth must be a float torch.Tensor, got {what}")
-    if not isinstance(far, numbers.Real) or isinstance(far, bool) or math.isnan(float(far)):
-        raise ValueError(
-            f"far must be a number (the depth where the background starts), got {far!r}"
-        )
+    if not (isinstance(far, numbers.Real) and not isinstance(far, bool) and float(far) > 0):
+        raise ValueError(f"far must be a number > 0 (math.inf allowed), got {far!r}")
     return Depth(depth, float(far), _margin(margin))
 
 

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from .arrays import same_kind
 from .chroma import chroma_composite, chroma_key
 from .greenscreen import PRESETS, keep_table
 from .maskargs import channel_shape, constant, grow, is_finite, rgb_frames
@@ -113,6 +114,7 @@ def salient_patches(
     return F.interpolate(patches, size=(image_size, image_size), mode="nearest")
 
 
+@same_kind("obs")
 def green_screen(
     obs: torch.Tensor, preset: str = "dmcgb", *, margin: int = 0, layout: str = "NCHW"
 ) -> torch.Tensor:
@@ -148,6 +150,7 @@ def green_screen(
     return grow(keep, margin, layout)
 
 
+@same_kind("obs")
 def color_key(
     obs: torch.Tensor,
     rgb: Sequence[float],
@@ -203,6 +206,7 @@ def _outside(planes: Sequence[torch.Tensor], bounds: list[tuple[int, int]]) -> t
     return keep
 
 
+@same_kind("obs")
 def blue_dominant(obs: torch.Tensor, *, margin: int = 0, layout: str = "NCHW") -> torch.Tensor:
     """False where blue exceeds both green and red (DBC's natural-video key:
     `b > g and b > r` takes the background).

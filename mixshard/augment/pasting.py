@@ -14,6 +14,7 @@ from collections.abc import Callable
 import torch
 
 from . import fused
+from .arrays import same_kind
 from .inputs import warn_if_unit_range_at_site
 from .keys import Key
 from .layouts import Geometry, keep_view, obs_geometry
@@ -22,6 +23,7 @@ from .ops import check_alpha_out
 Backgrounds5 = Callable[[], torch.Tensor]  # the torch path's `(N, 1 or k, 3, H, W)` backgrounds
 
 
+@same_kind("obs", "imgs", "mask", "out")
 def composite(
     obs: torch.Tensor,
     imgs: torch.Tensor,

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from ..core.checks import is_number
+from .arrays import same_kind
 from .maskargs import check_fits, check_map, constant, grow
 
 _INT64 = (-(1 << 63), (1 << 63) - 1)
@@ -27,6 +28,7 @@ _TABLE = 1 << 16
 IdsLike = int | Sequence[int] | torch.Tensor | np.ndarray
 
 
+@same_kind("seg", "obs")
 def from_segmentation(
     seg: torch.Tensor,
     ids: IdsLike | None = None,
@@ -72,10 +74,11 @@ def from_segmentation(
     if obs is not None:
         check_fits("seg", seg, obs, layout)
     name, values = ("ids", ids) if ids is not None else ("background", background)
-    member = _members(seg, _id_values(name, values), invert=background is not None)
+    member = _members(seg, id_values(name, values), invert=background is not None)
     return grow(member, margin, layout)
 
 
+@same_kind("depth", "obs")
 def from_depth(
     depth: torch.Tensor,
     far: float,
@@ -125,7 +128,7 @@ def from_depth(
     return grow(keep, margin, layout)
 
 
-def _id_values(name: str, ids: object) -> tuple[int, ...] | torch.Tensor:
+def id_values(name: str, ids: object) -> tuple[int, ...] | torch.Tensor:
     """`ids` (or `background`) checked: a tuple of Python ints when they are on the host
     (a CPU tensor's or numpy array's values among them), a flat integer tensor when they
     are on another device (read there, without a host sync)."""
