@@ -140,9 +140,9 @@ def test_warp_arrays_keep_their_vector_dtype():
     wseg = wp.array(ids, dtype=wp.vec2i, device="cpu")
     tseg, _ = as_torch(wseg)
     keep = segmentation_any(tseg[..., 0], [7])
-    np.testing.assert_array_equal(keep.numpy(), (seg != 0)[:, None])
+    np.testing.assert_array_equal(keep.numpy(), (seg != 0))
     mask = segmentation_any(wp.array(seg.astype(np.int32), device="cpu"), [7])
-    assert isinstance(mask, wp.array) and mask.shape == (2, 1, 4, 5)
+    assert isinstance(mask, wp.array) and mask.shape == (2, 4, 5)
 
 
 def test_the_public_entry_points_take_numpy_and_give_numpy(tmp_path):
