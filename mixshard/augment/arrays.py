@@ -103,7 +103,7 @@ def as_torch(
         return t, _to_jax
     t = torch.from_dlpack(x)  # Warp: a vector dtype becomes a last dimension
     _check_device(t, name, f"a Warp array on {x.device}", device)
-    return t, functools.partial(_to_warp, dtype=x.dtype, shape=tuple(t.shape))
+    return t, functools.partial(_to_warp, dtype=x.dtype, like=(tuple(t.shape), t.dtype))
 
 
 def _from_numpy(x: np.ndarray) -> torch.Tensor:
@@ -143,11 +143,12 @@ def _to_jax(t: torch.Tensor) -> Any:
     return jax.dlpack.from_dlpack(t)
 
 
-def _to_warp(t: torch.Tensor, dtype: Any, shape: tuple[int, ...]) -> Any:
+def _to_warp(t: torch.Tensor, dtype: Any, like: tuple[tuple[int, ...], torch.dtype]) -> Any:
     import warp  # (imported already: the input was a Warp array)
 
-    # a result shaped like the input (a composite) gets its vector dtype (vec3 RGB) back
-    return warp.from_torch(t, dtype=dtype if tuple(t.shape) == shape else None)
+    # a result of the input's shape and scalar type (a composite) gets its vector dtype (vec3
+    # RGB) back; another (a bool mask of an id map's shape) its own
+    return warp.from_torch(t, dtype=dtype if (tuple(t.shape), t.dtype) == like else None)
 
 
 def same_kind(*names: str) -> Callable[[F], F]:
