@@ -95,9 +95,8 @@ class Screen:
         n, h, w = batch.shape[:3]
         shape = (n, h, w) if self.builder or not single else (h, w)
         keep: Any
-        if self.builder:  # a builder of `mixshard.masks` takes (N, 3, H, W): a view of them
-            got = self.mask(batch.permute(0, 3, 1, 2))
-            keep = got.permute(0, 2, 3, 1) if got.dim() == 4 and got.shape[1] == 1 else got
+        if self.builder:  # a builder of `mixshard.masks`, on the channels-last images
+            got = keep = self.mask(batch, layout="NHWC")
         else:
             got = self.mask(obs, info)
             keep = torch.from_numpy(got) if isinstance(got, np.ndarray) else got
