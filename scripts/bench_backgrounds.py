@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from benchlib import OUT, ROOT, call_seconds, machine, table
+from benchlib import OUT, ROOT, call_seconds, machine, paired, table
 from wholestep import step_rows
 
 import mixshard
@@ -125,24 +125,6 @@ def torch_ops(fn):
             fused._lerp = saved
 
     return run
-
-
-def paired(fn, base, runs: int) -> tuple[float, float, float]:
-    """Median seconds of `fn` and of `base`, timed alternately (each run times both, so drift
-    on a shared machine hits both alike), and the median of the per-run ratios."""
-    for _ in range(2):
-        fn(), base()
-    a, b, ratios = [], [], []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        t1 = time.perf_counter()
-        base()
-        t2 = time.perf_counter()
-        a.append(t1 - t0)
-        b.append(t2 - t1)
-        ratios.append((t1 - t0) / (t2 - t1))
-    return statistics.median(a), statistics.median(b), statistics.median(ratios)
 
 
 def measure(pack: Path, video: Path, args: argparse.Namespace) -> list[list[object]]:

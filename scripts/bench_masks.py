@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
 from collections.abc import Callable
 
 import torch
-from benchlib import machine, table
+from benchlib import machine, paired, table
 
 from mixshard import masks
 
@@ -60,20 +58,8 @@ def interleaved(
     fn: Callable[[], object], obs: torch.Tensor, runs: int
 ) -> tuple[float, float, float]:
     """Median ms of `obs.clone()`, of `fn()`, and the median per-run ratio."""
-    for _ in range(2):
-        obs.clone()
-        fn()
-    base, times, ratios = [], [], []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        obs.clone()
-        t1 = time.perf_counter()
-        fn()
-        t2 = time.perf_counter()
-        base.append(t1 - t0)
-        times.append(t2 - t1)
-        ratios.append((t2 - t1) / (t1 - t0))
-    return statistics.median(base) * 1e3, statistics.median(times) * 1e3, statistics.median(ratios)
+    sec, base, ratio = paired(fn, obs.clone, runs)
+    return base * 1e3, sec * 1e3, ratio
 
 
 def main() -> None:

@@ -87,6 +87,24 @@ def median_rate(fn: Callable[[], int], runs: int) -> tuple[float, list[float]]:
     return statistics.median(rates), rates
 
 
+def paired(fn: Callable[[], Any], base: Callable[[], Any], runs: int) -> tuple[float, float, float]:
+    """Median seconds of `fn` and of `base`, timed alternately (each run times both, so drift
+    on a shared machine hits both alike), and the median of the per-run ratios fn / base."""
+    for _ in range(2):
+        fn(), base()
+    a, b, ratios = [], [], []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        t1 = time.perf_counter()
+        base()
+        t2 = time.perf_counter()
+        a.append(t1 - t0)
+        b.append(t2 - t1)
+        ratios.append((t1 - t0) / (t2 - t1))
+    return statistics.median(a), statistics.median(b), statistics.median(ratios)
+
+
 def call_seconds(
     fn: Callable[[], Any], runs: int, warmup: int = 3, sync: Callable[[], Any] | None = None
 ) -> float:

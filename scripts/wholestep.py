@@ -11,11 +11,8 @@ agent of a few shaded colours and a floor, with the segmentation ids and depth t
 
 from __future__ import annotations
 
-import statistics
-import time
-from collections.abc import Callable
-
 import torch
+from benchlib import paired
 
 import mixshard
 from mixshard import keys, masks
@@ -55,24 +52,6 @@ def scene(n: int, k: int, side: int, layout: str, dtype: torch.dtype, seed: int 
             depth.permute(0, 2, 3, 1),
         )
     return obs.contiguous().to(dtype), seg.contiguous(), depth.contiguous().float()
-
-
-def paired(fn: Callable, base: Callable, runs: int) -> tuple[float, float, float]:
-    """Median seconds of `fn` and of `base`, timed alternately, and the median of the per-run
-    ratios (drift on a shared machine hits both alike)."""
-    for _ in range(2):
-        fn(), base()
-    a, b, ratios = [], [], []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        t1 = time.perf_counter()
-        base()
-        t2 = time.perf_counter()
-        a.append(t1 - t0)
-        b.append(t2 - t1)
-        ratios.append((t1 - t0) / (t2 - t1))
-    return statistics.median(a), statistics.median(b), statistics.median(ratios)
 
 
 def step_rows(pack, n: int, k: int, side: int, runs: int) -> list[list[object]]:
