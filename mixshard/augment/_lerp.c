@@ -1394,15 +1394,24 @@ static ssz reach(const int64_t *strides, const ssz *extents, int dims, ssz size)
 }
 
 /* A buffer of at least `need` bytes (writable if asked), or an exception; None is no buffer. */
+/* A buffer: an object with the buffer protocol (numpy), or a tensor's memory as a tuple
+ * (address, bytes, the tensor): torch's own, writable, kept alive by the tuple for the call
+ * (its numpy view cost more than the pass at a few small frames). */
 static int take(PyObject *obj, Py_buffer *view, ssz need, int writable, const char *name) {
+    static char nothing[1];
     view->obj = NULL;
     view->buf = NULL;
     if (obj == Py_None) return 0;
-    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)))
+    if (PyTuple_Check(obj) && PyTuple_GET_SIZE(obj) == 3) {
+        view->buf = PyLong_AsVoidPtr(PyTuple_GET_ITEM(obj, 0));
+        view->len = PyLong_AsSsize_t(PyTuple_GET_ITEM(obj, 1));
+        if (PyErr_Occurred()) return -1;
+        if (view->buf == NULL) view->buf = nothing; /* (an empty tensor's) */
+    } else if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)))
         return -1;
     if (view->len < need) {
         PyErr_Format(PyExc_ValueError, "%s holds %zd bytes, needs %zd", name, view->len, need);
-        PyBuffer_Release(view);
+        if (view->obj != NULL) PyBuffer_Release(view);
         view->obj = NULL;
         return -1;
     }
@@ -1553,9 +1562,48 @@ static PyObject *composite(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* -- keyed draws ---------------------------------------------------------------------------- */
+
+/* SplitMix64's finaliser on a word (`keyed.mix64_int`). */
+static uint64_t mix64(uint64_t z) {
+    z += 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+/* out[i] = keyed(key, env[i], episode[i], stream) (`keyed.keyed`'s bits, int64 words): a reset
+ * of a few environments on a CPU was some forty tensor ops of a few values each. */
+static PyObject *keyed(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *objs[3];
+    Py_buffer bufs[3] = {{0}};
+    long long key, stream;
+    if (!PyArg_ParseTuple(args, "OOOLL", &objs[0], &objs[1], &objs[2], &key, &stream)) return NULL;
+    if (take(objs[0], &bufs[0], 0, 1, "out") || bufs[0].buf == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "keyed: out is None");
+        return NULL;
+    }
+    ssz n = bufs[0].len / 8;
+    int failed = take(objs[1], &bufs[1], n * 8, 0, "env") ||
+                 take(objs[2], &bufs[2], n * 8, 0, "episode") || !bufs[1].buf || !bufs[2].buf;
+    if (!failed) {
+        uint64_t *out = bufs[0].buf;
+        const uint64_t *env = bufs[1].buf, *episode = bufs[2].buf;
+        for (ssz i = 0; i < n; i++)
+            out[i] = mix64(mix64(mix64(env[i] + (uint64_t)key) + episode[i]) + (uint64_t)stream);
+    } else if (!PyErr_Occurred())
+        PyErr_SetString(PyExc_ValueError, "keyed: env or episode is None");
+    for (int i = 0; i < 3; i++)
+        if (bufs[i].obj != NULL) PyBuffer_Release(&bufs[i]);
+    if (failed) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"composite", composite, METH_VARARGS,
      "composite(out, obs, bg, index, flipped, keep, key_source, values, ids, alpha, params): out = obs blended with its backgrounds under the keep weights (see _lerp.c)."},
+    {"keyed", keyed, METH_VARARGS,
+     "keyed(out, env, episode, key, stream): out = keyed.keyed's 64 bits of each (env, episode) (int64 buffers of out's length)."},
     {NULL, NULL, 0, NULL},
 };
 
