@@ -104,6 +104,7 @@ def make_clip_plan(
     max_frames: int | None,
     shuffle_clips: bool,
     clip_list: str | None = None,
+    resample: str = RESAMPLE,
     source: Source | None = None,
 ) -> PackPlan:
     """The plan of packing the clips `find_clips` found with these options."""
@@ -111,7 +112,7 @@ def make_clip_plan(
         "crop": crop,
         "variants": 1,
         "seed": seed,
-        "resample": RESAMPLE,
+        "resample": resample,
         "shuffle": False,
         "labels": "clips",
         "shard_size": shard_size,

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..core.constants import RESAMPLE
 from ..core.errors import ImageDecodeError, MixshardError
 from .archive import MemberReader
 from .image import load_image
@@ -55,12 +56,13 @@ def decode_chunk(
     seed: int,
     refs: list[Any] | None = None,
     frames: list[tuple[str, int, int, int] | None] | None = None,
+    resample: str = RESAMPLE,
 ) -> list[np.ndarray | str]:
     """Worker task: pixels (variants, 3, size, size) or a skip reason, per key. `source` is a
     folder, or the reader of an archive with each key's member reference in `refs`. In a clip
     pack, `frames` gives a video frame's `(video, frame number, frames in it, last frame
     kept)` (None for an image file); a run of one video's frames is decoded by
-    `video.decode_frames`."""
+    `video.decode_frames`. `resample`: the resize filter (`RESAMPLE_MODES`)."""
     reader = MemberReader(source, "folder") if isinstance(source, str) else source
     refs = refs or [None] * len(keys)
     frames = frames or [None] * len(keys)
@@ -75,7 +77,9 @@ def decode_chunk(
             from .video import decode_frames
 
             indices = [f[1] for f in frames[k:end] if f is not None]
-            out += decode_frames(reader, frame[0], refs[k], indices, frame[2:], size, crop)
+            out += decode_frames(
+                reader, frame[0], refs[k], indices, frame[2:], size, crop, resample
+            )
             k = end
             continue
         key, ref = keys[k], refs[k]
@@ -83,7 +87,16 @@ def decode_chunk(
         try:
             path, data = reader.fetch(key, ref)
             out.append(
-                load_image(path, size, crop, variants=variants, seed=seed, key=key, data=data)
+                load_image(
+                    path,
+                    size,
+                    crop,
+                    variants=variants,
+                    seed=seed,
+                    key=key,
+                    data=data,
+                    resample=resample,
+                )
             )
         except ImageDecodeError as exc:
             out.append(exc.reason)

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.constants import RESAMPLE
 from ..core.errors import ImageDecodeError
 from .archive import MemberReader
 from .image import check_pixels, frame_pixels
@@ -216,8 +217,10 @@ def decode_frames(
     counts: tuple[int, int],
     size: int,
     crop: str,
+    resample: str = RESAMPLE,
 ) -> list[np.ndarray | str]:
-    """Frames `indices` (increasing) of the video `rel`, each `(1, 3, size, size)`; or, when
+    """Frames `indices` (increasing) of the video `rel`, each `(1, 3, size, size)` (resized by
+    the filter `resample`); or, when
     any of them cannot be decoded, the same skip reason for every one (a run of a clip is
     packed whole or not at all). `counts`: the frames the plan counted in the video, and the
     number of the last one it keeps (after which the video is closed)."""
@@ -225,7 +228,9 @@ def decode_frames(
     decoding: _Decoding | None = None
     try:
         decoding = _decoding(reader, rel, ref, indices[0], total)
-        out: list[np.ndarray | str] = [frame_pixels(decoding.frame(t), size, crop) for t in indices]
+        out: list[np.ndarray | str] = [
+            frame_pixels(decoding.frame(t), size, crop, resample) for t in indices
+        ]
     except ImageDecodeError as exc:
         if decoding is not None:
             _release(decoding)
