@@ -19,7 +19,8 @@ help:
 	@echo "  ... SIZE=96   a pack for 96 px observations, in <dir>/places365_standard-96"
 	@echo "make coco [SRC=<folder or .zip>] DATA=<dir>         pack COCO val2017 (no SRC: download)"
 	@echo "make dmcgb-videos SRC=<DMC-GB checkout>/src/env/data DATA=<dir>"
-	@echo "              pack DMC-GB's video_easy (10) and video_hard (100) clips as clip packs"
+	@echo "              pack DMC-GB's video_easy (10) and video_hard (100) clips as clip packs,"
+	@echo "              resized as DMC-GB resizes them (SIZE=100 for RAD, CURL, PAD, SODA)"
 	@echo "make davis SRC=<DAVIS-2017 trainval folder or .zip> DATA=<dir>"
 	@echo "              pack DAVIS 2017 480p as the Distracting Control Suite's train and val clips"
 	@echo "  (PACK_ARGS='--size 64 ...': pack options; REPACK=1: replace an existing pack)"
@@ -128,10 +129,13 @@ coco: $(RUNTIME)
 
 # Video distractor backgrounds as clip packs (issue 39), each checked afterwards against the
 # benchmark's clip list (mixshard/core/presets.py) by scripts/check_clips.py, which names a
-# pack that lacks clips. DMC-GB resizes the whole video frame to the observation size
-# (F.interpolate), hence --crop full. DAVIS: one pack per Distracting Control Suite split;
-# --clip-list picks the split's frame folders by name.
-DMCGB_CLIP_ARGS = --clips --crop full $(PACK_MODE) $(SIZE_ARG) $(PACK_ARGS)
+# pack that lacks clips. DMC-GB resizes the whole decoded frame to the observation size
+# with F.interpolate (bilinear, no antialias), hence --crop full and --resample
+# bilinear-no-antialias, at its observations' size: 84 px (SAC, DrQ, SVEA), SIZE=100 for
+# RAD, CURL, PAD and SODA (into <dataset>-100, which compat.VideoWrapper picks for 100 px
+# observations). DAVIS: one pack per Distracting Control Suite split; --clip-list picks the
+# split's frame folders by name.
+DMCGB_CLIP_ARGS = --clips --crop full --resample bilinear-no-antialias $(PACK_MODE) $(SIZE_ARG) $(PACK_ARGS)
 DAVIS_WITHIN ?= DAVIS/JPEGImages/480p
 DAVIS_FRAMES = $(if $(call is_archive,$(SRC)),"$(SRC)" --within "$(DAVIS_WITHIN)","$(SRC)/JPEGImages/480p")
 

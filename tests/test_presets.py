@@ -118,6 +118,8 @@ def test_dmcgb_videos_packs_both_sets_and_names_a_short_one(tmp_path):
 
     easy = Manifest.load(tmp_path / "out" / "dmcgb-video_easy-8")
     assert easy.clips is not None and len(easy.clips) == 10 and easy.size == 8
+    # resized as DMC-GB resizes (F.interpolate, the whole frame)
+    assert (easy.options["resample"], easy.options["crop"]) == ("bilinear-no-antialias", "full")
     assert res.returncode != 0
     assert "dmcgb-video_hard-8 holds 3 clips but lacks 97 of the 100" in res.stderr
 
