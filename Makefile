@@ -7,7 +7,7 @@ DATA ?= data
 WORKERS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test test-cuda coverage lint format demo bench places365 coco dmcgb-videos davis clean
+.PHONY: help venv test test-cuda coverage lint format demo bench places365 coco dmcgb-videos dbc-videos davis clean
 
 help:
 	@echo "make demo    generate a procedural image folder, pack it, show the result"
@@ -21,6 +21,8 @@ help:
 	@echo "make dmcgb-videos SRC=<DMC-GB checkout>/src/env/data DATA=<dir>"
 	@echo "              pack DMC-GB's video_easy (10) and video_hard (100) clips as clip packs,"
 	@echo "              resized as DMC-GB resizes them (SIZE=100 for RAD, CURL, PAD, SODA)"
+	@echo "make dbc-videos SRC=<folder of DBC's natural videos> DATA=<dir>"
+	@echo "              pack DBC's --resource_files videos (Kinetics) for mixshard.compat.RandomVideoSource"
 	@echo "make davis SRC=<DAVIS-2017 trainval folder or .zip> DATA=<dir>"
 	@echo "              pack DAVIS 2017 480p as the Distracting Control Suite's train and val clips"
 	@echo "  (PACK_ARGS='--size 64 ...': pack options; REPACK=1: replace an existing pack)"
@@ -150,6 +152,18 @@ dmcgb-videos: $(RUNTIME)
 	$(PY) scripts/check_clips.py "$(DATA)/dmcgb-video_easy$(SUFFIX)" dmcgb-video_easy
 	$(REPACK_HINT) $(PY) -m mixshard pack "$(SRC)/video_hard" "$(DATA)/dmcgb-video_hard$(SUFFIX)" $(DMCGB_CLIP_ARGS)
 	$(PY) scripts/check_clips.py "$(DATA)/dmcgb-video_hard$(SUFFIX)" dmcgb-video_hard
+	@echo "Use it: export MIXSHARD_DATA=$(abspath $(DATA))"
+
+# DBC's natural-video background (dmc2gym's RandomVideoSource): the videos its --resource_files
+# glob names, every frame, resized as cv2.resize resizes (bilinear at half-pixel centres, no
+# antialias) to its observations (84 px; SIZE= for others).
+dbc-videos: $(RUNTIME)
+	@$(PY) scripts/make_check.py $@ "$(SRC)" "$(DATA)" dbc-video$(SUFFIX)
+	@if [ -z "$(SRC)" ] || [ ! -d "$(SRC)" ]; then \
+	  echo "make dbc-videos SRC=<dir> DATA=<dir>: SRC must be the folder of DBC's natural videos,"; \
+	  echo "the files its --resource_files glob names (Kinetics clips; got SRC='$(SRC)')."; \
+	  exit 1; fi
+	$(REPACK_HINT) $(PY) -m mixshard pack "$(SRC)" "$(DATA)/dbc-video$(SUFFIX)" --clips --crop full --resample bilinear-no-antialias $(PACK_MODE) $(SIZE_ARG) $(PACK_ARGS)
 	@echo "Use it: export MIXSHARD_DATA=$(abspath $(DATA))"
 
 davis: $(RUNTIME)
