@@ -155,15 +155,15 @@ dmcgb-videos: $(RUNTIME)
 	@echo "Use it: export MIXSHARD_DATA=$(abspath $(DATA))"
 
 # DBC's natural-video background (dmc2gym's RandomVideoSource): the videos its --resource_files
-# glob names, every frame, resized as cv2.resize resizes (bilinear at half-pixel centres, no
-# antialias) to its observations (84 px; SIZE= for others).
+# glob names, every frame, grey as FFmpeg's -pix_fmt gray makes it, resized as cv2.resize
+# resizes (bilinear at half-pixel centres, no antialias) to its observations (84 px; SIZE=).
 dbc-videos: $(RUNTIME)
 	@$(PY) scripts/make_check.py $@ "$(SRC)" "$(DATA)" dbc-video$(SUFFIX)
 	@if [ -z "$(SRC)" ] || [ ! -d "$(SRC)" ]; then \
 	  echo "make dbc-videos SRC=<dir> DATA=<dir>: SRC must be the folder of DBC's natural videos,"; \
 	  echo "the files its --resource_files glob names (Kinetics clips; got SRC='$(SRC)')."; \
 	  exit 1; fi
-	$(REPACK_HINT) $(PY) -m mixshard pack "$(SRC)" "$(DATA)/dbc-video$(SUFFIX)" --clips --crop full --resample bilinear-no-antialias $(PACK_MODE) $(SIZE_ARG) $(PACK_ARGS)
+	$(REPACK_HINT) $(PY) -m mixshard pack "$(SRC)" "$(DATA)/dbc-video$(SUFFIX)" --clips --crop full --grey --resample bilinear-no-antialias $(PACK_MODE) $(SIZE_ARG) $(PACK_ARGS)
 	@echo "Use it: export MIXSHARD_DATA=$(abspath $(DATA))"
 
 davis: $(RUNTIME)

@@ -14,19 +14,20 @@ where blue exceeds green and red (`b > g and b > r`, `mixshard.masks.blue_domina
 
 `RandomVideoSource` takes the same arguments, makes the same draws of python's and numpy's
 global generators in the same order, and plays the same frames, read from a clip pack of the
-videos instead of decoded: made once with `mixshard pack <DBC's videos> $MIXSHARD_DATA/dbc-video
---clips --crop full --resample bilinear-no-antialias` (`--size` the observations'; another size
-is packed as `dbc-video-<size>`), each file of the list found among the pack's clips by its path.
-One line, at the end of `dmc2gym/natural_imgsource.py`:
+videos instead of decoded: made once by `make dbc-videos SRC=<DBC's videos> DATA=...`
+(`mixshard pack ... --clips --crop full --grey --resample bilinear-no-antialias`; `SIZE=` for
+observations of another size than 84, packed as `dbc-video-<size>`), each file of the list
+found among the pack's clips by its path. One line, at the end of
+`dmc2gym/natural_imgsource.py`:
 
     from mixshard.compat import RandomVideoSource  # noqa: E402,F811
 
-Grey levels: DBC's are FFmpeg's grey of each decoded frame (its Y plane, full range), before
-the resize; a pack stores RGB, resized, which this class makes grey with BT.601's weights in
-16-bit fixed point (PIL's `convert("L")`), as FFmpeg converts RGB to grey. It is DBC's grey
-within a few levels: the RGB was rounded from the Y plane and its chroma
-(`scripts/compare_dbc.py` measures it). `arr` is uint8 (DBC's float64 is 8x the memory);
-`get_image` returns float64, as DBC's.
+Grey levels: DBC's are FFmpeg's grey of each decoded frame (its Y plane, full range), resized by
+`cv2.resize`; a `--grey` pack holds the same grey, resized by F.interpolate's bilinear (cv2's
+rule, in float where cv2 has 11-bit weights: within a level). Of an RGB pack the grey is made
+here with BT.601's weights (PIL's `convert("L")`), a few levels from FFmpeg's: the RGB was
+rounded from the Y plane and its chroma (`scripts/compare_dbc.py` measures both). `arr` is
+uint8 (DBC's float64 is 8x the memory); `get_image` returns float64, as DBC's.
 """
 
 from __future__ import annotations
@@ -45,10 +46,10 @@ from .core.constants import RESAMPLE_MODES
 from .core.errors import ManifestError, MixshardError
 from .datasets import pack_folder
 from .reading.source import resolve_source
+from .writing.image import grey_pixels
 
 DATASET = "dbc-video"  # the pack's folder in $MIXSHARD_DATA (or dbc-video-<size>)
 DBC_RESAMPLE = RESAMPLE_MODES[1]  # cv2.resize's bilinear: half-pixel centres, no antialias
-_GREY = (19595, 38470, 7471)  # BT.601's 0.299, 0.587, 0.114 in 16-bit fixed point (PIL's)
 
 
 class RandomVideoSource:
@@ -99,12 +100,20 @@ class RandomVideoSource:
         self._by_file = {f: _clip_of(f, clips) for f in self.filelist}
         self._pack = source.open_pack()
         self._size = source.manifest.size
+        self._grey = bool(source.manifest.options.get("grey"))
+        if self._grey and not self.grayscale:
+            raise MixshardError(
+                f"{source.folder} holds grey frames (packed with grey=True) and grayscale=False "
+                "asks for colour: pack the videos without --grey"
+            )
 
     def _frames(self, fname: str) -> np.ndarray:
         """The frames of `fname` as DBC keeps them: uint8 `(n, h, w, 1)` grey, or RGB."""
         clip = self._by_file[fname]
         rgb = np.empty((clip.count, 3, self._size, self._size), np.uint8)
         self._pack.read_images(np.arange(clip.start, clip.start + clip.count), rgb)
+        if self._grey:  # the grey in every channel
+            return np.ascontiguousarray(rgb[:, :1].transpose(0, 2, 3, 1))
         return grey(rgb) if self.grayscale else np.ascontiguousarray(rgb.transpose(0, 2, 3, 1))
 
     def build_arr(self) -> None:
@@ -142,8 +151,7 @@ class RandomVideoSource:
 
 def grey(rgb: np.ndarray) -> np.ndarray:
     """uint8 `(n, 3, h, w)` RGB -> uint8 `(n, h, w, 1)` grey: BT.601's weights, rounded."""
-    r, g, b = (rgb[:, c].astype(np.uint32) * w for c, w in enumerate(_GREY))
-    return ((r + g + b + 0x8000) >> 16).astype(np.uint8)[..., None]
+    return np.ascontiguousarray(grey_pixels(rgb)[:, :1].transpose(0, 2, 3, 1))
 
 
 def _check_pack(manifest: Any, where: str, size: tuple[int, int]) -> None:
@@ -151,7 +159,7 @@ def _check_pack(manifest: Any, where: str, size: tuple[int, int]) -> None:
     if manifest.clips is None:
         raise ManifestError(
             f"{where} is an image pack, not a clip pack; pack DBC's videos with clips=True "
-            f"(mixshard pack <videos> {where} --clips --crop full --resample {DBC_RESAMPLE})"
+            f"(make dbc-videos SRC=<videos> ...)"
         )
     if (manifest.size, manifest.size) != size:
         square = "" if size[0] == size[1] else "; packs are square: observations must be too"
@@ -190,8 +198,7 @@ def _check_files(filelist: list[str], clips: Sequence[Clip], where: str) -> None
         more = f", ... ({len(missing)} in all)" if len(missing) > 5 else ""
         raise MixshardError(
             f"{where} holds no clip for {', '.join(missing[:5])}{more}: pack the folder of "
-            f"DBC's resource_files (mixshard pack <videos> {where} --clips --crop full "
-            f"--resample {DBC_RESAMPLE})"
+            "DBC's resource_files (make dbc-videos SRC=<videos> ...)"
         )
 
 

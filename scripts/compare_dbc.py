@@ -6,10 +6,11 @@ loads `total_frames` frames when the environment is made, and `_get_obs` pastes 
 where blue exceeds green and red. This script runs one episode of DBC's own `DMCWrapper` (its
 `local_dm_control_suite`, seeded random actions) twice per mode: with DBC's `RandomVideoSource`,
 then with `mixshard.compat.RandomVideoSource` put in its place (what the one-line change does),
-its clips from a pack of the same videos (`make dbc-videos`: `--clips --crop full --resample
-bilinear-no-antialias`), python's and numpy's generators seeded alike before each. Printed per
-mode: the observations' share of values equal and within 1 level, the largest difference, and
-the seconds each took to make the environment (DBC loads its frames then).
+its clips from a pack of the same videos (`make dbc-videos`: `--clips --crop full --grey
+--resample bilinear-no-antialias`; `--rgb`: without `--grey`, the grey made from RGB),
+python's and numpy's generators seeded alike before each. Printed per mode: the observations'
+share of values equal and within 1 level, the largest difference, and the seconds each took to
+make the environment (DBC loads its frames then).
 
 scikit-video reads a video by running the `ffmpeg` program, which this machine lacks, so DBC's
 `skvideo.io.vread` is replaced, in two modes: `frames` hands it the grey frames mixshard plays
@@ -68,8 +69,8 @@ def pyav_grey(fname: str, outputdict=None) -> np.ndarray:
 
 
 def packed_grey(pack: Path):
-    """A `vread` that hands out a video's frames as the pack holds them, made grey as
-    `RandomVideoSource` makes them."""
+    """A `vread` that hands out a video's frames as the pack holds them, grey as
+    `RandomVideoSource` takes them (a grey pack's first channel, else `dbc.grey`)."""
     source = resolve_source(pack)
     clips = {c.name: c for c in source.manifest.clips or ()}
     opened = source.open_pack()
@@ -79,6 +80,8 @@ def packed_grey(pack: Path):
         clip = clips[os.path.basename(fname)]
         rgb = np.empty((clip.count, 3, size, size), np.uint8)
         opened.read_images(np.arange(clip.start, clip.start + clip.count), rgb)
+        if source.manifest.options.get("grey"):
+            return np.ascontiguousarray(rgb[:, :1].transpose(0, 2, 3, 1))
         return dbc.grey(rgb)
 
     return vread
@@ -127,17 +130,18 @@ def main() -> None:
     parser.add_argument("--action-repeat", type=int, default=1)
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--rgb", action="store_true", help="pack RGB (no --grey)")
     args = parser.parse_args()
     data = Path(tempfile.mkdtemp(prefix="dbc-compare-"))
     mixshard.pack(args.videos, data / "dbc-video", clips=True, crop="full", size=args.size,
-                  resample="bilinear-no-antialias")  # fmt: skip
+                  resample="bilinear-no-antialias", grey=not args.rgb)  # fmt: skip
     os.environ["MIXSHARD_DATA"] = str(data)
     wrappers, natural = dbc_modules(args.dbc.resolve())
     import skvideo.io
 
     files = str(args.videos.resolve() / "*.mp4")
     print(f"{args.domain}_{args.task}, {args.size} px, total_frames {args.total_frames}, "
-          f"seed {args.seed}, videos {files}")  # fmt: skip
+          f"seed {args.seed}, videos {files}, {'RGB' if args.rgb else 'grey'} pack")  # fmt: skip
     print("| vread gives | steps | values equal | within 1 level | max difference "
           "| DBC's env made | mixshard's |")  # fmt: skip
     print("|---|---|---|---|---|---|---|")

@@ -139,8 +139,8 @@ def test_bad_packs_and_files_are_named(videos, tmp_path):
     with pytest.raises(mixshard.MixshardError) as err:
         RandomVideoSource((SIZE, SIZE), files(videos) + [stray], 10, True, pack=pack)
     assert str(err.value) == (
-        f"{pack} holds no clip for {stray}: pack the folder of DBC's resource_files (mixshard "
-        f"pack <videos> {pack} --clips --crop full --resample bilinear-no-antialias)"
+        f"{pack} holds no clip for {stray}: pack the folder of DBC's resource_files (make "
+        "dbc-videos SRC=<videos> ...)"
     )
     with pytest.raises(ValueError, match="filelist is empty: DBC's resource_files matched no"):
         RandomVideoSource((SIZE, SIZE), [], 10, True, pack=pack)
@@ -149,9 +149,9 @@ def test_bad_packs_and_files_are_named(videos, tmp_path):
     mixshard.pack(tmp_path / "imgs", tmp_path / "images", size=SIZE, workers=1)
     with pytest.raises(mixshard.ManifestError) as err:
         RandomVideoSource((SIZE, SIZE), files(videos), 10, True, pack=tmp_path / "images")
-    assert str(err.value).startswith(
+    assert str(err.value) == (
         f"{tmp_path / 'images'} is an image pack, not a clip pack; pack DBC's videos with "
-        "clips=True"
+        "clips=True (make dbc-videos SRC=<videos> ...)"
     )
 
 
@@ -172,4 +172,44 @@ def test_a_pack_without_every_frame_is_refused_and_pils_filter_warned(videos, tm
     assert str(caught[0].message) == (
         f"{pil} was resized with 'bilinear', not cv2.resize's bilinear ('bilinear-no-antialias', "
         "as DBC resizes): pack it again with --resample bilinear-no-antialias"
+    )
+
+
+def test_a_grey_pack_holds_ffmpegs_grey_resized_and_is_played_as_it_is(tmp_path):
+    """`make dbc-videos` packs `--grey`: FFmpeg's grey of each decoded frame (what DBC's
+    `-pix_fmt gray` reads), resized as cv2.resize / F.interpolate resize, within a level."""
+    import av
+
+    rng = np.random.default_rng(2)
+    path = tmp_path / "videos" / "noise.mp4"
+    path.parent.mkdir()
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libx264", rate=10)
+        stream.width, stream.height, stream.pix_fmt = 96, 80, "yuv420p"
+        for _ in range(4):
+            rgb = rng.integers(0, 256, (80, 96, 3), dtype=np.uint8)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    mixshard.pack(tmp_path / "videos", tmp_path / "grey", clips=True, crop="full", size=24,
+                  workers=1, resample=NO_AA, grey=True)  # fmt: skip
+    with av.open(str(path)) as c:
+        decoded = [f.to_ndarray(format="gray") for f in c.decode(video=0)]
+    np.random.seed(0)
+    source = RandomVideoSource((24, 24), [str(path)], 4, True, pack=tmp_path / "grey")
+    assert source.arr.shape == (4, 24, 24, 1)
+    for t, g in enumerate(decoded):
+        x = torch.from_numpy(g.astype(np.float32))[None, None]
+        want = torch.nn.functional.interpolate(x, size=(24, 24), mode="bilinear",
+                                               align_corners=False)  # fmt: skip
+        want = (want[0, 0] + 0.5).floor().numpy()
+        diff = np.abs(source.arr[t, ..., 0].astype(int) - want)
+        # noise shrunk 4x: many sums at a half, where float32 rounding decides
+        assert diff.max() <= 1 and (diff == 0).mean() >= 0.95, t
+    with pytest.raises(mixshard.MixshardError) as err:
+        RandomVideoSource((24, 24), [str(path)], 4, False, pack=tmp_path / "grey")
+    assert str(err.value) == (
+        f"{tmp_path / 'grey'} holds grey frames (packed with grey=True) and grayscale=False asks "
+        "for colour: pack the videos without --grey"
     )

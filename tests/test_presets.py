@@ -134,11 +134,12 @@ def test_dbc_videos_packs_every_frame_as_dbc_resizes(tmp_path):
     m = Manifest.load(tmp_path / "out" / "dbc-video-8")
     assert [(c.name, c.count) for c in m.clips or ()] == [("a.mp4", 3), ("b.mp4", 3)]
     o = m.options
-    assert (o["resample"], o["crop"], o["every"], o["max_frames"], m.size) == (
+    assert (o["resample"], o["crop"], o["every"], o["max_frames"], o["grey"], m.size) == (
         "bilinear-no-antialias",
         "full",
         1,
         None,
+        True,
         8,
     )
     res = make("dbc-videos", f"DATA={tmp_path / 'out'}")

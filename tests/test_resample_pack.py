@@ -114,3 +114,19 @@ def test_resuming_with_the_other_filter_names_the_change(tmp_path):
     pack(tmp_path / "src", tmp_path / "out", size=8, workers=1)
     with pytest.raises(OutputError, match="resample bilinear -> bilinear-no-antialias"):
         pack(tmp_path / "src", tmp_path / "out", size=8, workers=1, resume=True, resample=NO_AA)
+
+
+def test_a_grey_pack_holds_the_grey_of_each_image_in_every_channel(tmp_path):
+    for i, size in enumerate([(60, 40), (33, 47)]):
+        noise(tmp_path / "src" / f"{i}.png", size=size, seed=20 + i)
+    pack(tmp_path / "src", tmp_path / "rgb", size=16, workers=1, shuffle=False)
+    res = run("pack", tmp_path / "src", tmp_path / "grey", "--size", "16", "--workers", "1",
+              "--no-shuffle", "--grey", "-q")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    rgb, _, _ = read_pack(tmp_path / "rgb")
+    grey, _, _ = read_pack(tmp_path / "grey")
+    for colour, g in zip(rgb, grey):
+        want = np.asarray(Image.fromarray(colour.transpose(1, 2, 0)).convert("L"))  # BT.601
+        assert all(np.array_equal(g[c], want) for c in range(3))
+    assert json.loads((tmp_path / "grey/index.json").read_text())["options"]["grey"] is True
+    assert "grey" not in json.loads((tmp_path / "rgb/index.json").read_text())["options"]

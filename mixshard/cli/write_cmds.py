@@ -54,6 +54,13 @@ PACK_OPTIONS = [
         "data/dmcgb-video_hard --clips --crop full --resample bilinear-no-antialias",
     ),
     click.option(
+        "--grey",
+        is_flag=True,
+        help="Store grey frames (the grey in all three channels, recorded in index.json): a "
+        "video's as FFmpeg's grey of each decoded frame, as DBC reads its videos (-pix_fmt "
+        "gray); an image's by BT.601's weights.",
+    ),
+    click.option(
         "--variants",
         type=click.IntRange(min=1),
         default=1,

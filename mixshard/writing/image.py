@@ -215,6 +215,18 @@ def frame_pixels(pixels: np.ndarray, size: int, crop: str, resample: str = RESAM
     return _crops(np.ascontiguousarray(pixels), boxes, width, height, size, resample)
 
 
+# BT.601's 0.299, 0.587, 0.114 in 16-bit fixed point: PIL's convert("L") and FFmpeg's RGB to grey
+GREY_WEIGHTS = (19595, 38470, 7471)
+
+
+def grey_pixels(pixels: np.ndarray) -> np.ndarray:
+    """uint8 `(n, 3, h, w)` RGB -> the same shape, each pixel's grey (BT.601's weights,
+    rounded) in all three channels."""
+    r, g, b = (pixels[:, c].astype(np.uint32) * w for c, w in enumerate(GREY_WEIGHTS))
+    grey = ((r + g + b + 0x8000) >> 16).astype(np.uint8)
+    return np.ascontiguousarray(np.repeat(grey[:, None], 3, axis=1))
+
+
 def _pil_crops(
     img: Image.Image, boxes: list[Box], width: int, height: int, size: int
 ) -> np.ndarray:

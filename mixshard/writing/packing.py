@@ -119,6 +119,7 @@ def pack(
     shuffle_clips: bool = False,
     clip_list: str | None = None,
     resample: str = RESAMPLE,
+    grey: bool = False,
 ) -> PackResult:
     """Pack an ImageFolder tree or a flat folder of images into pre-resized uint8 shards.
 
@@ -156,6 +157,9 @@ def pack(
             antialiased when shrinking) or `"bilinear-no-antialias"` (as `F.interpolate(mode=
             "bilinear", align_corners=False)` and `tf.image.resize` resize, within a level:
             how DMC-GB, DCS and DMC-VB resize their videos; images are decoded at full size).
+        grey: store grey frames, the grey in all three channels (`options.grey` in
+            `index.json`): a video's as FFmpeg's grey of each decoded frame (the full-range Y
+            plane, as DBC reads its videos), before the resize; an image's by BT.601's weights.
 
     Returns:
         A `PackResult` with the manifest that was written.
@@ -170,6 +174,7 @@ def pack(
     """
     options = dict(size=size, crop=crop, variants=variants, shard_size=shard_size)
     options.update(block_size=block_size, seed=seed, shuffle=shuffle, resample=resample)
+    options.update(grey=grey)
     check_options(size, crop, variants, shard_size, block_size, seed, labels, resample)
     check_modes(resume, overwrite, part, finish, ray)
     options["clips"] = check_clips(

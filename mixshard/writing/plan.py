@@ -140,13 +140,13 @@ class PackPlan:
         source, refs = self.task(keys)
         o = self.options
         job = (source, keys, self.size, o["crop"], o["variants"], o["seed"])
-        resample = o.get("resample", RESAMPLE)
+        resample, grey = o.get("resample", RESAMPLE), o.get("grey", False)
         if not self._videos:
-            return (*job, refs, None, resample)
+            return (*job, refs, None, resample, grey)
         frames = [self.video_frame(k) for k in keys]
         if refs is not None and self.source is not None:  # a frame is read from its video
             refs = [r if f is None else self.source.refs.get(f[0]) for r, f in zip(refs, frames)]
-        return (*job, refs, frames, resample)
+        return (*job, refs, frames, resample, grey)
 
     def chunks(self, i: int, chunk: int) -> list[tuple[int, int]]:
         """`(start, count)` of the decode tasks of shard `i`: `chunk` images each; a video's
@@ -202,6 +202,7 @@ def make_plan(
     seed: int,
     shuffle: bool,
     resample: str = RESAMPLE,
+    grey: bool = False,
     source: Source | None = None,
 ) -> PackPlan:
     """The plan of packing what `scan` found with these options."""
@@ -214,6 +215,8 @@ def make_plan(
         "labels": found.labels,
         "shard_size": shard_size,
     }
+    if grey:  # (only then: the options of every other pack stay as they were)
+        options["grey"] = True
     items = list(found.items)
     if shuffle:
         order = np.random.default_rng([seed, 1]).permutation(len(items))
