@@ -92,6 +92,8 @@ def test_the_cli_records_the_filter_and_refuses_another(tmp_path):
     res = run("pack", tmp_path / "src", tmp_path / "out", "--size", "8", "--resample", NO_AA, "-q")
     assert res.exit_code == 0, res.output
     assert json.loads((tmp_path / "out/index.json").read_text())["options"]["resample"] == NO_AA
+    shown = run("inspect", tmp_path / "out").output.splitlines()[3]
+    assert shown == "crop:     center, variants 1, seed 0, shuffled yes; resized " + NO_AA
     res = run("pack", tmp_path / "src", tmp_path / "o2", "--resample", "nearest")
     assert res.exit_code == 2
     assert "Invalid value for '--resample': 'nearest' is not one of 'bilinear', " in res.output
@@ -130,3 +132,4 @@ def test_a_grey_pack_holds_the_grey_of_each_image_in_every_channel(tmp_path):
         assert all(np.array_equal(g[c], want) for c in range(3))
     assert json.loads((tmp_path / "grey/index.json").read_text())["options"]["grey"] is True
     assert "grey" not in json.loads((tmp_path / "rgb/index.json").read_text())["options"]
+    assert run("inspect", tmp_path / "grey", "--json").output.count('"grey": true') == 1
