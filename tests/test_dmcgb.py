@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from clipdata import make_video
+from PIL import Image
 
 import mixshard
 from mixshard import masks
@@ -187,6 +188,17 @@ def test_other_modes_pass_through_and_bad_setups_are_named(data, tmp_path, monke
     monkeypatch.setenv("MIXSHARD_DATA", str(short))
     with pytest.raises(mixshard.MixshardError, match="holds 9 clips but lacks 1 of the 10 of"):
         VideoWrapper(GreenEnv(), "video_easy", seed=0)
+    images = tmp_path / "images"
+    images.mkdir()
+    Image.new("RGB", (20, 20), (0, 200, 0)).save(images / "a.png")
+    mixshard.pack(images, tmp_path / "static" / "dmcgb-video_easy", size=SIZE, workers=1)
+    monkeypatch.setenv("MIXSHARD_DATA", str(tmp_path / "static"))
+    with pytest.raises(mixshard.ManifestError) as err:  # an image pack where clips are needed
+        VideoWrapper(GreenEnv(), "video_easy", seed=0)
+    assert str(err.value) == (
+        f"{tmp_path / 'static' / 'dmcgb-video_easy'} is an image pack, not a clip pack; pack "
+        "the 'dmcgb-video_easy' videos with clips=True"
+    )
     monkeypatch.setenv("MIXSHARD_DATA", str(data))
     with pytest.raises(RuntimeError, match=r"call reset\(\) before step\(\)"):
         VideoWrapper(GreenEnv(), "video_easy", seed=0).step(0)
