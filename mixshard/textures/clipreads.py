@@ -1,0 +1,136 @@
+"""A clip pack opened for texture feeders: its clip table, and the frames of an episode read
+ahead, on a thread of its own, into host memory in the texture's layout.
+
+A feeder knows its next episode's frames as soon as an episode starts (its draws are a pure
+function of `(seed, environment, episode)`, or the next draws of a benchmark's own random state,
+which nothing else consumes), so it asks for them then (`ask`) and takes them at the next reset
+(`take`): a reset finds the clip in memory and waits for the disk only when two resets follow
+each other before a clip is read. The read is `clippool`'s (`ReadAhead`, one reader thread,
+the pack's own reads of consecutive images); each frame is turned from the pack's NCHW into the
+texture's rows of RGB pixels (HWC) there, and resized when the pack is not at the texture's
+size, so that a step only copies one frame's bytes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..augment.clippool import ReadAhead
+from ..core.errors import MixshardError
+from ..core.jobs import own
+from ..reading.source import Source, resolve_source
+
+_CHUNK = 16  # frames resized at once (float32 at 800 px: 7.7 MB a frame)
+
+
+def resized(chw: torch.Tensor, size: int, floor: bool) -> torch.Tensor:
+    """uint8 frames `(n, 3, h, w)` resized to `size` px as `tf.image.resize` and
+    `F.interpolate(mode="bilinear", align_corners=False)` do (half-pixel centres, no
+    antialias), then rounded (`floor`: truncated, as `tf.cast` does), as `(n, size, size, 3)`."""
+    out = torch.empty((len(chw), size, size, 3), dtype=torch.uint8)
+    for lo in range(0, len(chw), _CHUNK):
+        part = chw[lo : lo + _CHUNK].float()
+        big = F.interpolate(part, size=(size, size), mode="bilinear", align_corners=False)
+        big = big.floor_() if floor else big.round_()
+        out[lo : lo + _CHUNK] = big.clamp_(0, 255).permute(0, 2, 3, 1)
+    return out
+
+
+class ClipFrames:
+    """A clip pack opened for texture feeders (see the module docstring).
+
+    Args:
+        source: a clip pack (`mixshard pack SRC OUT --clips`): a folder, a store URL or a
+            resolved `Source`.
+
+    Raises:
+        MixshardError: an image pack (still images), where clips are needed.
+    """
+
+    def __init__(self, source: str | os.PathLike | Source) -> None:
+        src = resolve_source(source)
+        m = self.manifest = src.manifest
+        if m.clips is None:
+            raise MixshardError(
+                f"{m.origin} is an image pack (still images); a texture feeder plays clips: "
+                f"pack the videos or frame folders with `mixshard pack SRC OUT --clips`"
+            )
+        if not src.is_folder:
+            raise ValueError("a texture feeder reads clips by byte offset: pass a pack folder")
+        self.origin, self.size = m.origin, m.size
+        self.names = [c.name for c in m.clips]
+        self.first = np.array([c.start for c in m.clips], np.int64)
+        self.length = np.array([c.count for c in m.clips], np.int64)
+        self._pack = src.open_pack()
+        self._asks: dict[int, tuple[np.ndarray, int, bool]] = {}
+        self._done: dict[int, torch.Tensor | BaseException] = {}
+        self._ticket = 0
+        self._reads = ReadAhead(self._read)
+        self._closer = own(self, _close, self._reads, self._pack)
+
+    def clip_frames(self, clip: int) -> np.ndarray:
+        """The pack image numbers of clip `clip`'s frames, in play order."""
+        return self.first[clip] + np.arange(self.length[clip])
+
+    def ask(self, frames: np.ndarray, size: int, floor: bool = False) -> int:
+        """Start reading pack images `frames` as `(n, size, size, 3)` texture rows (resized
+        when the pack is not `size` px: `resized`); returns the ticket to `take` them by."""
+        self._ticket += 1
+        self._asks[self._ticket] = (np.asarray(frames, np.int64), size, floor)
+        self._reads.ask(self._ticket)
+        return self._ticket
+
+    def take(self, ticket: int) -> np.ndarray:
+        """The frames asked for under `ticket`, waiting for their read if it is not done.
+
+        Raises:
+            ShardError, MixshardError: the read failed (a damaged or changed shard).
+        """
+        while ticket not in self._done:
+            done = self._reads.take(block=True)
+            if done is not None and done[0] in self._asks:  # (not dropped meanwhile)
+                self._done[done[0]] = done[1]
+        result = self._done.pop(ticket)
+        del self._asks[ticket]
+        if isinstance(result, BaseException):
+            raise result
+        return result.numpy()
+
+    def drop(self, ticket: int) -> None:
+        """Forget the frames asked for under `ticket` (read or not)."""
+        self._done.pop(ticket, None)
+        self._asks.pop(ticket, None)
+
+    @property
+    def _read(self) -> Callable[[int], torch.Tensor]:
+        # the thread holds these, not `self`: a feeder nobody closed is still collected
+        asks, pack, size, origin = self._asks, self._pack, self.size, self.origin
+
+        def read(ticket: int) -> torch.Tensor:
+            if ticket not in asks:  # dropped before its turn
+                return torch.empty(0, dtype=torch.uint8)
+            frames, want, floor = asks[ticket]
+            chw = torch.empty((len(frames), 3, size, size), dtype=torch.uint8)
+            bad = pack.read_images(frames, chw.numpy().reshape(len(frames), -1))
+            if bad is not None and bad.any():
+                raise MixshardError(f"frames of {origin} lie in a damaged block")
+            if want != size:
+                return resized(chw, want, floor)
+            return chw.permute(0, 2, 3, 1).contiguous()
+
+        return read
+
+    def close(self) -> None:
+        """Stop the reader thread and close the pack."""
+        self._closer()
+
+
+def _close(reads: ReadAhead, pack: Any) -> None:
+    reads.close()
+    pack.close()
