@@ -7,9 +7,10 @@ the same `np.random.RandomState(seed)`, so that the same clips play from the sam
 same direction and turn at the same ends; what changes is where the frames come from. The
 benchmark reads every JPEG (DCS) or decodes the whole video (DMC-VB) of the drawn clip and
 resizes each frame to the sky texture at every reset; here a clip pack holds the frames at the
-texture's size (or smaller, `resize=True`), the next episode's clip is read ahead as soon as an
-episode starts (its draws are the random state's next ones), and a step copies one frame into
-the texture and uploads it. Behaviours kept because a paper's numbers come from them:
+texture's size, a reset draws and a step copies the one frame it shows out of the pack's
+mappings into the texture and uploads it (`textures.clipreads`). A smaller pack
+(`resize=True`) has each clip resized as it is read, ahead: the next episode's draws are the
+random state's next ones. Behaviours kept because a paper's numbers come from them:
 
 - the sky is the model's first skybox texture, made `width` rows high (one image on every
   face, as DCS sets `tex_height` to 800); `ground_plane_alpha` is material `grid`'s alpha;
@@ -172,13 +173,16 @@ class _SkyVideoEnv:
         self._grid = _grid(physics.model, ground_plane_alpha)
         self._source, self._selected = clips, selected
         self._clip_frames: list[np.ndarray] = []
+        self._resize = False
         if clips is not None:
             self._target.check_size(clips.size, clips.origin, resize)
             self._clip_frames = [clips.clip_frames(c) for c in selected]
+            self._resize = clips.size != self._target.size
         self._writer = FrameWriter(
             self._target, physics_upload(physics) if upload is None else upload, video_alpha
         )
-        self._frames: np.ndarray | None = None
+        self._images: np.ndarray | None = None  # the episode's pack images
+        self._frames: np.ndarray | None = None  # and their frames, when read resized
         self._current_img_index, self._step_direction = 0, 1
         self._next = self._ask() if selected else None
 
@@ -186,9 +190,11 @@ class _SkyVideoEnv:
         raise NotImplementedError
 
     def _ask(self) -> tuple[int, Draw]:
-        """The next episode's draws, its frames read ahead."""
+        """The next episode's draws; its frames read ahead when they are to be resized."""
         draw = self._draw()
         source: Any = self._source  # (there are clips to draw from)
+        if not self._resize:
+            return 0, draw
         return source.ask(draw.frames, self._target.size, self._floor), draw
 
     def reset(self) -> Any:
@@ -203,7 +209,8 @@ class _SkyVideoEnv:
         self._writer.set_background(self._target.pixels)  # the sky as it is now
         if self._next is not None and self._source is not None:
             ticket, draw = self._next
-            self._frames = self._source.take(ticket)
+            self._images = draw.frames
+            self._frames = self._source.take(ticket) if self._resize else None
             self._current_img_index, self._step_direction = draw.start, draw.direction
             self._next = self._ask()
         self._apply()
@@ -213,22 +220,26 @@ class _SkyVideoEnv:
         if time_step.first():
             self._reset_background()
             return time_step
-        if self._dynamic and self._frames is not None and self._advance():
+        if self._dynamic and self._images is not None and self._advance():
             self._apply()
         return time_step
 
     def _advance(self) -> bool:
         """Move to the next frame; False when the texture stays as it is."""
+        count = len(self._images) if self._images is not None else 1
         self._current_img_index, self._step_direction = dcs_turn(
-            self._current_img_index,
-            self._step_direction,
-            len(self._frames),  # type: ignore[arg-type]
+            self._current_img_index, self._step_direction, count
         )
         return True
 
     def _apply(self) -> None:
-        frames = self._frames
-        self._writer.show(None if frames is None else frames[self._current_img_index])
+        at, source = self._current_img_index, self._source
+        if self._images is None or source is None:
+            self._writer.show(None)
+        elif self._frames is not None:
+            self._writer.show(self._frames[at])
+        else:
+            self._writer.show(source.frame(int(self._images[at]), self._writer.buffer))
 
     def close(self) -> None:
         """Stop reading clips, then close the environment."""

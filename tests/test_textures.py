@@ -320,3 +320,34 @@ def test_the_feeder_plays_the_keyed_clips_of_backgrounds(clips):
     for f in feeders:
         f.close()
     bg.close()
+
+
+def test_dcs_suite_passes_its_arguments_to_the_drop_in(clips, tmp_path):
+    """docs/migrating.md: DCS's `suite.load` builds the class found in its `background`
+    module with `suite_utils.get_background_kwargs`' arguments; the drop-in takes them."""
+    import json
+    import types
+
+    from mixshard.core.manifest import Manifest
+    from mixshard.core.presets import DAVIS17_TRAIN
+
+    davis = tmp_path / "davis17-train"
+    davis.mkdir()
+    for member in clips.iterdir():
+        (davis / member.name).symlink_to(member)
+    data = json.loads((clips / "index.json").read_text())
+    for clip, name in zip(data["clips"], DAVIS17_TRAIN):
+        clip["name"] = name
+    (davis / "index.json").unlink()
+    Manifest.from_dict(data, "test").save(davis)
+    background = types.SimpleNamespace(DistractingBackgroundEnv=None)
+    background.DistractingBackgroundEnv = DistractingBackgroundEnv  # the one line
+    kwargs = dict(  # what `suite.load(difficulty="easy", dynamic=True)` passes for cartpole
+        num_videos=4, video_alpha=1.0, ground_plane_alpha=0.3, dynamic=True,
+        dataset_path=str(davis), dataset_videos="train", shuffle_buffer_size=None,
+    )  # fmt: skip
+    env = background.DistractingBackgroundEnv(Env(model()), **kwargs, upload=lambda i: None)
+    env.reset()
+    assert shown(env)[0] in range(4)  # the first 4 of DCS's list: the pack's 4 clips
+    assert env._env.physics.model.mat_rgba[0, 3] == pytest.approx(0.3)
+    env.close()

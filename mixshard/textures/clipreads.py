@@ -1,14 +1,15 @@
-"""A clip pack opened for texture feeders: its clip table, and the frames of an episode read
-ahead, on a thread of its own, into host memory in the texture's layout.
+"""A clip pack opened for texture feeders: its clip table, and its frames in the texture's
+layout (rows of RGB pixels, HWC), one at a step or a whole clip read ahead.
 
-A feeder knows its next episode's frames as soon as an episode starts (its draws are a pure
-function of `(seed, environment, episode)`, or the next draws of a benchmark's own random state,
-which nothing else consumes), so it asks for them then (`ask`) and takes them at the next reset
-(`take`): a reset finds the clip in memory and waits for the disk only when two resets follow
-each other before a clip is read. The read is `clippool`'s (`ReadAhead`, one reader thread,
-the pack's own reads of consecutive images); each frame is turned from the pack's NCHW into the
-texture's rows of RGB pixels (HWC) there, and resized when the pack is not at the texture's
-size, so that a step only copies one frame's bytes.
+At the texture's size, a step copies its one frame out of the pack's read-only mappings (every
+shard mapped when the pack is opened, `LocalPack.map_all`: a copy from the page cache, no
+`read` call, no decode) and interleaves its planes into the texture (`frame`): a reset draws
+and copies one frame, whatever the clip's length, and no process holds more than the frame it
+shows (the page cache holds the pack once for every process). A pack of another size is
+resized (`resized`), a clip at a time: its next episode's clip is read, on a thread of its own
+(`clippool.ReadAhead`), as soon as an episode starts, whose draws are then known (a pure
+function of `(seed, environment, episode)`, or a benchmark's random state, which nothing else
+draws from), so that the next reset finds it in memory (`ask`, `take`).
 """
 
 from __future__ import annotations
@@ -68,6 +69,8 @@ class ClipFrames:
         self.first = np.array([c.start for c in m.clips], np.int64)
         self.length = np.array([c.count for c in m.clips], np.int64)
         self._pack = src.open_pack()
+        self._pack.map_all(resident_only=False)  # (where it cannot be mapped: one pread a step)
+        self._scratch = np.empty((1, m.image_bytes), np.uint8)
         self._asks: dict[int, tuple[np.ndarray, int, bool]] = {}
         self._done: dict[int, torch.Tensor | BaseException] = {}
         self._ticket = 0
@@ -78,6 +81,20 @@ class ClipFrames:
         """The pack image numbers of clip `clip`'s frames, in play order."""
         return self.first[clip] + np.arange(self.length[clip])
 
+    def frame(self, image: int, out: np.ndarray) -> np.ndarray:
+        """Pack image `image` into `out` (`(size, size, 3)` uint8), interleaved from the
+        pack's planes.
+
+        Raises:
+            ShardError, MixshardError: a damaged or changed shard.
+        """
+        bad = self._pack.read_images(np.array([image]), self._scratch)
+        if bad is not None and bad.any():
+            raise MixshardError(f"frame {image} of {self.origin} lies in a damaged block")
+        planes = self._scratch.reshape(3, self.size, self.size)
+        np.stack((planes[0], planes[1], planes[2]), axis=-1, out=out)  # 2x torch's permute copy
+        return out
+
     def ask(self, frames: np.ndarray, size: int, floor: bool = False) -> int:
         """Start reading pack images `frames` as `(n, size, size, 3)` texture rows (resized
         when the pack is not `size` px: `resized`); returns the ticket to `take` them by."""
@@ -86,16 +103,20 @@ class ClipFrames:
         self._reads.ask(self._ticket)
         return self._ticket
 
+    def wait(self, ticket: int) -> None:
+        """Wait until the read asked for under `ticket` is done (failed reads too)."""
+        while ticket not in self._done:
+            done = self._reads.take(block=True)
+            if done is not None and done[0] in self._asks:  # (not dropped meanwhile)
+                self._done[done[0]] = done[1]
+
     def take(self, ticket: int) -> np.ndarray:
         """The frames asked for under `ticket`, waiting for their read if it is not done.
 
         Raises:
             ShardError, MixshardError: the read failed (a damaged or changed shard).
         """
-        while ticket not in self._done:
-            done = self._reads.take(block=True)
-            if done is not None and done[0] in self._asks:  # (not dropped meanwhile)
-                self._done[done[0]] = done[1]
+        self.wait(ticket)
         result = self._done.pop(ticket)
         del self._asks[ticket]
         if isinstance(result, BaseException):

@@ -3,8 +3,9 @@ episode's clip and first frame drawn as `Backgrounds` draws them, keyed by `(see
 episode)` (`augment/playback.py`), for scenes whose benchmark does not dictate its own draws.
 
 An environment's draws do not depend on the other environments or on how many there are, so
-environment `e` of a vector of feeders plays the same clips whatever runs beside it, and its
-next episode's clip is known, and read ahead (`ClipFrames`), as soon as an episode starts.
+environment `e` of a vector of feeders plays the same clips whatever runs beside it. A step
+copies its frame out of the pack's mappings (`ClipFrames.frame`); a pack of another size has its
+next episode's clip read ahead, resized, as soon as an episode starts.
 """
 
 from __future__ import annotations
@@ -74,28 +75,31 @@ class TextureFeeder:
         self._length = torch.from_numpy(self.clips.length)
         self.episode, self.played = -1, 0
         self.clip, self.start = -1, 0
-        self._frames: np.ndarray | None = None
+        self._resize = self.clips.size != self.target.size
+        self._frames: np.ndarray | None = None  # the clip's frames, when read resized
         self._next = self._ask(0)
 
     def _ask(self, episode: int) -> tuple[int, int, int]:
-        """Episode `episode`'s clip and first frame, its frames read ahead."""
+        """Episode `episode`'s clip and first frame; its frames read ahead when they are to be
+        resized."""
         envs, ep = torch.tensor([self.env]), torch.tensor([episode])
         clip, start, _ = draw(self._key, envs, ep, self._length, self.playback, False)
         c = int(clip[0])
-        ticket = self.clips.ask(self.clips.clip_frames(c), self.target.size)
-        return ticket, c, int(start[0])
+        if not self._resize:
+            return 0, c, int(start[0])
+        return self.clips.ask(self.clips.clip_frames(c), self.target.size), c, int(start[0])
 
     def reset(self) -> None:
         """Start the next episode: its clip's first frame into the texture."""
         ticket, self.clip, self.start = self._next
-        self._frames = self.clips.take(ticket)
+        self._frames = self.clips.take(ticket) if self._resize else None
         self.episode, self.played = self.episode + 1, 0
         self._next = self._ask(self.episode + 1)
         self._show()
 
     def step(self) -> None:
         """The next frame into the texture."""
-        if self._frames is None:
+        if self.episode < 0:
             raise ValueError("call reset() before step()")
         self.played += 1
         self._show()
@@ -112,8 +116,12 @@ class TextureFeeder:
         return int(at[0, 0])
 
     def _show(self) -> None:
-        frames: Any = self._frames
-        self.writer.show(frames[self.frame()])
+        at = self.frame()
+        if self._frames is not None:
+            self.writer.show(self._frames[at])
+        else:
+            image = int(self.clips.first[self.clip]) + at
+            self.writer.show(self.clips.frame(image, self.writer.buffer))
 
     def close(self) -> None:
         """Stop reading clips (the pack stays open when it was handed in as `ClipFrames`)."""

@@ -135,31 +135,34 @@ class FrameWriter:
     """Shows frames in a `TextureTarget` and uploads it: a frame blended over the background at
     `alpha` as the Distracting Control Suite blends (`alpha * frame + (1 - alpha) *
     background` in float32, truncated to uint8), copied as it is at `alpha == 1`, the
-    background alone at `alpha == 0` or for no frame. `set_background` takes the pixels to
-    blend over (a copy); the blend's background half is computed there, once an episode."""
+    background alone at `alpha == 0` or for no frame. The background is the texture as it is
+    when made, or at `set_background` (the blend's background half is computed there, once an
+    episode); the texture holds it already where it shows it, so that is only uploaded.
+    `buffer` is where to put a frame: the texture itself at `alpha == 1` (no copy)."""
 
     def __init__(self, target: TextureTarget, upload: Upload, alpha: float) -> None:
         self.target, self.upload, self.alpha = target, upload, float(alpha)
         self._alpha = np.float32(alpha)
-        self._background = target.pixels.copy()
-        self._part = np.empty(target.pixels.shape, np.float32)  # (1 - alpha) * background
-        self._sum = np.empty(target.pixels.shape, np.float32)
+        self._blends = 0.0 < self.alpha < 1.0
+        shape = target.pixels.shape
+        self._part = np.empty(shape if self._blends else (0,), np.float32)  # (1 - a) * bg
+        self._sum = np.empty(shape if self._blends else (0,), np.float32)
+        self.buffer = target.pixels if self.alpha == 1.0 else np.empty_like(target.pixels)
         self.set_background(target.pixels)
 
     def set_background(self, pixels: np.ndarray) -> None:
-        np.copyto(self._background, pixels)
-        if 0.0 < self.alpha < 1.0:
-            np.multiply(self._background, np.float32(1.0 - self.alpha), out=self._part)
+        """Blend over `pixels` from now on (the texture's own pixels, as they are now)."""
+        if self._blends:
+            np.multiply(pixels, np.float32(1.0 - self.alpha), out=self._part)
 
     def show(self, frame: np.ndarray | None) -> None:
-        """Write `frame` (`(size, size, 3)` uint8; None: the background) and upload it."""
+        """Show `frame` (`(size, size, 3)` uint8, maybe `buffer`; None: the background) and
+        upload the texture."""
         pixels = self.target.pixels
-        if frame is None or self.alpha == 0.0:
-            np.copyto(pixels, self._background)
-        elif self.alpha == 1.0:
-            np.copyto(pixels, frame)
-        else:
+        if frame is not None and self._blends:
             np.multiply(frame, self._alpha, out=self._sum)
             np.add(self._sum, self._part, out=self._sum)
             np.copyto(pixels, self._sum, casting="unsafe")  # truncated, as `astype(np.uint8)`
+        elif frame is not None and self.alpha == 1.0 and frame is not pixels:
+            np.copyto(pixels, frame)
         self.upload(self.target.id)
