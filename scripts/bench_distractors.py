@@ -127,7 +127,7 @@ def tf_shim() -> types.ModuleType:
     import torch.nn.functional as F
 
     def resize(image: Any, size: list[int]) -> np.ndarray:
-        x = torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1)[None].float()
+        x = torch.from_numpy(np.array(image)).permute(2, 0, 1)[None].float()
         y = F.interpolate(x, size=tuple(size), mode="bilinear", align_corners=False)
         return y[0].permute(1, 2, 0).numpy()
 
@@ -220,9 +220,10 @@ def stub_uploads(dcs: types.ModuleType, ours: Any) -> None:
 
 
 def reset_rows(dcs: types.ModuleType, frames: Path, packs: list[Path], runs: int) -> list[list]:
-    """A background reset, DCS's and ours, with and without the upload, each over the same
-    `runs` clips (the same seed draws them). A smaller pack (`resize=True`) is timed with its
-    clip read ahead, and not read yet (two resets in a row)."""
+    """A background reset, DCS's and ours, with and without the upload, timed alternately
+    (`paired`: each run resets both, on the same clip, as the same seed draws them). A smaller
+    pack (`resize=True`) is timed with its clip read ahead, and not read yet (two resets in a
+    row), against DCS's median."""
     from dm_control.mujoco.wrapper import mjbindings
 
     rows = []
@@ -236,19 +237,26 @@ def reset_rows(dcs: types.ModuleType, frames: Path, packs: list[Path], runs: int
         what = "with the upload" if upload else "without it (both stubbed)"
         for env in (theirs, ours, *smaller):
             env.reset()
-        base = median_seconds(theirs._reset_background, runs)
-        timed = [
-            ("800 px, a frame from the mappings", median_seconds(ours._reset_background, runs))
-        ]
+        mine, base, ratio = paired(ours._reset_background, theirs._reset_background, runs)
+        rows.append(
+            [
+                what,
+                "800 px, one frame",
+                f"{base * 1e3:.1f}",
+                f"{mine * 1e3:.2f}",
+                f"{1 / ratio:.0f}x",
+            ]
+        )
         for env in smaller:
             ready = median_seconds(
                 env._reset_background, runs, lambda e=env: e._source.wait(e._next[0])
             )
             late = median_seconds(env._reset_background, runs, env._reset_background)
-            size = env._source.size
-            timed += [(f"{size} px, clip read ahead", ready), (f"{size} px, not read yet", late)]
-        for name, sec in timed:
-            rows.append([what, name, f"{base * 1e3:.1f}", f"{sec * 1e3:.2f}", f"{base / sec:.0f}x"])
+            for name, sec in (("clip read ahead", ready), ("not read yet", late)):
+                name = f"{env._source.size} px, {name}"
+                rows.append(
+                    [what, name, f"{base * 1e3:.1f}", f"{sec * 1e3:.2f}", f"{base / sec:.1f}x"]
+                )
         for env in (ours, *smaller):
             env.close()
     dcs.mjbindings = mjbindings
