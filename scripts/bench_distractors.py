@@ -1,28 +1,38 @@
-"""The Distracting Control Suite's backgrounds against `mixshard.distracting`, on real
-dm_control episodes: the sky texture's bytes at every step, a reset's time and a step's
-texture update. Not a CI test: it needs dm_control (rendering on the CPU: Mesa's EGL) and
-DCS's `background.py`, kept outside the project.
+"""The Distracting Control Suite's and DMC-VB's 3D video backgrounds against
+`mixshard.distracting`'s, on real dm_control episodes: the sky texture's bytes at every reset
+and step, a reset's time and a step's texture update. Not a CI test: it needs dm_control
+(rendering on the CPU: Mesa's EGL) and the benchmarks' code, kept outside the project (the
+numbers of a run: docs/benchmarks.md, "3D video distractors").
 
     python scripts/davis_like.py ../shared/real-videos /tmp/davis-like   # DAVIS-shaped JPEGs
     mixshard pack /tmp/davis-like/JPEGImages/480p /tmp/davis-800 --clips --crop full \\
-        --size 800 --resample bilinear-no-antialias
-    MUJOCO_GL=egl PYOPENGL_PLATFORM=egl PYTHONPATH=. python scripts/bench_distractors.py \\
-        --dcs /tmp/dcs --davis /tmp/davis-like --pack /tmp/davis-800 [--small /tmp/davis-400]
+        --size 800 --resample bilinear-no-antialias          # and --size 480 for /tmp/davis-480
+    MUJOCO_GL=egl PYOPENGL_PLATFORM=egl PYTHONPATH=.:$TFSITE python scripts/bench_distractors.py \\
+        --dcs /tmp/dcs --davis /tmp/davis-like --pack /tmp/davis-800 [--small /tmp/davis-480] \\
+        [--tf] [--dmcvb DMCVB/dmc_vision_benchmark/environments/distracting_suite.py \\
+        --kubric /tmp/kubric-like --kubric-packs /tmp/kubric-800 /tmp/kubric-256]
+    PYTHONPATH=.:$TFSITE python scripts/bench_distractors.py --tf-check /tmp/davis-like
 
 `--dcs DIR` holds `distracting_control/background.py` of google-research (its latest release:
 PIL reads, `cv2.resize`). It ran on today's MuJoCo and Python with two edits made as it is
 loaded, not in its file: `tex_rgb` is `tex_data` since MuJoCo 3, and a clip's frames are
 listed sorted, where it lists them with `Path.glob('*/')` (on Python 3.11 and later that
 lists folders only, so it finds no frame; before, it listed them in the file system's order).
-`--small PACK`: the same clips packed smaller, resized to the sky as each is read
-(`resize=True`).
+`--tf`: DCS resizing as its first release did (`tf.image.resize`, a truncating `tf.cast`), in
+`tf_shim`. `--small PACK`: the same clips packed smaller, resized to the sky as each is read
+(`resize=True`). `--dmcvb FILE`: DMC-VB's `KubricBackgroundEnv` against ours, on the videos of
+`--kubric DIR`'s `train/` and each of `--kubric-packs` (`resize=True`); it needs mediapy
+(`$TFSITE`; `MEDIAPY_FFMPEG`: the ffmpeg it runs) and gets TensorFlow as `tf_shim`, which
+`--tf-check DIR` compares with TensorFlow's own (a run of its own: TensorFlow 2.21 crashed in
+a process with dm_control's rendering).
 
 Reported: the largest difference between the two skies over every reset and step of each
-setting, and the share of equal bytes; the background reset of each (DCS reads and resizes
-every frame of the drawn clip; mixshard takes the clip read ahead), with the upload and
-without it (both uploads stubbed), and when the clip is not read yet (two resets in a row);
-a step's texture update against the bare upload (`mjr_uploadTexture` in the physics'
-context). Medians of `--runs`; ratios of runs timed alternately.
+setting, the share of equal bytes, and the largest difference of 84 px renders; the
+background reset of each (DCS reads and resizes every frame of the drawn clip; mixshard draws
+the same and copies one frame), with the upload and without it (both stubbed), timed
+alternately; a smaller pack's reset with its clip read ahead and not yet read (two resets in
+a row); a step's texture update against the bare upload (`mjr_uploadTexture` in the physics'
+context). Medians of `--runs` (texture updates: 5x as many); ratios of runs timed alternately.
 """
 
 from __future__ import annotations
