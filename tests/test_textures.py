@@ -164,6 +164,7 @@ def test_a_dynamic_episode_plays_the_drawn_clip_from_the_drawn_frame_with_its_tu
         index, direction = dcs_turn(index, direction, LENGTHS[clip])
         assert shown(env) == (clip, index)
     assert uploads == [0] * 13  # the sky, at the reset and at every step
+    assert env._source._readers == []  # frames at the sky's size: no reader thread
     env.close()
 
 
@@ -273,6 +274,9 @@ def test_resize_reads_a_smaller_pack_resized_as_dcs_resizes(clips):
     big = F.interpolate(torch.from_numpy(frame).float(), size=(16, 16), mode="bilinear")
     expected = big.round().clamp(0, 255).byte()[0].permute(1, 2, 0).numpy()
     assert np.array_equal(env._target.pixels, expected)
+    assert len(env._source._readers) == 1  # resized clips are read ahead on a thread
+    with pytest.raises(ValueError, match="no read was asked for under ticket 99"):
+        env._source.take(99)
     env.close()
     pack.close()
 

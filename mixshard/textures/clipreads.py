@@ -74,8 +74,8 @@ class ClipFrames:
         self._asks: dict[int, tuple[np.ndarray, int, bool]] = {}
         self._done: dict[int, torch.Tensor | BaseException] = {}
         self._ticket = 0
-        self._reads = ReadAhead(self._read)
-        self._closer = own(self, _close, self._reads, self._pack)
+        self._readers: list[ReadAhead] = []  # the reader thread, made by the first `ask`
+        self._closer = own(self, _close, self._readers, self._pack)
 
     def clip_frames(self, clip: int) -> np.ndarray:
         """The pack image numbers of clip `clip`'s frames, in play order."""
@@ -100,13 +100,17 @@ class ClipFrames:
         when the pack is not `size` px: `resized`); returns the ticket to `take` them by."""
         self._ticket += 1
         self._asks[self._ticket] = (np.asarray(frames, np.int64), size, floor)
-        self._reads.ask(self._ticket)
+        if not self._readers:  # (a feeder of frames at the pack's size never needs it)
+            self._readers.append(ReadAhead(self._read))
+        self._readers[0].ask(self._ticket)
         return self._ticket
 
     def wait(self, ticket: int) -> None:
         """Wait until the read asked for under `ticket` is done (failed reads too)."""
+        if ticket not in self._asks:
+            raise ValueError(f"no read was asked for under ticket {ticket} (or it was taken)")
         while ticket not in self._done:
-            done = self._reads.take(block=True)
+            done = self._readers[0].take(block=True)
             if done is not None and done[0] in self._asks:  # (not dropped meanwhile)
                 self._done[done[0]] = done[1]
 
@@ -152,6 +156,7 @@ class ClipFrames:
         self._closer()
 
 
-def _close(reads: ReadAhead, pack: Any) -> None:
-    reads.close()
+def _close(readers: list[ReadAhead], pack: Any) -> None:
+    for reads in readers:
+        reads.close()
     pack.close()
