@@ -16,8 +16,8 @@ from helpers import alarm, files, make_tree, noise, run
 
 import mixshard
 from mixshard import Manifest, MixshardError
-from mixshard.writing import raypack
-from mixshard.writing.plan import make_plan
+from mixshard.writing.plan.packplan import make_plan
+from mixshard.writing.run import raypack
 
 ray = pytest.importorskip("ray")
 
@@ -173,7 +173,7 @@ def test_a_node_that_cannot_see_out_is_named(source, local_ray, tmp_path):
 def slow_decode(root, keys, *args):
     """A decode that is slow on the last, short chunk of a shard: by then the shard's first
     blocks are written, so the test can kill the worker mid-shard."""
-    from mixshard.writing.decodepool import decode_chunk
+    from mixshard.writing.run.decodepool import decode_chunk
 
     if len(keys) < 32:
         time.sleep(0.5)

@@ -22,7 +22,7 @@ from ..core.constants import (
     RESAMPLE_MODES,
 )
 from ..core.stores import is_store_url
-from ..writing.ctrlc import CtrlC, LateInterrupt
+from ..writing.run.ctrlc import CtrlC, LateInterrupt
 from .base import RESUME_HINT, PartType, as_flags, cli, human_bytes, quiet_option, shown
 
 PACK_OPTIONS = [
@@ -359,8 +359,8 @@ def pack(src: str, out: str, quiet: bool, **opts: Any) -> None:
       mixshard pack video_hard data/vh --clips --crop full --resample bilinear-no-antialias
       mixshard pack DAVIS.zip data/davis --clips --within DAVIS/JPEGImages/480p
     """
-    from ..writing.archive import check_within
     from ..writing.packing import pack as run_pack
+    from ..writing.sources.archive import check_within
 
     _check_pack_flags(opts)
     if os.path.exists(src):  # (a missing SRC is named by the pack itself)

@@ -22,10 +22,7 @@ from ..core.env import usable_cpus
 from ..core.errors import OutputError, SkippedImagesError, SourceError
 from ..core.manifest import Manifest
 from ..core.stores import check_location, is_store_url
-from .archive import MEMBERS_FILE, materialize, open_source, remove_members
-from .clipplan import check_clips, finish_clips, plan_clips
-from .ctrlc import CtrlC
-from .outdir import (
+from .out.outdir import (
     Journal,
     OutLock,
     check_apart,
@@ -41,15 +38,18 @@ from .outdir import (
     remove_run,
     write_error,
 )
-from .plan import PackPlan, check_modes, check_options, finished_pack, make_plan
-from .replace import replace_pack
+from .out.replace import replace_pack
+from .out.shardwrite import DoneShard, plan_stamps, strict_error
+from .out.sourceid import check_source, run_summary, source_record
+from .plan.clipplan import check_clips, finish_clips, plan_clips
+from .plan.packplan import PackPlan, check_modes, check_options, finished_pack, make_plan
 from .results import PackProgress, PackResult
-from .scanning import path_key
-from .shardwrite import DoneShard, plan_stamps, strict_error
-from .sourceid import check_source, run_summary, source_record
+from .run.ctrlc import CtrlC
+from .sources.archive import MEMBERS_FILE, materialize, open_source, remove_members
+from .sources.scanning import path_key
 
 if TYPE_CHECKING:
-    from .storeout import StoreOut
+    from .out.storeout import StoreOut
 
 
 class _Tracker:
@@ -90,6 +90,13 @@ def _plan(src: Path, within: str | None, options: dict, labels: str) -> PackPlan
     if source.reader.kind == "folder":
         return make_plan(str(src), found, **options)
     return make_plan(source.label, found, **options, source=source)
+
+
+def _probing(progress: Callable[[PackProgress], None] | None) -> Callable[[str, int], None] | None:
+    """A clip pack's long probe of a video (its name, bytes read) as `PackProgress`."""
+    if progress is None:
+        return None
+    return lambda name, read: progress(PackProgress(0, 0, 0, probing=name, probed=read))
 
 
 def pack(
@@ -187,11 +194,13 @@ def pack(
         src, out = Path(src), sink.staging if sink else Path(out)
         check_out_path(out)
         check_apart(src, out)
-        plan = plan_clips(src, within, options, progress) or _plan(src, within, options, labels)
+        plan = plan_clips(src, within, options, _probing(progress)) or _plan(
+            src, within, options, labels
+        )
         if finish and sink is None:
             return _finish(out, plan, t0, ctrl_c)
         if ray is not None:
-            from .raypack import connect
+            from .run.raypack import connect
 
             connect(ray)  # an unreachable cluster must fail before OUT is touched
         job = _Job(plan, part, progress, workers, strict, ray, t0, ctrl_c)
@@ -306,7 +315,7 @@ def _store_out(out: str | os.PathLike, part: tuple[int, int] | None) -> StoreOut
     imports none of it)."""
     if not is_store_url(out):
         return None
-    from .storeout import StoreOut
+    from .out.storeout import StoreOut
 
     return StoreOut(str(out), part)
 
@@ -320,18 +329,18 @@ def _run(plan, out, done, todo, part, progress, workers, ray, lock_fds, sink=Non
     on_shard = tracker.shard if sink is None else sink.start(tracker, uploaded=ray is not None)
     try:
         tracker.ctrl_c.__enter__()  # before the imports below (see `CtrlC`)
-        from .shardpool import WholeShards, whole_shards  # imports concurrent.futures
+        from .run.shardpool import WholeShards, whole_shards  # imports concurrent.futures
 
         cpus = workers or usable_cpus()
         whole = ray is None and whole_shards(cpus, len(todo), plan.options["variants"])
         if not whole:  # whole-shard tasks stamp their own shard's files (in parallel)
             tracker.stamps = {i: plan_stamps(plan, i) for i in todo}
         if ray is not None:
-            from .raypack import run_on_ray
+            from .run.raypack import run_on_ray
 
             run_on_ray(plan, sink.url if sink else out, todo, ray, tracker.chunk, on_shard)
         else:
-            from .localrun import LocalRun
+            from .run.localrun import LocalRun
 
             runner = WholeShards if whole else LocalRun
             runner(plan, out, todo, cpus, tracker.chunk, on_shard, lock_fds).run()

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.constants import (
+from ...core.constants import (
     CROP_MODES,
     LABEL_MODES,
     MANIFEST_NAME,
@@ -29,10 +29,10 @@ from ..core.constants import (
     RESAMPLE_MODES,
     shard_name,
 )
-from ..core.errors import OutputError
-from ..core.manifest import Manifest, dump_json
-from .archive import MemberReader, Source
-from .scanning import ScanResult
+from ...core.errors import OutputError
+from ...core.manifest import Manifest, dump_json
+from ..sources.archive import MemberReader, Source
+from ..sources.scanning import ScanResult
 
 
 def check_options(

@@ -22,14 +22,13 @@ from typing import Any
 
 import numpy as np
 
-from ..core import presets
-from ..core.constants import CLIP_FORMAT_VERSION, RESAMPLE
-from ..core.manifest import Clip, dump_json
-from .archive import Source
+from ...core import presets
+from ...core.constants import CLIP_FORMAT_VERSION, RESAMPLE
+from ...core.manifest import Clip, dump_json
+from ..sources.archive import Source
+from ..sources.scanning import path_key
 from .clipsource import ClipScan, find_clips
-from .plan import PackPlan, PlannedClip
-from .results import PackProgress
-from .scanning import path_key
+from .packplan import PackPlan, PlannedClip
 
 
 def check_clips(
@@ -73,17 +72,15 @@ def plan_clips(
     src: Path,
     within: str | None,
     options: dict,
-    progress: Callable[[PackProgress], None] | None = None,
+    probing: Callable[[str, int], None] | None = None,
 ) -> PackPlan | None:
     """The plan of a clip pack: the clips of `src` (`find_clips`) with the pack's `options`,
     whose `"clips"` (`check_clips`; taken out of them) are None for an image pack (then None
-    is returned, and `options` are an image pack's). A long probe reports to `progress`."""
+    is returned, and `options` are an image pack's). A long probe reports `probing(video,
+    bytes read)`."""
     clips = options.pop("clips")
     if clips is None:
         return None
-    probing = None
-    if progress is not None:
-        probing = lambda name, read: progress(PackProgress(0, 0, 0, probing=name, probed=read))  # noqa: E731
     source, found = find_clips(src, within, clips.get("clip_list"), probing)
     kept = {k: v for k, v in options.items() if k not in ("variants", "shuffle")}
     folder = source.reader.kind == "folder"

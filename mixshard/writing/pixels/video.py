@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from ..core.constants import RESAMPLE
-from ..core.errors import ImageDecodeError
-from .archive import MemberReader
+from ...core.constants import RESAMPLE
+from ...core.errors import ImageDecodeError
+from ..sources.archive import MemberReader
 from .image import check_pixels, frame_pixels
 from .videofile import Budget, VideoFile, open_video, options
 

@@ -21,11 +21,11 @@ from typing import Any
 
 from PIL import Image
 
-from ..core.errors import ImageDecodeError
-from .archive import MemberReader, truncated_member
-from .handles import handle as _handle
+from ...core.errors import ImageDecodeError
+from ..sources.archive import MemberReader, truncated_member
+from ..sources.handles import handle as _handle
+from ..sources.zipmembers import data_start, stored
 from .image import VANISHED
-from .zipmembers import data_start, stored
 
 GAP_BYTES = 256 << 20  # read without a packet: far more than a header or one frame holds
 STALL_SECONDS = 60.0  # spent without a packet

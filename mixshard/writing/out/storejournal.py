@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from concurrent.futures import ThreadPoolExecutor
 
-from ..core.stores import Store
+from ...core.stores import Store
 
 REHASH_THREADS = 4  # objects read back at once by a resumed run, to check their sha256
 

@@ -16,11 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import MixshardError, PackInterrupted, SkippedImagesError
-from ..core.stores import is_store_url
+from ...core.errors import MixshardError, PackInterrupted, SkippedImagesError
+from ...core.stores import is_store_url
+from ..out.shardwrite import DoneShard, write_shard
+from ..plan.packplan import PackPlan
 from .decodepool import decode_chunk
-from .plan import PackPlan
-from .shardwrite import DoneShard, write_shard
 
 RETRIES = 3  # Ray retries a task whose worker process died this many times
 
@@ -88,7 +88,7 @@ def ray_task(plan: PackPlan, out: str, index: int, decode: Callable | None = Non
     """One Ray task: decode and write planned shard `index` into `out`; into an object store
     (`out` a URL), write it in a staging folder on the node and upload it from there."""
     if is_store_url(out):
-        from .storeout import staged_upload
+        from ..out.storeout import staged_upload
 
         return staged_upload(out, lambda folder: _write(plan, folder, index, decode))
     folder = Path(out)

@@ -9,7 +9,10 @@ from collections.abc import Callable
 from concurrent.futures import BrokenExecutor, Future  # not .process: see decodepool
 from typing import TYPE_CHECKING
 
-from ..core.errors import PackInterrupted
+from ...core.errors import PackInterrupted
+from ..out.outdir import write_error
+from ..out.shardwrite import Decoded, DoneShard, ShardBuilder
+from ..plan.packplan import PackPlan
 from .decodepool import (
     WORKER_DIED,
     ResultSlots,
@@ -19,9 +22,6 @@ from .decodepool import (
     slot_results,
     start_pool,
 )
-from .outdir import write_error
-from .plan import PackPlan
-from .shardwrite import Decoded, DoneShard, ShardBuilder
 
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor

@@ -34,9 +34,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..core.constants import JOURNAL_GLOB, JOURNAL_NAME, LOCK_NAME, MANIFEST_NAME
-from ..core.errors import OutputError
-from ..core.stores import Store
+from ...core.constants import JOURNAL_GLOB, JOURNAL_NAME, LOCK_NAME, MANIFEST_NAME
+from ...core.errors import OutputError
+from ...core.stores import Store
 from .outdir import is_ours, part_suffix
 from .shardwrite import DoneShard
 from .storejournal import altered, journaled

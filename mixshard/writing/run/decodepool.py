@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..core.constants import RESAMPLE
-from ..core.errors import ImageDecodeError, MixshardError
-from .archive import MemberReader
-from .image import grey_pixels, load_image
+from ...core.constants import RESAMPLE
+from ...core.errors import ImageDecodeError, MixshardError
+from ..pixels.image import grey_pixels, load_image
+from ..sources.archive import MemberReader
 
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
@@ -76,7 +76,7 @@ def decode_chunk(
             end = k
             while end < len(keys) and (f := frames[end]) is not None and f[0] == frame[0]:
                 end += 1
-            from .video import decode_frames
+            from ..pixels.video import decode_frames
 
             indices = [f[1] for f in frames[k:end] if f is not None]
             out += decode_frames(

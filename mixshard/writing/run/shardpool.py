@@ -21,12 +21,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.errors import PackInterrupted
+from ...core.errors import PackInterrupted
+from ..out.outdir import write_error
+from ..out.shardwrite import Decoded, DoneShard, plan_stamps, write_shard
+from ..plan.packplan import PackPlan
 from . import decodepool
 from .decodepool import WORKER_DIED, cannot_start, decode_chunk, start_pool
-from .outdir import write_error
-from .plan import PackPlan
-from .shardwrite import Decoded, DoneShard, plan_stamps, write_shard
 
 PROGRESS_EVERY = 0.25  # seconds between progress reports while shards are being written
 

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import ImageDecodeError, PackInterrupted, SourceError
-from ..core.files import create_file
-from ..core.packpath import tilde_hint
+from ...core.errors import ImageDecodeError, PackInterrupted, SourceError
+from ...core.files import create_file
+from ...core.packpath import tilde_hint
 from .archivelist import (
     extracted_path,
     list_tar,

@@ -41,7 +41,7 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from ..core.constants import RESAMPLE, RESAMPLE_MODES
+from ...core.constants import RESAMPLE, RESAMPLE_MODES
 
 _resize: Optional[ModuleType]
 try:  # the same passes compiled (`_resize.c`), where the install had a C compiler

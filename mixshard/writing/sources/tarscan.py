@@ -16,8 +16,8 @@ import os
 import sys
 from collections.abc import Iterator
 
-from ..core.constants import TAR_BLOCK as BLOCK
-from ..core.layout import padded
+from ...core.constants import TAR_BLOCK as BLOCK
+from ...core.layout import padded
 
 _ZEROS = bytes(BLOCK)
 _ENCODING = sys.getfilesystemencoding()  # as tarfile decodes header names

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from ..core.errors import MixshardError, OutputError
-from ..core.files import planted
+from ...core.errors import MixshardError, OutputError
+from ...core.files import planted
 from .outdir import OutLock, check_replaceable, load_done
 
 R = TypeVar("R")
