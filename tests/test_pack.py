@@ -306,6 +306,7 @@ def test_the_chunks_of_a_shard_are_its_items_in_turn_and_never_the_next_shards(t
 
 
 def test_result_slots_are_apart_and_refuse_what_does_not_fit():
+    from mixshard.writing.plan.packplan import DecodeTask
     from mixshard.writing.run.decodepool import ResultSlots, decode_to_slot
 
     slots = ResultSlots(2, 10)
@@ -316,7 +317,7 @@ def test_result_slots_are_apart_and_refuse_what_does_not_fit():
     with pytest.raises(ValueError, match="11 bytes do not fit a slot of 10"):
         slots.region(1, 11)
     with pytest.raises(RuntimeError, match="runs in a worker forked with result slots"):
-        decode_to_slot(0, "src", ["a.png"], 8, "center", 1, 0)  # this process has none
+        decode_to_slot(0, DecodeTask("src", ["a.png"], 8, "center", 1, 0))  # this one has none
 
 
 def test_strict_fails_naming_the_files(tmp_path):

@@ -84,6 +84,27 @@ class PlannedClip:
     total: int
 
 
+@dataclass(frozen=True)
+class DecodeTask:
+    """What one decode task decodes and how: `keys` read from `source` (a folder, or an
+    archive's reader with each key's member reference in `refs`), each decoded to `variants`
+    crops (`crop`, seeded by `seed`) of `size` x `size` with the `resample` filter, grey in all
+    three channels with `grey`. In a clip pack `frames` gives each key's video frame as `(video,
+    frame number, frames in the video, number of the last frame kept)`, None for an image file.
+    Plain data: it pickles to a spawned worker (a forked one is handed it through a pipe too)."""
+
+    source: str | MemberReader
+    keys: list[str]
+    size: int
+    crop: str
+    variants: int
+    seed: int
+    refs: list[Any] | None = None
+    frames: list[tuple[str, int, int, int] | None] | None = None
+    resample: str = RESAMPLE
+    grey: bool = False
+
+
 # Frames of a video decoded by one task at most (by bytes of their pixels): the results slot
 # of a task holds them all, and a run of a clip is decoded whole or skipped whole.
 CLIP_TASK_BYTES = 32 << 20
@@ -135,18 +156,21 @@ class PackPlan:
         the keys' member references."""
         return (self.src, None) if self.source is None else self.source.task(keys)
 
-    def job(self, keys: list[str]) -> tuple:
-        """The arguments of `decode_chunk` that decode `keys` with this plan's options."""
+    def decode_task(self, keys: list[str]) -> DecodeTask:
+        """The task that decodes `keys` with this plan's options."""
         source, refs = self.task(keys)
         o = self.options
-        job = (source, keys, self.size, o["crop"], o["variants"], o["seed"])
-        resample, grey = o.get("resample", RESAMPLE), o.get("grey", False)
-        if not self._videos:
-            return (*job, refs, None, resample, grey)
-        frames = [self.video_frame(k) for k in keys]
-        if refs is not None and self.source is not None:  # a frame is read from its video
-            refs = [r if f is None else self.source.refs.get(f[0]) for r, f in zip(refs, frames)]
-        return (*job, refs, frames, resample, grey)
+        frames = None
+        if self._videos:
+            frames = [self.video_frame(k) for k in keys]
+            if refs is not None and self.source is not None:  # a frame is read from its video
+                refs = [
+                    r if f is None else self.source.refs.get(f[0]) for r, f in zip(refs, frames)
+                ]
+        return DecodeTask(
+            source, keys, self.size, o["crop"], o["variants"], o["seed"], refs, frames,
+            o.get("resample", RESAMPLE), o.get("grey", False),
+        )  # fmt: skip
 
     def chunks(self, i: int, chunk: int) -> list[tuple[int, int]]:
         """`(start, count)` of the decode tasks of shard `i`: `chunk` images each; a video's

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...core.constants import RESAMPLE
 from ...core.errors import ImageDecodeError, MixshardError
 from ..pixels.image import grey_pixels, load_image
+from ..plan.packplan import DecodeTask
 from ..sources.archive import MemberReader
 
 if TYPE_CHECKING:
@@ -47,27 +47,15 @@ def cannot_start(workers: int, exc: OSError) -> MixshardError:
     )
 
 
-def decode_chunk(
-    source: str | MemberReader,
-    keys: list[str],
-    size: int,
-    crop: str,
-    variants: int,
-    seed: int,
-    refs: list[Any] | None = None,
-    frames: list[tuple[str, int, int, int] | None] | None = None,
-    resample: str = RESAMPLE,
-    grey: bool = False,
-) -> list[np.ndarray | str]:
-    """Worker task: pixels (variants, 3, size, size) or a skip reason, per key. `source` is a
-    folder, or the reader of an archive with each key's member reference in `refs`. In a clip
-    pack, `frames` gives a video frame's `(video, frame number, frames in it, last frame
-    kept)` (None for an image file); a run of one video's frames is decoded by
-    `video.decode_frames`. `resample`: the resize filter (`RESAMPLE_MODES`); `grey`: grey
-    pixels in all three channels (a video's decoded grey, an image's `image.grey_pixels`)."""
+def decode_chunk(task: DecodeTask) -> list[np.ndarray | str]:
+    """Worker task: pixels (variants, 3, size, size) or a skip reason, per key of `task`; a run
+    of one video's frames is decoded by `video.decode_frames` in one go, an image file by
+    `load_image` (grey: `image.grey_pixels`)."""
+    keys, source = task.keys, task.source
+    size, crop, resample, grey = task.size, task.crop, task.resample, task.grey
     reader = MemberReader(source, "folder") if isinstance(source, str) else source
-    refs = refs or [None] * len(keys)
-    frames = frames or [None] * len(keys)
+    refs = task.refs or [None] * len(keys)
+    frames = task.frames or [None] * len(keys)
     out: list[np.ndarray | str] = []
     k = 0
     while k < len(keys):
@@ -89,7 +77,7 @@ def decode_chunk(
         try:
             path, data = reader.fetch(key, ref)
             pixels = load_image(
-                path, size, crop, variants=variants, seed=seed, key=key, data=data,
+                path, size, crop, variants=task.variants, seed=task.seed, key=key, data=data,
                 resample=resample,
             )  # fmt: skip
             out.append(grey_pixels(pixels) if grey else pixels)
@@ -123,13 +111,13 @@ def shared() -> Any:
     return _SHARED
 
 
-def decode_to_slot(slot: int, *job: Any) -> list[bool | str]:
-    """Worker task: `decode_chunk(*job)`, the pixels written one image after the other into
+def decode_to_slot(slot: int, task: DecodeTask) -> list[bool | str]:
+    """Worker task: `decode_chunk(task)`, the pixels written one image after the other into
     result slot `slot`; per key True (its pixels are in the slot) or the skip reason."""
     slots = _SHARED
     if not isinstance(slots, ResultSlots):
         raise RuntimeError("decode_to_slot runs in a worker forked with result slots")
-    results = decode_chunk(*job)
+    results = decode_chunk(task)
     pixels = [r for r in results if not isinstance(r, str)]
     if pixels:
         each = pixels[0].nbytes

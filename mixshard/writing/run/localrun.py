@@ -73,14 +73,14 @@ class LocalRun:
     def _submit(self) -> None:
         s, start, n = self.tasks.popleft()
         keys = [p for p, _ in self.plan.chunk_items(s, start, n)]
-        job = self.plan.job(keys)
+        task = self.plan.decode_task(keys)
         if self.pool is None:
-            self.pending.append(decode_chunk(*job))
+            self.pending.append(decode_chunk(task))
         elif self.slots is None:
-            self.pending.append((self.pool.submit(decode_chunk, *job), None))
+            self.pending.append((self.pool.submit(decode_chunk, task), None))
         else:  # at most `slots.slots` tasks are pending: a slot is free once its task is taken
             slot = self.submitted % self.slots.slots
-            self.pending.append((self.pool.submit(decode_to_slot, slot, *job), slot))
+            self.pending.append((self.pool.submit(decode_to_slot, slot, task), slot))
         self.submitted += 1
 
     def _results(self, head: tuple[Future, int | None] | list[Decoded]) -> list[Decoded]:

@@ -83,7 +83,7 @@ def write_whole_shard(slot: int, index: int) -> DoneShard:
     def decode(keys: list[str]) -> list[Decoded]:
         if job.stopped:
             raise _Stopped
-        results = decode_chunk(*job.plan.job(keys))
+        results = decode_chunk(job.plan.decode_task(keys))
         job.add(slot, len(results), sum(isinstance(r, str) for r in results))
         return results
 
