@@ -454,11 +454,11 @@ def test_a_resumed_clip_pack_stamps_each_video_once_and_redoes_a_changed_one(
 ):
     from mixshard.writing.out.shardwrite import plan_stamps
     from mixshard.writing.plan.clipplan import plan_clips
+    from mixshard.writing.plan.options import ClipOptions, PackOptions
 
-    options = dict(size=SIZE, crop="center", variants=1, shard_size=10, block_size=4, seed=0,
-                   shuffle=False)  # fmt: skip
-    clips = {"every": 1, "max_frames": None, "shuffle_clips": False}
-    plan = plan_clips(videos, None, {**options, "clips": clips})
+    options = PackOptions(size=SIZE, crop="center", variants=1, shard_size=10, block_size=4,
+                          seed=0, shuffle=False, clips=ClipOptions())  # fmt: skip
+    plan = plan_clips(videos, None, options)
     # shard 1: frames 10-19 = video1 #10-14, video2 #0-4
     assert plan.source_files(1) == (("video1.mp4", 0), ("video2.mp4", 1))
     sizes = [s[0] for s in plan_stamps(plan, 1)]

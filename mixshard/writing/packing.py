@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..core.choices import Crop, Labels, Resample
 from ..core.constants import MANIFEST_NAME, RESAMPLE
 from ..core.env import usable_cpus
 from ..core.errors import OutputError, SkippedImagesError, SourceError
@@ -41,8 +42,9 @@ from .out.outdir import (
 from .out.replace import replace_pack
 from .out.shardwrite import DoneShard, plan_stamps, strict_error
 from .out.sourceid import check_source, run_summary, source_record
-from .plan.clipplan import check_clips, finish_clips, plan_clips
-from .plan.packplan import PackPlan, check_modes, check_options, finished_pack, make_plan
+from .plan.clipplan import finish_clips, plan_clips
+from .plan.options import PackOptions, check_modes, clip_options
+from .plan.packplan import PackPlan, finished_pack, make_plan
 from .results import PackProgress, PackResult
 from .run.ctrlc import CtrlC
 from .sources.archive import MEMBERS_FILE, materialize, open_source, remove_members
@@ -84,12 +86,16 @@ class _Tracker:
         self.written += 1
 
 
-def _plan(src: Path, within: str | None, options: dict, labels: str) -> PackPlan:
-    # before touching OUT: a bad SRC must not change anything
-    source, found = open_source(src, within, labels)
-    if source.reader.kind == "folder":
-        return make_plan(str(src), found, **options)
-    return make_plan(source.label, found, **options, source=source)
+def _plan(src: Path, within: str | None, options: PackOptions) -> PackPlan:
+    """The plan of an image pack. Made before OUT is touched: a bad SRC changes nothing."""
+    source, found = open_source(src, within, options.labels)
+    folder = source.reader.kind == "folder"
+    return make_plan(
+        str(src) if folder else source.label, found, size=options.size, crop=options.crop,
+        variants=options.variants, shard_size=options.shard_size, block_size=options.block_size,
+        seed=options.seed, shuffle=options.shuffle, resample=options.resample, grey=options.grey,
+        source=None if folder else source,
+    )  # fmt: skip
 
 
 def _probing(progress: Callable[[PackProgress], None] | None) -> Callable[[str, int], None] | None:
@@ -104,14 +110,14 @@ def pack(
     out: str | os.PathLike,
     *,
     size: int = 84,
-    crop: str = "center",
+    crop: Crop = "center",
     variants: int = 1,
     shard_size: int = 10_000,
     block_size: int = 256,
     workers: int | None = None,
     seed: int = 0,
     shuffle: bool = True,
-    labels: str = "auto",
+    labels: Labels = "auto",
     strict: bool = False,
     resume: bool = False,
     overwrite: bool = False,
@@ -125,7 +131,7 @@ def pack(
     max_frames: int | None = None,
     shuffle_clips: bool = False,
     clip_list: str | None = None,
-    resample: str = RESAMPLE,
+    resample: Resample = RESAMPLE,
     grey: bool = False,
 ) -> PackResult:
     """Pack an ImageFolder tree or a flat folder of images into pre-resized uint8 shards.
@@ -179,14 +185,11 @@ def pack(
     Example:
         >>> pack("places365_standard/train", "data/places365_standard", workers=16)
     """
-    options = dict(size=size, crop=crop, variants=variants, shard_size=shard_size)
-    options.update(block_size=block_size, seed=seed, shuffle=shuffle, resample=resample)
-    options.update(grey=grey)
-    check_options(size, crop, variants, shard_size, block_size, seed, labels, resample)
+    options = PackOptions(
+        size, crop, variants, shard_size, block_size, seed, shuffle, labels, resample, grey,
+        clip_options(clips, every, max_frames, shuffle_clips, clip_list),
+    )  # fmt: skip
     check_modes(resume, overwrite, part, finish, ray)
-    options["clips"] = check_clips(
-        clips, crop, variants, every, max_frames, shuffle_clips, clip_list
-    )
     t0 = time.perf_counter()
     with CtrlC() as ctrl_c:  # a Ctrl-C Python drops is raised again (see `CtrlC`)
         check_location(out)
@@ -194,9 +197,7 @@ def pack(
         src, out = Path(src), sink.staging if sink else Path(out)
         check_out_path(out)
         check_apart(src, out)
-        plan = plan_clips(src, within, options, _probing(progress)) or _plan(
-            src, within, options, labels
-        )
+        plan = plan_clips(src, within, options, _probing(progress)) or _plan(src, within, options)
         if finish and sink is None:
             return _finish(out, plan, t0, ctrl_c)
         if ray is not None:

@@ -20,53 +20,14 @@ from typing import Any
 import numpy as np
 
 from ...core.constants import (
-    CROP_MODES,
-    LABEL_MODES,
     MANIFEST_NAME,
-    MAX_BLOCK_SIZE,
-    MAX_SIZE,
     RESAMPLE,
-    RESAMPLE_MODES,
     shard_name,
 )
 from ...core.errors import OutputError
 from ...core.manifest import Manifest, dump_json
 from ..sources.archive import MemberReader, Source
 from ..sources.scanning import ScanResult
-
-
-def check_options(
-    size: int,
-    crop: str,
-    variants: int,
-    shard_size: int,
-    block_size: int,
-    seed: int,
-    labels: str,
-    resample: str = RESAMPLE,
-) -> None:
-    """Raise `ValueError` for pack options no pack can be made with."""
-    if crop not in CROP_MODES:
-        raise ValueError(f"unknown crop mode {crop!r}; use one of {', '.join(CROP_MODES)}")
-    if resample not in RESAMPLE_MODES:
-        raise ValueError(
-            f"unknown resample filter {resample!r}; use one of {', '.join(RESAMPLE_MODES)}"
-        )
-    if labels not in LABEL_MODES:
-        raise ValueError(f"unknown labels mode {labels!r}; use one of {', '.join(LABEL_MODES)}")
-    if not 1 <= size <= MAX_SIZE:
-        raise ValueError(f"size must be in [1, {MAX_SIZE}], got {size}")
-    if not 1 <= block_size <= MAX_BLOCK_SIZE:
-        raise ValueError(f"block_size must be in [1, {MAX_BLOCK_SIZE}], got {block_size}")
-    if variants < 1 or shard_size < 1 or seed < 0:
-        raise ValueError(
-            f"variants and shard_size must be >= 1 and seed >= 0, got variants={variants}, "
-            f"shard_size={shard_size}, seed={seed}"
-        )
-    if variants > 1 and crop != "random":
-        raise ValueError(f"variants={variants} needs crop='random' (other crops are all the same)")
-    if variants > shard_size:
-        raise ValueError(f"variants={variants} exceeds shard_size={shard_size}")
 
 
 @dataclass(frozen=True)
@@ -259,20 +220,6 @@ def make_plan(
         fingerprint=hashlib.sha256(payload).hexdigest(),
         source=source,
     )
-
-
-def check_modes(resume: bool, overwrite: bool, part, finish: bool, ray) -> None:
-    """Raises `ValueError` for `pack` modes that exclude each other."""
-    if resume and overwrite:
-        raise ValueError("resume and overwrite exclude each other; pick one")
-    if finish and (resume or overwrite or part is not None or ray is not None):
-        raise ValueError("finish only writes index.json: no resume, overwrite, part or ray")
-    if part is not None:
-        k, n = part
-        if n < 1 or not 0 <= k < n:
-            raise ValueError(f"part must be (k, n) with 0 <= k < n, got ({k}, {n})")
-        if overwrite or ray is not None:
-            raise ValueError("a job-array part cannot also overwrite or run on Ray")
 
 
 def finished_pack(out: Path, plan: PackPlan) -> Manifest | None:
