@@ -1,9 +1,10 @@
 """`pack`: scan -> plan -> decode and write shards -> `index.json`. Never imports torch.
 
-The plan (`plan.py`) is fixed before any pixel is decoded. Shards are written under temporary
-names, fsync'd, renamed and recorded in a journal, by this machine (`localrun.py`), by Ray tasks
-(`raypack.py`) or by the parts of a job array; `index.json` is written last. Resuming reuses
-the recorded shards and redoes the rest, so every way of running a plan gives the same bytes.
+The options are checked and the plan made (`plan/`) before any pixel is decoded or OUT is
+touched. Shards are written under temporary names, fsync'd, renamed and recorded in a journal
+(`out/`), by this machine, by Ray tasks or by the parts of a job array (`run/`); `index.json`
+is written last. Resuming reuses the recorded shards and redoes the rest, so every way of
+running a plan gives the same bytes.
 """
 
 from __future__ import annotations

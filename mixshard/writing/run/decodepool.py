@@ -5,9 +5,9 @@ after `kill -9`.
 Where the workers are forked (Linux), their pixels come back through shared memory: the pack
 process maps `ResultSlots` before it forks them, each task writes its images into the slot it
 was given and returns only `True` or a skip reason per image. Pickled through the pool's pipe,
-the pixels cost the pack process ~180 µs an image (measured with 2 workers on 20,000 photos):
-with that, it alone would cap a pack at ~5,500 images/s on any number of cores. Spawned
-workers (elsewhere) cannot see the mapping and return the arrays, as before."""
+the pixels would cost the pack process more CPU an image than anything else it does, and it
+alone would cap a pack's rate on any number of cores. Spawned workers (elsewhere) cannot see
+the mapping and return the arrays."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Whole shards written by the decode workers themselves, where there are enough of them.
 
 In `LocalRun`'s chunk mode the pack process takes every image's pixels from the workers,
-hashes and writes them: ~180 µs of its CPU an image (measured with 2 workers on 20,000
-photos), so that one process capped a pack at ~5,500 images/s on any number of cores. With at
+hashes and writes them, so that one process capped a pack's rate however many cores decoded
+(`docs/design.md`, "Packing on a cluster", has the figures). With at
 least as many shards to write as workers, each worker task here writes one shard instead, from
 its first image to its rename, as a Ray task does (`write_shard`: the same bytes), and the pack
 process only journals the shards and keeps the progress bar. Only where the workers are forked
