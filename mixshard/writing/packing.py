@@ -26,7 +26,6 @@ from ..core.manifest import Manifest
 from ..core.stores import check_location, is_store_url
 from .out.outdir import (
     Journal,
-    OutLock,
     check_apart,
     check_free_space,
     check_out_path,
@@ -40,6 +39,7 @@ from .out.outdir import (
     remove_run,
     write_error,
 )
+from .out.outlock import OutLock
 from .out.replace import replace_pack
 from .out.shardwrite import DoneShard, plan_stamps, strict_error
 from .out.sourceid import check_source, run_summary, source_record

@@ -30,7 +30,6 @@ from ...core.errors import OutputError, WriteError
 from ...core.files import atomic_write, create_file, open_own, planted
 from ...core.packpath import tilde_hint
 from ..plan.packplan import PackPlan
-from .outlock import OutLock as OutLock  # where callers import it from
 from .outlock import part_suffix
 from .shardwrite import DoneShard
 

@@ -19,7 +19,8 @@ from typing import TypeVar
 
 from ...core.errors import MixshardError, OutputError
 from ...core.files import planted
-from .outdir import OutLock, check_replaceable, load_done
+from .outdir import check_replaceable, load_done
+from .outlock import OutLock
 
 R = TypeVar("R")
 
