@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 
 import click
 
-from ..core.choices import Crop, Labels, Resample, values
+from ..core.choices import ClipList, Crop, Labels, Resample, values
 from ..core.constants import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_SEED,
@@ -141,17 +141,6 @@ def _as_flag(name: str, value: str | None) -> str:
     if value is None or param.is_flag:
         return flag
     return f"{flag} {shlex.quote(str(ast.literal_eval(value)))}"
-
-
-def _known_clip_list(name: str | None) -> str | None:
-    """`--clip-list NAME` checked as it is parsed: an unknown name is a usage error naming the
-    lists (the lists' module loads numpy, which must not start before `main` sets its threads)."""
-    from ..core.presets import CLIP_LISTS
-
-    if name is not None and name not in CLIP_LISTS:
-        lists = ", ".join(repr(n) for n in CLIP_LISTS)
-        raise click.BadParameter(f"{name!r} is not one of {lists}.")
-    return name
 
 
 def _on_terminal(stream: Any) -> bool:
@@ -324,7 +313,7 @@ def _classes(classes: tuple[str, ...]) -> str:
 @click.option(
     "--clip-list",
     metavar="NAME",
-    callback=lambda ctx, param, value: _known_clip_list(value),
+    type=click.Choice(values(ClipList)),
     default=None,
     help="With --clips: pack only the clips of a benchmark's list, in its order "
     "(dmcgb-video_easy, dmcgb-video_hard, davis17-train, davis17-val); one missing is an error.",

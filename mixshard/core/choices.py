@@ -16,6 +16,8 @@ Labels = Literal["auto", "folders", "none"]
 # half-pixel centres without antialias, as F.interpolate(align_corners=False) and
 # tf.image.resize, which the video benchmarks (DMC-GB, DCS, DMC-VB) resize with
 Resample = Literal["bilinear", "bilinear-no-antialias"]
+# a video benchmark's clip list, by name (`core/presets.py` holds the clips of each)
+ClipList = Literal["dmcgb-video_easy", "dmcgb-video_hard", "davis17-train", "davis17-val"]
 
 
 def values(choice: Any) -> tuple[str, ...]:

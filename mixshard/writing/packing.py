@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..core.choices import Crop, Labels, Resample
+from ..core.choices import ClipList, Crop, Labels, Resample
 from ..core.constants import MANIFEST_NAME, RESAMPLE
 from ..core.env import usable_cpus
 from ..core.errors import OutputError, SkippedImagesError, SourceError
@@ -131,7 +131,7 @@ def pack(
     every: int = 1,
     max_frames: int | None = None,
     shuffle_clips: bool = False,
-    clip_list: str | None = None,
+    clip_list: ClipList | None = None,
     resample: Resample = RESAMPLE,
     grey: bool = False,
 ) -> PackResult:

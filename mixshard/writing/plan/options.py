@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...core import presets
-from ...core.choices import Crop, Labels, Resample
+from ...core.choices import ClipList, Crop, Labels, Resample
 from ...core.constants import (
     CROP_MODES,
     DEFAULT_BLOCK_SIZE,
@@ -34,7 +34,7 @@ class ClipOptions:
     every: int = 1
     max_frames: int | None = None
     shuffle_clips: bool = False
-    clip_list: str | None = None
+    clip_list: ClipList | None = None
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class PackOptions:
 
 
 def clip_options(
-    clips: bool, every: int, max_frames: int | None, shuffle: bool, clip_list: str | None
+    clips: bool, every: int, max_frames: int | None, shuffle: bool, clip_list: ClipList | None
 ) -> ClipOptions | None:
     """`pack`'s clip arguments as `ClipOptions` (None: an image pack, which takes none).
 
