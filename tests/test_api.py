@@ -179,7 +179,7 @@ def test_the_rooms_of_reading_import_only_downwards():
 
 # The rooms of `writing/`, each importing only the rooms before it (besides `core/`): what SRC
 # holds knows no pixels, a file's pixels no plan, the plan no output, the output no runner;
-# only `packing` and `results`, above them all, import every room.
+# only `packing` (`pack`), above them all, imports every room.
 WRITING_ROOMS = ("sources", "pixels", "plan", "out", "run")
 
 
@@ -196,9 +196,9 @@ def test_the_rooms_of_writing_import_only_downwards():
             elif parts[0] == "mixshard":
                 assert parts[1:2] == ["core"], f"writing/{room}/{path.name} imports {name}"
     assert seen == set(WRITING_ROOMS)
-    # nothing but the rooms and the two modules above them
+    # nothing but the rooms and `pack` above them
     top = {p.name for p in (PACKAGE / "writing").glob("*.py")}
-    assert top == {"__init__.py", "packing.py", "results.py"}
+    assert top == {"__init__.py", "packing.py"}
 
 
 def test_torch_cuda_is_named_in_the_device_seam_only():

@@ -3,7 +3,7 @@ Never imports torch or the reading side.
 
 Its rooms, each importing only the rooms before it (and `core`): `sources` (what SRC holds),
 `pixels` (a file's pixels), `plan` (what the pack will hold), `out` (where it is written), `run`
-(how the plan runs). `packing` (`pack`) and `results` sit above them all."""
+(how the plan runs). `packing` (`pack`) sits above them all."""
 
 from __future__ import annotations
 

@@ -4,7 +4,8 @@ The options are checked and the plan made (`plan/`) before any pixel is decoded 
 touched. Shards are written under temporary names, fsync'd, renamed and recorded in a journal
 (`out/`), by this machine, by Ray tasks or by the parts of a job array (`run/`); `index.json`
 is written last. Resuming reuses the recorded shards and redoes the rest, so every way of
-running a plan gives the same bytes.
+running a plan gives the same bytes. What it reports while it runs (`PackProgress`) and what it
+made (`PackResult`) are here too.
 """
 
 from __future__ import annotations
@@ -46,13 +47,42 @@ from .out.sourceid import check_source, run_summary, source_record
 from .plan.clipplan import finish_clips, plan_clips
 from .plan.options import PackOptions, check_modes, clip_options
 from .plan.packplan import PackPlan, finished_pack, make_plan
-from .results import PackProgress, PackResult
 from .run.ctrlc import CtrlC
 from .sources.archive import MEMBERS_FILE, materialize, open_source, remove_members
 from .sources.scanning import path_key
 
 if TYPE_CHECKING:
     from .out.storeout import StoreOut
+
+
+@dataclass(frozen=True)
+class PackProgress:
+    """Progress of a running pack: `done` of `total` images written (a source image counts
+    once per variant), and how many source files were skipped.
+
+    While a clip pack's probe of a video has run over a second (before the plan exists: then
+    `total`, `done` and `skipped` are 0), `probing` names the video and `probed` counts the
+    bytes read of it."""
+
+    total: int
+    done: int
+    skipped: int
+    uploaded: int | None = None  # into an object store: images in shards uploaded so far
+    probing: str | None = None
+    probed: int = 0
+
+
+@dataclass(frozen=True)
+class PackResult:
+    """What `pack` made. For a job-array part, `manifest` is None until the finish run."""
+
+    manifest: Manifest | None
+    out: Path | str  # a str: the URL of an object store prefix
+    seconds: float
+    reused_shards: int
+    already_complete: bool = False
+    written_shards: int = 0
+    rewritten_shards: int = 0  # finished before, rewritten: a source file of theirs changed
 
 
 class _Tracker:
