@@ -217,8 +217,9 @@ def pack(
         >>> pack("places365_standard/train", "data/places365_standard", workers=16)
     """
     options = PackOptions(
-        size, crop, variants, shard_size, block_size, seed, shuffle, labels, resample, grey,
-        clip_options(clips, every, max_frames, shuffle_clips, clip_list),
+        size=size, crop=crop, variants=variants, shard_size=shard_size, block_size=block_size,
+        seed=seed, shuffle=shuffle, labels=labels, resample=resample, grey=grey,
+        clips=clip_options(clips, every, max_frames, shuffle_clips, clip_list),
     )  # fmt: skip
     check_modes(resume, overwrite, part, finish, ray)
     t0 = time.perf_counter()
