@@ -50,7 +50,8 @@ PACK_OPTIONS = [
         help="The resize filter, recorded in index.json. bilinear: PIL's, antialiased when "
         "shrinking; bilinear-no-antialias: as torch F.interpolate(mode='bilinear', "
         "align_corners=False) and tf.image.resize resize (half-pixel centres), how DMC-GB, "
-        "DCS and DMC-VB resize their videos. Example: mixshard pack video_hard "
+        "DCS and DMC-VB resize their videos; bicubic: PIL's Image.resize(..., BICUBIC), byte "
+        "for byte, how DMC-GB2 resizes its videos. Example: mixshard pack video_hard "
         "data/dmcgb-video_hard --clips --crop full --resample bilinear-no-antialias",
     ),
     click.option(

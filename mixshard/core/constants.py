@@ -45,8 +45,9 @@ LAYOUT = "NCHW"
 RESAMPLE = "bilinear"
 # how a pack resizes: PIL's bilinear, antialiased when shrinking (the default); bilinear at
 # half-pixel centres without antialias, as F.interpolate(align_corners=False) and
-# tf.image.resize, which the video benchmarks (DMC-GB, DCS, DMC-VB) resize with
-RESAMPLE_MODES = (RESAMPLE, "bilinear-no-antialias")
+# tf.image.resize, which the video benchmarks (DMC-GB, DCS, DMC-VB) resize with; PIL's
+# bicubic (`Image.resize`'s default for RGB, antialiased), which DMC-GB2 resizes its videos with
+RESAMPLE_MODES = (RESAMPLE, "bilinear-no-antialias", "bicubic")
 
 CROP_MODES = ("center", "random", "full")
 LABEL_MODES = ("auto", "folders", "none")
