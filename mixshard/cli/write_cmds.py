@@ -335,7 +335,8 @@ def _classes(classes: tuple[str, ...]) -> str:
     callback=lambda ctx, param, value: _known_clip_list(value),
     default=None,
     help="With --clips: pack only the clips of a benchmark's list, in its order "
-    "(dmcgb-video_easy, dmcgb-video_hard, davis17-train, davis17-val); one missing is an error.",
+    "(dmcgb-video_easy, dmcgb-video_hard, dmcgb2-video_easy, dmcgb2-video_hard, davis17-train, "
+    "davis17-val); one missing is an error.",
 )
 @quiet_option
 def pack(src: str, out: str, quiet: bool, **opts: Any) -> None:
