@@ -109,8 +109,8 @@ def _open_clips(mode: str, size: int, dataset_path: str | os.PathLike | None) ->
     `dmcgb2-<mode>`), checked to hold `size` px frames resized as DMC-GB2 resizes.
 
     Raises:
-        MixshardError: no such pack, an image pack, frames of another size, or resized with
-            another filter.
+        MixshardError: no such pack, an image pack, frames of another size, resized with
+            another filter, or not every frame in colour.
     """
     path = dataset_path or pack_folder(f"dmcgb2-{mode}", (size, size))
     clips = ClipFrames(path)
@@ -127,6 +127,14 @@ def _open_clips(mode: str, size: int, dataset_path: str | os.PathLike | None) ->
             f"{clips.origin} was resized with {resample!r}, not PIL's bicubic "
             f"({DMCGB2_RESAMPLE!r}, as DMC-GB2 resizes): pack it again with `make "
             f"dmcgb2-videos ... REPACK=1` (--resample {DMCGB2_RESAMPLE})"
+        )
+    o = clips.manifest.options
+    if problem is None and (o.get("every", 1) != 1 or o.get("max_frames") or o.get("grey")):
+        kept = f"every={o.get('every', 1)}, max_frames={o.get('max_frames')}"
+        problem = (
+            f"{clips.origin} keeps only some frames or their grey ({kept}, "
+            f"grey={bool(o.get('grey'))}): DMC-GB2 plays every frame of each video in colour "
+            f"(`make dmcgb2-videos` packs them so)"
         )
     if problem is not None:
         clips.close()

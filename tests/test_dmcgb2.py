@@ -13,6 +13,7 @@ DMC-GB2's code are not needed (`scripts/compare_dmcgb2.py` runs them side by sid
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ import pytest
 from helpers import clip_pack
 from PIL import Image
 
+from mixshard import Manifest
 from mixshard.core.errors import MixshardError
 
 mujoco = pytest.importorskip("mujoco")
@@ -328,6 +330,20 @@ def test_a_pack_resized_with_another_filter_is_refused(tmp_path):
     pack = clip_pack(tmp_path, EASY, names=NAMES[:10], resample="bilinear-no-antialias")
     with pytest.raises(MixshardError, match="resized with 'bilinear-no-antialias', not PIL's"):
         wrapped(pack)
+
+
+def test_a_pack_of_some_frames_only_is_refused(tmp_path):
+    pack = clip_pack(tmp_path, EASY, names=NAMES[:10], resample="bicubic")
+    index = pack / "index.json"
+    data = json.loads(index.read_text())
+    data["options"].update(every=1, max_frames=2)
+    Manifest.from_dict(data, "test").save(pack)
+    with pytest.raises(MixshardError) as err:
+        wrapped(pack)
+    assert str(err.value) == (
+        f"{index} keeps only some frames or their grey (every=1, max_frames=2, grey=False): "
+        "DMC-GB2 plays every frame of each video in colour (`make dmcgb2-videos` packs them so)"
+    )
 
 
 def test_another_mode_is_left_to_dmcgb2s_own_class(easy, monkeypatch):
