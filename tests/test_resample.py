@@ -342,3 +342,24 @@ def test_bicubic_taps_are_pils_fixed_point_weights():
         sums = k.astype(np.int64).sum(axis=1)
         assert (np.abs(sums - (1 << 22)) <= k.shape[1]).all()
         assert start.min() >= 0 and start.max() + k.shape[1] <= insize
+
+
+def test_the_compiled_bicubic_pass_checks_its_buffers_against_the_taps():
+    if bicubic._resize is None:
+        pytest.skip("not built (test_the_compiled_resize_is_built says so)")
+    pixels = np.random.default_rng(2).integers(0, 256, (20, 30, 3), dtype=np.uint8)
+    rows, cols = bicubic.taps(20, 10, 0.0, 20.0), bicubic.taps(30, 10, 0.0, 30.0)
+    out = np.empty((3, 10, 10), np.uint8)
+    run = bicubic._resize.fixed
+    run(out, pixels, 20, 30, *rows, *cols)
+    assert np.array_equal(out, pil_bicubic(pixels, (0, 0, 30, 20), (10, 10)))
+    past = (np.minimum(rows[0] + 5, 19).astype(np.int32), rows[1])  # taps past the last row
+    bad = [
+        (out, pixels, 21, 30, *rows, *cols),  # not the pixels' size
+        (np.empty((3, 10, 9), np.uint8), pixels, 20, 30, *rows, *cols),
+        (out, pixels, 20, 30, *past, *cols),
+        (out, pixels, 20, 30, rows[0], rows[1].ravel()[:-1].copy(), *cols),  # a tap short
+    ]
+    for args in bad:
+        with pytest.raises(ValueError, match="^fixed: buffers do not match the sizes and taps$"):
+            run(*args)
