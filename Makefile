@@ -7,7 +7,7 @@ DATA ?= data
 WORKERS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test test-cuda coverage lint format demo bench places365 coco dmcgb-videos dbc-videos davis clean
+.PHONY: help venv test test-cuda coverage lint format demo bench places365 coco dmcgb-videos dmcgb2-videos dbc-videos davis clean
 
 help:
 	@echo "make demo    generate a procedural image folder, pack it, show the result"
@@ -21,6 +21,9 @@ help:
 	@echo "make dmcgb-videos SRC=<DMC-GB checkout>/src/env/data DATA=<dir>"
 	@echo "              pack DMC-GB's video_easy (10) and video_hard (100) clips as clip packs,"
 	@echo "              resized as DMC-GB resizes them (SIZE=100 for RAD, CURL, PAD, SODA)"
+	@echo "make dmcgb2-videos SRC=<DMC-GB2 checkout>/envs/dmcgb/data DATA=<dir>"
+	@echo "              pack DMC-GB2's video_easy and video_hard clips at its 256 px texture,"
+	@echo "              resized as its PIL Image.resize (bicubic), for mixshard.dmcgb2"
 	@echo "make dbc-videos SRC=<folder of DBC's natural videos> DATA=<dir>"
 	@echo "              pack DBC's --resource_files videos (Kinetics) for mixshard.compat.RandomVideoSource"
 	@echo "make davis SRC=<DAVIS-2017 trainval folder or .zip> DATA=<dir>"
@@ -152,6 +155,24 @@ dmcgb-videos: $(RUNTIME)
 	$(PY) scripts/check_clips.py "$(DATA)/dmcgb-video_easy$(SUFFIX)" dmcgb-video_easy
 	$(REPACK_HINT) $(PY) -m mixshard pack "$(SRC)/video_hard" "$(DATA)/dmcgb-video_hard$(SUFFIX)" $(DMCGB_CLIP_ARGS)
 	$(PY) scripts/check_clips.py "$(DATA)/dmcgb-video_hard$(SUFFIX)" dmcgb-video_hard
+	@echo "Use it: export MIXSHARD_DATA=$(abspath $(DATA))"
+
+# DMC-GB2's video modes (mixshard.dmcgb2): its videos at its texture's size, 256 px
+# (video_render_size; SIZE= for another, into <dataset>-SIZE), each whole frame resized as its
+# PIL Image.resize resizes (bicubic, antialiased: --resample bicubic, PIL's bytes).
+DMCGB2_CLIP_ARGS = --clips --crop full --size $(or $(SIZE),256) --resample bicubic $(PACK_MODE) $(PACK_ARGS)
+
+dmcgb2-videos: $(RUNTIME)
+	@$(PY) scripts/make_check.py $@ "$(SRC)" "$(DATA)" dmcgb2-video_easy$(SUFFIX) dmcgb2-video_hard$(SUFFIX)
+	@if [ -z "$(SRC)" ] || [ ! -d "$(SRC)/video_easy" ] || [ ! -d "$(SRC)/video_hard" ]; then \
+	  echo "make dmcgb2-videos SRC=<dir> DATA=<dir>: SRC must be DMC-GB2's envs/dmcgb/data folder,"; \
+	  echo "holding video_easy/video0.mp4 ... video9.mp4 and video_hard/video0.mp4 ... video99.mp4"; \
+	  echo "(git clone https://github.com/aalmuzairee/dmcgb2; got SRC='$(SRC)')."; \
+	  exit 1; fi
+	$(REPACK_HINT) $(PY) -m mixshard pack "$(SRC)/video_easy" "$(DATA)/dmcgb2-video_easy$(SUFFIX)" $(DMCGB2_CLIP_ARGS)
+	$(PY) scripts/check_clips.py "$(DATA)/dmcgb2-video_easy$(SUFFIX)" dmcgb2-video_easy
+	$(REPACK_HINT) $(PY) -m mixshard pack "$(SRC)/video_hard" "$(DATA)/dmcgb2-video_hard$(SUFFIX)" $(DMCGB2_CLIP_ARGS)
+	$(PY) scripts/check_clips.py "$(DATA)/dmcgb2-video_hard$(SUFFIX)" dmcgb2-video_hard
 	@echo "Use it: export MIXSHARD_DATA=$(abspath $(DATA))"
 
 # DBC's natural-video background (dmc2gym's RandomVideoSource): the videos its --resource_files

@@ -208,11 +208,19 @@ def bad_images(root: Path) -> None:
     png_header_only(root / "b" / "bomb.png", 30000, 30000)
 
 
-def clip_pack(root: Path, lengths: list[int], size: int = 8, block_size: int = 4) -> Path:
+def clip_pack(
+    root: Path,
+    lengths: list[int],
+    size: int = 8,
+    block_size: int = 4,
+    names: list[str] | None = None,
+    resample: str | None = None,
+) -> Path:
     """`root/clips`: a clip pack (format version 2) of `len(lengths)` clips of those frame
     counts, `size` px. Frame `f` of clip `c` is red `c % 256`, green `f`, blue `30 * x` in
     column `x` (so a flip shows), packed exactly (solid rows survive the resize) with the image
-    packer in play order, then its index.json rewritten as the clip packer writes it."""
+    packer in play order, then its index.json rewritten as the clip packer writes it (the clips
+    named `names`, default `clip0` ...; its filter recorded as `resample`, when given)."""
     from mixshard import pack
 
     src = root / "clip-frames"
@@ -228,11 +236,14 @@ def clip_pack(root: Path, lengths: list[int], size: int = 8, block_size: int = 4
     data = json.loads((out / "index.json").read_text())
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).tolist()
     data["version"] = 2
-    data["classes"] = [f"clip{c}" for c in range(len(lengths))]
+    names = names or [f"clip{c}" for c in range(len(lengths))]
+    data["classes"] = list(names)
     data["clips"] = [
-        {"name": f"clip{c}", "start": int(s), "count": n, "fps": 25.0}
-        for c, (s, n) in enumerate(zip(starts, lengths))
+        {"name": name, "start": int(s), "count": n, "fps": 25.0}
+        for name, s, n in zip(names, starts, lengths)
     ]
+    if resample is not None:
+        data["options"]["resample"] = resample
     Manifest.from_dict(data, "clip_pack").save(out)
     return out
 

@@ -215,7 +215,8 @@ def test_an_unknown_clip_list_is_one_usage_error_naming_the_lists(tmp_path):
     assert res.exit_code == 2
     assert (
         "Error: Invalid value for '--clip-list': 'nope' is not one of 'dmcgb-video_easy', "
-        "'dmcgb-video_hard', 'davis17-train', 'davis17-val'." in res.output
+        "'dmcgb-video_hard', 'dmcgb2-video_easy', 'dmcgb2-video_hard', 'davis17-train', "
+        "'davis17-val'." in res.output
     )
     assert "Traceback" not in res.output and not (tmp_path / "out").exists()
 

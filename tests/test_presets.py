@@ -124,6 +124,24 @@ def test_dmcgb_videos_packs_both_sets_and_names_a_short_one(tmp_path):
     assert "dmcgb-video_hard-8 holds 3 clips but lacks 97 of the 100" in res.stderr
 
 
+def test_dmcgb2_videos_packs_both_sets_at_its_texture_size_with_pils_bicubic(tmp_path):
+    from mixshard import Manifest
+
+    src = tmp_path / "data"
+    for mode, count in (("video_easy", 10), ("video_hard", 100)):
+        for i in range(count):
+            _video(src / mode / f"video{i}.mp4", frames=1)
+    res = make("dmcgb2-videos", f"SRC={src}", f"DATA={tmp_path / 'out'}", "SIZE=8")
+    assert res.returncode == 0, res.stderr
+    for mode, count in (("video_easy", 10), ("video_hard", 100)):
+        m = Manifest.load(tmp_path / "out" / f"dmcgb2-{mode}-8")
+        assert m.clips is not None and len(m.clips) == count and m.size == 8
+        assert (m.options["resample"], m.options["crop"]) == ("bicubic", "full")
+    res = make("dmcgb2-videos", f"SRC={tmp_path / 'nope'}", f"DATA={tmp_path / 'out'}")
+    assert res.returncode != 0
+    assert "give the path of DMC-GB2's envs/dmcgb/data folder" in res.stderr
+
+
 def test_dbc_videos_packs_every_frame_as_dbc_resizes(tmp_path):
     from mixshard import Manifest
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from mixshard.writing.pixels import resample
+from mixshard.writing.pixels import bicubic, resample
 from mixshard.writing.pixels.resample import resize_into
 
 
@@ -248,5 +248,120 @@ def test_the_half_pixel_rule_is_f_interpolate_and_antialias_is_not():
 def test_an_unknown_filter_is_refused_by_name():
     out = np.empty((3, 4, 4), np.uint8)
     with pytest.raises(ValueError, match="^unknown resample filter 'nearest'; use one of "
-                       "bilinear, bilinear-no-antialias$"):  # fmt: skip
+                       "bilinear, bilinear-no-antialias, bicubic$"):  # fmt: skip
         resize_into(out, np.zeros((8, 8, 3), np.uint8), (0, 0, 8, 8), "nearest")
+
+
+BICUBIC_CASES = [
+    ((352, 352), (0, 0, 352, 352), (256, 256)),  # DMC-GB2's video_hard clip to its texture
+    ((218, 218), (0, 0, 218, 218), (256, 256)),  # a video_easy clip, up
+    ((480, 480), (0, 0, 480, 480), (256, 256)),  # another, down 1.875x
+    ((480, 854), (0, 0, 854, 480), (84, 84)),  # a DAVIS frame squashed: wide kernels
+    ((180, 240), (3.3, 10.7, 160.2, 170.1), (84, 84)),  # a fractional window
+    ((37, 53), (0, 0, 53, 37), (84, 120)),  # up, not square
+    ((500, 400), (0, 50, 400, 450), (24, 24)),  # shrunk 16x
+    ((20, 20), (0, 0, 20, 20), (1, 1)),
+    ((1, 1), (0, 0, 1, 1), (5, 5)),
+    ((3, 2), (0, 0, 2, 3), (7, 9)),  # fewer inputs than taps
+    ((84, 84), (0, 0, 84, 84), (84, 84)),  # the same size: the pixels themselves
+]
+
+
+def pil_bicubic(pixels: np.ndarray, box: tuple[float, ...], shape: tuple[int, int]) -> np.ndarray:
+    """PIL's bicubic resize as Pillow 7 to 12 runs it (DMC-GB2 pins 10.2): its horizontal
+    pass, then its vertical pass, each made by PIL itself as a resize of one axis (PIL skips
+    the pass of an axis that keeps its size and window). Pillow 13 runs the vertical pass first
+    where the height shrinks much more than the width (Pillow's #9549); elsewhere it is
+    `Image.resize` itself (`test_..._pils_own_resize_where_...`)."""
+    img = Image.fromarray(pixels)
+    left, top, right, bottom = box
+    bic = Image.Resampling.BICUBIC
+    wide = img.resize((shape[1], img.height), bic, box=(left, 0, right, img.height))
+    return np.asarray(wide.resize(shape[::-1], bic, box=(0, top, shape[1], bottom))).transpose(
+        2, 0, 1
+    )
+
+
+@pytest.mark.parametrize("shape, box, out_shape", BICUBIC_CASES)
+@BOTH
+def test_bicubic_is_pils_bicubic_byte_for_byte(shape, box, out_shape, how):
+    rng = np.random.default_rng(shape[0] * 7 + out_shape[1])
+    pixels = rng.integers(0, 256, (*shape, 3), dtype=np.uint8)
+    out = np.empty((3, *out_shape), np.uint8)
+    how(out, pixels, box, "bicubic")
+    assert np.array_equal(out, pil_bicubic(pixels, box, out_shape))
+    if shape == out_shape:
+        assert np.array_equal(out, pixels.transpose(2, 0, 1))
+
+
+ALIKE = [((352, 352), (256, 256)), ((218, 218), (256, 256)), ((480, 480), (256, 256)),
+         ((60, 90), (40, 60))]  # fmt: skip
+
+
+@pytest.mark.parametrize("shape, out_shape", ALIKE)
+def test_bicubic_is_pils_own_resize_where_both_axes_scale_alike(shape, out_shape):
+    """DMC-GB2's case (square videos to its square texture): `Image.resize` itself, whatever
+    order the installed Pillow runs its passes in."""
+    pixels = np.random.default_rng(shape[0]).integers(0, 256, (*shape, 3), dtype=np.uint8)
+    want = np.asarray(Image.fromarray(pixels).resize(out_shape[::-1], Image.Resampling.BICUBIC))
+    out = np.empty((3, *out_shape), np.uint8)
+    resize_into(out, pixels, (0, 0, shape[1], shape[0]), "bicubic")
+    assert np.array_equal(out, want.transpose(2, 0, 1))
+
+
+@BOTH
+def test_bicubic_overshoot_at_edges_is_clipped_between_the_passes_as_pils(how):
+    """A hard black/white edge rings below 0 and above 255 in both passes: PIL clips the
+    first pass's levels before the second, and so do these (a float pass would not)."""
+    pixels = np.zeros((64, 64, 3), np.uint8)
+    pixels[:, 32:] = 255
+    pixels[20:44, 10:54, 1] = 255 - pixels[20:44, 10:54, 1]
+    for out_shape in ((100, 100), (45, 45), (64, 90)):
+        out = np.empty((3, *out_shape), np.uint8)
+        how(out, pixels, (0, 0, 64, 64), "bicubic")
+        want = pil_bicubic(pixels, (0, 0, 64, 64), out_shape)
+        assert np.array_equal(out, want), out_shape
+        assert 0 in want and 255 in want
+
+
+def test_pil_default_resize_for_rgb_is_the_bicubic_filter():
+    """DMC-GB2 calls `Image.fromarray(frame).resize(size)`: PIL's default for RGB is BICUBIC,
+    which this filter reproduces."""
+    pixels = np.random.default_rng(4).integers(0, 256, (60, 60, 3), dtype=np.uint8)
+    default = np.asarray(Image.fromarray(pixels).resize((33, 33))).transpose(2, 0, 1)
+    bicubic = Image.fromarray(pixels).resize((33, 33), Image.Resampling.BICUBIC)
+    assert np.array_equal(default, np.asarray(bicubic).transpose(2, 0, 1))
+    out = np.empty((3, 33, 33), np.uint8)
+    resize_into(out, pixels, (0, 0, 60, 60), "bicubic")
+    assert np.array_equal(out, default)
+
+
+def test_bicubic_taps_are_pils_fixed_point_weights():
+    """Each output's weights sum to PIL's one (2**22) within the rounding of each tap, and
+    the taps the compiled pass reads stay inside the image."""
+    for insize, outsize in ((352, 256), (218, 256), (3, 7), (854, 84)):
+        start, k = bicubic.taps(insize, outsize, 0.0, float(insize))
+        sums = k.astype(np.int64).sum(axis=1)
+        assert (np.abs(sums - (1 << 22)) <= k.shape[1]).all()
+        assert start.min() >= 0 and start.max() + k.shape[1] <= insize
+
+
+def test_the_compiled_bicubic_pass_checks_its_buffers_against_the_taps():
+    if bicubic._resize is None:
+        pytest.skip("not built (test_the_compiled_resize_is_built says so)")
+    pixels = np.random.default_rng(2).integers(0, 256, (20, 30, 3), dtype=np.uint8)
+    rows, cols = bicubic.taps(20, 10, 0.0, 20.0), bicubic.taps(30, 10, 0.0, 30.0)
+    out = np.empty((3, 10, 10), np.uint8)
+    run = bicubic._resize.fixed
+    run(out, pixels, 20, 30, *rows, *cols)
+    assert np.array_equal(out, pil_bicubic(pixels, (0, 0, 30, 20), (10, 10)))
+    past = (np.minimum(rows[0] + 5, 19).astype(np.int32), rows[1])  # taps past the last row
+    bad = [
+        (out, pixels, 21, 30, *rows, *cols),  # not the pixels' size
+        (np.empty((3, 10, 9), np.uint8), pixels, 20, 30, *rows, *cols),
+        (out, pixels, 20, 30, *past, *cols),
+        (out, pixels, 20, 30, rows[0], rows[1].ravel()[:-1].copy(), *cols),  # a tap short
+    ]
+    for args in bad:
+        with pytest.raises(ValueError, match="^fixed: buffers do not match the sizes and taps$"):
+            run(*args)

@@ -1,5 +1,6 @@
 """`pack(resample="bilinear-no-antialias")` / `--resample`: packs resized as F.interpolate
-resizes (within a level), recorded in index.json."""
+resizes (within a level), or as PIL's bicubic (`"bicubic"`: its bytes), recorded in
+index.json."""
 
 from __future__ import annotations
 
@@ -87,6 +88,46 @@ def test_a_clip_pack_without_antialias_is_f_interpolate_of_each_decoded_frame(tm
         assert diff.max() <= 1 and (diff == 0).mean() >= 0.99, t
 
 
+def pil_bicubic(rgb: np.ndarray, size: int) -> np.ndarray:
+    """PIL's bicubic resize of the whole of `rgb` to `(3, size, size)` as Pillow 7-12 runs it
+    (DMC-GB2 pins 10.2): PIL's horizontal pass, then its vertical one (`test_resample.py`)."""
+    img = Image.fromarray(rgb)
+    wide = img.resize((size, img.height), Image.Resampling.BICUBIC)
+    return np.asarray(wide.resize((size, size), Image.Resampling.BICUBIC)).transpose(2, 0, 1)
+
+
+def test_a_bicubic_pack_is_pils_bicubic_of_the_decoded_images_byte_for_byte(tmp_path):
+    src = tmp_path / "src"
+    sizes = [(200, 150), (30, 50), (97, 61)]  # down, up, odd
+    for i, size in enumerate(sizes):
+        noise(src / f"n{i}.png", size=size, seed=30 + i)
+        noise(src / f"j{i}.jpg", size=size, seed=40 + i, quality=95)
+    pack(src, tmp_path / "out", size=40, crop="full", workers=1, resample="bicubic")
+    images, _, keys = read_pack(tmp_path / "out")
+    assert len(keys) == 2 * len(sizes)
+    for image, key in zip(images, keys):
+        with Image.open(src / key) as im:  # a JPEG decoded at full size, as PIL does
+            want = pil_bicubic(np.asarray(im.convert("RGB")), 40)
+        assert np.array_equal(image, want), key
+    doc = json.loads((tmp_path / "out/index.json").read_text())
+    assert doc["options"]["resample"] == "bicubic"
+
+
+def test_a_bicubic_clip_pack_is_pils_bicubic_of_each_decoded_frame(tmp_path):
+    """DMC-GB2's frames: OpenCV's decode (FFmpeg's, as PyAV's) through `Image.resize`."""
+    import av
+
+    make_noise_video(tmp_path / "src/clip.mp4", 5, 96, 64)
+    pack(tmp_path / "src", tmp_path / "out", size=40, clips=True, crop="full", workers=1,
+         resample="bicubic")  # fmt: skip
+    images, _, _ = read_pack(tmp_path / "out")
+    with av.open(str(tmp_path / "src/clip.mp4")) as c:
+        decoded = [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+    assert len(images) == len(decoded) == 5
+    for t, (image, rgb) in enumerate(zip(images, decoded)):
+        assert np.array_equal(image, pil_bicubic(rgb, 40)), t
+
+
 def test_the_cli_records_the_filter_and_refuses_another(tmp_path):
     noise(tmp_path / "src/a.png", size=(60, 40), seed=2)
     res = run("pack", tmp_path / "src", tmp_path / "out", "--size", "8", "--resample", NO_AA, "-q")
@@ -104,7 +145,7 @@ def test_an_unknown_filter_is_a_value_error_naming_the_choices(tmp_path):
     with pytest.raises(ValueError) as err:
         pack(tmp_path / "src", tmp_path / "out", resample="area")
     assert str(err.value) == (
-        "unknown resample filter 'area'; use one of bilinear, bilinear-no-antialias"
+        "unknown resample filter 'area'; use one of bilinear, bilinear-no-antialias, bicubic"
     )
     assert not (tmp_path / "out").exists()
 

@@ -281,6 +281,22 @@ def test_resize_reads_a_smaller_pack_resized_as_dcs_resizes(clips):
     pack.close()
 
 
+def test_a_texture_by_id_made_a_given_size_inside_its_bytes_as_dmcgb2_makes_its_screen():
+    m = model(size=8)  # the sky: 8 x 48 px of bytes
+    target = TextureTarget(m, 0, size=16)  # 16 x 16 <= 8 x 48
+    assert (target.size, int(m.tex_width[0]), int(m.tex_height[0])) == (16, 16, 16)
+    assert target.pixels.shape == (16, 16, 3)
+    assert target.pixels.base is not None and np.shares_memory(target.pixels, m.tex_data)
+    assert TextureTarget(model(), 1).name == "grid"  # an id names any texture
+    with pytest.raises(MixshardError) as err:
+        TextureTarget(model(size=8), 0, size=20)
+    assert str(err.value) == (
+        "texture 'sky' holds 8 x 48 px; it cannot be made 20 px square (at most 19 px)"
+    )
+    with pytest.raises(MixshardError, match=r"^the model has no texture 2: it has 2 \('sky', "):
+        TextureTarget(model(), 2)
+
+
 def test_bad_input_is_one_clear_error_before_the_first_episode(clips, tmp_path):
     with pytest.raises(MixshardError, match=r"holds 8 px frames but texture 'sky' is 16 px"):
         DistractingBackgroundEnv(Env(model(size=16)), clips, upload=print)

@@ -52,7 +52,8 @@ PACK_OPTIONS = [
         help="The resize filter, recorded in index.json. bilinear: PIL's, antialiased when "
         "shrinking; bilinear-no-antialias: as torch F.interpolate(mode='bilinear', "
         "align_corners=False) and tf.image.resize resize (half-pixel centres), how DMC-GB, "
-        "DCS and DMC-VB resize their videos. Example: mixshard pack video_hard "
+        "DCS and DMC-VB resize their videos; bicubic: PIL's Image.resize(..., BICUBIC), byte "
+        "for byte, how DMC-GB2 resizes its videos. Example: mixshard pack video_hard "
         "data/dmcgb-video_hard --clips --crop full --resample bilinear-no-antialias",
     ),
     click.option(
@@ -316,7 +317,8 @@ def _classes(classes: tuple[str, ...]) -> str:
     type=click.Choice(values(ClipList)),
     default=None,
     help="With --clips: pack only the clips of a benchmark's list, in its order "
-    "(dmcgb-video_easy, dmcgb-video_hard, davis17-train, davis17-val); one missing is an error.",
+    "(dmcgb-video_easy, dmcgb-video_hard, dmcgb2-video_easy, dmcgb2-video_hard, davis17-train, "
+    "davis17-val); one missing is an error.",
 )
 @quiet_option
 def pack(src: str, out: str, quiet: bool, **opts: Any) -> None:

@@ -14,10 +14,18 @@ Crop = Literal["center", "random", "full"]
 Labels = Literal["auto", "folders", "none"]
 # the resize filter: PIL's bilinear, antialiased when shrinking (the default); bilinear at
 # half-pixel centres without antialias, as F.interpolate(align_corners=False) and
-# tf.image.resize, which the video benchmarks (DMC-GB, DCS, DMC-VB) resize with
-Resample = Literal["bilinear", "bilinear-no-antialias"]
+# tf.image.resize, which the video benchmarks (DMC-GB, DCS, DMC-VB) resize with; PIL's bicubic
+# (`Image.resize`'s default for RGB, antialiased), which DMC-GB2 resizes its videos with
+Resample = Literal["bilinear", "bilinear-no-antialias", "bicubic"]
 # a video benchmark's clip list, by name (`core/presets.py` holds the clips of each)
-ClipList = Literal["dmcgb-video_easy", "dmcgb-video_hard", "davis17-train", "davis17-val"]
+ClipList = Literal[
+    "dmcgb-video_easy",
+    "dmcgb-video_hard",
+    "dmcgb2-video_easy",
+    "dmcgb2-video_hard",
+    "davis17-train",
+    "davis17-val",
+]
 
 
 def values(choice: Any) -> tuple[str, ...]:

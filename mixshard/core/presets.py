@@ -3,6 +3,8 @@ clip pack holds every clip of one.
 
 - `dmcgb-video_easy` / `dmcgb-video_hard`: DMControl-GB's evaluation videos, `video0.mp4` ...
   in the order its `VideoWrapper` plays them (index i is `video{i}.mp4`): 10 and 100.
+- `dmcgb2-video_easy` / `dmcgb2-video_hard`: DMC-GB2's (its `envs/dmcgb/data`), named and
+  ordered alike (its `ColorVideoWrapper._get_video_paths`).
 - `davis17-train` / `davis17-val`: the Distracting Control Suite's DAVIS 2017 training and
   validation clips (60 and 30 frame folders of `JPEGImages/480p`), as its `background.py`
   names them.
@@ -43,6 +45,8 @@ DAVIS17_VAL = (
 CLIP_LISTS: dict[ClipList, tuple[str, ...]] = {
     "dmcgb-video_easy": tuple(f"video{i}.mp4" for i in range(10)),
     "dmcgb-video_hard": tuple(f"video{i}.mp4" for i in range(100)),
+    "dmcgb2-video_easy": tuple(f"video{i}.mp4" for i in range(10)),
+    "dmcgb2-video_hard": tuple(f"video{i}.mp4" for i in range(100)),
     "davis17-train": DAVIS17_TRAIN,
     "davis17-val": DAVIS17_VAL,
 }

@@ -1,6 +1,6 @@
 """Clip frames written into MuJoCo textures: the target texture (`target`), a clip pack's
 frames read ahead in the texture's layout (`clipreads`), and a feeder keyed as `Backgrounds`
-(`feeder`). The benchmarks' own drop-ins are in `mixshard.distracting`."""
+(`feeder`). The benchmarks' own drop-ins are in `mixshard.distracting` and `mixshard.dmcgb2`."""
 
 from __future__ import annotations
 

@@ -40,14 +40,21 @@ def texture_names(model: Any) -> list[str]:
     return [raw.texture(i).name for i in range(raw.ntex)]
 
 
-def find_texture(model: Any, name: str | None) -> int:
-    """The id of texture `name`, or of the model's first skybox texture when `name` is None.
+def find_texture(model: Any, name: str | int | None) -> int:
+    """The id of texture `name` (a name, or an id as a benchmark hard-codes it), or of the
+    model's first skybox texture when `name` is None.
 
     Raises:
         MixshardError: no such texture (the model's are named), or no skybox.
     """
     raw = raw_model(model)
     names = texture_names(raw)
+    if isinstance(name, int) and not isinstance(name, bool):
+        if not 0 <= name < len(names):
+            raise MixshardError(
+                f"the model has no texture {name}: it has {len(names)} ({_listed(names)})"
+            )
+        return name
     if name is None:
         skies = np.flatnonzero(np.asarray(raw.tex_type) == TEXTURE_SKYBOX)
         if not len(skies):
@@ -68,15 +75,18 @@ def _listed(names: list[str]) -> str:
 
 
 class TextureTarget:
-    """Texture `texture` (a name; None: the skybox) of `model`, as a writable `(rows, width,
-    3)` uint8 view into the model's texture buffer (`pixels`). A skybox or cube texture of
-    `6 * width` rows is made `width` rows high (one image on every face).
+    """Texture `texture` (a name or an id; None: the skybox) of `model`, as a writable `(rows,
+    width, 3)` uint8 view into the model's texture buffer (`pixels`). A skybox or cube texture
+    of `6 * width` rows is made `width` rows high (one image on every face); with `size`, any
+    texture is made `size` px square inside the bytes it has (as DMC-GB2 sets its screen's
+    `tex_width` and `tex_height` to its video size).
 
     Raises:
-        MixshardError: no such texture, no skybox, a texture not RGB, or not square.
+        MixshardError: no such texture, no skybox, a texture not RGB, or not square, or too
+            small for `size`.
     """
 
-    def __init__(self, model: Any, texture: str | None = None) -> None:
+    def __init__(self, model: Any, texture: str | int | None = None, size: int | None = None):
         raw = self.model = raw_model(model)
         self.id = find_texture(raw, texture)
         self.name = raw.texture(self.id).name or f"texture {self.id}"
@@ -87,7 +97,9 @@ class TextureTarget:
                 f"texture {self.name!r} has {channels} channels; frames are written into RGB "
                 f"textures (3 channels)"
             )
-        if int(raw.tex_type[self.id]) != TEXTURE_2D and height == 6 * width:
+        if size is not None:
+            width = height = self._square(width, height, size)
+        elif int(raw.tex_type[self.id]) != TEXTURE_2D and height == 6 * width:
             height = width  # one image for every face, as the Distracting Control Suite does
             raw.tex_height[self.id] = height
         if height != width:
@@ -99,6 +111,20 @@ class TextureTarget:
         start = int(raw.tex_adr[self.id])
         flat = texture_buffer(raw)[start : start + height * width * 3]
         self.pixels: np.ndarray = flat.reshape(height, width, 3)
+
+    def _square(self, width: int, height: int, size: int) -> int:
+        """Texture `self.id` made `size` px square (`width x height` px of bytes it has).
+
+        Raises:
+            MixshardError: `size` is not positive, or more pixels than the texture has.
+        """
+        if size < 1 or size * size > width * height:
+            raise MixshardError(
+                f"texture {self.name!r} holds {width} x {height} px; it cannot be made {size} "
+                f"px square (at most {int((width * height) ** 0.5)} px)"
+            )
+        self.model.tex_width[self.id] = self.model.tex_height[self.id] = size
+        return size
 
     def check_size(self, size: int, origin: str, resize: bool) -> None:
         """Frames of `size` px fit this texture, or are resized to it (`resize`).

@@ -200,7 +200,8 @@ def pack(
         resample: the resize filter, recorded in `index.json`: `"bilinear"` (PIL's bilinear,
             antialiased when shrinking) or `"bilinear-no-antialias"` (as `F.interpolate(mode=
             "bilinear", align_corners=False)` and `tf.image.resize` resize, within a level:
-            how DMC-GB, DCS and DMC-VB resize their videos; images are decoded at full size).
+            how DMC-GB, DCS and DMC-VB resize their videos; images are decoded at full size)
+            or `"bicubic"` (PIL's `Image.resize(..., BICUBIC)` byte for byte, DMC-GB2's).
         grey: store grey frames, the grey in all three channels (`options.grey` in
             `index.json`): a video's as FFmpeg's grey of each decoded frame (the full-range Y
             plane, as DBC reads its videos), before the resize; an image's by BT.601's weights.

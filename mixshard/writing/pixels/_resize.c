@@ -14,7 +14,12 @@
  * order, one multiply and one add each (no fused multiply-add: -ffp-contract=off), so every
  * build gives the same bytes on every machine. On x86-64 Linux the passes are also compiled
  * for AVX2 and the CPU picks a build at load time (the same arithmetic, wider registers).
- * The GIL is released while they run. */
+ * The GIL is released while they run.
+ *
+ * fixed(out, pixels, height, width, rows, row_taps, cols, col_taps)
+ *   PIL's own two passes (`bicubic.py`): int32 fixed-point taps (22 fraction bits), the
+ *   columns first into whole levels, clipped, then the rows, each sum plus a half shifted down
+ *   and clipped to 0..255 as PIL's `clip8`: PIL's bytes. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -160,13 +165,115 @@ done:
     return result;
 }
 
+#define PRECISION_BITS 22 /* PIL's */
+
+/* PIL's `clip8`: a sum (its half added) to a level, clipped to 0..255. */
+static inline uint8_t clip8(int32_t v) {
+    if (v < 0) return 0;
+    v >>= PRECISION_BITS;
+    return v > 255 ? 255 : (uint8_t)v;
+}
+
+/* PIL's horizontal pass over `nr` rows of `px` (`width` pixels a row) into `mid` (`sx`
+ * pixels a row, whole levels). */
+CLONED static void fixed_cols(const uint8_t *restrict px, ssz width, ssz nr,
+                              const int32_t *restrict rx, const int32_t *restrict kx, ssz sx,
+                              ssz k, uint8_t *restrict mid) {
+    for (ssz r = 0; r < nr; r++) {
+        const uint8_t *restrict row = px + r * width * 3;
+        uint8_t *restrict o = mid + r * sx * 3;
+        for (ssz j = 0; j < sx; j++) {
+            const uint8_t *p = row + (ssz)rx[j] * 3;
+            const int32_t *w = kx + j * k;
+            int32_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;
+            for (ssz t = 0; t < k; t++) {
+                s0 += p[3 * t] * w[t];
+                s1 += p[3 * t + 1] * w[t];
+                s2 += p[3 * t + 2] * w[t];
+            }
+            o[3 * j] = clip8(s0);
+            o[3 * j + 1] = clip8(s1);
+            o[3 * j + 2] = clip8(s2);
+        }
+    }
+}
+
+/* PIL's vertical pass over `mid` (rows from `r0`, `n` values a row) into CHW `out`. */
+CLONED static void fixed_rows(const uint8_t *restrict mid, ssz n, ssz r0,
+                              const int32_t *restrict ry, const int32_t *restrict ky, ssz sy,
+                              ssz k, int32_t *restrict acc, uint8_t *restrict out) {
+    const ssz plane = sy * (n / 3);
+    for (ssz i = 0; i < sy; i++) {
+        for (ssz c = 0; c < n; c++) acc[c] = 1 << (PRECISION_BITS - 1);
+        for (ssz t = 0; t < k; t++) {
+            const uint8_t *restrict row = mid + ((ssz)ry[i] - r0 + t) * n;
+            const int32_t w = ky[i * k + t];
+            for (ssz c = 0; c < n; c++) acc[c] += row[c] * w;
+        }
+        uint8_t *o = out + i * (n / 3);
+        for (ssz j = 0; j < n / 3; j++) {
+            o[j] = clip8(acc[3 * j]);
+            o[plane + j] = clip8(acc[3 * j + 1]);
+            o[2 * plane + j] = clip8(acc[3 * j + 2]);
+        }
+    }
+}
+
+static PyObject *fixed(PyObject *self, PyObject *args) {
+    PyObject *objs[6];
+    ssz height, width;
+    if (!PyArg_ParseTuple(args, "OOnnOOOO", &objs[0], &objs[1], &height, &width, &objs[2],
+                          &objs[3], &objs[4], &objs[5]))
+        return NULL;
+    Py_buffer b[6];
+    int got = 0;
+    PyObject *result = NULL;
+    for (; got < 6; got++) {
+        int flags = PyBUF_C_CONTIGUOUS | (got == 0 ? PyBUF_WRITABLE : 0);
+        if (PyObject_GetBuffer(objs[got], &b[got], flags) < 0) goto done;
+    }
+    const ssz sy = b[2].len / 4, sx = b[4].len / 4;
+    const ssz ky = sy ? b[3].len / 4 / sy : 0, kx = sx ? b[5].len / 4 / sx : 0;
+    ssz r0, r1, c0, c1;
+    if (height < 1 || width < 1 || sy < 1 || sx < 1 || ky < 1 || kx < 1 ||
+        b[1].len != height * width * 3 || b[0].len != 3 * sy * sx ||
+        b[3].len != 4 * sy * ky || b[5].len != 4 * sx * kx ||
+        span(b[2].buf, sy, ky, height, &r0, &r1) < 0 ||
+        span(b[4].buf, sx, kx, width, &c0, &c1) < 0) {
+        PyErr_SetString(PyExc_ValueError, "fixed: buffers do not match the sizes and taps");
+        goto done;
+    }
+    const ssz nr = r1 - r0;
+    uint8_t *mid = PyMem_RawMalloc(nr * sx * 3);
+    int32_t *acc = PyMem_RawMalloc(sizeof(int32_t) * sx * 3);
+    if (mid == NULL || acc == NULL) {
+        PyMem_RawFree(mid);
+        PyMem_RawFree(acc);
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    fixed_cols((const uint8_t *)b[1].buf + r0 * width * 3, width, nr, b[4].buf, b[5].buf, sx,
+               kx, mid);
+    fixed_rows(mid, sx * 3, r0, b[2].buf, b[3].buf, sy, ky, acc, b[0].buf);
+    Py_END_ALLOW_THREADS
+    PyMem_RawFree(mid);
+    PyMem_RawFree(acc);
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    while (got-- > 0) PyBuffer_Release(&b[got]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"resize", resize, METH_VARARGS, "Resize uint8 HWC pixels into uint8 CHW (see the file)."},
+    {"fixed", fixed, METH_VARARGS, "PIL's fixed-point two passes, uint8 HWC into CHW."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_resize", "The compiled bilinear resize of mixshard.writing.resample.",
+    PyModuleDef_HEAD_INIT, "_resize", "The compiled resizes of mixshard.writing.resample and bicubic.",
     -1, methods,
 };
 

@@ -12,3 +12,13 @@ def resize(
     col_weights: np.ndarray,
     whole: bool,
 ) -> None: ...
+def fixed(
+    out: np.ndarray,
+    pixels: np.ndarray,
+    height: int,
+    width: int,
+    rows: np.ndarray,
+    row_taps: np.ndarray,
+    cols: np.ndarray,
+    col_taps: np.ndarray,
+) -> None: ...

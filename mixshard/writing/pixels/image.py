@@ -291,7 +291,8 @@ def load_image(
         data: the file's bytes (an archive member); `path` then only names it.
         resample: the resize filter, `"bilinear"` (PIL's, antialiased) or
             `"bilinear-no-antialias"` (F.interpolate's and tf.image.resize's: the image
-            decoded at full size, then two taps an axis at half-pixel centres).
+            decoded at full size, then two taps an axis at half-pixel centres) or
+            `"bicubic"` (PIL's `Image.resize(..., BICUBIC)`, its bytes, from full size).
 
     Returns:
         uint8 array `(variants, 3, size, size)`.

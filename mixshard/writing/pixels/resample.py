@@ -1,6 +1,9 @@
-"""Bilinear resize of decoded uint8 pixels into the stored CHW layout, as banded matrix products.
+"""Resize of decoded uint8 pixels into the stored CHW layout: bilinear as banded matrix
+products, and PIL's bicubic (`bicubic.py`).
 
-Two filters (`RESAMPLE_MODES`). `"bilinear"` is PIL's `resize(..., BILINEAR, box=...)`: a
+Three filters (`RESAMPLE_MODES`). `"bicubic"` is PIL's `resize(..., BICUBIC, box=...)` byte for
+byte, in PIL's own fixed-point arithmetic (`bicubic.py`); the rest of this module is about the
+two bilinear ones. `"bilinear"` is PIL's `resize(..., BILINEAR, box=...)`: a
 triangle widened by the shrink factor (antialiased), taps clipped to the image, each output
 pixel's weights normalised to sum to 1. `"bilinear-no-antialias"` is the same triangle never
 widened: at most two taps an axis, at half-pixel centres (output `i` reads the input at
@@ -41,6 +44,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from ...core.constants import RESAMPLE, RESAMPLE_MODES
+from .bicubic import bicubic_into, numpy_bicubic_into
 
 _resize: Optional[ModuleType]
 try:  # the same passes compiled (`_resize.c`), where the install had a C compiler
@@ -48,6 +52,7 @@ try:  # the same passes compiled (`_resize.c`), where the install had a C compil
 except ImportError:  # pragma: no cover - only where the extension could not be built
     _resize = None
 
+BICUBIC = RESAMPLE_MODES[2]  # PIL's, in `bicubic.py`
 _BAND = 12  # output pixels per band: fewer BLAS calls against less wasted work (measured)
 _F32 = 4  # bytes per float32
 
@@ -215,7 +220,10 @@ def resize_into(
     `pixels` (uint8 `(height, width, 3)`) to `out` (uint8 `(3, rows, columns)`) with the filter
     `resample` (`RESAMPLE_MODES`): by the compiled passes where they were built, else by
     `numpy_resize_into` (the same weights and roundings; the sums' order differs, so ~0.1% of
-    pixels may differ by a level)."""
+    pixels may differ by a level); `"bicubic"` by `bicubic.py` (PIL's bytes either way)."""
+    if resample == BICUBIC:
+        bicubic_into(out, pixels, box)
+        return
     antialias = _antialias(resample)
     if _resize is None or not (out.flags.c_contiguous and pixels.flags.c_contiguous):
         numpy_resize_into(out, pixels, box, resample)
@@ -227,7 +235,8 @@ def resize_into(
 
 def _antialias(resample: str) -> bool:
     """Whether the filter `resample` widens when shrinking (and rounds between its passes, as
-    PIL does): `"bilinear"` does, `"bilinear-no-antialias"` does not."""
+    PIL does): `"bilinear"` does, `"bilinear-no-antialias"` does not (`"bicubic"` is
+    `bicubic.py`'s)."""
     if resample not in RESAMPLE_MODES:
         raise ValueError(
             f"unknown resample filter {resample!r}; use one of {', '.join(RESAMPLE_MODES)}"
@@ -260,7 +269,11 @@ def _taps(
 def numpy_resize_into(
     out: np.ndarray, pixels: np.ndarray, box: tuple[float, ...], resample: str = RESAMPLE
 ) -> None:
-    """`resize_into` with numpy's products (and BLAS's sums)."""
+    """`resize_into` with numpy's products (and BLAS's sums); numpy's integer passes for
+    `"bicubic"`."""
+    if resample == BICUBIC:
+        numpy_bicubic_into(out, pixels, box)
+        return
     antialias = _antialias(resample)
     rows, cols = out.shape[1:]
     p = _plan(pixels.shape[0], pixels.shape[1], (rows, cols), tuple(box), antialias)
