@@ -20,10 +20,11 @@ from __future__ import annotations
 import torch
 
 from .keyed import below, keyed
+from .mixing import Mix
 
 PLAYBACKS = ("loop", "pingpong", "random")
 CLIP_ORDERS = ("random", "next", "no-repeat")
-_CLIP, _START, _FLIP, _FIRST, _OTHER = 0, 1, 2, 3, 4  # the streams of the draws
+_CLIP, _START, _FLIP, _FIRST, _OTHER, _PACK = 0, 1, 2, 3, 4, 5  # the streams of the draws
 
 
 def draw_clips(
@@ -68,6 +69,35 @@ def draw(
     count. The clip is drawn in `order`, the start for `"random"` playback (else 0), the flip
     when `flip`."""
     clip = draw_clips(key, envs, episode, len(length), order)
+    if playback == "random":
+        start = below(keyed(key, envs, episode, _START), length[clip])
+    else:
+        start = torch.zeros_like(clip)
+    if flip:
+        flipped = (keyed(key, envs, episode, _FLIP) & 1).bool()
+    else:
+        flipped = torch.zeros_like(clip, dtype=torch.bool)
+    return clip, start, flipped
+
+
+def draw_mixed(
+    key: int,
+    envs: torch.Tensor,
+    episode: torch.Tensor,
+    mix: Mix,
+    table: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    playback: str,
+    flip: bool,
+    clip: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`draw` over several packs: each episode's pack by the weights in force (`Mix.pick`),
+    then a clip among that pack's first `limit` ones (`"random"` order), numbered in the
+    packs' one table; `table` is `(base, limit, length)`: each pack's first clip number and
+    clips played, each clip's length. `clip` (a loaded state's) replaces the clip drawn."""
+    base, limit, length = table
+    if clip is None:
+        pack = mix.pick(keyed(key, envs, episode, _PACK))
+        clip = base[pack] + below(keyed(key, envs, episode, _CLIP), limit[pack])
     if playback == "random":
         start = below(keyed(key, envs, episode, _START), length[clip])
     else:
