@@ -1,0 +1,82 @@
+"""`Overlay`'s cache over several packs: each sample takes its pack by weight, the images come
+from each pack's own cache (device, pool or stream, sharing the one `cache_fraction`).
+
+Sample `t` (counted per device from the first call) takes pack `Mix.pick_np(keyed(key, t))`:
+which pack a sample shows depends on its number only, not on the batch it is in. Each pack's
+cache then hands out its images in its own order; a pool's share of the budget is its pack's
+largest weight's (so each pack's pool is refilled in proportion to its weight: its images are
+drawn, and replaced after `uses` draws, at that rate).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..core.device import move_index
+from .caches import BackgroundCache
+from .keyed import keyed_np
+from .mixing import Mix
+
+_PACK = 7  # the stream of the samples' pack draws
+
+
+class MixedCache:
+    """`BackgroundCache` over one cache per pack (see the module docstring).
+
+    Args:
+        caches: each pack's cache, on `device`.
+        mix: the weights (shared by the `Overlay`'s devices: a call is a step of its schedule).
+        key: the key of the picks (`keyed.seed_key` of this process's seed).
+        shape: one image's `(3, size, size)`.
+    """
+
+    def __init__(
+        self,
+        caches: list[BackgroundCache],
+        mix: Mix,
+        key: int,
+        device: torch.device,
+        shape: tuple[int, int, int],
+    ) -> None:
+        self.caches, self.mix, self.key = caches, mix, key
+        self.device, self.shape = device, shape
+        self.samples = 0  # samples drawn: the next one's number
+
+    def picks(self, n: int) -> np.ndarray:
+        """The packs of the next `n` samples (by the weights in force), counted drawn."""
+        numbers = np.arange(self.samples, self.samples + n, dtype=np.int64)
+        self.samples += n
+        return self.mix.pick_np(keyed_np(self.key, numbers, 0, _PACK))
+
+    def take(self, n: int, own: bool = True) -> torch.Tensor:
+        """`n` images: each sample's from its pack's cache, in sample order."""
+        packs = self.picks(n)
+        self.mix.advance()
+        counts = np.bincount(packs, minlength=len(self.caches))
+        if counts.max() == n:  # one pack: its images as they come
+            return self.caches[int(packs[0])].take(n, own)
+        out = torch.empty((n, *self.shape), dtype=torch.uint8, device=self.device)
+        for k in np.flatnonzero(counts).tolist():
+            where = move_index(np.flatnonzero(packs == k), self.device)
+            out.index_copy_(0, where, self.caches[k].take(int(counts[k]), own=False))
+        return out
+
+    def stats(self) -> dict[str, Any]:
+        per_pack = [c.stats() for c in self.caches]
+        return {"mode": per_pack[0]["mode"], "draws": self.samples, "packs": per_pack}
+
+    def close(self) -> None:
+        for cache in self.caches:
+            cache.close()
+
+
+def pool_shares(size: int, mix: Mix) -> list[int]:
+    """A pool of `size` images split between the packs by each one's largest weight (the
+    constructor's and its schedule's), at least one image each."""
+    top = mix.weights.copy()
+    for _, weights in mix.schedule:
+        top = np.maximum(top, weights)
+    return [max(1, int(size * w / top.sum())) for w in top]
