@@ -56,7 +56,10 @@ def check_mix_weights(weights: Any, packs: int, name: str = "weights") -> np.nda
             raise ValueError(f"{name}[{i}] must be a finite number, got {w!r}")
         if w < 0:
             raise ValueError(f"{name}[{i}] must be >= 0, got {w!r}")
-    total = math.fsum(float(w) for w in weights)
+    try:
+        total = math.fsum(float(w) for w in weights)
+    except OverflowError:
+        total = math.inf
     if total == 0:
         raise ValueError(f"{name} are all 0 ({list(weights)!r}): give some pack a weight above 0")
     if not math.isfinite(total):

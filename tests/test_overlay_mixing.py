@@ -1,0 +1,143 @@
+"""mixshard.Overlay over several packs by weight, and its state: after a restore the next
+batches are an uninterrupted run's, byte for byte, in the device and stream caches."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from helpers import make_flat, small_pack
+
+import mixshard
+from mixshard.augment import overlaystate
+
+
+@pytest.fixture(scope="module")
+def packs(tmp_path_factory) -> tuple[Path, Path]:
+    """Two packs of 8 px images, none in both: 48 and 30 (blocks of 8)."""
+    root = tmp_path_factory.mktemp("ovmix")
+    a = small_pack(root / "a", 24, shard_size=16, block_size=8)
+    make_flat(root / "flat", n=30, ext=".png")
+    mixshard.pack(root / "flat", root / "b", size=8, block_size=8, workers=1, labels="none")
+    return a, root / "b"
+
+
+def images_of(pack: Path) -> set[bytes]:
+    ov = mixshard.Overlay(pack, cache="device", flip=False)
+    return {img.numpy().tobytes() for img in ov.sample(ov.count)}
+
+
+def run(ov: mixshard.Overlay, calls: int, start: int = 0) -> list[torch.Tensor]:
+    """`calls` calls of 5-9 observations each (a batch's size changes), blended."""
+    return [ov(torch.full((5 + t % 5, 6, 8, 8), 90.0)) for t in range(start, start + calls)]
+
+
+KW = dict(alpha=(0.2, 0.9), crop=(0.5, 1.0), seed=4, num_workers=1, batch_size=16)
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+@pytest.mark.parametrize("cache", ["device", "stream"])
+def test_a_state_resumes_byte_for_byte_mid_epoch(packs, cache, mixed):
+    source = list(packs) if mixed else packs[0]
+    kw = dict(KW, cache=cache, weights=[0.7, 0.3] if mixed else None)
+    ov = mixshard.Overlay(source, **kw)
+    states, batches = [], []
+    for t in range(0, 40, 8):  # 8 calls of ~7: past an epoch of 48 (and of 30) images
+        states.append(ov.state_dict())
+        batches += run(ov, 8, t)
+    for k in (1, 2, 4):
+        again = mixshard.Overlay(source, **kw)
+        again.load_state_dict(states[k])
+        got = run(again, 40 - 8 * k, 8 * k)
+        assert all(torch.equal(a, b) for a, b in zip(got, batches[8 * k :]))
+        assert len(got) == len(batches[8 * k :])
+        again.close()
+    ov.close()
+
+
+def test_a_state_is_under_4_kb(packs):
+    for source, weights in ((packs[0], None), (list(packs), [1, 1])):
+        ov = mixshard.Overlay(source, cache="device", weights=weights, **KW)
+        run(ov, 12)
+        assert len(pickle.dumps(ov.state_dict())) <= 4096
+        ov.close()
+
+
+def test_a_pool_says_it_keeps_no_state(packs):
+    ov = mixshard.Overlay(packs[0], cache="pool", pool=16)
+    run(ov, 2)
+    with pytest.raises(ValueError) as info:
+        ov.state_dict()
+    assert str(info.value) == (
+        "state_dict: a pool (cache='pool') keeps no state: where its images sit depends on every "
+        "call since the start; use cache='device' or cache='stream' to resume exactly"
+    )
+    ov.close()
+
+
+def test_a_samples_pack_does_not_depend_on_its_batch(packs):
+    one = mixshard.Overlay(list(packs), weights=[0.5, 0.5], cache="device", flip=False)
+    two = mixshard.Overlay(list(packs), weights=[0.5, 0.5], cache="device", flip=False)
+    whole = one.sample(60)
+    assert torch.equal(whole, torch.cat([two.sample(13), two.sample(40), two.sample(7)]))
+    a, b = images_of(packs[0]), images_of(packs[1])
+    mine = [img.numpy().tobytes() in b for img in whole]
+    assert all(img.numpy().tobytes() in a or img.numpy().tobytes() in b for img in whole)
+    assert 15 < sum(mine) < 45
+
+
+def test_weights_and_schedules_choose_the_packs(packs):
+    b = images_of(packs[1])
+    schedule = [(0, [1, 0]), (2, [0, 1])]
+    ov = mixshard.Overlay(list(packs), cache="device", schedule=schedule, flip=False)
+    shown = [[img.numpy().tobytes() in b for img in ov.sample(10)] for _ in range(4)]
+    assert [sum(s) for s in shown] == [0, 0, 10, 10]
+    ov.set_weights([1, 0])
+    assert sum(img.numpy().tobytes() in b for img in ov.sample(10)) == 0
+    assert ov.weights == [1.0, 0.0]
+    state = ov.state_dict()
+    assert state["mix"]["weights"] == [1.0, 0.0] and state["mix"]["step"] == 5
+
+
+def test_shares_over_many_samples_follow_the_weights(packs):
+    ov = mixshard.Overlay(list(packs), cache="device", weights=[0.9, 0.1], flip=False)
+    cache = ov._state(torch.device("cpu")).cache
+    picks = cache.picks(100_000)
+    assert abs(np.mean(picks == 0) - 0.9) < 4.5 * np.sqrt(0.09 / 100_000)
+
+
+def test_a_state_from_elsewhere_is_refused(packs, monkeypatch):
+    ov = mixshard.Overlay(packs[0], cache="device", seed=1)
+    run(ov, 3)
+    state = ov.state_dict()
+    with pytest.raises(ValueError, match=r"saved with packs=\[\[48, 8\]\], this Overlay has"):
+        mixshard.Overlay(packs[1], cache="device", seed=1).load_state_dict(state)
+    with pytest.raises(ValueError, match="saved with seed=1, this Overlay has seed=2"):
+        mixshard.Overlay(packs[0], cache="device", seed=2).load_state_dict(state)
+    with pytest.raises(ValueError, match="saved with cache='device' on cpu, this Overlay has"):
+        mixshard.Overlay(packs[0], cache="stream", seed=1).load_state_dict(state)
+    with pytest.raises(ValueError, match="saved with no weights="):
+        mixshard.Overlay([packs[0]], weights=[1], seed=1).load_state_dict(state)
+    monkeypatch.setattr(overlaystate, "rank_world", lambda: (0, 2))
+    with pytest.raises(ValueError) as info:
+        mixshard.Overlay(packs[0], cache="device", seed=1).load_state_dict(state)
+    assert "'world_size': 1" in str(info.value) and "'world_size': 2" in str(info.value)
+    assert str(info.value).endswith("its DataLoader worker): load it in the same one")
+    with pytest.raises(TypeError, match="state must be a dict from state_dict"):
+        ov.load_state_dict([])
+
+
+def test_bad_mixes_are_named(packs, tmp_path):
+    big = small_pack(tmp_path, 4, shard_size=16, block_size=8)
+    mixshard.pack(tmp_path / "src", tmp_path / "big16", size=16, workers=1)
+    with pytest.raises(ValueError, match="is 8 px, pack 1 .* is 16 px: repack it at 8 px"):
+        mixshard.Overlay([packs[0], tmp_path / "big16"], weights=[1, 1])
+    with pytest.raises(ValueError, match=r"weights\[0\] must be a finite number, got nan"):
+        mixshard.Overlay([packs[0], big], weights=[float("nan"), 1])
+    with pytest.raises(ValueError, match=r"weights are all 0 \(\[0, 0\]\)"):
+        mixshard.Overlay([packs[0], big], weights=[0, 0])
+    with pytest.raises(ValueError, match="set_weights: this Overlay was made without weights="):
+        mixshard.Overlay(packs[0]).set_weights([1])
