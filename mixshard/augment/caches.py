@@ -97,10 +97,14 @@ class DeviceCache:
         device: torch.device,
         generator: torch.Generator,
         epoch_seed: int | None = None,
+        images: torch.Tensor | None = None,
     ) -> None:
         m = source.manifest
         self.count = source.count
-        self.images = torch.empty((self.count, 3, m.size, m.size), dtype=torch.uint8, device=device)
+        if images is None:  # (a mix's packs share one tensor: `mixcache.py` gathers once)
+            shape = (self.count, 3, m.size, m.size)
+            images = torch.empty(shape, dtype=torch.uint8, device=device)
+        self.images = images
         read_pack_to(source, self.images)
         self.perms = Permutations(self.count, device, generator, epoch_seed)
         self._walk = PermutationWalk(self.count, self.perms, distinct=False)
@@ -124,12 +128,15 @@ class DeviceCache:
             self._walk.restart(self.perms(), cursor)
         self.draws = state["draws"]
 
-    def take(self, n: int, own: bool = True) -> torch.Tensor:
-        """`n` images (a new tensor)."""
+    def take_index(self, n: int) -> torch.Tensor:
+        """The numbers of the next `n` images (counted drawn)."""
         self.draws += n
         parts = self._walk.take(n)
-        index = parts[0] if len(parts) == 1 else torch.cat(parts)
-        return self.images.index_select(0, index)
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+    def take(self, n: int, own: bool = True) -> torch.Tensor:
+        """`n` images (a new tensor)."""
+        return self.images.index_select(0, self.take_index(n))
 
     def stats(self) -> dict[str, Any]:
         return {"mode": "device", "images": self.count, "draws": self.draws}

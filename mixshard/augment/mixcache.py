@@ -16,11 +16,12 @@ import numpy as np
 import torch
 
 from ..core.device import move_index
-from .caches import BackgroundCache
+from .caches import BackgroundCache, DeviceCache
 from .keyed import keyed_np
 from .mixing import Mix
 
 _PACK = 7  # the stream of the samples' pack draws
+_WORDS = (torch.int64, torch.int32, torch.int16, torch.uint8)
 
 
 class MixedCache:
@@ -31,6 +32,8 @@ class MixedCache:
         mix: the weights (shared by the `Overlay`'s devices: a call is a step of its schedule).
         key: the key of the picks (`keyed.seed_key` of this process's seed).
         shape: one image's `(3, size, size)`.
+        store: device caches only: the one tensor every pack's `DeviceCache` is a slice of,
+            in pack order; a call is then one gather from it, as a single pack's is.
     """
 
     def __init__(
@@ -40,10 +43,15 @@ class MixedCache:
         key: int,
         device: torch.device,
         shape: tuple[int, int, int],
+        store: torch.Tensor | None = None,
     ) -> None:
-        self.caches, self.mix, self.key = caches, mix, key
+        self.caches, self.mix, self.key, self.store = caches, mix, key, store
         self.device, self.shape = device, shape
         self.samples = 0  # samples drawn: the next one's number
+        # the scatter goes through views of each image as words of the widest integer type
+        # that divides it: torch's CPU index_copy_ costs per element (8x less in int64)
+        size = int(np.prod(shape))
+        self.word = next(d for d in _WORDS if size % d.itemsize == 0)
 
     def picks(self, n: int) -> np.ndarray:
         """The packs of the next `n` samples (by the weights in force), counted drawn."""
@@ -58,11 +66,30 @@ class MixedCache:
         counts = np.bincount(packs, minlength=len(self.caches))
         if counts.max() == n:  # one pack: its images as they come
             return self.caches[int(packs[0])].take(n, own)
+        if self.store is not None:
+            return self.store.index_select(0, self._index(packs, counts))
         out = torch.empty((n, *self.shape), dtype=torch.uint8, device=self.device)
+        words = self._words(out)
         for k in np.flatnonzero(counts).tolist():
             where = move_index(np.flatnonzero(packs == k), self.device)
-            out.index_copy_(0, where, self.caches[k].take(int(counts[k]), own=False))
+            part = self.caches[k].take(int(counts[k]), own=False)
+            words.index_copy_(0, where, self._words(part.contiguous()))
         return out
+
+    def _index(self, packs: np.ndarray, counts: np.ndarray) -> torch.Tensor:
+        """Where in `store` each sample's image is (the device caches' draws, in order)."""
+        index = torch.empty(len(packs), dtype=torch.int64, device=self.device)
+        offset = 0
+        for k, cache in enumerate(self.caches):
+            assert isinstance(cache, DeviceCache)
+            if counts[k]:
+                where = move_index(np.flatnonzero(packs == k), self.device)
+                index.index_copy_(0, where, cache.take_index(int(counts[k])) + offset)
+            offset += cache.count
+        return index
+
+    def _words(self, images: torch.Tensor) -> torch.Tensor:
+        return images.view(len(images), -1).view(self.word)
 
     def stats(self) -> dict[str, Any]:
         per_pack = [c.stats() for c in self.caches]

@@ -193,20 +193,27 @@ class Overlay:
         """One cache per pack (`mixcache.py`), each drawing from seeds of its own."""
         assert self.sources is not None and self._mix is not None
         caches: list[BackgroundCache] = []
-        budget = int(self.cache_fraction * free_memory(device))
-        size = self.pool or pool_size(self.manifest, budget)
+        size = 0
+        if mode == "pool":
+            budget = int(self.cache_fraction * free_memory(device))
+            size = self.pool or pool_size(self.manifest, budget)
+        shape = (3, self.manifest.size, self.manifest.size)
+        store = None
+        if mode == "device":  # every pack in one tensor: a call is one gather
+            store = torch.empty((self.count, *shape), dtype=torch.uint8, device=device)
+        lo = 0
         for k, (source, share) in enumerate(zip(self.sources, pool_shares(size, self._mix))):
             own_seed = mix64_int(seed + k + 1)  # (pack k's words: apart from the seed's own)
-            if mode == "device":
-                gen = torch.Generator(device=device)
-                caches.append(DeviceCache(source, device, gen, epoch_seed=own_seed))
+            if store is not None:
+                gen, images = torch.Generator(device=device), store[lo : lo + source.count]
+                caches.append(DeviceCache(source, device, gen, own_seed, images))
+                lo += source.count
             elif mode == "pool":
                 caches.append(PoolCache(source, device, share, self.uses, own_seed, shared + k))
             else:
                 batch = max(1, min(self.batch_size, source.count // rank_world()[1]))
                 caches.append(StreamCache(source, device, self.num_workers, shared + k, batch))
-        shape = (3, self.manifest.size, self.manifest.size)
-        return MixedCache(caches, self._mix, seed_key(seed), device, shape)
+        return MixedCache(caches, self._mix, seed_key(seed), device, shape, store)
 
     def _state(self, device: torch.device) -> _DeviceState:
         device = canonical(device)
