@@ -7,6 +7,9 @@ in the same process:
     torch ops (what a GPU runs, and a CPU without the compiled `_lerp`) for comparison;
   * `step` + `images` for 1,024 environments against `obs.clone()` (goal <= 1x);
   * `reset` of 64 of 1,024 environments by a bool mask and by an index tensor (goal <= 1 ms);
+  * mixing (issue 50): `Backgrounds([pack, pack], weights=[0.5, 0.5])` against
+    `Backgrounds(pack)`, paired calls of `step` + `composite` (per-pixel bool mask) with a
+    reset of 64 environments every step, and of the reset alone (goal <= 1.10x);
   * DMC-GB's video background (`VideoWrapper`: decode the whole clip at each reset, then per
     step `F.interpolate(bilinear, align_corners=False)` of one frame to 84 px) against
     `Backgrounds.reset` + 500 `step` + `images` for one environment (goal >= 100x). DMC-GB
@@ -30,6 +33,7 @@ import os
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -134,7 +138,36 @@ def measure(pack: Path, video: Path, args: argparse.Namespace) -> list[list[obje
     bg = mixshard.Backgrounds(pack, n, frames=K, playback="pingpong", cache="device")
     rows, step_images_sec = per_call_rows(pack, bg, g, args)
     rows += reset_rows(pack, bg, g, args)
+    rows += mixing_rows(pack, g, args)
     return rows + episode_rows(pack, video, bg, step_images_sec, args)
+
+
+def mixing_rows(pack: Path, g: torch.Generator, args: argparse.Namespace) -> list[list[object]]:
+    """Two packs by weight against one: a step (reset of some, step, composite) and a reset,
+    paired calls, the median of the per-call ratios."""
+    n, k, threads = args.envs, args.reset, torch.get_num_threads()
+    kw = dict(frames=K, playback="pingpong", cache="device")
+    one = mixshard.Backgrounds(pack, n, **kw)
+    mix = mixshard.Backgrounds([pack, pack], n, weights=[0.5, 0.5], **kw)
+    obs = torch.rand(n, 3 * K, SIZE, SIZE, generator=g) * 255
+    keep = torch.rand(n, 1, SIZE, SIZE, generator=g) < 0.3
+    mask = torch.zeros(n, dtype=torch.bool)
+    mask[torch.randperm(n, generator=g)[:k]] = True
+
+    def whole(b: mixshard.Backgrounds) -> torch.Tensor:
+        b.reset(mask)
+        b.step()
+        return b.composite(obs, keep)
+
+    rows: list[list[object]] = []
+    for name, fn, base in (
+        (f"reset of {k} of {n} + step + composite", partial(whole, mix), partial(whole, one)),
+        (f"reset of {k} of {n}, bool mask", partial(mix.reset, mask), partial(one.reset, mask)),
+    ):
+        sec, _, ratio = paired(fn, base, args.runs * 2)
+        mark = verdict(ratio <= 1.10, "<= 1.10x")
+        rows.append([threads, f"a mix of 2 packs: {name}", ms(sec), f"{ratio:.3f}x", mark])
+    return rows
 
 
 def per_call_rows(

@@ -59,6 +59,13 @@ def test_the_torch_and_numpy_picks_agree():
     picked = mix.pick(bits)
     assert picked.tolist() == mix.pick_np(bits.numpy().view(np.uint64)).tolist()
     assert 1 not in picked.tolist()  # a weight of 0 is never picked
+    edges = torch.tensor([0, -1, 2**63 - 1, -(2**63), 2**32 - 1, 2**32, -(2**32)])
+    for weights in ([1, 0], [0, 1], [1, 0, 0], [0.5, 0, 0.5], [2**-33, 1], [1, 2**-33]):
+        mix = Mix(len(weights), weights)
+        for words in (bits, edges):
+            want = mix.pick_np(words.numpy().view(np.uint64)).tolist()
+            assert mix.pick(words).tolist() == want, weights
+            assert all(weights[k] > 0 for k in want), weights
 
 
 def test_thresholds_are_exact_at_the_ends():

@@ -49,7 +49,7 @@ from .mixstate import check_mixed_state, mixed_state
 from .ops import flip, resize
 from .packset import check_limit, clip_table, pack_list, resolve_packs
 from .pasting import paste
-from .playback import draw, draw_clips, draw_mixed, positions
+from .playback import draw, draw_clips, draw_mixed, mixed_clips, positions
 
 
 class Backgrounds:
@@ -321,12 +321,15 @@ class Backgrounds:
     def _reset_mixed(self, mask: torch.Tensor | None) -> None:
         """The device cache's reset of a mix: the environments that reset draw with the
         weights in force, the others keep what they drew with the weights of their time."""
-        clip, start, flipped = self._draw(self._envs, self.episode)
-        if mask is not None:
+        assert self._mix is not None
+        base, limit, _ = table = self._tables[self.device]
+        envs, episode = self._envs, self.episode
+        clip = mixed_clips(self._key, envs, episode, self._mix, base, limit)
+        if mask is not None:  # (start and flip are functions of the clip and the episode)
             clip = torch.where(mask, clip, self.clip)
-            start = torch.where(mask, start, self.start)
-            flipped = torch.where(mask, flipped, self.flipped)
-        self.clip, self.start, self.flipped = clip, start, flipped
+        self.clip, self.start, self.flipped = draw_mixed(
+            self._key, envs, episode, self._mix, table, self.playback, self.flip, clip
+        )
         self.base = self._first.index_select(0, clip)
 
     def _reset_pool(self, pool: ClipPool, mask: torch.Tensor | None) -> None:

@@ -26,9 +26,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .keyed import _shr
-
 _ONE = 1 << 32  # the picks' resolution: a weight is rounded to a multiple of 2**-32
+_SIGN = -(1 << 63)  # the sign bit of an int64 word
 
 
 def check_mix_weights(weights: Any, packs: int, name: str = "weights") -> np.ndarray:
@@ -130,6 +129,11 @@ class Mix:
     def _set(self, weights: np.ndarray) -> None:
         self.weights = weights
         self.cum = thresholds(weights)
+        # the thresholds as words, in the signed order of words whose sign bit is flipped:
+        # `pick` compares whole words (one xor) instead of shifting out their top 32 bits
+        # (a threshold of 2**32 is never reached: it is left out, so that it never wraps)
+        words = self.cum[self.cum < _ONE].astype(np.uint64) << np.uint64(32)
+        self._words = (words ^ np.uint64(1 << 63)).view(np.int64)
         self._devices = {}
 
     def set_weights(self, weights: Any) -> None:
@@ -145,10 +149,10 @@ class Mix:
 
     def pick(self, bits: torch.Tensor) -> torch.Tensor:
         """The pack (int64) of each random word (int64 bits, from `keyed`)."""
-        cum = self._devices.get(bits.device)
-        if cum is None:
-            cum = self._devices[bits.device] = torch.from_numpy(self.cum).to(bits.device)
-        return torch.searchsorted(cum, _shr(bits, 32), right=True)
+        words = self._devices.get(bits.device)
+        if words is None:
+            words = self._devices[bits.device] = torch.from_numpy(self._words).to(bits.device)
+        return torch.searchsorted(words, bits ^ _SIGN, right=True)
 
     def pick_np(self, bits: np.ndarray) -> np.ndarray:
         """`pick` of uint64 words in numpy (`keyed_np`): the same packs."""

@@ -80,6 +80,24 @@ def draw(
     return clip, start, flipped
 
 
+def mixed_clips(
+    key: int,
+    envs: torch.Tensor,
+    episode: torch.Tensor,
+    mix: Mix,
+    base: torch.Tensor,
+    limit: torch.Tensor,
+) -> torch.Tensor:
+    """The clip of each `(env, episode)` over several packs, from one random word: its top 32
+    bits pick the pack by the weights in force (`Mix.pick`), its low 32 bits a clip among that
+    pack's first `limit` (uniform, as `below`), numbered in the packs' one table (`base`:
+    each pack's first clip)."""
+    bits = keyed(key, envs, episode, _PACK)
+    pack = mix.pick(bits)
+    low = bits & 0xFFFFFFFF
+    return base.index_select(0, pack) + ((low * limit.index_select(0, pack)) >> 32)
+
+
 def draw_mixed(
     key: int,
     envs: torch.Tensor,
@@ -90,16 +108,14 @@ def draw_mixed(
     flip: bool,
     clip: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`draw` over several packs: each episode's pack by the weights in force (`Mix.pick`),
-    then a clip among that pack's first `limit` ones (`"random"` order), numbered in the
-    packs' one table; `table` is `(base, limit, length)`: each pack's first clip number and
-    clips played, each clip's length. `clip` (a loaded state's) replaces the clip drawn."""
+    """`draw` over several packs: the clip of `mixed_clips` (or `clip`: a loaded state's, or
+    one kept through a reset), and its start and flip as `draw` makes them; `table` is
+    `(base, limit, length)`: each pack's first clip and clips played, each clip's length."""
     base, limit, length = table
     if clip is None:
-        pack = mix.pick(keyed(key, envs, episode, _PACK))
-        clip = base[pack] + below(keyed(key, envs, episode, _CLIP), limit[pack])
+        clip = mixed_clips(key, envs, episode, mix, base, limit)
     if playback == "random":
-        start = below(keyed(key, envs, episode, _START), length[clip])
+        start = below(keyed(key, envs, episode, _START), length.index_select(0, clip))
     else:
         start = torch.zeros_like(clip)
     if flip:
