@@ -286,10 +286,12 @@ def main() -> None:
     parser.add_argument("--videos", type=Path, default=VIDEOS, help="folder of video clips")
     parser.add_argument("--quick", action="store_true", help="tiny: one short clip, 64 envs")
     parser.add_argument("--only-step", action="store_true", help="only the whole-step rows")
+    parser.add_argument("--only-mixing", action="store_true", help="only the mixing rows")
     args = parser.parse_args()
     video, packs = prepare(args)
     command = "python scripts/bench_backgrounds.py" + (" --quick" if args.quick else "")
     command += " --only-step" if args.only_step else ""
+    command += " --only-mixing" if args.only_mixing else ""
     print(f"Command: {command}")
     print(f"Machine: {machine()}; torch {torch.__version__}; {datetime.date.today()}")
     print(f"Load average at the start: {os.getloadavg()[0]:.2f}")
@@ -300,6 +302,9 @@ def main() -> None:
     rows = []
     for threads in sorted({default, 1}, reverse=True):
         torch.set_num_threads(threads)
+        if args.only_mixing:
+            rows += mixing_rows(packs[SIZE], torch.Generator().manual_seed(0), args)
+            continue
         if not args.only_step:
             rows += measure(packs[SIZE], video, args)
         for n, k, side in args.steps_at:

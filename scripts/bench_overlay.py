@@ -229,6 +229,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny: N=16, 300 images (tests)")
     parser.add_argument("--plot", action="store_true", help="write bench-out/bench_overlay_*.png")
     parser.add_argument("--device", action="append", help="cpu and/or cuda (default: all)")
+    parser.add_argument("--only-mixing", action="store_true", help="only the mixing rows")
     parser.add_argument("--cell", nargs=3, metavar=("DEVICE", "N", "CELL"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -245,7 +246,7 @@ def main() -> None:
     headers = ["N", "per call", "µs", "vs obs.clone()", "overlay img/s", "vs reference e2e"]
     for name in devices:
         rows, chart = [], []
-        for n in sizes:
+        for n in sizes if not args.only_mixing else ():
             times = {c: cell_in_subprocess(name, n, c, args) for c in CELLS}
             r, c = table_rows(n, times)
             rows += r
@@ -256,11 +257,12 @@ def main() -> None:
             f"median of {runs} calls (end-to-end reference: {e2e_runs}), each cell in a fresh "
             f"process; {machine()}{gpu}\n"
         )
-        print(table(headers, rows))
+        if rows:
+            print(table(headers, rows))
         print(f"\n{name.upper()}, mixing: two packs at 0.5/0.5 against one, paired calls\n")
         head = ["N", "cache", "one pack µs", "a mix of 2 µs", "mix / one (median)", "goal"]
         print(table(head, mixing_rows(torch.device(name), sizes, args)))
-        if args.plot:
+        if args.plot and rows:
             path = OUT / f"bench_overlay_{name}.png"
             bar_chart(
                 path,
