@@ -11,9 +11,9 @@ Three tables:
     10^4 lags) and the lags past 4/sqrt(n) against the number expected by chance;
   * resume: a state saved mid-run (weights changed every 100 steps) and loaded into a fresh
     object, then the next 10^5 composited observations (`Backgrounds`, 100 environments x
-    1,000 steps; --quick 10^3) and 10^4 overlaid batches (`Overlay`, device and stream caches,
-    one pack and a mix; --quick 10^2) against the uninterrupted run's, as a SHA-256 of every
-    output's bytes (goal: equal); a pool's `state_dict` is refused (it keeps no state);
+    1,000 steps; --quick 10^3) and 10^4 overlaid batches (`Overlay`, device, pool and stream
+    caches, one pack and a mix; --quick 10^2) against the uninterrupted run's, as a SHA-256 of every
+    output's bytes (goal: equal); a mix of pools' `state_dict` is refused (it keeps no state);
   * state size: `len(pickle.dumps(state_dict()))` against 4 KB + 16 bytes per environment.
 
     python scripts/bench_mixing.py [--quick]
@@ -176,6 +176,8 @@ def resume_rows(packs: tuple[Path, Path, Path], scale: int) -> list[list[object]
     for cache in ("device", "stream", "pool"):
         for source, weights in ((images, None), ([images, more], [1, 1])):
             kw = dict(cache=cache, weights=weights, alpha=(0.3, 0.7), crop=(0.5, 1.0), seed=3)
+            if cache == "pool":  # refilled every few calls: the state is mid-pool
+                kw.update(pool=64, uses=2)
             rows.append(overlay_resume(source, kw, 1234 // (scale // 10 or 1), calls, obs))
     return rows
 
@@ -189,7 +191,7 @@ def overlay_resume(source, kw: dict, at: int, calls: int, obs: torch.Tensor) -> 
         state = first.state_dict()
     except ValueError as exc:
         first.close()
-        return [what, f"call {at}", f"refused: {str(exc)[:60]}..."]
+        return [what, f"call {at}", f"refused: {str(exc)[:44]}..."]
     want = overlay_run(first, at, calls, obs)
     again = mixshard.Overlay(source, num_workers=2, batch_size=64, **kw)
     again.load_state_dict(state)
@@ -209,8 +211,10 @@ def size_rows(packs: tuple[Path, Path, Path]) -> list[list[object]]:
         rows.append([f"Backgrounds, 3 packs, {n} envs", f"{size:,}", f"{limit:,}", ok(size, limit)])
         bg.close()
     obs = torch.rand(32, 9, 32, 32) * 255
-    for cache in ("device", "stream"):
+    for cache in ("device", "stream", "pool"):
         for source, weights in ((images, None), ([images, more], [1, 1])):
+            if cache == "pool" and weights:
+                continue  # (refused)
             ov = mixshard.Overlay(source, cache=cache, weights=weights, num_workers=1, crop=None)
             overlay_run(ov, 0, 20, obs)
             size = len(pickle.dumps(ov.state_dict()))

@@ -66,16 +66,53 @@ def test_a_state_is_under_4_kb(packs):
         ov.close()
 
 
-def test_a_pool_says_it_keeps_no_state(packs):
+@pytest.mark.parametrize("sizes", ["one", "several"])
+def test_a_pool_resumes_byte_for_byte_mid_pool(packs, sizes):
+    """A pool of 16 images drawn twice each: refilled every few calls, across the refill
+    stream's epochs; the state replays the calls' sizes."""
+    kw = dict(KW, cache="pool", pool=16, uses=2)
+    ov = mixshard.Overlay(packs[0], **kw)
+
+    def calls(o: mixshard.Overlay, count: int, start: int) -> list[torch.Tensor]:
+        n = (lambda t: 8) if sizes == "one" else (lambda t: 5 + t % 5)
+        return [o(torch.full((n(t), 6, 8, 8), 90.0)) for t in range(start, start + count)]
+
+    states, batches = [], []
+    for t in range(0, 40, 8):
+        states.append(ov.state_dict())
+        batches += calls(ov, 8, t)
+    assert states[3]["devices"]["cpu"]["caches"][0]["calls"] == (
+        [[8, 24]] if sizes == "one" else [[5 + t % 5, 1] for t in range(24)]
+    )
+    for k in (1, 3):
+        again = mixshard.Overlay(packs[0], **kw)
+        again.load_state_dict(states[k])
+        got = calls(again, 40 - 8 * k, 8 * k)
+        assert len(got) == len(batches[8 * k :])
+        assert all(torch.equal(a, b) for a, b in zip(got, batches[8 * k :]))
+        assert again.stats()["cpu"]["draws"] == ov.stats()["cpu"]["draws"]
+        again.close()
+    assert len(pickle.dumps(states[-1])) <= 4096
+    ov.close()
+
+
+def test_a_pool_refuses_a_state_it_cannot_keep(packs):
     ov = mixshard.Overlay(packs[0], cache="pool", pool=16)
-    run(ov, 2)
+    for n in range(1, 67):  # 66 runs of call sizes
+        ov.sample(n % 3 + 1)
     with pytest.raises(ValueError) as info:
         ov.state_dict()
     assert str(info.value) == (
-        "state_dict: a pool (cache='pool') keeps no state: where its images sit depends on every "
-        "call since the start; use cache='device' or cache='stream' to resume exactly"
+        "state_dict: a pool's state is its calls' sizes, which changed 66 times (at most 64 "
+        "keep it under 4 KB); call it with one batch size, or use cache='device' or "
+        "cache='stream'"
     )
     ov.close()
+    mix = mixshard.Overlay(list(packs), weights=[1, 1], cache="pool", pool=16)
+    mix.sample(4)
+    with pytest.raises(ValueError, match=r"a mix of pools \(cache='pool' with weights=\) keeps"):
+        mix.state_dict()
+    mix.close()
 
 
 def test_a_samples_pack_does_not_depend_on_its_batch(packs):

@@ -69,11 +69,16 @@ class PermutationWalk(Generic[T]):
         self._cursor = 0
 
     @property
+    def perm(self) -> T | None:
+        """The current permutation (None before the first draw)."""
+        return self._perm
+
+    @property
     def cursor(self) -> int:
         """Items drawn of the current permutation."""
         return self._cursor
 
-    def restart(self, perm: T, cursor: int) -> None:
+    def restart(self, perm: T | None, cursor: int) -> None:
         """Continue in `perm` after its first `cursor` items (a loaded state's)."""
         self._perm, self._cursor = perm, cursor
 

@@ -38,7 +38,13 @@ from .ops import (
     random_flip_mask,
     resize,
 )
-from .overlaystate import check_overlay_state, device_state, load_device_state, process_tag
+from .overlaystate import (
+    check_overlay_state,
+    device_state,
+    load_device_state,
+    pool_calls,
+    process_tag,
+)
 from .packset import pack_list, resolve_packs
 from .pasting import composite
 from .pool import PoolCache, pool_size
@@ -93,8 +99,8 @@ class Overlay:
             The packs share `cache_fraction`. `set_weights` changes them at any call.
         schedule: `[(step, weights), ...]`: weights from that many calls on (`mixing.py`).
 
-    `state_dict()` / `load_state_dict()` continue the draws exactly (device and stream
-    caches; `overlaystate.py` says what a state can continue).
+    `state_dict()` / `load_state_dict()` continue the draws exactly, in every cache mode
+    (`overlaystate.py` says what a state can continue).
 
     Arguments are checked here (`args.py`); obs are not checked for NaN or inf at each call
     (that would cost a host sync per call): they blend into NaN/inf.
@@ -175,7 +181,13 @@ class Overlay:
         return seed, (self.seed if worker is None else seed)
 
     def _make_cache(
-        self, mode: str, device: torch.device, gen: torch.Generator, seed: int, shared: int
+        self,
+        mode: str,
+        device: torch.device,
+        gen: torch.Generator,
+        seed: int,
+        shared: int,
+        saved: dict[str, Any] | None = None,
     ) -> BackgroundCache:
         if self.sources is not None and self._mix is not None:
             return self._make_mixed(mode, device, seed, shared)
@@ -185,7 +197,8 @@ class Overlay:
             size = self.pool or pool_size(
                 self.manifest, int(self.cache_fraction * free_memory(device))
             )
-            return PoolCache(self.source, device, size, self.uses, seed, shared)
+            calls = None if saved is None else pool_calls(saved)
+            return PoolCache(self.source, device, size, self.uses, seed, shared, calls)
         batch = max(1, min(self.batch_size, self.count // rank_world()[1]))
         return StreamCache(self.source, device, self.num_workers, shared, batch)
 
@@ -230,7 +243,7 @@ class Overlay:
             if mode == "auto":
                 need = self.count * self.manifest.image_bytes
                 mode = "device" if need <= self.cache_fraction * free_memory(device) else "pool"
-            cache = self._make_cache(mode, device, generator, seed, shared)
+            cache = self._make_cache(mode, device, generator, seed, shared, saved)
             if saved is not None:
                 try:
                     load_device_state(saved, cache, generator)

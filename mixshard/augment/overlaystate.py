@@ -8,8 +8,13 @@ stream cache's loader splits its batches by rank. A state is therefore one proce
 the main process of rank `r` of `w`, it loads there (any rank's state in the process of that
 rank, with the same world size); saved in a DataLoader worker, it loads in the worker of the
 same id, worker count and torch seed. Anything else would draw other backgrounds, and is
-refused with a `ValueError` naming what differs. A pool (`cache="pool"`) has no state yet: where
-its images sit depends on every call since the start; `state_dict` says so.
+refused with a `ValueError` naming what differs.
+
+A pool's state is its calls' sizes (runs of `[n, times]`): where its images sit depends on every
+call since the start, so a load makes the calls again without images (`pool.PoolCache._replay`,
+tens of µs a call) and reads in the images its slots hold. A pool's call sizes that change more
+than `pool.MAX_RUNS` times, and a mix of pools (its packs' call sizes change at every call),
+keep no state: `state_dict` says so.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from .caches import BackgroundCache, DeviceCache, StreamCache
 from .genstate import pack_states, unpack_states
 from .mixcache import MixedCache
 from .mixing import Mix
+from .pool import PoolCache
 
 FORMAT = "mixshard.Overlay"
 KEYS = ("format", "version", "packs", "seed", "process", "mix", "devices")
@@ -48,12 +54,14 @@ def device_state(mode: str, cache: BackgroundCache, generator: torch.Generator) 
     """One device's state.
 
     Raises:
-        ValueError: the device uses a pool, whose state is not kept.
+        ValueError: the device uses a mix of pools, or a pool whose call sizes changed too
+            often (`PoolCache.state_dict`).
     """
-    if mode == "pool":
+    if mode == "pool" and isinstance(cache, MixedCache):
         raise ValueError(
-            "state_dict: a pool (cache='pool') keeps no state: where its images sit depends on "
-            "every call since the start; use cache='device' or cache='stream' to resume exactly"
+            "state_dict: a mix of pools (cache='pool' with weights=) keeps no state: its "
+            "packs' pools are called with sizes that change at every call; use "
+            "cache='device' or cache='stream' to resume exactly"
         )
     then = cache.perms.then if isinstance(cache, DeviceCache) else None
     parts = _parts(cache)
@@ -74,7 +82,9 @@ def load_device_state(
     if len(state["caches"]) != len(parts):
         raise ValueError(f"state holds {len(state['caches'])} caches, this Overlay {len(parts)}")
     for part, saved in zip(parts, state["caches"]):
-        if isinstance(part, DeviceCache):
+        if isinstance(part, PoolCache):
+            pass  # made from the state's calls (`pool_calls`)
+        elif isinstance(part, DeviceCache):
             part.load_state_dict(saved, then)
         elif isinstance(part, StreamCache):
             part.load_state_dict(saved)
@@ -116,7 +126,7 @@ def check_overlay_state(
     if not isinstance(devices, dict):
         raise ValueError(f"state devices must be a dict, got {type(devices).__name__}")
     for where, saved in devices.items():
-        if not isinstance(saved, dict) or saved.get("mode") not in ("device", "stream"):
+        if not isinstance(saved, dict) or saved.get("mode") not in ("device", "pool", "stream"):
             raise ValueError(f"state devices[{where!r}] is not a device's state")
         if cache not in ("auto", saved["mode"]):
             raise ValueError(
@@ -133,3 +143,16 @@ def _fix(key: str) -> str:
             "load it in the same one"
         )
     return "make it with the same packs and seed"
+
+
+def pool_calls(saved: dict[str, Any]) -> list[list[int]]:
+    """A pool's calls in a device's state, checked: runs of `[n, times]`, ints >= 1."""
+    caches = saved.get("caches")
+    calls = caches[0].get("calls") if isinstance(caches, list) and caches else None
+    ok = isinstance(calls, list) and all(
+        isinstance(c, list) and len(c) == 2 and all(type(v) is int and v >= 1 for v in c)
+        for c in calls
+    )
+    if not ok:
+        raise ValueError(f"state of a pool must hold its calls as [n, times] runs, got {calls!r}")
+    return calls  # type: ignore[return-value]
