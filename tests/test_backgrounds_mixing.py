@@ -191,3 +191,15 @@ def test_bad_mixes_are_named(clips, stills, tmp_path):
         mixshard.Backgrounds(clips, 4).set_weights([1])
     with pytest.raises(ValueError, match="schedule steps must increase"):
         mixshard.Backgrounds([clips, stills], 4, schedule=[(5, [1, 0]), (2, [0, 1])])
+
+
+@pytest.mark.cuda
+def test_cuda_mixes_as_the_cpu_does_and_resumes(clips, stills):
+    kw = dict(weights=[0.6, 0.4], playback="pingpong", flip=True, seed=3)
+    cpu = mixshard.Backgrounds([clips, stills], 16, **kw)
+    gpu = mixshard.Backgrounds([clips, stills], 16, device="cuda", **kw)
+    assert torch.equal(torch.cat(run(cpu, 40)), torch.cat(run(gpu, 40)).cpu())
+    state = gpu.state_dict()
+    again = mixshard.Backgrounds([clips, stills], 16, device="cuda", **kw)
+    again.load_state_dict(state)
+    assert torch.equal(torch.cat(run(again, 30, 40)), torch.cat(run(gpu, 30, 40)))

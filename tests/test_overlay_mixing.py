@@ -178,3 +178,26 @@ def test_bad_mixes_are_named(packs, tmp_path):
         mixshard.Overlay([packs[0], big], weights=[0, 0])
     with pytest.raises(ValueError, match="set_weights: this Overlay was made without weights="):
         mixshard.Overlay(packs[0]).set_weights([1])
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("cache", ["device", "pool", "stream"])
+def test_cuda_states_resume_byte_for_byte(packs, cache):
+    kw = dict(KW, cache=cache, device="cuda", pool=16, uses=2)
+
+    def calls(o: mixshard.Overlay, count: int) -> list[torch.Tensor]:
+        return [o(torch.full((8, 6, 8, 8), 90.0, device="cuda")) for _ in range(count)]
+
+    for source, weights in ((packs[0], None), (list(packs), [0.7, 0.3])):
+        if cache == "pool" and weights:
+            continue  # (a mix of pools keeps no state)
+        ov = mixshard.Overlay(source, weights=weights, **kw)
+        calls(ov, 13)
+        state = ov.state_dict()
+        assert len(pickle.dumps(state)) <= 4096
+        want = calls(ov, 20)
+        again = mixshard.Overlay(source, weights=weights, **kw)
+        again.load_state_dict(state)
+        assert all(torch.equal(a, b) for a, b in zip(calls(again, 20), want))
+        ov.close()
+        again.close()
