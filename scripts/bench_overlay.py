@@ -128,6 +128,12 @@ def mixing_rows(device: torch.device, sizes: tuple[int, ...], args: argparse.Nam
     return rows
 
 
+def print_mixing(name: str, sizes: tuple[int, ...], args: argparse.Namespace) -> None:
+    print(f"\n{name.upper()}, mixing: two packs at 0.5/0.5 against one, paired calls\n")
+    head = ["N", "cache", "one pack µs", "a mix of 2 µs", "mix / one (median)", "goal"]
+    print(table(head, mixing_rows(torch.device(name), sizes, args)))
+
+
 def run_cell(device: torch.device, n: int, cell: str, args: argparse.Namespace) -> dict:
     """Time one cell, in this (fresh) process: seconds per call, and peak extra CUDA memory."""
     runs, e2e_runs = args.runs, args.e2e_runs
@@ -259,9 +265,7 @@ def main() -> None:
         )
         if rows:
             print(table(headers, rows))
-        print(f"\n{name.upper()}, mixing: two packs at 0.5/0.5 against one, paired calls\n")
-        head = ["N", "cache", "one pack µs", "a mix of 2 µs", "mix / one (median)", "goal"]
-        print(table(head, mixing_rows(torch.device(name), sizes, args)))
+        print_mixing(name, sizes, args)
         if args.plot and rows:
             path = OUT / f"bench_overlay_{name}.png"
             bar_chart(

@@ -141,15 +141,8 @@ class Overlay:
             pool=pool,
             uses=uses,
         )
-        # index.json read once, here
         where: dict[str, Any] = {"cache_dir": cache_dir, "cache_limit": cache_limit}
-        mixed = weights is not None or schedule is not None
-        self.sources = resolve_packs(pack_list(source), **where) if mixed else None
-        self.source = self.sources[0] if self.sources else resolve_source(source, **where)
-        self.manifest = self.source.manifest
-        # shard URLs may hold part of the pack
-        self.count = sum(s.count for s in self.sources or [self.source])
-        self._mix = Mix(len(self.sources), weights, schedule) if self.sources else None
+        self._resolve(source, where, weights, schedule)
         self._pending: dict[str, dict[str, Any]] = {}  # loaded states of devices not started
         self.alpha, self.flip, self.crop = alpha, flip, crop
         self.device = torch.device(device) if device is not None else None
@@ -162,6 +155,16 @@ class Overlay:
         self._pid = this_process()  # the caches' threads run in this process only
         # the caches are closed by close(), when the Overlay is collected, or at exit
         self._closer = own(self, _close_caches, self._states)
+
+    def _resolve(self, source: Any, where: dict[str, Any], weights: Any, schedule: Any) -> None:
+        """The pack, or the packs of a mix and their `Mix` (index.json read once, here)."""
+        mixed = weights is not None or schedule is not None
+        self.sources = resolve_packs(pack_list(source), **where) if mixed else None
+        self.source = self.sources[0] if self.sources else resolve_source(source, **where)
+        self.manifest = self.source.manifest
+        # shard URLs may hold part of the pack
+        self.count = sum(s.count for s in self.sources or [self.source])
+        self._mix = Mix(len(self.sources), weights, schedule) if self.sources else None
 
     def _seeds(self) -> tuple[int, int]:
         """This process's seed of the draws, and the seed of the streams it reads.
