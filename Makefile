@@ -7,7 +7,7 @@ DATA ?= data
 WORKERS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test test-cuda coverage lint format demo bench places365 coco dmcgb-videos davis clean
+.PHONY: help venv test test-cuda coverage lint format demo bench places365 coco dmcgb-videos dbc-videos davis clean
 
 help:
 	@echo "make demo    generate a procedural image folder, pack it, show the result"
@@ -19,7 +19,10 @@ help:
 	@echo "  ... SIZE=96   a pack for 96 px observations, in <dir>/places365_standard-96"
 	@echo "make coco [SRC=<folder or .zip>] DATA=<dir>         pack COCO val2017 (no SRC: download)"
 	@echo "make dmcgb-videos SRC=<DMC-GB checkout>/src/env/data DATA=<dir>"
-	@echo "              pack DMC-GB's video_easy (10) and video_hard (100) clips as clip packs"
+	@echo "              pack DMC-GB's video_easy (10) and video_hard (100) clips as clip packs,"
+	@echo "              resized as DMC-GB resizes them (SIZE=100 for RAD, CURL, PAD, SODA)"
+	@echo "make dbc-videos SRC=<folder of DBC's natural videos> DATA=<dir>"
+	@echo "              pack DBC's --resource_files videos (Kinetics) for mixshard.compat.RandomVideoSource"
 	@echo "make davis SRC=<DAVIS-2017 trainval folder or .zip> DATA=<dir>"
 	@echo "              pack DAVIS 2017 480p as the Distracting Control Suite's train and val clips"
 	@echo "  (PACK_ARGS='--size 64 ...': pack options; REPACK=1: replace an existing pack)"
@@ -128,10 +131,13 @@ coco: $(RUNTIME)
 
 # Video distractor backgrounds as clip packs (issue 39), each checked afterwards against the
 # benchmark's clip list (mixshard/core/presets.py) by scripts/check_clips.py, which names a
-# pack that lacks clips. DMC-GB resizes the whole video frame to the observation size
-# (F.interpolate), hence --crop full. DAVIS: one pack per Distracting Control Suite split;
-# --clip-list picks the split's frame folders by name.
-DMCGB_CLIP_ARGS = --clips --crop full $(PACK_MODE) $(SIZE_ARG) $(PACK_ARGS)
+# pack that lacks clips. DMC-GB resizes the whole decoded frame to the observation size
+# with F.interpolate (bilinear, no antialias), hence --crop full and --resample
+# bilinear-no-antialias, at its observations' size: 84 px (SAC, DrQ, SVEA), SIZE=100 for
+# RAD, CURL, PAD and SODA (into <dataset>-100, which compat.VideoWrapper picks for 100 px
+# observations). DAVIS: one pack per Distracting Control Suite split; --clip-list picks the
+# split's frame folders by name.
+DMCGB_CLIP_ARGS = --clips --crop full --resample bilinear-no-antialias $(PACK_MODE) $(SIZE_ARG) $(PACK_ARGS)
 DAVIS_WITHIN ?= DAVIS/JPEGImages/480p
 DAVIS_FRAMES = $(if $(call is_archive,$(SRC)),"$(SRC)" --within "$(DAVIS_WITHIN)","$(SRC)/JPEGImages/480p")
 
@@ -146,6 +152,18 @@ dmcgb-videos: $(RUNTIME)
 	$(PY) scripts/check_clips.py "$(DATA)/dmcgb-video_easy$(SUFFIX)" dmcgb-video_easy
 	$(REPACK_HINT) $(PY) -m mixshard pack "$(SRC)/video_hard" "$(DATA)/dmcgb-video_hard$(SUFFIX)" $(DMCGB_CLIP_ARGS)
 	$(PY) scripts/check_clips.py "$(DATA)/dmcgb-video_hard$(SUFFIX)" dmcgb-video_hard
+	@echo "Use it: export MIXSHARD_DATA=$(abspath $(DATA))"
+
+# DBC's natural-video background (dmc2gym's RandomVideoSource): the videos its --resource_files
+# glob names, every frame, grey as FFmpeg's -pix_fmt gray makes it, resized as cv2.resize
+# resizes (bilinear at half-pixel centres, no antialias) to its observations (84 px; SIZE=).
+dbc-videos: $(RUNTIME)
+	@$(PY) scripts/make_check.py $@ "$(SRC)" "$(DATA)" dbc-video$(SUFFIX)
+	@if [ -z "$(SRC)" ] || [ ! -d "$(SRC)" ]; then \
+	  echo "make dbc-videos SRC=<dir> DATA=<dir>: SRC must be the folder of DBC's natural videos,"; \
+	  echo "the files its --resource_files glob names (Kinetics clips; got SRC='$(SRC)')."; \
+	  exit 1; fi
+	$(REPACK_HINT) $(PY) -m mixshard pack "$(SRC)" "$(DATA)/dbc-video$(SUFFIX)" --clips --crop full --grey --resample bilinear-no-antialias $(PACK_MODE) $(SIZE_ARG) $(PACK_ARGS)
 	@echo "Use it: export MIXSHARD_DATA=$(abspath $(DATA))"
 
 davis: $(RUNTIME)

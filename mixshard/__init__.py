@@ -17,12 +17,15 @@ __version__ = "0.2.0"
 
 # name -> the submodule that defines it
 _LAZY: dict[str, str] = {
+    "ForkedError": "core.errors",
     "ManifestError": "core.errors",
     "MixshardError": "core.errors",
     "OutputError": "core.errors",
+    "PackInterrupted": "core.errors",
     "ShardError": "core.errors",
     "SkippedImagesError": "core.errors",
     "SourceError": "core.errors",
+    "WriteError": "core.errors",
     "Manifest": "core.manifest",
     "VerifyReport": "reading.verifying",
     "verify": "reading.verifying",
@@ -50,10 +53,12 @@ _MODULES: dict[str, str] = {
 }
 
 __all__ = [
+    "ForkedError",
     "Manifest",
     "ManifestError",
     "MixshardError",
     "OutputError",
+    "PackInterrupted",
     "PackProgress",
     "PackResult",
     "ScanResult",
@@ -61,6 +66,7 @@ __all__ = [
     "SkippedImagesError",
     "SourceError",
     "VerifyReport",
+    "WriteError",
     "load_image",
     "pack",
     "scan",
@@ -85,12 +91,15 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from .augment.overlay import Overlay
     from .augment.pasting import composite
     from .core.errors import (
+        ForkedError,
         ManifestError,
         MixshardError,
         OutputError,
+        PackInterrupted,
         ShardError,
         SkippedImagesError,
         SourceError,
+        WriteError,
     )
     from .core.manifest import Manifest
     from .reading.loading import Loader, loader

@@ -8,6 +8,8 @@
     from mixshard.compat import RandomOverlay as random_overlay  # was: class random_overlay
     # DMC-GB's video evaluation (src/env/wrappers.py):
     from mixshard.compat import VideoWrapper  # was: class VideoWrapper
+    # DBC's natural video (dmc2gym/natural_imgsource.py, appended at its end):
+    from mixshard.compat import RandomVideoSource  # replaces class RandomVideoSource
     # GreenAug (GreenAugRandom, GreenAugGenerative):
     from mixshard.compat import chroma_key  # was: from chromakey.torch import chroma_key
 
@@ -33,10 +35,12 @@ from .augment.overlay import Overlay
 from .core.checks import is_number
 from .core.constants import DEFAULT_SIZE
 from .datasets import check_dataset, pack_folder
+from .dbc import RandomVideoSource
 from .dmcgb import VideoWrapper
 
 __all__ = [
     "RandomOverlay",
+    "RandomVideoSource",
     "VideoWrapper",
     "attribution_augmentation",
     "attribution_random_patch_augmentation",

@@ -20,6 +20,7 @@ _MAKE = {
     "coco": "make coco SRC=<...>/val2017 DATA={data}",
     "dmcgb-video_easy": "make dmcgb-videos SRC=<DMC-GB checkout>/src/env/data DATA={data}",
     "dmcgb-video_hard": "make dmcgb-videos SRC=<DMC-GB checkout>/src/env/data DATA={data}",
+    "dbc-video": "make dbc-videos SRC=<folder of DBC's resource_files videos> DATA={data}",
 }
 _found: dict[tuple, str] = {}  # (roots, dataset, size) -> pack folder, once it was found
 

@@ -13,26 +13,37 @@ uint8 frames.
     from mixshard.compat import VideoWrapper
 
 As DMC-GB's: the first reset plays clip 1, each reset the next (`(index + 1) % n`); step `t` of
-an episode shows frame `t % len(clip)`; other modes pass observations through. The pack's
-frames are squashed to the pack's size (`--crop full`, as DMC-GB resizes the whole frame); a
-pack of another size than the observations is resized as DMC-GB resizes its frames
-(`F.interpolate`, bilinear, then truncated to uint8).
+an episode shows frame `t % len(clip)`; other modes pass observations through.
+
+The frames are DMC-GB's own within a level: `make dmcgb-videos` packs each whole frame
+(`--crop full`) at the observations' size with `--resample bilinear-no-antialias`, which is
+DMC-GB's `_interpolate_bg` (`F.interpolate`, bilinear, `align_corners=False`) rounded where
+DMC-GB truncates its floats; PyAV's decode is OpenCV's (both FFmpeg). The pack is the one for
+the observations' size (`dmcgb-video_hard-100` for 100 px observations, `make dmcgb-videos
+SIZE=100`, else `dmcgb-video_hard`). A pack of another size than the observations is an error
+naming both (resizing it again would not give DMC-GB's frames), found at construction where the
+environment has an `observation_space` of shape `(3, H, W)` (dmc2gym's), else at the first
+frame; a pack resized with PIL's antialiased filter (packs made before `resample` existed)
+plays with a warning: it differs from DMC-GB's frames by ~3 levels on average.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from .augment.greenscreen import keep_table
+from .core.constants import DEFAULT_SIZE, RESAMPLE_MODES
+from .core.errors import MixshardError
 from .core.presets import check_clip_pack
 from .datasets import pack_folder
 from .reading.source import resolve_source
 
 MODES = ("video_easy", "video_hard")
+DMCGB_RESAMPLE = RESAMPLE_MODES[1]  # F.interpolate's bilinear: how DMC-GB resizes its frames
 
 
 class VideoWrapper:
@@ -42,7 +53,8 @@ class VideoWrapper:
 
     Raises:
         MixshardError: the pack for `mode` is missing (the message names `make dmcgb-videos`),
-            is an image pack, or lacks some of the benchmark's clips.
+            is an image pack, lacks some of the benchmark's clips, or holds frames of another
+            size than the observations (the message names both).
     """
 
     def __init__(self, env: Any, mode: str, seed: int) -> None:
@@ -56,18 +68,40 @@ class VideoWrapper:
         self._max_episode_steps = getattr(env, "_max_episode_steps", None)
         self._clips: list[tuple[int, int]] = []  # (first frame, frames) in DMC-GB's order
         if "video" in mode:
-            self._open(mode)
+            self._open(mode, _obs_size(env))
 
-    def _open(self, mode: str) -> None:
+    def _open(self, mode: str, size: tuple[int, int] | None) -> None:
         if mode not in MODES:
             raise ValueError(f'received unknown mode "{mode}" (video modes: {", ".join(MODES)})')
         name = f"dmcgb-{mode}"
-        self._source = resolve_source(pack_folder(name))
+        self._source = resolve_source(pack_folder(name, size or (DEFAULT_SIZE, DEFAULT_SIZE)))
         manifest = self._source.manifest
         clips = manifest.clips or ()
         order = check_clip_pack(manifest, str(self._source.folder), name)
+        if size is not None:
+            self._check_size(size)
+        resample = manifest.options.get("resample")
+        if resample != DMCGB_RESAMPLE:
+            warnings.warn(
+                f"{self._source.folder} was resized with {resample!r}, not DMC-GB's "
+                f"F.interpolate ({DMCGB_RESAMPLE!r}): its frames differ from DMC-GB's by ~3 "
+                "levels on average; pack it again with `make dmcgb-videos ... REPACK=1`",
+                RuntimeWarning,
+                stacklevel=3,
+            )
         self._clips = [(clips[i].start, clips[i].count) for i in order]
         self._pack = self._source.open_pack()
+
+    def _check_size(self, size: tuple[int, int]) -> None:
+        """`MixshardError` when the pack's frames are not `size` (the observations')."""
+        packed = self._source.manifest.size
+        if (packed, packed) != tuple(size):
+            raise MixshardError(
+                f"{self._source.folder} holds {packed}x{packed} frames, the observations are "
+                f"{size[0]}x{size[1]}: pack DMC-GB's videos at the observations' size "
+                f"(`make dmcgb-videos ... SIZE={size[0]}`, into <dataset>-{size[0]}); DMC-GB "
+                "resizes each decoded frame once, to the observation"
+            )
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name == "env":
@@ -98,14 +132,13 @@ class VideoWrapper:
         return self._greenscreen(obs), reward, done, info
 
     def _background(self, size: tuple[int, int]) -> torch.Tensor:
-        """This step's frame at the observations' size, `(1, 3, H, W)` uint8."""
+        """This step's frame, `(1, 3, H, W)` uint8: the observations' size `size`, already
+        resized as DMC-GB's `_interpolate_bg` resizes (the pack's `resample`)."""
         if self._frames is None:
             raise RuntimeError("VideoWrapper: call reset() before step()")
-        bg = self._frames[self._current_frame % len(self._frames)].unsqueeze(0)
-        if tuple(bg.shape[-2:]) != size:  # as DMC-GB's _interpolate_bg
-            bg = F.interpolate(bg.float() / 255.0, size=size, mode="bilinear", align_corners=False)
-            bg = (bg * 255.0).byte()
-        return bg
+        if tuple(self._frames.shape[-2:]) != size:
+            self._check_size(size)
+        return self._frames[self._current_frame % len(self._frames)].unsqueeze(0)
 
     def _greenscreen(self, obs: np.ndarray) -> np.ndarray:
         """DMC-GB's green screen of one `(3, H, W)` uint8 frame, when a video mode is set."""
@@ -129,6 +162,14 @@ class VideoWrapper:
             obs = np.ascontiguousarray(obs.transpose(2, 0, 1))
         obs = self._greenscreen(obs)
         return np.ascontiguousarray(obs.transpose(1, 2, 0)) if last else obs
+
+
+def _obs_size(env: Any) -> tuple[int, int] | None:
+    """`(H, W)` of a dmc2gym environment's `(3, H, W)` observations, None where it does not say."""
+    shape = getattr(getattr(env, "observation_space", None), "shape", None)
+    if isinstance(shape, tuple) and len(shape) == 3 and shape[0] == 3:
+        return int(shape[1]), int(shape[2])
+    return None
 
 
 def _check_frame(obs: Any) -> None:

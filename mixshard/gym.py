@@ -53,9 +53,11 @@ class VectorBackgroundWrapper(VectorWrapper):
             its pack, playback, clip order, seed and device.
         mask: which pixels stay: None (the background shows everywhere, at `alpha`), a builder
             of `mixshard.masks` (`green_screen`, `color_key` with its arguments bound by
-            `functools.partial`, ...: called on the images), or a callable of `(obs, info)`
-            as the environment returned them, giving a bool or float keep mask `(N, H, W)` or
-            `(N, H, W, 1)` (numpy or torch; true keeps the observation).
+            `functools.partial`, ...: called on the images), a colour key of `mixshard.keys`
+            (`keys.color_key((0, 0, 0))`: made inside the composite's pass, the cheapest), or
+            a callable of `(obs, info)` as the environment returned them, giving a bool or
+            float keep mask `(N, H, W)` or `(N, H, W, 1)` (numpy or torch; true keeps the
+            observation), or a key of the step's map (`keys.from_segmentation(ids, ...)`).
         key: the image's key in dict observations (None: the observations are the images).
         alpha: the backgrounds' weight where they show (a float, or an `(N,)` tensor).
 

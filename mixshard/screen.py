@@ -5,8 +5,11 @@ the kind it came as (a numpy array stays one, its memory read in place).
 Simulators hand out channels-last images, `(N, H, W, 3)`, uint8 (or float 0..255), numpy or
 torch, alone or under a key of a dict. The mask is None (the background everywhere, at
 `alpha`), a builder of `mixshard.masks` that reads the images (`green_screen`, `color_key` with
-its arguments bound by `functools.partial`, ...), or a callable of the observation and info as
-the simulator returned them that gives a keep mask `(N, H, W)` or `(N, H, W, 1)`.
+its arguments bound by `functools.partial`, ...), a key of `mixshard.keys` that reads the
+images (`green_screen()`, `color_key(...)`: the mask made inside the composite's own pass, the
+cheapest), or a callable of the observation and info as the simulator returned them that gives
+a keep mask `(N, H, W)` or `(N, H, W, 1)`, or a key (`keys.from_segmentation(ids, ...)` of the
+step's ids: again made in the pass).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import numpy as np
 import torch
 
 from .augment.backgrounds import Backgrounds
+from .augment.keys import ColorKey, GreenScreen, Key
 
 Mask = Callable[[Any, dict[str, Any]], Any]
 # where `mixshard.masks` builders live
@@ -30,7 +34,6 @@ _BUILDERS = (
     "mixshard.augment.chroma",
     "mixshard.masks",
 )
-# Backgrounds.composite with channels-last observations (issue 47 §1), where it is there
 
 
 class Screen:
@@ -38,7 +41,8 @@ class Screen:
 
     Args:
         backgrounds: a `mixshard.Backgrounds` of `num_envs` environments and `frames=1`.
-        mask: None, a `mixshard.masks` builder, or a callable of `(obs, info)` (above).
+        mask: None, a `mixshard.masks` builder, a colour key of `mixshard.keys`, or a
+            callable of `(obs, info)` (above).
         key: the image's key in dict observations (None: the observations are the images).
         alpha: the backgrounds' weight where they show.
         num_envs: the simulator's environments.
@@ -67,10 +71,15 @@ class Screen:
                 f"observations are single frames (H, W, 3): make the Backgrounds with frames=1, "
                 f"got frames={backgrounds.frames} (stack frames after this wrapper)"
             )
-        if mask is not None and not callable(mask):
+        if isinstance(mask, Key) and not isinstance(mask, (GreenScreen, ColorKey)):
             raise TypeError(
-                "mask must be None, a mixshard.masks builder or a callable of (obs, info) "
-                f"returning a keep mask, got {type(mask).__name__}"
+                f"mask={type(mask).__name__} key holds one map, not each step's: pass a "
+                f"callable of (obs, info) that returns the key of the step's map"
+            )
+        if mask is not None and not callable(mask) and not isinstance(mask, Key):
+            raise TypeError(
+                "mask must be None, a mixshard.masks builder, a mixshard.keys colour key or a "
+                f"callable of (obs, info) returning a keep mask, got {type(mask).__name__}"
             )
         self.name, self.bg, self.mask, self.key, self.alpha = name, backgrounds, mask, key, alpha
         self.builder = _is_builder(mask)
@@ -81,17 +90,17 @@ class Screen:
         batch = _tensor(image, self.bg.device)
         batch = batch.unsqueeze(0) if single else batch
         keep = self._keep(obs, info, batch, single)
-        out = _composite_nhwc(self.bg, batch, keep, self.alpha)
+        out = self.bg.composite(batch, keep, self.alpha, layout="NHWC")
         out = out[0] if single else out
         back = out.cpu().numpy() if isinstance(image, np.ndarray) else out.to(image.device)
         return back if self.key is None else {**obs, self.key: back}
 
     def _keep(
         self, obs: Any, info: dict[str, Any], batch: torch.Tensor, single: bool
-    ) -> torch.Tensor | None:
-        """The keep mask `(N, H, W, 1)` on the backgrounds' device, checked, or None."""
-        if self.mask is None:
-            return None
+    ) -> torch.Tensor | Key | None:
+        """The keep mask `(N, H, W, 1)` on the backgrounds' device, checked, a key, or None."""
+        if self.mask is None or isinstance(self.mask, Key):
+            return self.mask
         n, h, w = batch.shape[:3]
         shape = (n, h, w) if self.builder or not single else (h, w)
         keep: Any
@@ -99,6 +108,8 @@ class Screen:
             got = keep = self.mask(batch, layout="NHWC")
         else:
             got = self.mask(obs, info)
+            if isinstance(got, Key):  # (its map is checked by the composite)
+                return got
             keep = torch.from_numpy(got) if isinstance(got, np.ndarray) else got
         if (
             not isinstance(keep, torch.Tensor)
@@ -116,14 +127,6 @@ class Screen:
                 f"{shape} or {(*shape, 1)}, bool or float (true or 1 keeps the pixel)"
             )
         return keep.reshape(n, h, w, 1).to(self.bg.device)
-
-
-def _composite_nhwc(
-    bg: Backgrounds, obs: torch.Tensor, keep: torch.Tensor | None, alpha: Any
-) -> torch.Tensor:
-    """`bg.composite` of channels-last images `(N, H, W, 3)` behind keep masks `(N, H, W, 1)`,
-    channels-last back."""
-    return bg.composite(obs, keep, alpha, layout="NHWC")
 
 
 def _is_builder(mask: Any) -> bool:

@@ -1,8 +1,8 @@
 """One cell of `bench_cold.py` under several environments, alternated round by round: the A/B of
-a read path that an environment switch turns off (`MIXSHARD_IO_URING=0`, `MIXSHARD_MMAP=0`).
+a read path that an environment switch turns off (`MIXSHARD_MMAP=0`: reads without mappings).
 
     python scripts/bench_envs.py PACK --kind pread --cold \\
-        --env "" --env "MIXSHARD_IO_URING=0" --rounds 3
+        --env "" --env "MIXSHARD_MMAP=0" --rounds 3
 
 Each `--env` is one variant: space-separated `NAME=VALUE`s added to this environment (`""`: as
 it is). `--kind` is a cell of bench_cold.py (`pread`: the global order, `in_memory=False`;

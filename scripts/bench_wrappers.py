@@ -60,7 +60,7 @@ def not_black(obs: np.ndarray, info: dict) -> np.ndarray:
 def masks_to_try() -> dict:
     """The keep masks timed: none (the wrapper's own work alone: the clips stepped and each
     environment's background composited), the README's callable of the numpy observations,
-    the same with numpy's `any`, and a `mixshard.masks` builder."""
+    the same with numpy's `any`, a `mixshard.masks` builder, and the key made in the pass."""
     return {
         "None (blend everywhere)": None,
         "lambda obs, info: obs.any(-1)": lambda obs, info: obs.any(-1),
@@ -68,6 +68,7 @@ def masks_to_try() -> dict:
         "masks.color_key(rgb=(0, 0, 0))": functools.partial(
             mixshard.masks.color_key, rgb=(0, 0, 0)
         ),
+        "keys.color_key((0, 0, 0)) (in the pass)": mixshard.keys.color_key((0, 0, 0)),
     }
 
 

@@ -18,6 +18,7 @@ _WANTED = {
     "places365standard_easyformat.tar (http://places2.csail.mit.edu/download.html)",
     "coco": "COCO's val2017 folder or val2017.zip (http://images.cocodataset.org/zips/val2017.zip)",
     "dmcgb-videos": "DMC-GB's src/env/data folder (video_easy/, video_hard/)",
+    "dbc-videos": "the folder of DBC's natural videos (the files its --resource_files names)",
     "davis": "DAVIS 2017's trainval folder or .zip (JPEGImages/480p/<clip>/00000.jpg ...)",
 }
 _DOWNLOADS = ("places365", "coco")  # the targets that download when SRC is unset

@@ -28,6 +28,26 @@ def test_exported_names_survive_importing_every_submodule():
     assert callable(mixshard.pack) and callable(mixshard.loader) and callable(mixshard.verify)
 
 
+def test_every_error_users_see_is_exported():
+    from mixshard.core import errors
+
+    raised = {
+        name
+        for name, value in vars(errors).items()
+        if isinstance(value, type) and issubclass(value, errors.MixshardError)
+    }
+    assert raised >= {"ForkedError", "PackInterrupted", "WriteError", "MixshardError"}
+    assert raised <= set(mixshard.__all__)
+    assert all(getattr(mixshard, name) is getattr(errors, name) for name in raised)
+
+
+def test_the_design_doc_lists_every_exported_name_but_the_errors():
+    text = (PACKAGE.parent / "docs" / "design.md").read_text()
+    listed = text[text.index("re-exports the public") :][:600]
+    names = [n for n in mixshard.__all__ if not n.endswith(("Error", "Interrupted"))]
+    assert [n for n in names if f"`{n}`" not in listed] == []
+
+
 def test_writing_side_does_not_import_torch():
     code = (
         "import sys, mixshard, mixshard.cli, mixshard.writing.packing, "

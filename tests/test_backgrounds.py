@@ -19,6 +19,7 @@ import torch
 from helpers import clip_pack, make_flat
 
 import mixshard
+from mixshard.augment import keyed
 from mixshard.augment.keyed import mix64, mix64_int, seed_key
 
 LENGTHS = [3, 5, 2, 4, 1, 6]
@@ -49,6 +50,21 @@ def test_the_draws_are_splitmix64_on_every_word():
     got = mix64(torch.tensor(words, dtype=torch.int64)).tolist()
     assert [g % 2**64 for g in got] == [mix64_int(w % 2**64) for w in words]
     assert seed_key(0) != seed_key(1)
+
+
+def test_the_compiled_draws_give_the_tensor_ops_bits(monkeypatch):
+    # a CPU's `keyed` is one compiled loop; every other device runs the tensor ops
+    g = torch.Generator().manual_seed(3)
+    env = torch.randint(-(2**63), 2**63 - 1, (500,), generator=g)
+    episode = torch.randint(-(2**63), 2**63 - 1, (3, 500), generator=g)  # broadcast
+    for key in (seed_key(0), -(2**63), 2**63 - 1):
+        got = keyed.keyed(key, env, episode, 4)
+        with monkeypatch.context() as m:
+            m.setattr(keyed, "_lerp", None)
+            want = keyed.keyed(key, env, episode, 4)
+        assert got.shape == (3, 500) and torch.equal(got, want)
+    one = mix64_int((mix64_int((mix64_int((5 + seed_key(1)) % 2**64) + 7) % 2**64) + 2) % 2**64)
+    assert keyed.keyed(seed_key(1), torch.tensor([5]), torch.tensor([7]), 2).item() % 2**64 == one
 
 
 def test_loop_plays_the_drawn_clip_from_its_first_frame_and_wraps(clips):

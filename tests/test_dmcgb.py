@@ -1,15 +1,18 @@
-"""`mixshard.compat.VideoWrapper`: DMC-GB's video evaluation from a clip pack (issue 39):
-its clip order, its frame per step, its green screen, its errors."""
+"""`mixshard.compat.VideoWrapper`: DMC-GB's video evaluation from a clip pack (issues 39, 48):
+its clip order, its frame per step, its green screen, its resize, its errors."""
 
 from __future__ import annotations
 
+import types
 from pathlib import Path
 
+import av
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from clipdata import make_video
+from PIL import Image
 
 import mixshard
 from mixshard import masks
@@ -18,6 +21,7 @@ from mixshard.reading.source import resolve_source
 
 FRAMES = (3, 5, 4, 6, 3, 4, 5, 3, 4, 5)  # of video0 ... video9
 SIZE = 16
+NO_AA = "bilinear-no-antialias"  # `make dmcgb-videos`' resize: DMC-GB's F.interpolate
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +32,7 @@ def data(tmp_path_factory) -> Path:
         make_video(root / "video_easy" / f"video{i}.mp4", clip=i % 3, frames=n)
     mixshard.pack(
         root / "video_easy", root / "data" / "dmcgb-video_easy", clips=True, crop="full",
-        size=SIZE, workers=1,
+        size=SIZE, workers=1, resample=NO_AA,
     )  # fmt: skip
     return root / "data"
 
@@ -88,17 +92,82 @@ def test_it_plays_dmcgbs_clips_in_order_a_frame_per_step(data, monkeypatch):
     assert np.array_equal(got.transpose(2, 0, 1), expected(GreenEnv().frame, clip[7 % len(clip)]))
 
 
-def test_observations_of_another_size_get_dmcgbs_resize(data, monkeypatch):
+def test_a_pack_of_another_size_than_the_observations_is_named_with_both(data, monkeypatch):
     monkeypatch.setenv("MIXSHARD_DATA", str(data))
-    clip = pack_frames(data)[1]
-    env = VideoWrapper(GreenEnv(size=24), "video_easy", seed=0)
-    obs = env.reset()
-    bg = F.interpolate(
-        torch.from_numpy(clip[0]).float()[None] / 255.0, size=(24, 24), mode="bilinear",
-        align_corners=False,
-    )  # fmt: skip
-    bg = (bg * 255.0).byte()[0].numpy()
-    assert np.array_equal(obs, expected(GreenEnv(size=24).frame, bg))
+    want = (
+        f"{data / 'dmcgb-video_easy'} holds 16x16 frames, the observations are 24x24: pack "
+        "DMC-GB's videos at the observations' size (`make dmcgb-videos ... SIZE=24`, into "
+        "<dataset>-24); DMC-GB resizes each decoded frame once, to the observation"
+    )
+    spaced = GreenEnv(size=24)
+    spaced.observation_space = types.SimpleNamespace(shape=(3, 24, 24))  # dmc2gym's Box
+    with pytest.raises(mixshard.MixshardError) as err:  # before the first episode
+        VideoWrapper(spaced, "video_easy", seed=0)
+    assert str(err.value) == want
+    env = VideoWrapper(GreenEnv(size=24), "video_easy", seed=0)  # no shape: at the first frame
+    with pytest.raises(mixshard.MixshardError) as err:
+        env.reset()
+    assert str(err.value) == want
+
+
+def noise_video(path: Path, frames: int, width: int, height: int) -> None:
+    """An H.264 clip of random pixels: the worst case for a resize's rounding."""
+    rng = np.random.default_rng(11)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libx264", rate=10)
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        for _ in range(frames):
+            rgb = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+
+
+def dmcgb_background(rgb: np.ndarray, size: int) -> np.ndarray:
+    """DMC-GB's `_interpolate_bg` of a decoded frame (HWC): 0..1 floats, F.interpolate,
+    times 255, truncated."""
+    bg = torch.from_numpy(rgb.transpose(2, 0, 1).copy()).float().unsqueeze(0) / 255.0
+    bg = F.interpolate(bg, size=(size, size), mode="bilinear", align_corners=False)
+    return (bg * 255.0).byte().squeeze(0).numpy()
+
+
+def test_the_background_is_dmcgbs_resize_of_the_decoded_frame_within_a_level(tmp_path, monkeypatch):
+    """A sized pack (`dmcgb-video_easy-40`) for 40 px observations, found by the
+    observation space's shape; an all-green observation shows the whole background."""
+    for i in range(10):
+        noise_video(tmp_path / "videos" / f"video{i}.mp4", 3, 120, 90)
+    out = tmp_path / "data" / "dmcgb-video_easy-40"
+    mixshard.pack(tmp_path / "videos", out, clips=True, crop="full", size=40, workers=1,
+                  resample=NO_AA)  # fmt: skip
+    monkeypatch.setenv("MIXSHARD_DATA", str(tmp_path / "data"))
+    env = GreenEnv(size=40)
+    env.frame[...] = np.array([51, 204, 51], np.uint8)[:, None, None]  # DMC-GB's green sky
+    env.observation_space = types.SimpleNamespace(shape=(3, 40, 40))
+    wrapper = VideoWrapper(env, "video_easy", seed=0)
+    with av.open(str(tmp_path / "videos/video1.mp4")) as c:  # the first reset's clip
+        decoded = [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+    shown = [wrapper.reset()] + [wrapper.step(0)[0] for _ in range(2)]
+    for t, obs in enumerate(shown):
+        diff = np.abs(obs.astype(int) - dmcgb_background(decoded[t], 40))
+        assert diff.max() <= 1, t  # rounded here, truncated there
+        assert (diff == 0).mean() > 0.3  # not a constant offset either
+
+
+def test_a_pack_resized_by_pils_filter_plays_with_a_warning(tmp_path, monkeypatch):
+    for i in range(10):
+        make_video(tmp_path / "videos" / f"video{i}.mp4", clip=0, frames=2)
+    mixshard.pack(tmp_path / "videos", tmp_path / "d" / "dmcgb-video_easy", clips=True,
+                  crop="full", size=SIZE, workers=1)  # fmt: skip
+    monkeypatch.setenv("MIXSHARD_DATA", str(tmp_path / "d"))
+    with pytest.warns(RuntimeWarning) as caught:
+        VideoWrapper(GreenEnv(), "video_easy", seed=0)
+    assert str(caught[0].message) == (
+        f"{tmp_path / 'd' / 'dmcgb-video_easy'} was resized with 'bilinear', not DMC-GB's "
+        "F.interpolate ('bilinear-no-antialias'): its frames differ from DMC-GB's by ~3 levels "
+        "on average; pack it again with `make dmcgb-videos ... REPACK=1`"
+    )
 
 
 def test_other_modes_pass_through_and_bad_setups_are_named(data, tmp_path, monkeypatch):
@@ -114,10 +183,22 @@ def test_other_modes_pass_through_and_bad_setups_are_named(data, tmp_path, monke
     short = tmp_path / "short"
     for i in range(9):  # video9 missing
         make_video(tmp_path / "videos" / f"video{i}.mp4", clip=0, frames=2)
-    mixshard.pack(tmp_path / "videos", short / "dmcgb-video_easy", clips=True, size=8, workers=1)
+    mixshard.pack(tmp_path / "videos", short / "dmcgb-video_easy", clips=True, size=8, workers=1,
+                  resample=NO_AA)  # fmt: skip
     monkeypatch.setenv("MIXSHARD_DATA", str(short))
     with pytest.raises(mixshard.MixshardError, match="holds 9 clips but lacks 1 of the 10 of"):
         VideoWrapper(GreenEnv(), "video_easy", seed=0)
+    images = tmp_path / "images"
+    images.mkdir()
+    Image.new("RGB", (20, 20), (0, 200, 0)).save(images / "a.png")
+    mixshard.pack(images, tmp_path / "static" / "dmcgb-video_easy", size=SIZE, workers=1)
+    monkeypatch.setenv("MIXSHARD_DATA", str(tmp_path / "static"))
+    with pytest.raises(mixshard.ManifestError) as err:  # an image pack where clips are needed
+        VideoWrapper(GreenEnv(), "video_easy", seed=0)
+    assert str(err.value) == (
+        f"{tmp_path / 'static' / 'dmcgb-video_easy'} is an image pack, not a clip pack; pack "
+        "the 'dmcgb-video_easy' videos with clips=True"
+    )
     monkeypatch.setenv("MIXSHARD_DATA", str(data))
     with pytest.raises(RuntimeError, match=r"call reset\(\) before step\(\)"):
         VideoWrapper(GreenEnv(), "video_easy", seed=0).step(0)

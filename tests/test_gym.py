@@ -165,6 +165,29 @@ def test_a_dict_observation_keeps_its_other_keys_and_a_builder_makes_the_mask(pa
         last = now
 
 
+def test_a_key_makes_the_mask_in_the_composites_pass_as_the_callable_would(pack):
+    """A colour key as the mask, or a callable returning a key of the step's ids, gives the
+    bytes of the callable's bool mask (the key is made inside the composite's pass)."""
+
+    def ids(obs, info):  # the step's segmentation: id 1 where the agent is (not black)
+        return mixshard.keys.from_segmentation(keep_left(obs, info).astype(np.int32), [1])
+
+    runs = {}
+    for name, mask in [
+        ("callable", keep_left),
+        ("colour key", mixshard.keys.color_key((0, 0, 0))),
+        ("ids key", ids),
+    ]:
+        bg = mixshard.Backgrounds(pack, 4, frames=1, clip_order="next", seed=2)
+        envs = VectorBackgroundWrapper(vector(), bg, mask)
+        got = [envs.reset(seed=0)[0]]
+        got += [envs.step(np.zeros(4, np.int64))[0] for _ in range(6)]
+        runs[name] = np.stack(got)
+    read(runs["callable"][-1], seed=2)
+    assert np.array_equal(runs["colour key"], runs["callable"])
+    assert np.array_equal(runs["ids key"], runs["callable"])
+
+
 def test_one_environment_gets_a_new_background_at_each_reset(pack):
     """`BackgroundWrapper` around one `gymnasium.Env`: the first reset plays episode 0, each
     later one the next episode, and the clip plays one frame a step."""
@@ -304,8 +327,11 @@ def test_bad_input_is_named_before_any_environment_is_stepped(pack):
         VectorBackgroundWrapper(vector(), mixshard.Backgrounds(pack, 4, frames=3), keep_left)
     with pytest.raises(TypeError, match="backgrounds must be a mixshard.Backgrounds, got str"):
         VectorBackgroundWrapper(vector(), str(pack), keep_left)
-    with pytest.raises(TypeError, match="mask must be None, a mixshard.masks builder or a call"):
+    with pytest.raises(TypeError, match="mask must be None, a mixshard.masks builder, a mixsh"):
         VectorBackgroundWrapper(vector(), bg4, torch.ones(4, SIZE, SIZE, dtype=torch.bool))
+    seg = torch.zeros(4, SIZE, SIZE, dtype=torch.int16)
+    with pytest.raises(TypeError, match="mask=Segmentation key holds one map, not each step's"):
+        VectorBackgroundWrapper(vector(), bg4, mixshard.keys.from_segmentation(seg, [1]))
     with pytest.raises(TypeError, match="mask=from_segmentation builds masks from seg, not from"):
         VectorBackgroundWrapper(vector(), bg4, mixshard.masks.from_segmentation)
     with pytest.raises(TypeError, match="wraps a gymnasium.vector.VectorEnv, got Stripes"):
@@ -455,8 +481,7 @@ def readme_wrapper(tmp_path: Path, num_envs: int) -> None:
     pack = clip_pack(tmp_path, [9, 10, 11, 12], size=32)
     envs = pendulums(num_envs)
     bg = mixshard.Backgrounds(pack, envs.num_envs, frames=1, clip_order="no-repeat")
-    mask = lambda obs, info: (obs[..., 0] | obs[..., 1] | obs[..., 2]) > 0  # noqa: E731
-    envs = VectorBackgroundWrapper(envs, bg, mask=mask)
+    envs = VectorBackgroundWrapper(envs, bg, mask=mixshard.keys.color_key((0, 0, 0)))
     obs, info = envs.reset(seed=0)
     shown = [obs[:, 0, 0, 0].tolist()]  # the top-left corner is sky
     for _ in range(25):

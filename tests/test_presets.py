@@ -118,8 +118,33 @@ def test_dmcgb_videos_packs_both_sets_and_names_a_short_one(tmp_path):
 
     easy = Manifest.load(tmp_path / "out" / "dmcgb-video_easy-8")
     assert easy.clips is not None and len(easy.clips) == 10 and easy.size == 8
+    # resized as DMC-GB resizes (F.interpolate, the whole frame)
+    assert (easy.options["resample"], easy.options["crop"]) == ("bilinear-no-antialias", "full")
     assert res.returncode != 0
     assert "dmcgb-video_hard-8 holds 3 clips but lacks 97 of the 100" in res.stderr
+
+
+def test_dbc_videos_packs_every_frame_as_dbc_resizes(tmp_path):
+    from mixshard import Manifest
+
+    for name in ("a.mp4", "b.mp4"):
+        _video(tmp_path / "kinetics" / name, frames=3)
+    res = make("dbc-videos", f"SRC={tmp_path / 'kinetics'}", f"DATA={tmp_path / 'out'}", "SIZE=8")
+    assert res.returncode == 0, res.stderr
+    m = Manifest.load(tmp_path / "out" / "dbc-video-8")
+    assert [(c.name, c.count) for c in m.clips or ()] == [("a.mp4", 3), ("b.mp4", 3)]
+    o = m.options
+    assert (o["resample"], o["crop"], o["every"], o["max_frames"], o["grey"], m.size) == (
+        "bilinear-no-antialias",
+        "full",
+        1,
+        None,
+        True,
+        8,
+    )
+    res = make("dbc-videos", f"DATA={tmp_path / 'out'}")
+    assert res.returncode != 0
+    assert "SRC must be the folder of DBC's natural videos" in res.stdout + res.stderr
 
 
 def test_davis_packs_the_suites_two_lists(tmp_path):

@@ -130,27 +130,27 @@ def test_the_compiled_resize_refuses_buffers_that_do_not_match():
     if resample._resize is None:
         pytest.skip("not built (test_the_compiled_resize_is_built says so)")
     pixels = smooth((20, 30), 1)
-    rows, cols = resample._taps(20, 10, 0.0, 20.0), resample._taps(30, 10, 0.0, 30.0)
+    rows, cols = resample._taps(20, 10, 0.0, 20.0, True), resample._taps(30, 10, 0.0, 30.0, True)
     out = np.empty((3, 10, 10), np.uint8)
     run = resample._resize.resize
-    run(out, pixels, 20, 30, *rows, *cols)
+    run(out, pixels, 20, 30, *rows, *cols, True)
     assert np.array_equal(out, resized(pixels, (0, 0, 30, 20), 10))
     past = (np.minimum(rows[0] + 5, 19).astype(np.int32), rows[1])  # taps past the last row
     bad = [
-        (out, pixels, 21, 30, *rows, *cols),  # not the pixels' size
-        (np.empty((3, 10, 9), np.uint8), pixels, 20, 30, *rows, *cols),
-        (out, pixels, 20, 30, *past, *cols),
-        (out, pixels, 20, 30, rows[0], rows[1].ravel()[:-1].copy(), *cols),  # a tap short
+        (out, pixels, 21, 30, *rows, *cols, True),  # not the pixels' size
+        (np.empty((3, 10, 9), np.uint8), pixels, 20, 30, *rows, *cols, True),
+        (out, pixels, 20, 30, *past, *cols, True),
+        (out, pixels, 20, 30, rows[0], rows[1].ravel()[:-1].copy(), *cols, True),  # a tap short
     ]
     for args in bad:
         with pytest.raises(ValueError, match="do not match the sizes and taps"):
             run(*args)
     with pytest.raises(ValueError, match="not C-contiguous"):
-        run(out[:, ::2], pixels, 20, 30, *rows, *cols)
+        run(out[:, ::2], pixels, 20, 30, *rows, *cols, True)
     frozen = out.copy()
     frozen.flags.writeable = False
     with pytest.raises(ValueError, match="read-only"):
-        run(frozen, pixels, 20, 30, *rows, *cols)
+        run(frozen, pixels, 20, 30, *rows, *cols, True)
 
 
 def test_threads_resize_at_once_with_the_same_bytes():
@@ -164,3 +164,87 @@ def test_threads_resize_at_once_with_the_same_bytes():
         for _ in range(5):
             got = list(pool.map(lambda img: resized(img, box, 84), images))
             assert all(np.array_equal(g, w) for g, w in zip(got, want))
+
+
+NO_AA = "bilinear-no-antialias"
+
+
+def torch_resize(pixels: np.ndarray, rows: int, cols: int) -> np.ndarray:
+    """`F.interpolate(mode="bilinear", align_corners=False, antialias=False)` of the whole
+    image on float pixels, rounded half up to levels: `(3, rows, cols)` int."""
+    torch = pytest.importorskip("torch")
+    x = torch.from_numpy(pixels).permute(2, 0, 1).unsqueeze(0).float()
+    y = torch.nn.functional.interpolate(
+        x, size=(rows, cols), mode="bilinear", align_corners=False, antialias=False
+    )
+    return (y[0] + 0.5).floor().to(torch.int64).numpy()
+
+
+def half_pixel(pixels: np.ndarray, rows: int, cols: int) -> np.ndarray:
+    """The documented rule of `tf.image.resize(method="bilinear")` (half_pixel_centers, no
+    antialias; TensorFlow is not installed here): output `i` reads the input at `(i + 0.5) *
+    in / out - 0.5`, clamped to the edge pixels, and weighs its two neighbours. float64,
+    rounded to levels."""
+
+    def axis(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        src = np.maximum((np.arange(n_out) + 0.5) * n_in / n_out - 0.5, 0.0)
+        lo = np.minimum(np.floor(src).astype(int), n_in - 1)
+        return lo, np.minimum(lo + 1, n_in - 1), src - lo
+
+    y0, y1, fy = axis(pixels.shape[0], rows)
+    x0, x1, fx = axis(pixels.shape[1], cols)
+    p = pixels.astype(np.float64)
+    top = p[y0][:, x0] * (1 - fx)[:, None] + p[y0][:, x1] * fx[:, None]
+    bottom = p[y1][:, x0] * (1 - fx)[:, None] + p[y1][:, x1] * fx[:, None]
+    out = top * (1 - fy)[:, None, None] + bottom * fy[:, None, None]
+    return np.floor(out + 0.5).astype(int).transpose(2, 0, 1)
+
+
+SHAPES = [
+    ((352, 352), (84, 84)),  # DMC-GB's clip to its observation: down 4.19x
+    ((480, 854), (84, 84)),  # a DAVIS frame squashed: down 5.7x and 10.2x
+    ((60, 90), (84, 84)),  # up in both
+    ((100, 40), (64, 64)),  # down in rows, up in columns
+    ((37, 53), (84, 120)),  # non-square out, odd sizes
+    ((200, 150), (17, 9)),  # far down, no whole bands
+    ((1, 7), (5, 3)),  # a single row
+    ((84, 84), (84, 84)),  # the same size: the pixels themselves
+]
+
+
+@pytest.mark.parametrize("shape, out_shape", SHAPES)
+@BOTH
+def test_no_antialias_is_f_interpolate_within_a_level(shape, out_shape, how):
+    rng = np.random.default_rng(shape[0] * 1000 + out_shape[1])
+    pixels = rng.integers(0, 256, (*shape, 3), dtype=np.uint8)
+    out = np.empty((3, *out_shape), np.uint8)
+    how(out, pixels, (0, 0, shape[1], shape[0]), NO_AA)
+    got = out.astype(int)
+    want = torch_resize(pixels, *out_shape)
+    diff = np.abs(got - want)
+    assert diff.max() <= 1
+    # noise, the worst case for rounding: a level off only where a sum lies within float
+    # error of a half (torch computes its taps' fractions in float32, these in float64)
+    assert (diff == 0).mean() >= 0.99
+    assert np.abs(half_pixel(pixels, *out_shape) - got).max() <= 1
+    if shape == out_shape:
+        assert np.array_equal(out, pixels.transpose(2, 0, 1))
+
+
+def test_the_half_pixel_rule_is_f_interpolate_and_antialias_is_not():
+    """The float64 rule in `half_pixel` (tf.image.resize's) and torch agree to rounding on
+    noise, and PIL's antialiased default is far from both when shrinking."""
+    rng = np.random.default_rng(3)
+    pixels = rng.integers(0, 256, (352, 352, 3), dtype=np.uint8)
+    want = torch_resize(pixels, 84, 84)
+    assert np.abs(half_pixel(pixels, 84, 84) - want).max() <= 1
+    out = np.empty((3, 84, 84), np.uint8)
+    resize_into(out, pixels, (0, 0, 352, 352))  # the default: antialiased
+    assert np.abs(out.astype(int) - want).mean() > 20
+
+
+def test_an_unknown_filter_is_refused_by_name():
+    out = np.empty((3, 4, 4), np.uint8)
+    with pytest.raises(ValueError, match="^unknown resample filter 'nearest'; use one of "
+                       "bilinear, bilinear-no-antialias$"):  # fmt: skip
+        resize_into(out, np.zeros((8, 8, 3), np.uint8), (0, 0, 8, 8), "nearest")

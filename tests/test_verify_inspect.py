@@ -104,7 +104,8 @@ def test_inspect_text_and_json(packed):
     assert lines[0] == f"pack:     {packed} (mixshard format v1)"
     assert lines[1] == "images:   18 (8x8 RGB uint8, NCHW)"
     assert lines[2] == "classes:  3 (cat, dog, eel)"
-    assert lines[3] == "crop:     center, variants 1, seed 0, shuffled yes"
+    # how the pack was resized (issue 48)
+    assert lines[3] == "crop:     center, variants 1, seed 0, shuffled yes; resized bilinear"
     assert lines[4].startswith("shards:   3 (256 images per block), ")
     assert lines[5] == "skipped:  0"
     res = run("inspect", packed, "--json")
@@ -119,6 +120,8 @@ def test_inspect_text_and_json(packed):
         "crop": "center",
         "variants": 1,
         "seed": 0,
+        "resample": "bilinear",
+        "grey": False,
         "shuffle": True,
         "labels": "folders",
         "block_size": 256,

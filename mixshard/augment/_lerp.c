@@ -15,7 +15,8 @@
  * compiler: *planar* (channels-first: a channel's pixels one after another) and *interleaved*
  * (channels-last: a pixel's frames and their C = 3 or 4 channels one after another, walked as
  * pixel-frames q = pixel * k + frame with the C channels a fixed group; the background's
- * channel planes and the weights are first laid out by pixel-frame in a small buffer).
+ * channel planes and the weights are first laid out by pixel-frame in a small buffer; for
+ * RGB they are then laid out value by value, as the obs lies, and blended by a planar row).
  * Channels from the 4th on (RGBA's alpha) are copied. A uint8 observation gives uint8 (rounded
  * half up), a float32 one float32. The work is split over threads by (sample, span of
  * pixels); the GIL is released.
@@ -88,6 +89,8 @@ typedef struct {
     uint8_t colour[3][QMAX + 448]; /* a key's colours as uint8 */
     float plane[3][QMAX + 80];   /* a key's float colours, or a map's values (any dtype) */
     uint8_t line[4096];     /* a mirrored line of background */
+    uint8_t flat[3 * ISTEP + 64], flat_keep[3 * ISTEP + 64]; /* channels-last RGB by value */
+    float flat_weight[3 * ISTEP + 64];
 } Scratch;
 
 #if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && !defined(__clang__)
@@ -191,12 +194,10 @@ typedef void (*IRowU)(uint8_t *, const uint8_t *, const uint8_t *, const uint8_t
 #define FMA UNFUSED
 #define TO AS_FLOAT
 ROW(row_f32_plain, float, )
-IROW(irow3_f32_plain, float, 3, )
 IROW(irow4_f32_plain, float, 4, )
 #undef TO
 #define TO HALF_UP
 ROW(row_u8_plain, uint8_t, )
-IROW(irow3_u8_plain, uint8_t, 3, )
 IROW(irow4_u8_plain, uint8_t, 4, )
 #undef FMA
 #undef TO
@@ -205,12 +206,10 @@ IROW(irow4_u8_plain, uint8_t, 4, )
 #define FMA FUSED
 #define TO AS_FLOAT
 ROW(row_f32_fma, float, AVX2)
-IROW(irow3_f32_fma, float, 3, AVX2)
 IROW(irow4_f32_fma, float, 4, AVX2)
 #undef TO
 #define TO HALF_UP
 ROW(row_u8_fma, uint8_t, AVX2)
-IROW(irow3_u8_fma, uint8_t, 3, AVX2)
 IROW(irow4_u8_fma, uint8_t, 4, AVX2)
 #undef FMA
 #undef TO
@@ -221,16 +220,14 @@ static int has_fma(void) {
 #else
 #define row_f32_fma row_f32_plain
 #define row_u8_fma row_u8_plain
-#define irow3_f32_fma irow3_f32_plain
 #define irow4_f32_fma irow4_f32_plain
-#define irow3_u8_fma irow3_u8_plain
 #define irow4_u8_fma irow4_u8_plain
 static int has_fma(void) { return 0; }
 #endif
 static RowF row_f32;
 static RowU row_u8;
-static IRowF irow_f32[2];
-static IRowU irow_u8[2];
+static IRowF irow_f32; /* RGBA channels-last rows (RGB: `flat_row`) */
+static IRowU irow_u8;
 
 /* -- layout helpers: values by pixel-frame ------------------------------------------------- */
 
@@ -304,6 +301,8 @@ __attribute__((target("avx2"))) static ssz select3(uint8_t *d, const uint8_t *o,
     const __m256i zero = _mm256_setzero_si256();
     ssz i = 0;
     for (; i + 32 <= n; i += 32) {
+        __builtin_prefetch(o + 3 * (i + AHEAD), 0, 3);
+        __builtin_prefetch(o + 3 * (i + AHEAD) + 64, 0, 3);
         __m256i x[3] = {_mm256_loadu_si256((const __m256i *)(t0 + i)),
                         _mm256_loadu_si256((const __m256i *)(t1 + i)),
                         _mm256_loadu_si256((const __m256i *)(t2 + i))}, v[3], w[3];
@@ -326,10 +325,76 @@ __attribute__((target("avx2"))) static ssz select3(uint8_t *d, const uint8_t *o,
     }
     return i;
 }
+
+/* d[i] = the uint8 a float colour x[i] is read as (`colours`), 32 at a time: rounded to even,
+ * clamped to [0, 255] in floats (max with 0 first: a NaN gives 0), converted and packed. */
+__attribute__((target("avx2"))) static ssz colours32(uint8_t *d, const float *x, ssz m) {
+    const __m256 zero = _mm256_setzero_ps(), top = _mm256_set1_ps(255.0f);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7); /* undo the packs' lanes */
+    ssz i = 0;
+    for (; i + 32 <= m; i += 32) {
+        __m256i v[4];
+        __builtin_prefetch(x + i + AHEAD, 0, 3);
+        __builtin_prefetch(x + i + AHEAD + 16, 0, 3);
+        for (int k = 0; k < 4; k++) {
+            __m256 r = _mm256_round_ps(_mm256_loadu_ps(x + i + 8 * k),
+                                       _MM_FROUND_CUR_DIRECTION | _MM_FROUND_NO_EXC);
+            v[k] = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(r, zero), top));
+        }
+        __m256i packed = _mm256_packus_epi16(_mm256_packs_epi32(v[0], v[1]),
+                                             _mm256_packs_epi32(v[2], v[3]));
+        _mm256_storeu_si256((__m256i *)(d + i), _mm256_permutevar8x32_epi32(packed, order));
+    }
+    return i;
+}
+
+/* A colour key on RGB floats side by side, 32 pixels (96 values) at a time: each value's `off
+ * its bounds` made where it lies (the bounds in the three phases a vector of 8 meets them),
+ * packed to bytes in order, split by channel as `fused_interleaved` splits the obs, or-ed. */
+__attribute__((target("avx2"))) static ssz range_rgb32(const float *x, const float *lo,
+                                                      const float *hi, uint8_t *keep, ssz m) {
+    __m256 l[3], h[3];
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int p = 0; p < 3; p++) { /* vector j starts at channel 2j mod 3 */
+        float a[8], b[8];
+        for (int lane = 0; lane < 8; lane++) a[lane] = lo[(p + lane) % 3], b[lane] = hi[(p + lane) % 3];
+        l[p] = _mm256_loadu_ps(a), h[p] = _mm256_loadu_ps(b);
+    }
+    ssz i = 0;
+    for (; i + 32 <= m; i += 32) {
+        __m256i r[3];
+        for (int q = 0; q < 3; q++) { /* 32 values: 4 vectors */
+            __m256i v[4];
+            for (int k = 0; k < 4; k++) {
+                int j = 4 * q + k, p = (2 * j) % 3;
+                __m256 x8 = _mm256_loadu_ps(x + 3 * i + 8 * j);
+                v[k] = _mm256_castps_si256(_mm256_or_ps(_mm256_cmp_ps(x8, l[p], _CMP_LT_OQ),
+                                                        _mm256_cmp_ps(x8, h[p], _CMP_GT_OQ)));
+            }
+            __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]),
+                                                _mm256_packs_epi32(v[2], v[3]));
+            r[q] = _mm256_permutevar8x32_epi32(packed, order);
+        }
+        __builtin_prefetch(x + 3 * (i + AHEAD), 0, 3);
+        __m256i v[3] = {_mm256_permute2x128_si256(r[0], r[1], 0x30),
+                        _mm256_permute2x128_si256(r[0], r[2], 0x21),
+                        _mm256_permute2x128_si256(r[1], r[2], 0x30)}, off = _mm256_setzero_si256();
+        for (int c = 0; c < 3; c++)
+            off = _mm256_or_si256(off, _mm256_or_si256(_mm256_or_si256(SH(v[0], UNSHUF[0][c]),
+                                                                       SH(v[1], UNSHUF[1][c])),
+                                                       SH(v[2], UNSHUF[2][c])));
+        _mm256_storeu_si256((__m256i *)(keep + i), _mm256_and_si256(off, _mm256_set1_epi8(1)));
+    }
+    return i;
+}
 #else
 #define X86 0
 static int avx2;
 static void shuffles(void) {}
+static ssz range_rgb32(const float *x, const float *lo, const float *hi, uint8_t *keep, ssz m) {
+    return 0;
+}
+static ssz colours32(uint8_t *d, const float *x, ssz m) { return 0; }
 static ssz interleave3(uint8_t *d, const uint8_t *a, const uint8_t *b, const uint8_t *c, ssz n) {
     return 0;
 }
@@ -442,7 +507,7 @@ typedef uint8_t u8x4 __attribute__((vector_size(4)));
 
 /* A float colour as the uint8 the builders read it as: rounded half to even, clamped (NaN 0). */
 WIDE static void colours(uint8_t *restrict d, const float *restrict x, ssz m) {
-    for (ssz i = 0; i < m; i++) {
+    for (ssz i = avx2 ? colours32(d, x, m) : 0; i < m; i++) {
         float v = nearbyintf(x[i]);
         d[i] = v >= 255.0f ? 255 : v > 0.0f ? (uint8_t)v : 0;
     }
@@ -459,7 +524,17 @@ WIDE static void colours(uint8_t *restrict d, const float *restrict x, ssz m) {
     }
 WIDE static void split_colours(uint8_t *restrict r, uint8_t *restrict g, uint8_t *restrict b,
                                const float *restrict src, ssz step, ssz m) {
-    if (step == 3) { SPLIT_ROUND(3) }
+    if (step == 3 && avx2) { /* rounded as they lie (a loop that vectorises), then split */
+        uint8_t tmp[3 * 256];
+        for (ssz i = 0; i < m; i += 256) {
+            ssz c = m - i < 256 ? m - i : 256, done;
+            colours(tmp, src + 3 * i, 3 * c);
+            done = deinterleave3(r + i, g + i, b + i, tmp, c);
+            for (; done < c; done++)
+                r[i + done] = tmp[3 * done], g[i + done] = tmp[3 * done + 1], b[i + done] = tmp[3 * done + 2];
+        }
+    }
+    else if (step == 3) { SPLIT_ROUND(3) }
     else if (step == 4) { SPLIT_ROUND(4) }
     else { SPLIT_ROUND(step) }
 }
@@ -749,6 +824,8 @@ __attribute__((target("avx2"))) static ssz fused_interleaved(const Job *j, uint8
                                                             const uint8_t *const *t, ssz n) {
     ssz i = 0;
     for (; i + 32 <= n; i += 32) {
+        __builtin_prefetch(o + 3 * (i + AHEAD), 0, 3);
+        __builtin_prefetch(o + 3 * (i + AHEAD) + 64, 0, 3);
         __m256i r0 = _mm256_loadu_si256((const __m256i *)(o + 3 * i));
         __m256i r1 = _mm256_loadu_si256((const __m256i *)(o + 3 * i + 32));
         __m256i r2 = _mm256_loadu_si256((const __m256i *)(o + 3 * i + 64));
@@ -888,6 +965,7 @@ static int listed(int64_t id, const int64_t *ids, ssz count) {
 #define IDS_VECTOR(T, V, U, LANES, LO, HI)                                                      \
     for (; i + LANES <= m; i += LANES) {                                                        \
         V v, hit = {0};                                                                         \
+        __builtin_prefetch(x + i + AHEAD, 0, 3);                                                \
         memcpy(&v, x + i, sizeof v);                                                            \
         for (ssz j = 0; j < count; j++)                                                         \
             if (ids[j] >= (LO) && ids[j] <= (HI)) hit |= (V)(v == (T)ids[j]);                   \
@@ -921,6 +999,7 @@ WIDE static void ids_keep(const void *src, int type, const int64_t *ids, ssz cou
 #define DEPTHS(T, V, U, LANES)                                                                  \
     for (; i + LANES <= m; i += LANES) {                                                        \
         V v, f = {0};                                                                           \
+        __builtin_prefetch(x + i + AHEAD, 0, 3);                                                \
         memcpy(&v, x + i, sizeof v);                                                            \
         f += far_t;                                                                             \
         U k = __builtin_convertvector((v > 0) & (v < f) & 1, U);                              \
@@ -956,6 +1035,10 @@ static void key_colours(const Job *j, const char *at, ssz cs, ssz ps, ssz m, uin
         green(s->colour[0], s->colour[1], s->colour[2], j->bounds, keep, s->fix, m);
         return;
     }
+    ssz done = ps == 3 && cs == 1 && size == 4 && j->p[P_KEY] == KEY_RANGE && avx2
+                   ? range_rgb32(r, j->lof, j->hif, keep, m) : 0;
+    at += ps * done * size, keep += done, m -= done;
+    r = at, g = at + cs * size, b = at + 2 * cs * size;
     if (ps != 1 && cs == 1) { /* a pixel's channels side by side: split into planes */
         if (size == 1)
             split_u8(s->colour[0], s->colour[1], s->colour[2], r, ps, m);
@@ -1193,6 +1276,20 @@ static const void *weights_by_pixel_frame(const Job *j, ssz n, ssz px, ssz m, Sc
     return by_pixel_frame(at, wsize, sk[1], sk[3], k, m, wsize == 1 ? (void *)s->keep : (void *)s->weight, s->plane);
 }
 
+/* Channels-last RGB, q pixel-frames: the background's channels and the weights laid out as
+ * the obs's values are (3 a pixel-frame), then one contiguous row, which vectorises as the
+ * planar rows do (a loop over groups of 3 mixed floats did not: 2-3x slower). */
+static void flat_row(const Job *j, char *d, const char *o, const uint8_t *const *t,
+                     const void *w, float a, ssz q, Scratch *s) {
+    int kind = j->p[P_KEY] != KEY_NONE ? KEEP_BOOL : (int)j->p[P_KEEP];
+    ssz i = avx2 ? interleave3(s->flat, t[0], t[1], t[2], q) : 0;
+    for (; i < q; i++)
+        s->flat[3 * i] = t[0][i], s->flat[3 * i + 1] = t[1][i], s->flat[3 * i + 2] = t[2][i];
+    void *w3 = kind == KEEP_FLOAT ? (void *)s->flat_weight : (void *)s->flat_keep;
+    if (w) repeat(w3, w, kind == KEEP_FLOAT ? 4 : 1, 3, q);
+    row(j, d, 1, o, 1, s->flat, 1, w ? w3 : NULL, a, 3 * q);
+}
+
 /* Channels-last: pixel-frames of C channels, QMAX at a time (whole lines when mirrored). */
 static int unit_interleaved(const Job *j, ssz n, ssz p0, ssz len, Scratch *s) {
     const int64_t *p = j->p, *so = p + P_OBS, *sd = p + P_OUT;
@@ -1219,13 +1316,15 @@ static int unit_interleaved(const Job *j, ssz n, ssz p0, ssz len, Scratch *s) {
             w = s->keep - done;
         } else if (size == 1 && !four && kind == KEEP_BOOL && plain && avx2) /* a select */
             done = select3((uint8_t *)d, (const uint8_t *)o, t[0], t[1], t[2], w, q);
-        if (size == 1 && done)
-            irow_u8[0]((uint8_t *)d + 3 * done, (const uint8_t *)o + 3 * done, t[0] + done,
-                       t[1] + done, t[2] + done, (const uint8_t *)w + done, kind, plain, a, q - done);
-        else if (size == 1)
-            irow_u8[four]((uint8_t *)d, (const uint8_t *)o, t[0], t[1], t[2], w, kind, plain, a, m * k);
-        else
-            irow_f32[four]((float *)d, (const float *)o, t[0], t[1], t[2], w, kind, plain, a, m * k);
+        if (four && size == 1)
+            irow_u8((uint8_t *)d, (const uint8_t *)o, t[0], t[1], t[2], w, kind, plain, a, q);
+        else if (four)
+            irow_f32((float *)d, (const float *)o, t[0], t[1], t[2], w, kind, plain, a, q);
+        else if (done < q) {
+            const uint8_t *rest[3] = {t[0] + done, t[1] + done, t[2] + done};
+            const char *wr = w ? (const char *)w + done * (kind == KEEP_FLOAT ? 4 : 1) : NULL;
+            flat_row(j, d + 3 * done * size, o + 3 * done * size, rest, wr, a, q - done, s);
+        }
     }
     return 0;
 }
@@ -1295,15 +1394,24 @@ static ssz reach(const int64_t *strides, const ssz *extents, int dims, ssz size)
 }
 
 /* A buffer of at least `need` bytes (writable if asked), or an exception; None is no buffer. */
+/* A buffer: an object with the buffer protocol (numpy), or a tensor's memory as a tuple
+ * (address, bytes, the tensor): torch's own, writable, kept alive by the tuple for the call
+ * (its numpy view cost more than the pass at a few small frames). */
 static int take(PyObject *obj, Py_buffer *view, ssz need, int writable, const char *name) {
+    static char nothing[1];
     view->obj = NULL;
     view->buf = NULL;
     if (obj == Py_None) return 0;
-    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)))
+    if (PyTuple_Check(obj) && PyTuple_GET_SIZE(obj) == 3) {
+        view->buf = PyLong_AsVoidPtr(PyTuple_GET_ITEM(obj, 0));
+        view->len = PyLong_AsSsize_t(PyTuple_GET_ITEM(obj, 1));
+        if (PyErr_Occurred()) return -1;
+        if (view->buf == NULL) view->buf = nothing; /* (an empty tensor's) */
+    } else if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)))
         return -1;
     if (view->len < need) {
         PyErr_Format(PyExc_ValueError, "%s holds %zd bytes, needs %zd", name, view->len, need);
-        PyBuffer_Release(view);
+        if (view->obj != NULL) PyBuffer_Release(view);
         view->obj = NULL;
         return -1;
     }
@@ -1454,9 +1562,48 @@ static PyObject *composite(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* -- keyed draws ---------------------------------------------------------------------------- */
+
+/* SplitMix64's finaliser on a word (`keyed.mix64_int`). */
+static uint64_t mix64(uint64_t z) {
+    z += 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+/* out[i] = keyed(key, env[i], episode[i], stream) (`keyed.keyed`'s bits, int64 words): a reset
+ * of a few environments on a CPU was some forty tensor ops of a few values each. */
+static PyObject *keyed(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *objs[3];
+    Py_buffer bufs[3] = {{0}};
+    long long key, stream;
+    if (!PyArg_ParseTuple(args, "OOOLL", &objs[0], &objs[1], &objs[2], &key, &stream)) return NULL;
+    if (take(objs[0], &bufs[0], 0, 1, "out") || bufs[0].buf == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "keyed: out is None");
+        return NULL;
+    }
+    ssz n = bufs[0].len / 8;
+    int failed = take(objs[1], &bufs[1], n * 8, 0, "env") ||
+                 take(objs[2], &bufs[2], n * 8, 0, "episode") || !bufs[1].buf || !bufs[2].buf;
+    if (!failed) {
+        uint64_t *out = bufs[0].buf;
+        const uint64_t *env = bufs[1].buf, *episode = bufs[2].buf;
+        for (ssz i = 0; i < n; i++)
+            out[i] = mix64(mix64(mix64(env[i] + (uint64_t)key) + episode[i]) + (uint64_t)stream);
+    } else if (!PyErr_Occurred())
+        PyErr_SetString(PyExc_ValueError, "keyed: env or episode is None");
+    for (int i = 0; i < 3; i++)
+        if (bufs[i].obj != NULL) PyBuffer_Release(&bufs[i]);
+    if (failed) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"composite", composite, METH_VARARGS,
      "composite(out, obs, bg, index, flipped, keep, key_source, values, ids, alpha, params): out = obs blended with its backgrounds under the keep weights (see _lerp.c)."},
+    {"keyed", keyed, METH_VARARGS,
+     "keyed(out, env, episode, key, stream): out = keyed.keyed's 64 bits of each (env, episode) (int64 buffers of out's length)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1471,10 +1618,8 @@ PyMODINIT_FUNC PyInit__lerp(void) {
 #endif
     row_f32 = fma ? row_f32_fma : row_f32_plain;
     row_u8 = fma ? row_u8_fma : row_u8_plain;
-    irow_f32[0] = fma ? irow3_f32_fma : irow3_f32_plain;
-    irow_f32[1] = fma ? irow4_f32_fma : irow4_f32_plain;
-    irow_u8[0] = fma ? irow3_u8_fma : irow3_u8_plain;
-    irow_u8[1] = fma ? irow4_u8_fma : irow4_u8_plain;
+    irow_f32 = fma ? irow4_f32_fma : irow4_f32_plain;
+    irow_u8 = fma ? irow4_u8_fma : irow4_u8_plain;
     PyObject *m = PyModule_Create(&module);
     if (m != NULL && PyModule_AddIntConstant(m, "PARAMS", P_COUNT)) { /* for fused.py's check */
         Py_DECREF(m);

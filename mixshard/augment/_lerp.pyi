@@ -1,21 +1,20 @@
-# The compiled one-pass blend (_lerp.c), for type checkers.
-import numpy as np
+# The compiled CPU pass (_lerp.c), for type checkers. A buffer is a numpy array or a tensor's
+# memory as (address, bytes, tensor).
+from typing import Any
 
-def blend_frames(
-    out: np.ndarray,
-    obs: np.ndarray,
-    frames: np.ndarray,
-    index: np.ndarray,
-    flipped: np.ndarray | None,
-    keep: np.ndarray | None,
-    keep_strides: tuple[int, int, int],
-    kind: int,
-    alpha: np.ndarray,
-    alpha_step: int,
-    plain: bool,
-    n: int,
-    k: int,
-    h: int,
-    w: int,
-    threads: int,
+PARAMS: int
+
+def composite(
+    out: Any,
+    obs: Any,
+    bg: Any,
+    index: Any | None,
+    flipped: Any | None,
+    keep: Any | None,
+    key_source: Any | None,
+    values: Any | None,
+    ids: Any | None,
+    alpha: Any,
+    params: Any,
 ) -> None: ...
+def keyed(out: Any, env: Any, episode: Any, key: int, stream: int) -> None: ...

@@ -44,6 +44,8 @@ _SLOTS = (
 )
 _AT = {name: _SLOTS.index(name) for name in _SLOTS}
 MAX_LINE = 4096
+# a tensor's memory as the compiled pass takes it: (address, bytes, the tensor kept alive)
+Region = tuple[int, int, torch.Tensor]
 MAX_FRAMES = 64  # (the compiled pass's frame pointers a sample)
 
 
@@ -142,7 +144,7 @@ def run(
     return True
 
 
-def _keep(keep5: torch.Tensor | None, full: tuple[int, ...]) -> tuple[np.ndarray | None, list, int]:
+def _keep(keep5: torch.Tensor | None, full: tuple[int, ...]) -> tuple[Region | None, list, int]:
     """The mask's buffer, its (sample, frame, channel, pixel) strides and kind."""
     if keep5 is None:
         return None, [0, 0, 0, 0], 0
@@ -151,7 +153,7 @@ def _keep(keep5: torch.Tensor | None, full: tuple[int, ...]) -> tuple[np.ndarray
     return _region(keep), strides, _KEEPS[torch.bool if bool_mask else torch.float32]
 
 
-def _key_params(p: np.ndarray, key: Compiled | None, full: tuple[int, ...]) -> np.ndarray | None:
+def _key_params(p: np.ndarray, key: Compiled | None, full: tuple[int, ...]) -> Region | None:
     """The key's kind, map and constants into the parameters; its map's buffer."""
     if key is None:
         return None
@@ -191,10 +193,11 @@ def _plane_strides(view: torch.Tensor) -> list[int] | None:
     return [sn, sf, sc, sx if w > 1 else sy]
 
 
-def _region(t: torch.Tensor) -> np.ndarray:
-    """The storage a view reads, from its first element to its farthest, as a flat array (no
-    copy): the compiled pass reads it through the view's strides."""
+def _region(t: torch.Tensor) -> Region:
+    """The memory a view reads, from its first element to its farthest: (address, bytes, the
+    tensor, which the tuple keeps alive through the call). The compiled pass reads it through
+    the view's strides."""
     if t.numel() == 0:
-        return t.detach().reshape(-1)[:0].numpy()
+        return t.data_ptr(), 0, t
     extent = 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
-    return t.detach().as_strided((extent,), (1,), t.storage_offset()).numpy()
+    return t.data_ptr(), extent * t.element_size(), t

@@ -14,8 +14,16 @@ shifts are masked into logical ones), so the CPU and CUDA give the same bits; th
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import numpy as np
 import torch
+
+_lerp: ModuleType | None
+try:  # built where the install had a C compiler
+    from . import _lerp
+except ImportError:  # pragma: no cover - the tensor ops do it
+    _lerp = None
 
 _MASK64 = (1 << 64) - 1
 _GAMMA = 0x9E3779B97F4A7C15
@@ -56,8 +64,20 @@ def seed_key(seed: int) -> int:
 
 
 def keyed(key: int, env: torch.Tensor, episode: torch.Tensor, stream: int) -> torch.Tensor:
-    """64 random bits (int64) per element: a pure function of `(key, env, episode, stream)`."""
+    """64 random bits (int64) per element: a pure function of `(key, env, episode, stream)`.
+    On a CPU the compiled loop (`_lerp.keyed`) makes the same bits in one call."""
+    if _lerp is not None and env.device.type == "cpu" and episode.device.type == "cpu":
+        e, p = torch.broadcast_tensors(env.long(), episode.long())
+        e, p = e.contiguous(), p.contiguous()
+        out = torch.empty(e.shape, dtype=torch.int64)
+        _lerp.keyed(_memory(out), _memory(e), _memory(p), key, stream)
+        return out
     return mix64(mix64(mix64(env + key) + episode) + stream)
+
+
+def _memory(t: torch.Tensor) -> tuple[int, int, torch.Tensor]:
+    """A contiguous tensor's memory as the compiled code takes it (address, bytes, tensor)."""
+    return t.data_ptr(), t.numel() * t.element_size(), t
 
 
 def below(bits: torch.Tensor, n: torch.Tensor | int) -> torch.Tensor:

@@ -82,6 +82,8 @@ def inspect(pack: str, as_json: bool) -> None:
         "crop": o.get("crop"),
         "variants": o.get("variants"),
         "seed": o.get("seed"),
+        "resample": o.get("resample"),
+        "grey": bool(o.get("grey")),
         "shuffle": o.get("shuffle"),
         "labels": o.get("labels"),
         "block_size": m.block_size,
@@ -106,7 +108,8 @@ def inspect(pack: str, as_json: bool) -> None:
         f"classes:  {len(m.classes)}" + (f" ({shown(names)})" if m.classes else " (unlabeled)")
     )
     crop = f"{o.get('crop')}, variants {o.get('variants')}, seed {o.get('seed')}"
-    click.echo(f"crop:     {crop}, shuffled {shuffled}")
+    resized = f"resized {o.get('resample')}" + (", grey" if o.get("grey") else "")
+    click.echo(f"crop:     {crop}, shuffled {shuffled}; {resized}")
     click.echo(
         f"shards:   {len(m.shards)} ({m.block_size} images per block), {human_bytes(m.total_bytes)}"
     )

@@ -18,6 +18,8 @@ from ..core.constants import (
     LABEL_MODES,
     MAX_BLOCK_SIZE,
     MAX_SIZE,
+    RESAMPLE,
+    RESAMPLE_MODES,
 )
 from ..core.stores import is_store_url
 from ..writing.ctrlc import CtrlC, LateInterrupt
@@ -39,6 +41,24 @@ PACK_OPTIONS = [
         help="center: shorter side to SIZE, centre crop; random: RandomResizedCrop "
         "(scale 0.08-1, ratio 3/4-4/3) from the full-size image, seeded; "
         "full: squash the whole image.",
+    ),
+    click.option(
+        "--resample",
+        type=click.Choice(RESAMPLE_MODES),
+        default=RESAMPLE,
+        show_default=True,
+        help="The resize filter, recorded in index.json. bilinear: PIL's, antialiased when "
+        "shrinking; bilinear-no-antialias: as torch F.interpolate(mode='bilinear', "
+        "align_corners=False) and tf.image.resize resize (half-pixel centres), how DMC-GB, "
+        "DCS and DMC-VB resize their videos. Example: mixshard pack video_hard "
+        "data/dmcgb-video_hard --clips --crop full --resample bilinear-no-antialias",
+    ),
+    click.option(
+        "--grey",
+        is_flag=True,
+        help="Store grey frames (the grey in all three channels, recorded in index.json): a "
+        "video's as FFmpeg's grey of each decoded frame, as DBC reads its videos (-pix_fmt "
+        "gray); an image's by BT.601's weights.",
     ),
     click.option(
         "--variants",
@@ -336,6 +356,7 @@ def pack(src: str, out: str, quiet: bool, **opts: Any) -> None:
       mixshard pack train data/p365 --ray auto
       mixshard pack train data/p365 --part 3/16   # then: ... --finish
       mixshard pack video_hard data/video_hard --clips
+      mixshard pack video_hard data/vh --clips --crop full --resample bilinear-no-antialias
       mixshard pack DAVIS.zip data/davis --clips --within DAVIS/JPEGImages/480p
     """
     from ..writing.archive import check_within

@@ -43,6 +43,10 @@ CHANNELS = 3
 DTYPE = "uint8"
 LAYOUT = "NCHW"
 RESAMPLE = "bilinear"
+# how a pack resizes: PIL's bilinear, antialiased when shrinking (the default); bilinear at
+# half-pixel centres without antialias, as F.interpolate(align_corners=False) and
+# tf.image.resize, which the video benchmarks (DMC-GB, DCS, DMC-VB) resize with
+RESAMPLE_MODES = (RESAMPLE, "bilinear-no-antialias")
 
 CROP_MODES = ("center", "random", "full")
 LABEL_MODES = ("auto", "folders", "none")

@@ -1,14 +1,16 @@
 /* The compiled resize of `resample.py`: the same two passes, the same weights, in C.
  *
- * resize(out, pixels, height, width, rows, row_weights, cols, col_weights)
+ * resize(out, pixels, height, width, rows, row_weights, cols, col_weights, whole)
  *   out          uint8 (3, sy, sx), C-contiguous, written
  *   pixels       uint8 (height, width, 3), C-contiguous
  *   rows         int32 (sy,): the first input row of each output row
  *   row_weights  float32 (sy, ky): its taps, rows[i] .. rows[i] + ky - 1
  *   cols, col_weights: the same for the columns (sx, kx)
+ *   whole        1: pass 1 rounds to whole levels (PIL's 8-bit intermediate); 0: it keeps
+ *                the fractions (F.interpolate's and tf.image.resize's one float sum)
  *
- * Pass 1 runs over the rows, into float32 rounded to whole levels (as PIL's 8-bit
- * intermediate); pass 2 over the columns, rounded half up into CHW. Each sum adds its taps in
+ * Pass 1 runs over the rows, into float32 (rounded to whole levels when `whole`); pass 2 over
+ * the columns, rounded half up into CHW. Each sum adds its taps in
  * order, one multiply and one add each (no fused multiply-add: -ffp-contract=off), so every
  * build gives the same bytes on every machine. On x86-64 Linux the passes are also compiled
  * for AVX2 and the CPU picks a build at load time (the same arithmetic, wider registers).
@@ -30,7 +32,7 @@ typedef Py_ssize_t ssz;
 /* Output rows `sy` of the columns [c0, c0 + nc), all three channels, to whole levels. */
 CLONED static void rows_pass(const uint8_t *restrict px, ssz width, const int32_t *restrict ry,
                              const float *restrict wy, ssz sy, ssz ky, ssz c0, ssz nc,
-                             float *restrict mid) {
+                             int whole, float *restrict mid) {
     const ssz line = width * 3, n = nc * 3;
     for (ssz i = 0; i < sy; i++) {
         float *restrict acc = mid + i * n;
@@ -43,7 +45,8 @@ CLONED static void rows_pass(const uint8_t *restrict px, ssz width, const int32_
             for (ssz c = 0; c < n; c++) acc[c] += w * (float)src[c];
         }
         /* floor(x + 0.5): the sums are >= 0, so truncation is the floor */
-        for (ssz c = 0; c < n; c++) acc[c] = (float)(int32_t)(acc[c] + 0.5f);
+        if (whole)
+            for (ssz c = 0; c < n; c++) acc[c] = (float)(int32_t)(acc[c] + 0.5f);
     }
 }
 
@@ -116,8 +119,9 @@ static int span(const int32_t *first, ssz count, ssz k, ssz limit, ssz *lo, ssz 
 static PyObject *resize(PyObject *self, PyObject *args) {
     PyObject *objs[6];
     ssz height, width;
-    if (!PyArg_ParseTuple(args, "OOnnOOOO", &objs[0], &objs[1], &height, &width, &objs[2],
-                          &objs[3], &objs[4], &objs[5]))
+    int whole;
+    if (!PyArg_ParseTuple(args, "OOnnOOOOp", &objs[0], &objs[1], &height, &width, &objs[2],
+                          &objs[3], &objs[4], &objs[5], &whole))
         return NULL;
     Py_buffer b[6];
     int got = 0;
@@ -144,7 +148,7 @@ static PyObject *resize(PyObject *self, PyObject *args) {
         goto done;
     }
     Py_BEGIN_ALLOW_THREADS
-    rows_pass(b[1].buf, width, b[2].buf, b[3].buf, sy, ky, c0, nc, mid);
+    rows_pass(b[1].buf, width, b[2].buf, b[3].buf, sy, ky, c0, nc, whole, mid);
     mid[sy * nc * 3] = 0.0f;
     cols_pass(mid, nc * 3, b[4].buf, b[5].buf, sy, sx, kx, c0, b[0].buf);
     Py_END_ALLOW_THREADS

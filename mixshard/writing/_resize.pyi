@@ -10,4 +10,5 @@ def resize(
     row_weights: np.ndarray,
     cols: np.ndarray,
     col_weights: np.ndarray,
+    whole: bool,
 ) -> None: ...

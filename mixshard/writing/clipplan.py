@@ -104,6 +104,8 @@ def make_clip_plan(
     max_frames: int | None,
     shuffle_clips: bool,
     clip_list: str | None = None,
+    resample: str = RESAMPLE,
+    grey: bool = False,
     source: Source | None = None,
 ) -> PackPlan:
     """The plan of packing the clips `find_clips` found with these options."""
@@ -111,7 +113,7 @@ def make_clip_plan(
         "crop": crop,
         "variants": 1,
         "seed": seed,
-        "resample": RESAMPLE,
+        "resample": resample,
         "shuffle": False,
         "labels": "clips",
         "shard_size": shard_size,
@@ -120,6 +122,8 @@ def make_clip_plan(
         "shuffle_clips": shuffle_clips,
         "clip_list": clip_list,
     }
+    if grey:  # (only then: the options of every other pack stay as they were)
+        options["grey"] = True
     clips = list(found.clips)
     if shuffle_clips:
         order = np.random.default_rng([seed, 3]).permutation(len(clips))

@@ -23,9 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..core.constants import RESAMPLE
 from ..core.errors import ImageDecodeError, MixshardError
 from .archive import MemberReader
-from .image import load_image
+from .image import grey_pixels, load_image
 
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
@@ -55,12 +56,15 @@ def decode_chunk(
     seed: int,
     refs: list[Any] | None = None,
     frames: list[tuple[str, int, int, int] | None] | None = None,
+    resample: str = RESAMPLE,
+    grey: bool = False,
 ) -> list[np.ndarray | str]:
     """Worker task: pixels (variants, 3, size, size) or a skip reason, per key. `source` is a
     folder, or the reader of an archive with each key's member reference in `refs`. In a clip
     pack, `frames` gives a video frame's `(video, frame number, frames in it, last frame
     kept)` (None for an image file); a run of one video's frames is decoded by
-    `video.decode_frames`."""
+    `video.decode_frames`. `resample`: the resize filter (`RESAMPLE_MODES`); `grey`: grey
+    pixels in all three channels (a video's decoded grey, an image's `image.grey_pixels`)."""
     reader = MemberReader(source, "folder") if isinstance(source, str) else source
     refs = refs or [None] * len(keys)
     frames = frames or [None] * len(keys)
@@ -75,16 +79,20 @@ def decode_chunk(
             from .video import decode_frames
 
             indices = [f[1] for f in frames[k:end] if f is not None]
-            out += decode_frames(reader, frame[0], refs[k], indices, frame[2:], size, crop)
+            out += decode_frames(
+                reader, frame[0], refs[k], indices, frame[2:], size, crop, resample, grey
+            )
             k = end
             continue
         key, ref = keys[k], refs[k]
         k += 1
         try:
             path, data = reader.fetch(key, ref)
-            out.append(
-                load_image(path, size, crop, variants=variants, seed=seed, key=key, data=data)
-            )
+            pixels = load_image(
+                path, size, crop, variants=variants, seed=seed, key=key, data=data,
+                resample=resample,
+            )  # fmt: skip
+            out.append(grey_pixels(pixels) if grey else pixels)
         except ImageDecodeError as exc:
             out.append(exc.reason)
     return out

@@ -16,7 +16,7 @@ import warnings
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from ..core.constants import CROP_MODES
+from ..core.constants import CROP_MODES, RESAMPLE, RESAMPLE_MODES
 from ..core.crops import Box, crop_rng, random_resized_box
 from ..core.errors import ImageDecodeError
 from .magic import HEAD, NOT_AN_IMAGE, looks_like_image
@@ -71,22 +71,23 @@ def _dct_eighths(boxes: list[Box], size: int) -> int:
     return next((n for n in _EIGHTHS if _smallest(boxes) * n / 8 >= size), 8)
 
 
-def _scaled_jpeg(img: Image.Image, boxes: list[Box], size: int) -> np.ndarray | None:
+def _scaled_jpeg(img: Image.Image, boxes: list[Box], size: int, resample: str) -> np.ndarray | None:
     """A YCbCr JPEG that PIL has opened, decoded by `_scaled_pixels`."""
     fp = getattr(img, "fp", None)  # the open file of a PIL.ImageFile, before load()
     if simplejpeg is None or fp is None:
         return None
     fp.seek(0)
-    return _scaled_pixels(fp.read(), img.size, boxes, size)
+    return _scaled_pixels(fp.read(), img.size, boxes, size, resample)
 
 
 def _scaled_pixels(
-    data: bytes, dims: tuple[int, int], boxes: list[Box], size: int
+    data: bytes, dims: tuple[int, int], boxes: list[Box], size: int, resample: str
 ) -> np.ndarray | None:
     """A JPEG decoded at scale `_dct_eighths` by libjpeg-turbo (simplejpeg: 2x faster than
     PIL's decoder at full scale, 3x at 3/8), uint8 `(height, width, 3)`; None when PIL must
-    decode it (data simplejpeg refuses, which PIL then reports in its own words)."""
-    n = _dct_eighths(boxes, size)
+    decode it (data simplejpeg refuses, which PIL then reports in its own words). Without
+    antialias at full scale: a scaled IDCT averages, which F.interpolate's taps do not."""
+    n = _dct_eighths(boxes, size) if resample == RESAMPLE else 8
     w, h = dims
     height, width = -(-h * n // 8), -(-w * n // 8)
     try:
@@ -155,7 +156,7 @@ _WHOLE = 16 << 20  # files up to this size are read whole at once
 
 
 def _fast_jpeg(
-    data: bytes, size: int, crop: str, variants: int, seed: int, key: str
+    data: bytes, size: int, crop: str, variants: int, seed: int, key: str, resample: str
 ) -> np.ndarray | None:
     """A YCbCr JPEG without EXIF, decoded without PIL's header parser (a third of the time of
     a 256 px image); the same pixels PIL's path makes of it. None: PIL's path decodes it."""
@@ -170,8 +171,8 @@ def _fast_jpeg(
     check_pixels(width, height)
     rng = crop_rng(seed, key) if crop == "random" else None
     boxes = crop_boxes(width, height, crop, variants, rng)
-    pixels = _scaled_pixels(data, (width, height), boxes, size)
-    return None if pixels is None else _crops(pixels, boxes, width, height, size)
+    pixels = _scaled_pixels(data, (width, height), boxes, size, resample)
+    return None if pixels is None else _crops(pixels, boxes, width, height, size, resample)
 
 
 VANISHED = "vanished during the pack: it was listed when the pack began, and is gone now"
@@ -186,24 +187,44 @@ def check_pixels(width: int, height: int) -> None:
         )
 
 
-def _crops(pixels: np.ndarray, boxes: list[Box], width: int, height: int, size: int) -> np.ndarray:
+def _crops(
+    pixels: np.ndarray,
+    boxes: list[Box],
+    width: int,
+    height: int,
+    size: int,
+    resample: str = RESAMPLE,
+) -> np.ndarray:
     """The windows `boxes` (of the `width x height` image that the decoded `pixels`, uint8
-    `(h, w, 3)`, show at any scale) resized to `size`, bilinear: `(len(boxes), 3, size, size)`.
-    libjpeg-turbo's pixels are resized by `resample` (PIL's filter as matrix products)."""
+    `(h, w, 3)`, show at any scale) resized to `size` by the filter `resample`:
+    `(len(boxes), 3, size, size)`. libjpeg-turbo's pixels are resized by `resample.py`
+    (PIL's filter, or F.interpolate's, as matrix products)."""
     fx, fy = pixels.shape[1] / width, pixels.shape[0] / height
     out = np.empty((len(boxes), 3, size, size), dtype=np.uint8)
     for k, (left, top, right, bottom) in enumerate(boxes):
-        resize_into(out[k], pixels, (left * fx, top * fy, right * fx, bottom * fy))
+        resize_into(out[k], pixels, (left * fx, top * fy, right * fx, bottom * fy), resample)
     return out
 
 
-def frame_pixels(pixels: np.ndarray, size: int, crop: str) -> np.ndarray:
+def frame_pixels(pixels: np.ndarray, size: int, crop: str, resample: str = RESAMPLE) -> np.ndarray:
     """An RGB frame already decoded (a video's, uint8 `(height, width, 3)`) cropped and
     resized exactly as a decoded JPEG is: `(1, 3, size, size)`. `crop` is `"center"` or
     `"full"` (a clip's frames share one window; a random one is refused before packing)."""
     height, width = pixels.shape[:2]
     boxes = crop_boxes(width, height, crop, 1, None)
-    return _crops(np.ascontiguousarray(pixels), boxes, width, height, size)
+    return _crops(np.ascontiguousarray(pixels), boxes, width, height, size, resample)
+
+
+# BT.601's 0.299, 0.587, 0.114 in 16-bit fixed point: PIL's convert("L") and FFmpeg's RGB to grey
+GREY_WEIGHTS = (19595, 38470, 7471)
+
+
+def grey_pixels(pixels: np.ndarray) -> np.ndarray:
+    """uint8 `(n, 3, h, w)` RGB -> the same shape, each pixel's grey (BT.601's weights,
+    rounded) in all three channels."""
+    r, g, b = (pixels[:, c].astype(np.uint32) * w for c, w in enumerate(GREY_WEIGHTS))
+    grey = ((r + g + b + 0x8000) >> 16).astype(np.uint8)
+    return np.ascontiguousarray(np.repeat(grey[:, None], 3, axis=1))
 
 
 def _pil_crops(
@@ -253,6 +274,7 @@ def load_image(
     seed: int = 0,
     key: str | None = None,
     data: bytes | None = None,
+    resample: str = RESAMPLE,
 ) -> np.ndarray:
     """Decode one image into `variants` uint8 crops of shape `(variants, 3, size, size)`.
 
@@ -267,6 +289,9 @@ def load_image(
         key: the name the random windows are seeded by; pack uses the path relative to SRC.
             Defaults to the file name.
         data: the file's bytes (an archive member); `path` then only names it.
+        resample: the resize filter, `"bilinear"` (PIL's, antialiased) or
+            `"bilinear-no-antialias"` (F.interpolate's and tf.image.resize's: the image
+            decoded at full size, then two taps an axis at half-pixel centres).
 
     Returns:
         uint8 array `(variants, 3, size, size)`.
@@ -277,6 +302,10 @@ def load_image(
     """
     if crop not in CROP_MODES:
         raise ValueError(f"unknown crop mode {crop!r}; use one of {', '.join(CROP_MODES)}")
+    if resample not in RESAMPLE_MODES:
+        raise ValueError(
+            f"unknown resample filter {resample!r}; use one of {', '.join(RESAMPLE_MODES)}"
+        )
     try:
         if data is not None and not data:
             raise ImageDecodeError("empty file (0 bytes)")
@@ -285,7 +314,7 @@ def load_image(
         name = key or os.path.basename(path)
         data = _read_jpeg(path) if data is None else data
         if data is not None:
-            pixels = _fast_jpeg(data, size, crop, variants, seed, name)
+            pixels = _fast_jpeg(data, size, crop, variants, seed, name, resample)
             if pixels is not None:
                 return pixels
         with warnings.catch_warnings():
@@ -293,7 +322,7 @@ def load_image(
             # progress bar. Decompression bombs are caught by the explicit size check below.
             warnings.simplefilter("ignore")
             with Image.open(path if data is None else io.BytesIO(data)) as img:
-                return _decode(img, size, crop, variants, seed, name)
+                return _decode(img, size, crop, variants, seed, name, resample)
     except ImageDecodeError:
         raise
     except Image.DecompressionBombError as exc:
@@ -311,7 +340,7 @@ def load_image(
 
 
 def _decode(
-    img: Image.Image, size: int, crop: str, variants: int, seed: int, key: str
+    img: Image.Image, size: int, crop: str, variants: int, seed: int, key: str, resample: str
 ) -> np.ndarray:
     raw_w, raw_h = img.size
     check_pixels(raw_w, raw_h)
@@ -321,14 +350,17 @@ def _decode(
     boxes = crop_boxes(width, height, crop, variants, rng)
 
     if img.format == "JPEG" and img.mode == "RGB" and orientation == 1:
-        scaled = _scaled_jpeg(img, boxes, size)
+        scaled = _scaled_jpeg(img, boxes, size, resample)
         if scaled is not None:
-            return _crops(scaled, boxes, width, height, size)
-    if img.format == "JPEG":
+            return _crops(scaled, boxes, width, height, size, resample)
+    if img.format == "JPEG" and resample == RESAMPLE:  # (a draft averages too)
         scale = _draft_scale(boxes, size)
         if scale > 1:
             img.draft(None, (raw_w // scale, raw_h // scale))
     img.load()
     if orientation != 1:
         img = ImageOps.exif_transpose(img)
+    if resample != RESAMPLE:  # PIL's own resize antialiases: `resample.py`'s filter
+        pixels = np.asarray(_to_rgb(img), dtype=np.uint8)
+        return _crops(np.ascontiguousarray(pixels), boxes, width, height, size, resample)
     return _pil_crops(_to_rgb(img), boxes, width, height, size)

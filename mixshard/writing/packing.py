@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..core.constants import MANIFEST_NAME
+from ..core.constants import MANIFEST_NAME, RESAMPLE
 from ..core.env import usable_cpus
 from ..core.errors import OutputError, SkippedImagesError, SourceError
 from ..core.manifest import Manifest
@@ -118,6 +118,8 @@ def pack(
     max_frames: int | None = None,
     shuffle_clips: bool = False,
     clip_list: str | None = None,
+    resample: str = RESAMPLE,
+    grey: bool = False,
 ) -> PackResult:
     """Pack an ImageFolder tree or a flat folder of images into pre-resized uint8 shards.
 
@@ -151,6 +153,13 @@ def pack(
             as if the archive had been extracted and that folder given; `"."`: its root.
         clips: pack video clips (`clipplan.py`): with `every`, `max_frames`, `shuffle_clips`,
             and `clip_list` (only a benchmark list's clips, in its order).
+        resample: the resize filter, recorded in `index.json`: `"bilinear"` (PIL's bilinear,
+            antialiased when shrinking) or `"bilinear-no-antialias"` (as `F.interpolate(mode=
+            "bilinear", align_corners=False)` and `tf.image.resize` resize, within a level:
+            how DMC-GB, DCS and DMC-VB resize their videos; images are decoded at full size).
+        grey: store grey frames, the grey in all three channels (`options.grey` in
+            `index.json`): a video's as FFmpeg's grey of each decoded frame (the full-range Y
+            plane, as DBC reads its videos), before the resize; an image's by BT.601's weights.
 
     Returns:
         A `PackResult` with the manifest that was written.
@@ -164,8 +173,9 @@ def pack(
         >>> pack("places365_standard/train", "data/places365_standard", workers=16)
     """
     options = dict(size=size, crop=crop, variants=variants, shard_size=shard_size)
-    options.update(block_size=block_size, seed=seed, shuffle=shuffle)
-    check_options(size, crop, variants, shard_size, block_size, seed, labels)
+    options.update(block_size=block_size, seed=seed, shuffle=shuffle, resample=resample)
+    options.update(grey=grey)
+    check_options(size, crop, variants, shard_size, block_size, seed, labels, resample)
     check_modes(resume, overwrite, part, finish, ray)
     options["clips"] = check_clips(
         clips, crop, variants, every, max_frames, shuffle_clips, clip_list

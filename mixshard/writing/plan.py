@@ -26,6 +26,7 @@ from ..core.constants import (
     MAX_BLOCK_SIZE,
     MAX_SIZE,
     RESAMPLE,
+    RESAMPLE_MODES,
     shard_name,
 )
 from ..core.errors import OutputError
@@ -35,11 +36,22 @@ from .scanning import ScanResult
 
 
 def check_options(
-    size: int, crop: str, variants: int, shard_size: int, block_size: int, seed: int, labels: str
+    size: int,
+    crop: str,
+    variants: int,
+    shard_size: int,
+    block_size: int,
+    seed: int,
+    labels: str,
+    resample: str = RESAMPLE,
 ) -> None:
     """Raise `ValueError` for pack options no pack can be made with."""
     if crop not in CROP_MODES:
         raise ValueError(f"unknown crop mode {crop!r}; use one of {', '.join(CROP_MODES)}")
+    if resample not in RESAMPLE_MODES:
+        raise ValueError(
+            f"unknown resample filter {resample!r}; use one of {', '.join(RESAMPLE_MODES)}"
+        )
     if labels not in LABEL_MODES:
         raise ValueError(f"unknown labels mode {labels!r}; use one of {', '.join(LABEL_MODES)}")
     if not 1 <= size <= MAX_SIZE:
@@ -127,13 +139,14 @@ class PackPlan:
         """The arguments of `decode_chunk` that decode `keys` with this plan's options."""
         source, refs = self.task(keys)
         o = self.options
-        job = (source, keys, self.size, o["crop"], o["variants"], o["seed"], refs)
+        job = (source, keys, self.size, o["crop"], o["variants"], o["seed"])
+        resample, grey = o.get("resample", RESAMPLE), o.get("grey", False)
         if not self._videos:
-            return job
+            return (*job, refs, None, resample, grey)
         frames = [self.video_frame(k) for k in keys]
         if refs is not None and self.source is not None:  # a frame is read from its video
             refs = [r if f is None else self.source.refs.get(f[0]) for r, f in zip(refs, frames)]
-        return (*job[:-1], refs, frames)
+        return (*job, refs, frames, resample, grey)
 
     def chunks(self, i: int, chunk: int) -> list[tuple[int, int]]:
         """`(start, count)` of the decode tasks of shard `i`: `chunk` images each; a video's
@@ -188,6 +201,8 @@ def make_plan(
     block_size: int,
     seed: int,
     shuffle: bool,
+    resample: str = RESAMPLE,
+    grey: bool = False,
     source: Source | None = None,
 ) -> PackPlan:
     """The plan of packing what `scan` found with these options."""
@@ -195,11 +210,13 @@ def make_plan(
         "crop": crop,
         "variants": variants,
         "seed": seed,
-        "resample": RESAMPLE,
+        "resample": resample,
         "shuffle": shuffle,
         "labels": found.labels,
         "shard_size": shard_size,
     }
+    if grey:  # (only then: the options of every other pack stay as they were)
+        options["grey"] = True
     items = list(found.items)
     if shuffle:
         order = np.random.default_rng([seed, 1]).permutation(len(items))

@@ -1,7 +1,15 @@
 """Bilinear resize of decoded uint8 pixels into the stored CHW layout, as banded matrix products.
 
-The filter is PIL's `resize(..., BILINEAR, box=...)`: a triangle widened by the shrink factor
-(antialiased), taps clipped to the image, each output pixel's weights normalised to sum to 1.
+Two filters (`RESAMPLE_MODES`). `"bilinear"` is PIL's `resize(..., BILINEAR, box=...)`: a
+triangle widened by the shrink factor (antialiased), taps clipped to the image, each output
+pixel's weights normalised to sum to 1. `"bilinear-no-antialias"` is the same triangle never
+widened: at most two taps an axis, at half-pixel centres (output `i` reads the input at
+`(i + 0.5) * scale - 0.5`), which is `F.interpolate(mode="bilinear", align_corners=False,
+antialias=False)` and `tf.image.resize(method="bilinear", antialias=False)`: at an edge the
+one tap left inside, normalised to 1, is their clamp to the edge pixel. They keep one float sum
+per output, so this filter does not round between the passes (below); the two passes'
+float32 sums differ from theirs in order only, so an output differs by a level at most, where
+the sum lies within float rounding of a half.
 PIL applies it with 8-bit fixed-point arithmetic in scalar C on its 4-byte-per-pixel layout;
 here it is float32 arithmetic in BLAS, and the separable passes become two matrix products.
 Like PIL, the first pass is rounded to whole levels before the second: without that the images
@@ -33,6 +41,8 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
+from ..core.constants import RESAMPLE, RESAMPLE_MODES
+
 _resize: Optional[ModuleType]
 try:  # the same passes compiled (`_resize.c`), where the install had a C compiler
     from . import _resize
@@ -57,14 +67,14 @@ class _Axis(NamedTuple):
 
 
 @functools.lru_cache(maxsize=1024)
-def _axis(insize: int, outsize: int, lo: float, hi: float) -> _Axis:
+def _axis(insize: int, outsize: int, lo: float, hi: float, antialias: bool = True) -> _Axis:
     """The bands of PIL's bilinear weights for the window `[lo, hi)` of `insize` pixels
-    resized to `outsize`: a triangle widened by the shrink factor, its taps clipped to the
-    image, normalised to sum to 1. (PIL also cuts each output's taps at the rounded bounds
-    `[trunc(centre - support + 0.5), trunc(centre + support + 0.5))`; the triangle is zero
-    outside them already, so only the image's edge needs a mask.)"""
+    resized to `outsize`: a triangle widened by the shrink factor (unless not `antialias`),
+    its taps clipped to the image, normalised to sum to 1. (PIL also cuts each output's taps at
+    the rounded bounds `[trunc(centre - support + 0.5), trunc(centre + support + 0.5))`; the
+    triangle is zero outside them already, so only the image's edge needs a mask.)"""
     scale = (hi - lo) / outsize
-    support = max(scale, 1.0)  # widened when shrinking: the antialiasing
+    support = max(scale, 1.0) if antialias else 1.0  # widened when shrinking: the antialiasing
     bands = -(-outsize // _BAND)
     # per band: its first output's first tap and its last output's end (few; in Python)
     firsts = [max(int(lo + (k * _BAND + 0.5) * scale - support + 0.5), 0) for k in range(bands)]
@@ -118,9 +128,11 @@ class _Plan(NamedTuple):
 
 
 @functools.lru_cache(maxsize=1024)
-def _plan(height: int, width: int, size: int, box: tuple[float, ...]) -> _Plan:
-    ya = _axis(height, size, float(box[1]), float(box[3]))
-    xa = _axis(width, size, float(box[0]), float(box[2]))
+def _plan(
+    height: int, width: int, shape: tuple[int, int], box: tuple[float, ...], antialias: bool
+) -> _Plan:
+    ya = _axis(height, shape[0], float(box[1]), float(box[3]), antialias)
+    xa = _axis(width, shape[1], float(box[0]), float(box[2]), antialias)
     have = min(ya.span, height - ya.first), min(xa.span, width - xa.first)
     line = xa.span * 3 * _F32  # bytes of one row of the pass-1 input (HWC)
     tall = ya.bands * _BAND
@@ -197,26 +209,41 @@ def _work(p: _Plan) -> _Work:
 _local = threading.local()
 
 
-def resize_into(out: np.ndarray, pixels: np.ndarray, box: tuple[float, ...]) -> None:
+def resize_into(
+    out: np.ndarray, pixels: np.ndarray, box: tuple[float, ...], resample: str = RESAMPLE
+) -> None:
     """Resize the window `box` (left, top, right, bottom, in pixels, fractions allowed) of
-    `pixels` (uint8 `(height, width, 3)`) to `out` (uint8 `(3, size, size)`), bilinear: by the
-    compiled passes where they were built, else by `numpy_resize_into` (the same weights and
-    roundings; the sums' order differs, so ~0.1% of pixels may differ by a level)."""
+    `pixels` (uint8 `(height, width, 3)`) to `out` (uint8 `(3, rows, columns)`) with the filter
+    `resample` (`RESAMPLE_MODES`): by the compiled passes where they were built, else by
+    `numpy_resize_into` (the same weights and roundings; the sums' order differs, so ~0.1% of
+    pixels may differ by a level)."""
+    antialias = _antialias(resample)
     if _resize is None or not (out.flags.c_contiguous and pixels.flags.c_contiguous):
-        numpy_resize_into(out, pixels, box)
+        numpy_resize_into(out, pixels, box, resample)
         return
-    size = out.shape[-1]
-    rows = _taps(pixels.shape[0], size, float(box[1]), float(box[3]))
-    cols = _taps(pixels.shape[1], size, float(box[0]), float(box[2]))
-    _resize.resize(out, pixels, pixels.shape[0], pixels.shape[1], *rows, *cols)
+    rows = _taps(pixels.shape[0], out.shape[1], float(box[1]), float(box[3]), antialias)
+    cols = _taps(pixels.shape[1], out.shape[2], float(box[0]), float(box[2]), antialias)
+    _resize.resize(out, pixels, pixels.shape[0], pixels.shape[1], *rows, *cols, antialias)
+
+
+def _antialias(resample: str) -> bool:
+    """Whether the filter `resample` widens when shrinking (and rounds between its passes, as
+    PIL does): `"bilinear"` does, `"bilinear-no-antialias"` does not."""
+    if resample not in RESAMPLE_MODES:
+        raise ValueError(
+            f"unknown resample filter {resample!r}; use one of {', '.join(RESAMPLE_MODES)}"
+        )
+    return resample == RESAMPLE_MODES[0]
 
 
 @functools.lru_cache(maxsize=1024)
-def _taps(insize: int, outsize: int, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
+def _taps(
+    insize: int, outsize: int, lo: float, hi: float, antialias: bool
+) -> tuple[np.ndarray, np.ndarray]:
     """`_axis`'s weights as the compiled passes take them: per output its first input (int32
     `(outsize,)`) and `k` taps from there (float32 `(outsize, k)`), `k` the most non-zero taps
     any output has; an output near the image's end starts earlier, with zeros first."""
-    a = _axis(insize, outsize, lo, hi)
+    a = _axis(insize, outsize, lo, hi, antialias)
     w = a.weights.reshape(-1, a.length)[:outsize]
     base = a.first + np.arange(outsize) // _BAND * a.step  # each output's window start
     live = w > 0
@@ -231,10 +258,13 @@ def _taps(insize: int, outsize: int, lo: float, hi: float) -> tuple[np.ndarray, 
     return start, taps
 
 
-def numpy_resize_into(out: np.ndarray, pixels: np.ndarray, box: tuple[float, ...]) -> None:
+def numpy_resize_into(
+    out: np.ndarray, pixels: np.ndarray, box: tuple[float, ...], resample: str = RESAMPLE
+) -> None:
     """`resize_into` with numpy's products (and BLAS's sums)."""
-    size = out.shape[-1]
-    p = _plan(pixels.shape[0], pixels.shape[1], size, tuple(box))
+    antialias = _antialias(resample)
+    rows, cols = out.shape[1:]
+    p = _plan(pixels.shape[0], pixels.shape[1], (rows, cols), tuple(box), antialias)
     w = _work(p)
     ya, xa = p.rows, p.cols
     # the pixels the windows read, as float32, zero past the image's edges
@@ -243,11 +273,15 @@ def numpy_resize_into(out: np.ndarray, pixels: np.ndarray, box: tuple[float, ...
     w.fill[...] = pixels[ya.first : ya.first + p.have[0], xa.first : xa.first + p.have[1]]
     # pass 1, over rows: one product per band of rows, all columns and channels at once
     np.matmul(ya.weights, w.rows, out=w.mid)
-    # to whole levels, as PIL's 8-bit intermediate (no clip: see the end), columns first
-    np.add(w.mid, 0.5, out=w.mid)
-    np.floor(w.turned, out=w.cols)
+    # to whole levels, as PIL's 8-bit intermediate (no clip: see the end), columns first;
+    # without antialias, as F.interpolate, the fractions are kept
+    if antialias:
+        np.add(w.mid, 0.5, out=w.mid)
+        np.floor(w.turned, out=w.cols)
+    else:
+        w.cols[...] = w.turned
     # pass 2, over columns: one product per band of columns, all rows of all channels at once
     np.matmul(xa.weights, w.windows, out=w.res)
     # round half up into CHW. No clip: the weights are >= 0 and sum to 1, so a value lies in
     # 0..255 (float error ~1e-4), and the cast's truncation of x + 0.5 gives 0..255.
-    np.add(w.picked[:, :size, :size], 0.5, out=out, casting="unsafe")
+    np.add(w.picked[:, :rows, :cols], 0.5, out=out, casting="unsafe")

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.constants import RESAMPLE
 from ..core.errors import ImageDecodeError
 from .archive import MemberReader
 from .image import check_pixels, frame_pixels
@@ -155,9 +156,10 @@ class _Decoding:
             file.close()
             raise ImageDecodeError(f"not a video PyAV can read: {_why(exc)}") from None
 
-    def frame(self, t: int) -> np.ndarray:
-        """Frame `t` (not before `next`) as RGB `(height, width, 3)`; frames before it are
-        decoded and dropped.
+    def frame(self, t: int, grey: bool = False) -> np.ndarray:
+        """Frame `t` (not before `next`) as RGB `(height, width, 3)` (`grey`: FFmpeg's grey,
+        the full-range Y plane, in all three channels); frames before it are decoded and
+        dropped.
 
         Raises:
             ImageDecodeError: the decoder failed or ended before frame `t`.
@@ -178,7 +180,9 @@ class _Decoding:
             self.next += 1
             if self.next > t:
                 check_pixels(frame.width, frame.height)  # (FFmpeg's `max_pixels` did already)
-                return frame.to_ndarray(format="rgb24")
+                if not grey:
+                    return frame.to_ndarray(format="rgb24")
+                return np.repeat(frame.to_ndarray(format="gray")[..., None], 3, axis=2)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):  # closing after a decode error may fail again
@@ -216,8 +220,11 @@ def decode_frames(
     counts: tuple[int, int],
     size: int,
     crop: str,
+    resample: str = RESAMPLE,
+    grey: bool = False,
 ) -> list[np.ndarray | str]:
-    """Frames `indices` (increasing) of the video `rel`, each `(1, 3, size, size)`; or, when
+    """Frames `indices` (increasing) of the video `rel`, each `(1, 3, size, size)` (resized by
+    the filter `resample`; FFmpeg's grey in each channel with `grey`); or, when
     any of them cannot be decoded, the same skip reason for every one (a run of a clip is
     packed whole or not at all). `counts`: the frames the plan counted in the video, and the
     number of the last one it keeps (after which the video is closed)."""
@@ -225,7 +232,9 @@ def decode_frames(
     decoding: _Decoding | None = None
     try:
         decoding = _decoding(reader, rel, ref, indices[0], total)
-        out: list[np.ndarray | str] = [frame_pixels(decoding.frame(t), size, crop) for t in indices]
+        out: list[np.ndarray | str] = [
+            frame_pixels(decoding.frame(t, grey), size, crop, resample) for t in indices
+        ]
     except ImageDecodeError as exc:
         if decoding is not None:
             _release(decoding)
