@@ -201,3 +201,17 @@ def test_cuda_states_resume_byte_for_byte(packs, cache):
         assert all(torch.equal(a, b) for a, b in zip(calls(again, 20), want))
         ov.close()
         again.close()
+
+
+@pytest.mark.parametrize("cache", ["pool", "stream"])
+def test_a_mix_of_pools_or_streams_shows_each_packs_images_by_weight(packs, cache):
+    a, b = images_of(packs[0]), images_of(packs[1])
+    kw = dict(weights=[0.75, 0.25], cache=cache, flip=False, pool=24, num_workers=1, seed=5)
+    one, two = mixshard.Overlay(list(packs), **kw), mixshard.Overlay(list(packs), **kw)
+    drawn = torch.cat([one.sample(12) for _ in range(40)])
+    assert torch.equal(drawn, torch.cat([two.sample(12) for _ in range(40)]))  # seeded
+    from_b = [img.numpy().tobytes() in b for img in drawn]
+    assert all(img.numpy().tobytes() in a or x for img, x in zip(drawn, from_b))
+    assert abs(np.mean(from_b) - 0.25) < 4.5 * np.sqrt(0.25 * 0.75 / len(drawn))
+    one.close()
+    two.close()

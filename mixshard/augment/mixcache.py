@@ -10,6 +10,7 @@ drawn, and replaced after `uses` draws, at that rate).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ import torch
 
 from ..core.device import move_index
 from .caches import BackgroundCache, DeviceCache
+from .draws import Carry
 from .keyed import keyed_np
 from .mixing import Mix
 
@@ -33,6 +35,9 @@ class MixedCache:
         shape: one image's `(3, size, size)`.
         store: device caches only: the one tensor every pack's `DeviceCache` is a slice of,
             in pack order; a call is then one gather from it, as a single pack's is.
+        chunked: pools: each pack's pool is asked for the first call's number of images each
+            time (what it leaves over is kept for the next calls), so that the draws it makes
+            ahead for its next call, on its own thread, are always the ones asked for.
     """
 
     def __init__(
@@ -43,10 +48,12 @@ class MixedCache:
         device: torch.device,
         shape: tuple[int, int, int],
         store: torch.Tensor | None = None,
+        chunked: bool = False,
     ) -> None:
         self.caches, self.mix, self.key, self.store = caches, mix, key, store
-        self.device, self.shape = device, shape
+        self.device, self.shape, self.chunked = device, shape, chunked
         self.samples = 0  # samples drawn: the next one's number
+        self._carries: list[Carry[torch.Tensor]] = []
 
     def picks(self, n: int) -> np.ndarray:
         """The packs of the next `n` samples (by the weights in force), counted drawn."""
@@ -59,16 +66,24 @@ class MixedCache:
         packs = self.picks(n)
         self.mix.advance()
         counts = np.bincount(packs, minlength=len(self.caches))
-        if counts.max() == n:  # one pack: its images as they come
+        if counts.max() == n and not self.chunked:  # one pack: its images as they come
             return self.caches[int(packs[0])].take(n, own)
         if self.store is not None:
             return self.store.index_select(0, self._index(packs, counts))
+        if self.chunked and not self._carries:  # (a pool's buffer is used again: keep copies)
+            self._carries = [Carry(partial(c.take, n, False), torch.clone) for c in self.caches]
         # each pack's images one after the other, then one gather into sample order (a
         # scatter, `index_copy_`, cost 5-20x the gather on a CPU)
-        parts = [self.caches[k].take(int(c), own=False) for k, c in enumerate(counts) if c]
+        parts = [p for k, c in enumerate(counts.tolist()) if c for p in self._pieces(k, c)]
         inverse = np.empty(n, np.int64)
         inverse[np.argsort(packs, kind="stable")] = np.arange(n)
         return torch.cat(parts).index_select(0, move_index(inverse, self.device))
+
+    def _pieces(self, k: int, count: int) -> list[torch.Tensor]:
+        """Pack `k`'s next `count` images, in pieces (valid until its cache's next take)."""
+        if self._carries:
+            return self._carries[k].take(count)
+        return [self.caches[k].take(count, own=False)]
 
     def _index(self, packs: np.ndarray, counts: np.ndarray) -> torch.Tensor:
         """Where in `store` each sample's image is (the device caches' draws, in order)."""

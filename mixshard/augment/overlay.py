@@ -229,7 +229,8 @@ class Overlay:
             else:
                 batch = max(1, min(self.batch_size, source.count // rank_world()[1]))
                 caches.append(StreamCache(source, device, self.num_workers, shared + k, batch))
-        return MixedCache(caches, self._mix, seed_key(seed), device, shape, store)
+        key = seed_key(seed)
+        return MixedCache(caches, self._mix, key, device, shape, store, chunked=mode == "pool")
 
     def _state(self, device: torch.device) -> _DeviceState:
         device = canonical(device)
