@@ -9,7 +9,8 @@ in the same process:
   * `reset` of 64 of 1,024 environments by a bool mask and by an index tensor (goal <= 1 ms);
   * mixing (issue 50): `Backgrounds([pack, pack], weights=[0.5, 0.5])` against
     `Backgrounds(pack)`, paired calls of `step` + `composite` (per-pixel bool mask) with a
-    reset of 64 environments every step, and of the reset alone (goal <= 1.10x);
+    reset of 64 environments every step, and of the reset alone, in wall and in CPU seconds
+    (goal <= 1.10x in CPU seconds: what other jobs on a shared machine take does not count);
   * DMC-GB's video background (`VideoWrapper`: decode the whole clip at each reset, then per
     step `F.interpolate(bilinear, align_corners=False)` of one frame to 84 px) against
     `Backgrounds.reset` + 500 `step` + `images` for one environment (goal >= 100x). DMC-GB
@@ -38,7 +39,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from benchlib import OUT, ROOT, call_seconds, machine, paired, table
+from benchlib import OUT, ROOT, call_seconds, machine, paired, paired_cpu, table
 from wholestep import step_rows
 
 import mixshard
@@ -165,8 +166,10 @@ def mixing_rows(pack: Path, g: torch.Generator, args: argparse.Namespace) -> lis
         (f"reset of {k} of {n}, bool mask", partial(mix.reset, mask), partial(one.reset, mask)),
     ):
         sec, _, ratio = paired(fn, base, args.runs * 2)
-        mark = verdict(ratio <= 1.10, "<= 1.10x")
-        rows.append([threads, f"a mix of 2 packs: {name}", ms(sec), f"{ratio:.3f}x", mark])
+        _, _, cpu = paired_cpu(fn, base, args.runs * 2)
+        mark = verdict(cpu <= 1.10, "<= 1.10x in CPU s")
+        cell = f"{ratio:.3f}x (CPU s: {cpu:.3f}x)"
+        rows.append([threads, f"a mix of 2 packs: {name}", ms(sec), cell, mark])
     return rows
 
 

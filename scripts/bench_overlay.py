@@ -10,7 +10,8 @@ Per call with float32 obs (N, 9, 84, 84), N = 128 and 256:
   * mixing (issue 50): `Overlay([pack, pack2], weights=[0.5, 0.5])` (every batch draws from
     both packs: a pick per sample, two caches, one scatter) against `Overlay(pack)`, per cache
     mode, as paired calls in one process (alternating, so drift hits both alike): the median
-    of the per-call ratios (goal <= 1.10).
+    of the per-call ratios, in wall seconds and in the process's CPU seconds (what other jobs
+    take from a shared machine does not count: the goal, <= 1.10, is on those).
 Median of --runs timed calls after warm-up; one torch thread (per-core figures) unless
 --threads. Each cell runs in a fresh process whose glibc malloc is held in steady state
 (MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ set, heap grown once), else page faults on
@@ -39,6 +40,7 @@ from benchlib import (
     machine,
     make_sources,
     paired,
+    paired_cpu,
     reference_batches,
     table,
 )
@@ -120,8 +122,9 @@ def mixing_rows(device: torch.device, sizes: tuple[int, ...], args: argparse.Nam
             obs = (torch.rand(n, 3 * K, 84, 84, generator=g) * 255).to(device)
             warm_heap()
             mixed, single, ratio = paired(partial(mix, obs), partial(one, obs), args.runs)
-            verdict = "met" if ratio <= 1.10 else "NOT met"
-            cells = [f"{single * 1e6:,.0f}", f"{mixed * 1e6:,.0f}", f"{ratio:.3f}x"]
+            _, _, cpu = paired_cpu(partial(mix, obs), partial(one, obs), args.runs)
+            verdict = "met" if cpu <= 1.10 else "NOT met"
+            cells = [f"{single * 1e6:,.0f}", f"{mixed * 1e6:,.0f}", f"{ratio:.3f}x", f"{cpu:.3f}x"]
             rows.append([n, cache, *cells, f"<= 1.10x: {verdict}"])
         one.close()
         mix.close()
@@ -130,7 +133,7 @@ def mixing_rows(device: torch.device, sizes: tuple[int, ...], args: argparse.Nam
 
 def print_mixing(name: str, sizes: tuple[int, ...], args: argparse.Namespace) -> None:
     print(f"\n{name.upper()}, mixing: two packs at 0.5/0.5 against one, paired calls\n")
-    head = ["N", "cache", "one pack µs", "a mix of 2 µs", "mix / one (median)", "goal"]
+    head = ["N", "cache", "one pack µs", "a mix of 2 µs", "mix / one", "mix / one, CPU s", "goal"]
     print(table(head, mixing_rows(torch.device(name), sizes, args)))
 
 

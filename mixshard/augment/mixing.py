@@ -149,10 +149,17 @@ class Mix:
 
     def pick(self, bits: torch.Tensor) -> torch.Tensor:
         """The pack (int64) of each random word (int64 bits, from `keyed`)."""
+        # compares and a sum, not `searchsorted`: on a CPU that ran on torch's thread pool,
+        # and waited up to a scheduler tick (4-85 ms) for a worker on a busy machine
+        flipped = bits ^ _SIGN
+        if len(self._words) <= 1:
+            if not len(self._words):
+                return torch.zeros_like(bits)
+            return (flipped >= int(self._words[0])).long()
         words = self._devices.get(bits.device)
         if words is None:
             words = self._devices[bits.device] = torch.from_numpy(self._words).to(bits.device)
-        return torch.searchsorted(words, bits ^ _SIGN, right=True)
+        return (flipped.unsqueeze(1) >= words).sum(1)
 
     def pick_np(self, bits: np.ndarray) -> np.ndarray:
         """`pick` of uint64 words in numpy (`keyed_np`): the same packs."""
