@@ -87,6 +87,15 @@ class MixedCache:
 
     def _index(self, packs: np.ndarray, counts: np.ndarray) -> torch.Tensor:
         """Where in `store` each sample's image is (the device caches' draws, in order)."""
+        if self.device.type == "cpu":  # numpy's ops: a few µs fewer each than torch's
+            host = np.empty(len(packs), np.int64)
+            offset = 0
+            for k, cache in enumerate(self.caches):
+                assert isinstance(cache, DeviceCache)
+                if counts[k]:
+                    host[packs == k] = cache.take_index(int(counts[k])).numpy() + offset
+                offset += cache.count
+            return torch.from_numpy(host)
         index = torch.empty(len(packs), dtype=torch.int64, device=self.device)
         offset = 0
         for k, cache in enumerate(self.caches):
