@@ -13,7 +13,7 @@ Three tables:
     object, then the next 10^5 composited observations (`Backgrounds`, 100 environments x
     1,000 steps; --quick 10^3) and 10^4 overlaid batches (`Overlay`, device, pool and stream
     caches, one pack and a mix; --quick 10^2) against the uninterrupted run's, as a SHA-256 of every
-    output's bytes (goal: equal); a mix of pools' `state_dict` is refused (it keeps no state);
+    output's bytes (goal: equal);
   * state size: `len(pickle.dumps(state_dict()))` against 4 KB + 16 bytes per environment.
 
     python scripts/bench_mixing.py [--quick]

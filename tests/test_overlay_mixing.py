@@ -39,10 +39,11 @@ KW = dict(alpha=(0.2, 0.9), crop=(0.5, 1.0), seed=4, num_workers=1, batch_size=1
 
 
 @pytest.mark.parametrize("mixed", [False, True])
-@pytest.mark.parametrize("cache", ["device", "stream"])
+@pytest.mark.parametrize("cache", ["device", "stream", "pool"])
 def test_a_state_resumes_byte_for_byte_mid_epoch(packs, cache, mixed):
+    """Mid-epoch, and for pools (16 images drawn twice each) mid-pool."""
     source = list(packs) if mixed else packs[0]
-    kw = dict(KW, cache=cache, weights=[0.7, 0.3] if mixed else None)
+    kw = dict(KW, cache=cache, weights=[0.7, 0.3] if mixed else None, pool=16, uses=2)
     ov = mixshard.Overlay(source, **kw)
     states, batches = [], []
     for t in range(0, 40, 8):  # 8 calls of ~7: past an epoch of 48 (and of 30) images
@@ -108,11 +109,6 @@ def test_a_pool_refuses_a_state_it_cannot_keep(packs):
         "cache='stream'"
     )
     ov.close()
-    mix = mixshard.Overlay(list(packs), weights=[1, 1], cache="pool", pool=16)
-    mix.sample(4)
-    with pytest.raises(ValueError, match=r"a mix of pools \(cache='pool' with weights=\) keeps"):
-        mix.state_dict()
-    mix.close()
 
 
 def test_a_samples_pack_does_not_depend_on_its_batch(packs):
@@ -189,8 +185,6 @@ def test_cuda_states_resume_byte_for_byte(packs, cache):
         return [o(torch.full((8, 6, 8, 8), 90.0, device="cuda")) for _ in range(count)]
 
     for source, weights in ((packs[0], None), (list(packs), [0.7, 0.3])):
-        if cache == "pool" and weights:
-            continue  # (a mix of pools keeps no state)
         ov = mixshard.Overlay(source, weights=weights, **kw)
         calls(ov, 13)
         state = ov.state_dict()
@@ -215,3 +209,22 @@ def test_a_mix_of_pools_or_streams_shows_each_packs_images_by_weight(packs, cach
     assert abs(np.mean(from_b) - 0.25) < 4.5 * np.sqrt(0.25 * 0.75 / len(drawn))
     one.close()
     two.close()
+
+
+def test_a_mix_of_pools_resumes_after_new_weights(packs):
+    """The pools' shares of `pool=` are the constructor's weights', not those a state
+    brings: a restored mix makes the same pools."""
+    kw = dict(KW, cache="pool", pool=20, uses=2, weights=[0.8, 0.2])
+    ov = mixshard.Overlay(list(packs), **kw)
+    run(ov, 6)
+    ov.set_weights([0.3, 0.7])
+    run(ov, 6, 6)
+    state = ov.state_dict()
+    assert state["devices"]["cpu"]["carried"]["chunk"] == 5
+    want = run(ov, 15, 12)
+    again = mixshard.Overlay(list(packs), **kw)
+    again.load_state_dict(state)
+    assert again.weights == [0.3, 0.7]
+    assert all(torch.equal(a, b) for a, b in zip(run(again, 15, 12), want))
+    ov.close()
+    again.close()

@@ -27,7 +27,7 @@ class Carry(Generic[T]):
         """Items carried to the next take."""
         return 0 if self._left is None else len(self._left)
 
-    def restart(self, left: T) -> None:
+    def restart(self, left: T | None) -> None:
         """Carry `left` to the next take (a loaded state's)."""
         self._left = left
 

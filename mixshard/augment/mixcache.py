@@ -37,7 +37,9 @@ class MixedCache:
             in pack order; a call is then one gather from it, as a single pack's is.
         chunked: pools: each pack's pool is asked for the first call's number of images each
             time (what it leaves over is kept for the next calls), so that the draws it makes
-            ahead for its next call, on its own thread, are always the ones asked for.
+            ahead for its next call, on its own thread, are always the ones asked for. The
+            chunks are the caller's own (`own=True`): a call may take two chunks of one pool,
+            whose second take's draw ahead reuses the first's buffer on the pool's thread.
     """
 
     def __init__(
@@ -54,6 +56,7 @@ class MixedCache:
         self.device, self.shape, self.chunked = device, shape, chunked
         self.samples = 0  # samples drawn: the next one's number
         self._carries: list[Carry[torch.Tensor]] = []
+        self.chunk = 0  # (chunked: the first call's size)
 
     def picks(self, n: int) -> np.ndarray:
         """The packs of the next `n` samples (by the weights in force), counted drawn."""
@@ -70,14 +73,35 @@ class MixedCache:
             return self.caches[int(packs[0])].take(n, own)
         if self.store is not None:
             return self.store.index_select(0, self._index(packs, counts))
-        if self.chunked and not self._carries:  # (a pool's buffer is used again: keep copies)
-            self._carries = [Carry(partial(c.take, n, False), torch.clone) for c in self.caches]
+        if self.chunked and not self._carries:
+            self.chunk = n
+            self._carries = [Carry(partial(c.take, n, True)) for c in self.caches]
         # each pack's images one after the other, then one gather into sample order (a
         # scatter, `index_copy_`, cost 5-20x the gather on a CPU)
         parts = [p for k, c in enumerate(counts.tolist()) if c for p in self._pieces(k, c)]
         inverse = np.empty(n, np.int64)
         inverse[np.argsort(packs, kind="stable")] = np.arange(n)
         return torch.cat(parts).index_select(0, move_index(inverse, self.device))
+
+    def carried(self) -> dict[str, Any] | None:
+        """Chunked: the chunk's size and the images each pack's last chunk has left (None
+        before the first call)."""
+        if not self._carries:
+            return None
+        return {"chunk": self.chunk, "left": [c.left for c in self._carries]}
+
+    def resume(self, carried: dict[str, Any], taken: list[bool]) -> None:
+        """Continue from `carried()`, each pool made with its calls but the last (a loaded
+        state's): the packs that were `taken` from take their last chunk again, and carry its
+        last `left` images, as the run that saved the state did."""
+        chunk, left = _carried(carried, len(self.caches))
+        self.chunk, self._carries = chunk, []
+        for cache, keep, again in zip(self.caches, left, taken):
+            carry: Carry[torch.Tensor] = Carry(partial(cache.take, chunk, True))
+            if again:
+                images = cache.take(chunk, own=True)
+                carry.restart(images[len(images) - keep :] if keep else None)
+            self._carries.append(carry)
 
     def _pieces(self, k: int, count: int) -> list[torch.Tensor]:
         """Pack `k`'s next `count` images, in pieces (valid until its cache's next take)."""
@@ -117,8 +141,24 @@ class MixedCache:
 
 def pool_shares(size: int, mix: Mix) -> list[int]:
     """A pool of `size` images split between the packs by each one's largest weight (the
-    constructor's and its schedule's), at least one image each."""
-    top = mix.weights.copy()
+    constructor's and its schedule's: not those in force, which a loaded state changes), at
+    least one image each."""
+    top = mix.initial.copy()
     for _, weights in mix.schedule:
         top = np.maximum(top, weights)
     return [max(1, int(size * w / top.sum())) for w in top]
+
+
+def _carried(carried: Any, packs: int) -> tuple[int, list[int]]:
+    """`MixedCache.carried()`'s chunk and images left per pack, checked."""
+    chunk = carried.get("chunk") if isinstance(carried, dict) else None
+    left = carried.get("left") if isinstance(carried, dict) else None
+    if (
+        type(chunk) is not int
+        or chunk < 1
+        or not isinstance(left, list)
+        or len(left) != packs
+        or not all(type(x) is int and 0 <= x <= chunk for x in left)
+    ):
+        raise ValueError(f"state carried must be a chunk and the images each pack left: {carried}")
+    return chunk, left

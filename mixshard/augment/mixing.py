@@ -120,6 +120,7 @@ class Mix:
         else:
             start = check_mix_weights(weights, packs)
         # what the state must have been saved with (the constructor's weights and schedule)
+        self.initial = start
         self.fingerprint = _fingerprint(start, self.schedule)
         self.step, self.applied = 0, 0
         self._devices: dict[torch.device, torch.Tensor] = {}

@@ -193,7 +193,7 @@ class Overlay:
         saved: dict[str, Any] | None = None,
     ) -> BackgroundCache:
         if self.sources is not None and self._mix is not None:
-            return self._make_mixed(mode, device, seed, shared)
+            return self._make_mixed(mode, device, seed, shared, saved)
         if mode == "device":
             return DeviceCache(self.source, device, gen)
         if mode == "pool":
@@ -205,7 +205,9 @@ class Overlay:
         batch = max(1, min(self.batch_size, self.count // rank_world()[1]))
         return StreamCache(self.source, device, self.num_workers, shared, batch)
 
-    def _make_mixed(self, mode: str, device: torch.device, seed: int, shared: int) -> MixedCache:
+    def _make_mixed(
+        self, mode: str, device: torch.device, seed: int, shared: int, saved: dict[str, Any] | None
+    ) -> MixedCache:
         """One cache per pack (`mixcache.py`), each drawing from seeds of its own."""
         assert self.sources is not None and self._mix is not None
         caches: list[BackgroundCache] = []
@@ -224,8 +226,10 @@ class Overlay:
                 gen, images = torch.Generator(device=device), store[lo : lo + source.count]
                 caches.append(DeviceCache(source, device, gen, own_seed, images))
                 lo += source.count
-            elif mode == "pool":
-                caches.append(PoolCache(source, device, share, self.uses, own_seed, shared + k))
+            elif mode == "pool":  # (a loaded state's pool: its calls but the last: `resume`)
+                calls = None if saved is None else pool_calls(saved, k, last=False)
+                pool = PoolCache(source, device, share, self.uses, own_seed, shared + k, calls)
+                caches.append(pool)
             else:
                 batch = max(1, min(self.batch_size, source.count // rank_world()[1]))
                 caches.append(StreamCache(source, device, self.num_workers, shared + k, batch))

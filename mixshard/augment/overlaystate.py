@@ -13,8 +13,10 @@ refused with a `ValueError` naming what differs.
 A pool's state is its calls' sizes (runs of `[n, times]`): where its images sit depends on every
 call since the start, so a load makes the calls again without images (`pool.PoolCache._replay`,
 tens of µs a call) and reads in the images its slots hold. A pool's call sizes that change more
-than `pool.MAX_RUNS` times, and a mix of pools (its packs' call sizes change at every call),
-keep no state: `state_dict` says so.
+than `pool.MAX_RUNS` times keep no state: `state_dict` says so. A mix's pools are each asked
+for one size of chunk (`MixedCache`), so their calls are one run; a load makes each pool with
+its calls but the last, then takes the last chunk again and carries what the saved run had
+left of it.
 """
 
 from __future__ import annotations
@@ -54,15 +56,8 @@ def device_state(mode: str, cache: BackgroundCache, generator: torch.Generator) 
     """One device's state.
 
     Raises:
-        ValueError: the device uses a mix of pools, or a pool whose call sizes changed too
-            often (`PoolCache.state_dict`).
+        ValueError: a pool whose call sizes changed too often (`PoolCache.state_dict`).
     """
-    if mode == "pool" and isinstance(cache, MixedCache):
-        raise ValueError(
-            "state_dict: a mix of pools (cache='pool' with weights=) keeps no state: its "
-            "packs' pools are called with sizes that change at every call; use "
-            "cache='device' or cache='stream' to resume exactly"
-        )
     then = cache.perms.then if isinstance(cache, DeviceCache) else None
     parts = _parts(cache)
     return {
@@ -70,6 +65,7 @@ def device_state(mode: str, cache: BackgroundCache, generator: torch.Generator) 
         "generator": pack_states(then, generator.get_state()),
         "caches": [p.state_dict() for p in parts],  # type: ignore[attr-defined]
         "samples": cache.samples if isinstance(cache, MixedCache) else None,
+        "carried": cache.carried() if isinstance(cache, MixedCache) else None,
     }
 
 
@@ -93,6 +89,9 @@ def load_device_state(
         if type(samples) is not int or samples < 0:
             raise ValueError(f"state samples must be an int >= 0, got {samples!r}")
         cache.samples = samples
+        if state.get("carried") is not None:  # a mix of pools: each pool's last chunk again
+            taken = [bool(pool_calls(state, k)) for k in range(len(parts))]
+            cache.resume(state["carried"], taken)
     generator.set_state(now)
 
 
@@ -145,14 +144,21 @@ def _fix(key: str) -> str:
     return "make it with the same packs and seed"
 
 
-def pool_calls(saved: dict[str, Any]) -> list[list[int]]:
-    """A pool's calls in a device's state, checked: runs of `[n, times]`, ints >= 1."""
+def pool_calls(saved: dict[str, Any], k: int = 0, last: bool = True) -> list[list[int]]:
+    """Pool `k`'s calls in a device's state, checked: runs of `[n, times]`, ints >= 1; without
+    the last call unless `last` (a mix's pool takes its last chunk again: `MixedCache.resume`).
+    """
     caches = saved.get("caches")
-    calls = caches[0].get("calls") if isinstance(caches, list) and caches else None
+    ok = isinstance(caches, list) and len(caches) > k and isinstance(caches[k], dict)
+    calls: Any = caches[k].get("calls") if ok else None  # type: ignore[index]
     ok = isinstance(calls, list) and all(
         isinstance(c, list) and len(c) == 2 and all(type(v) is int and v >= 1 for v in c)
         for c in calls
     )
     if not ok:
         raise ValueError(f"state of a pool must hold its calls as [n, times] runs, got {calls!r}")
-    return calls  # type: ignore[return-value]
+    calls = [list(c) for c in calls]
+    if not last and calls:
+        calls[-1][1] -= 1
+        calls = calls if calls[-1][1] else calls[:-1]
+    return calls
