@@ -215,8 +215,6 @@ def size_rows(packs: tuple[Path, Path, Path]) -> list[list[object]]:
     obs = torch.rand(32, 9, 32, 32) * 255
     for cache in ("device", "stream", "pool"):
         for source, weights in ((images, None), ([images, more], [1, 1])):
-            if cache == "pool" and weights:
-                continue  # (refused)
             ov = mixshard.Overlay(source, cache=cache, weights=weights, num_workers=1, crop=None)
             overlay_run(ov, 0, 20, obs)
             size = len(pickle.dumps(ov.state_dict()))

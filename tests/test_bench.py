@@ -154,4 +154,4 @@ def test_bench_mixing_quick(tmp_path):
     assert out.count("batches | call 123 | equal |") == 6 and "refused" not in out
     sizes = [line for line in out.splitlines() if " envs | " in line]
     assert len(sizes) == 3 and all(line.endswith("| met |") for line in sizes)
-    assert out.count("| Overlay, ") == 11 and "NOT met" not in out and "DIFFERENT" not in out
+    assert out.count("| Overlay, ") == 12 and "NOT met" not in out and "DIFFERENT" not in out
