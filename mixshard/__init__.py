@@ -29,12 +29,12 @@ _LAZY: dict[str, str] = {
     "Manifest": "core.manifest",
     "VerifyReport": "reading.verifying",
     "verify": "reading.verifying",
-    "load_image": "writing.image",
+    "load_image": "writing.pixels.image",
     "PackProgress": "writing.packing",
     "PackResult": "writing.packing",
     "pack": "writing.packing",
-    "ScanResult": "writing.scanning",
-    "scan": "writing.scanning",
+    "ScanResult": "writing.sources.scanning",
+    "scan": "writing.sources.scanning",
     "Loader": "reading.loading",
     "loader": "reading.loading",
     "ShardStream": "reading.stream",
@@ -106,9 +106,9 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from .reading.prefetcher import prefetch
     from .reading.stream import ShardStream
     from .reading.verifying import VerifyReport, verify
-    from .writing.image import load_image
     from .writing.packing import PackProgress, PackResult, pack
-    from .writing.scanning import ScanResult, scan
+    from .writing.pixels.image import load_image
+    from .writing.sources.scanning import ScanResult, scan
 
 
 def __getattr__(name: str) -> Any:

@@ -46,7 +46,7 @@ from .core.constants import RESAMPLE_MODES
 from .core.errors import ManifestError, MixshardError
 from .datasets import pack_folder
 from .reading.source import resolve_source
-from .writing.image import grey_pixels
+from .writing.pixels.image import grey_pixels
 
 DATASET = "dbc-video"  # the pack's folder in $MIXSHARD_DATA (or dbc-video-<size>)
 DBC_RESAMPLE = RESAMPLE_MODES[1]  # cv2.resize's bilinear: half-pixel centres, no antialias

@@ -14,7 +14,7 @@ and the disk the pack takes. Definitions: scripts/imagestats.py. Everything is s
 
 `--decode` compares the images `pack` stores (every image of SRC, 84 px, `--crop center` and
 `--crop random`) as pack makes them (a JPEG decoded at the smallest DCT scale that keeps the
-crop at least 84 px, resized by `writing/resample.py`) with the same images decoded in full
+crop at least 84 px, resized by `writing/pixels/resample.py`) with the same images decoded in full
 and resized by PIL (the reference), and with a full decode resized by pack: their mean, std
 and detail percentiles, as ratios, and whether the median and p10 of the detail are within 3%.
 
@@ -249,7 +249,7 @@ def stored_images(src: Path, crop: str, mode: str) -> np.ndarray:
     """Every image of `src` as `pack --size 84 --crop CROP` stores it, `(n, 3, 84, 84)`.
     `mode`: "pack" (as pack does), "full" (decoded without DCT scaling, pack's resize) or
     "pil" (PIL decodes in full and resizes, as the naive loop and the old pack did)."""
-    from mixshard.writing import image
+    from mixshard.writing.pixels import image
 
     keys = [p for p, _ in mixshard.scan(src).items]
     saved = image._draft_scale, image._dct_eighths, image.simplejpeg

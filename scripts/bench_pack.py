@@ -49,8 +49,8 @@ from pack_sources import RUN_TREE, archives, compiled_package, first_images, pac
 from PIL import Image
 
 from mixshard import pack
-from mixshard.writing.image import load_image
-from mixshard.writing.scanning import scan
+from mixshard.writing.pixels.image import load_image
+from mixshard.writing.sources.scanning import scan
 
 REAL = ROOT.parent / "shared" / "real-frames"
 PLACES365 = 1_803_460 + 36_500  # Places365-Standard train + val images
@@ -78,7 +78,7 @@ print(n)
 # pack process itself spent after its imports and those of its decode workers (one line).
 SHARE = """
 import atexit, os, sys, runpy
-import mixshard.cli, mixshard.writing.packing, mixshard.writing.localrun
+import mixshard.cli, mixshard.writing.packing, mixshard.writing.run.localrun
 start = os.times()
 def report():
     t = os.times()

@@ -39,7 +39,7 @@ from benchlib import (
 )
 
 import mixshard
-from mixshard.writing.scanning import scan
+from mixshard.writing.sources.scanning import scan
 
 BATCH = 256
 

@@ -18,7 +18,7 @@ import numpy as np
 from benchlib import OUT, ROOT
 from PIL import Image, ImageOps
 
-from mixshard.writing.scanning import scan
+from mixshard.writing.sources.scanning import scan
 
 
 def _view(img: Image.Image, view: int) -> Image.Image:
@@ -130,7 +130,7 @@ def package_at(ref: str) -> Path | None:
 BUILD = """
 from setuptools import Distribution, Extension
 from setuptools.command.build_ext import build_ext
-ext = Extension("mixshard.writing._resize", ["mixshard/writing/_resize.c"],
+ext = Extension("mixshard.writing.pixels._resize", ["mixshard/writing/pixels/_resize.c"],
                 extra_compile_args=["-O3", "-ffp-contract=off"])
 cmd = build_ext(Distribution({"ext_modules": [ext]}))
 cmd.inplace = 1

@@ -177,6 +177,30 @@ def test_the_rooms_of_reading_import_only_downwards():
     assert seen == set(ROOMS)
 
 
+# The rooms of `writing/`, each importing only the rooms before it (besides `core/`): what SRC
+# holds knows no pixels, a file's pixels no plan, the plan no output, the output no runner;
+# only `packing` (`pack`), above them all, imports every room.
+WRITING_ROOMS = ("sources", "pixels", "plan", "out", "run")
+
+
+def test_the_rooms_of_writing_import_only_downwards():
+    seen = set()
+    for path in (PACKAGE / "writing").glob("*/*.py"):
+        room = path.parent.name
+        seen.add(room)
+        below = set(WRITING_ROOMS[: WRITING_ROOMS.index(room) + 1])
+        for name in imports_of(path, annotations=True):
+            parts = name.split(".")
+            if parts[:2] == ["mixshard", "writing"] and len(parts) > 2:
+                assert parts[2] in below, f"writing/{room}/{path.name} imports {name}"
+            elif parts[0] == "mixshard":
+                assert parts[1:2] == ["core"], f"writing/{room}/{path.name} imports {name}"
+    assert seen == set(WRITING_ROOMS)
+    # nothing but the rooms and `pack` above them
+    top = {p.name for p in (PACKAGE / "writing").glob("*.py")}
+    assert top == {"__init__.py", "packing.py"}
+
+
 def test_torch_cuda_is_named_in_the_device_seam_only():
     for path in PACKAGE.rglob("*.py"):
         rel = path.relative_to(PACKAGE).as_posix()
@@ -199,7 +223,7 @@ def test_each_side_imports_only_what_it_uses():
 
 _HEAVY = (
     "torch", "webdataset", "tqdm", "multiprocessing", "concurrent.futures.process", "tarfile",
-    "zipfile", "psutil", "socket", "mixshard.writing.storeout",
+    "zipfile", "psutil", "socket", "mixshard.writing.out.storeout",
 )  # fmt: skip
 
 
@@ -303,8 +327,8 @@ def test_ci_built_every_compiled_module():
     failed build would only show as skipped tests: on CI, where a compiler is, it fails here."""
     from mixshard.augment import fused
     from mixshard.reading.pack import mapped
-    from mixshard.writing import resample
+    from mixshard.writing.pixels import resample
 
     assert fused._lerp is not None, "mixshard/augment/_lerp.c was not built"
     assert mapped._mapped is not None, "mixshard/reading/pack/_mapped.c was not built"
-    assert resample._resize is not None, "mixshard/writing/_resize.c was not built"
+    assert resample._resize is not None, "mixshard/writing/pixels/_resize.c was not built"

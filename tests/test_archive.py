@@ -196,7 +196,7 @@ def test_a_truncated_archive_is_named_before_out_is_touched(data, tmp_path):
 def test_an_archive_cut_while_packing_keeps_finished_shards(data, tmp_path, monkeypatch):
     root, ref = data
     tar = archive(root, "tar")
-    from mixshard.writing import archive as archive_mod
+    from mixshard.writing.sources import archive as archive_mod
 
     real = archive_mod.MemberReader.fetch
     calls = []

@@ -211,3 +211,17 @@ def test_pack_options_are_checked_before_anything_is_read_or_written(tmp_path, k
         mixshard.pack(tmp_path / "no-source", tmp_path / "out", **kwargs)
     assert str(err.value).startswith(message)
     assert not (tmp_path / "out").exists()
+
+
+def test_the_pack_command_offers_the_choices_of_the_option_types():
+    """`core/choices.py` lists each option's values once; the command's choices are those."""
+    import click
+
+    from mixshard.cli import cli
+    from mixshard.core.choices import ClipList, Crop, Labels, Resample, values
+
+    params = {p.name: p for p in cli.commands["pack"].params}
+    for name, choice in (("crop", Crop), ("labels", Labels), ("resample", Resample),
+                         ("clip_list", ClipList)):  # fmt: skip
+        assert isinstance(params[name].type, click.Choice), name
+        assert tuple(params[name].type.choices) == values(choice), name

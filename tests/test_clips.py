@@ -32,7 +32,7 @@ from mixshard.core import manifest as manifest_module
 from mixshard.core.constants import JOURNAL_NAME
 from mixshard.core.errors import ManifestError, SkippedImagesError, SourceError
 from mixshard.core.manifest import Clip, Manifest
-from mixshard.writing.image import frame_pixels, load_image
+from mixshard.writing.pixels.image import frame_pixels, load_image
 
 SIZE = 16
 ARGS = dict(size=SIZE, shard_size=10, block_size=4, workers=1, clips=True)
@@ -190,7 +190,7 @@ def test_every_and_max_frames_pick_frames_and_divide_the_rate(videos, tmp_path):
     red = images[m.clips[1].start : m.clips[1].start + 4, 0, 8, 8].astype(int)
     assert np.abs(red - [colour(1, t)[0] for t in (0, 3, 6, 9)]).max() <= TOLERANCE
     assert m.options["every"] == 3 and m.options["max_frames"] == 5
-    from mixshard.writing import video
+    from mixshard.writing.pixels import video
 
     assert getattr(video._local, "open", None) is None  # each video closed after its last frame
 
@@ -253,8 +253,8 @@ def test_a_video_that_decodes_short_is_skipped_once_and_left_out_of_the_table(
 ):
     """The plan counts 30 frames in video2 (its packets say 12): decoding runs out, and its
     frames are skipped with one entry; the table closes up, labels keep the clip's number."""
-    from mixshard.writing import clipsource
-    from mixshard.writing.video import VideoInfo, probe_video
+    from mixshard.writing.pixels.video import VideoInfo, probe_video
+    from mixshard.writing.plan import clipsource
 
     def probe(file, progress=None):
         info = probe_video(file, progress)
@@ -383,7 +383,7 @@ def test_a_clip_pack_goes_into_an_object_store_as_into_a_folder(
     videos, video_pack, s3_bucket, tmp_path, monkeypatch
 ):
     from mixshard.core.stores import Store
-    from mixshard.writing import storeout
+    from mixshard.writing.out import storeout
 
     monkeypatch.setenv(storeout.STAGING_ENV, str(tmp_path / "staging"))
     url = s3_bucket + "/clips"
@@ -452,13 +452,13 @@ def test_job_array_parts_then_finish_give_the_same_clip_pack(videos, video_pack,
 def test_a_resumed_clip_pack_stamps_each_video_once_and_redoes_a_changed_one(
     videos, video_pack, tmp_path
 ):
-    from mixshard.writing.clipplan import plan_clips
-    from mixshard.writing.shardwrite import plan_stamps
+    from mixshard.writing.out.shardwrite import plan_stamps
+    from mixshard.writing.plan.clipplan import plan_clips
+    from mixshard.writing.plan.options import ClipOptions, PackOptions
 
-    options = dict(size=SIZE, crop="center", variants=1, shard_size=10, block_size=4, seed=0,
-                   shuffle=False)  # fmt: skip
-    clips = {"every": 1, "max_frames": None, "shuffle_clips": False}
-    plan = plan_clips(videos, None, {**options, "clips": clips})
+    options = PackOptions(size=SIZE, crop="center", variants=1, shard_size=10, block_size=4,
+                          seed=0, shuffle=False, clips=ClipOptions())  # fmt: skip
+    plan = plan_clips(videos, None, options)
     # shard 1: frames 10-19 = video1 #10-14, video2 #0-4
     assert plan.source_files(1) == (("video1.mp4", 0), ("video2.mp4", 1))
     sizes = [s[0] for s in plan_stamps(plan, 1)]

@@ -16,8 +16,8 @@ from helpers import alarm, files, make_tree, noise, run
 
 import mixshard
 from mixshard import Manifest, MixshardError
-from mixshard.writing import raypack
-from mixshard.writing.plan import make_plan
+from mixshard.writing.plan.packplan import make_plan
+from mixshard.writing.run import raypack
 
 ray = pytest.importorskip("ray")
 
@@ -170,14 +170,14 @@ def test_a_node_that_cannot_see_out_is_named(source, local_ray, tmp_path):
     assert not missing.exists()
 
 
-def slow_decode(root, keys, *args):
+def slow_decode(task):
     """A decode that is slow on the last, short chunk of a shard: by then the shard's first
     blocks are written, so the test can kill the worker mid-shard."""
-    from mixshard.writing.decodepool import decode_chunk
+    from mixshard.writing.run.decodepool import decode_chunk
 
-    if len(keys) < 32:
+    if len(task.keys) < 32:
         time.sleep(0.5)
-    return decode_chunk(root, keys, *args)
+    return decode_chunk(task)
 
 
 def test_a_killed_worker_is_retried_and_the_bytes_do_not_change(source, local_ray,

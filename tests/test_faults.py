@@ -19,7 +19,7 @@ from helpers import files, make_tree, noise, run
 import mixshard
 from mixshard import Manifest
 from mixshard.core.errors import WriteError
-from mixshard.writing import scanning
+from mixshard.writing.sources import scanning
 
 ARGS = ["--size", "8", "--shard-size", "6", "--workers", "1"]
 
@@ -202,7 +202,7 @@ def test_a_lock_taken_on_a_removed_lock_file_is_taken_again(tmp_path, monkeypatc
     """A run that releases removes its lock file: a run that opened that file just before
     must not think it holds OUT (a third run would lock the new file too)."""
     from mixshard.core.constants import LOCK_NAME
-    from mixshard.writing import outlock
+    from mixshard.writing.out import outlock
 
     out = tmp_path / "out"
     out.mkdir()

@@ -121,7 +121,7 @@ def test_2_a_failed_strict_overwrite_keeps_the_earlier_pack(tree, tmp_path):
 
 
 def test_2_a_full_disk_during_overwrite_keeps_the_earlier_pack(tree, tmp_path, monkeypatch):
-    import mixshard.writing.tarwriter as fmt
+    import mixshard.writing.out.tarwriter as fmt
 
     out = tmp_path / "out"
     assert run("pack", tree, out, *ARGS, "--shard-size", 6).exit_code == 0
@@ -169,7 +169,7 @@ def test_2_strict_names_every_unreadable_file_in_one_run(tmp_path):
     assert not (tmp_path / "out").exists()
     # a non-strict run that stopped after two shards had skipped some of them: a strict
     # resume redoes those shards and still names all four
-    import mixshard.writing.tarwriter as fmt
+    import mixshard.writing.out.tarwriter as fmt
 
     real = fmt.ShardWriter.add_block
 
@@ -267,7 +267,7 @@ def test_8_progress_counts_images_written(tree, tmp_path):
 
 
 def test_8_free_space_is_checked_before_anything_is_written(tree, tmp_path, monkeypatch):
-    from mixshard.writing import outdir
+    from mixshard.writing.out import outdir
 
     monkeypatch.setattr(outdir, "free_bytes", lambda folder: 1000)
     res = run("pack", tree, tmp_path / "out", *ARGS)
@@ -329,7 +329,7 @@ def test_8_preview_refuses_other_suffixes(tree, tmp_path):
 def test_2_an_interrupted_overwrite_keeps_the_old_pack_and_a_rerun_goes_on(
     tree, tmp_path, monkeypatch
 ):
-    import mixshard.writing.tarwriter as fmt
+    import mixshard.writing.out.tarwriter as fmt
 
     out = tmp_path / "out"
     assert run("pack", tree, out, *ARGS).exit_code == 0

@@ -26,7 +26,7 @@ import mixshard
 from mixshard import ShardError, ShardStream
 from mixshard.core import stores
 from mixshard.core.stores import Store
-from mixshard.writing import storeout
+from mixshard.writing.out import storeout
 
 pytest.importorskip("s3fs", reason="the s3 extra is not installed (pip install 'mixshard[s3]')")
 pytest.importorskip("moto.server", reason="moto[server] is not installed")

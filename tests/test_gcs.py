@@ -20,7 +20,7 @@ ARGS = dict(size=8, shard_size=5, block_size=2, workers=1)
 
 @pytest.fixture(autouse=True)
 def staging(tmp_path, monkeypatch):
-    from mixshard.writing import storeout
+    from mixshard.writing.out import storeout
 
     monkeypatch.setenv(storeout.STAGING_ENV, str(tmp_path / "staging"))
 

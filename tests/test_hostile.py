@@ -333,7 +333,7 @@ def test_spawned_workers_see_a_pack_replaced_between_epochs(tmp_path):
 
 def test_readers_are_told_when_a_pack_is_being_written(good, tmp_path):
     pack = tmp_path / "pack"
-    from mixshard.writing.outdir import OutLock
+    from mixshard.writing.out.outlock import OutLock
 
     lock = OutLock(pack)
     try:

@@ -23,7 +23,7 @@ from PIL import Image
 
 from mixshard import pack
 from mixshard.core.manifest import Manifest
-from mixshard.writing import video, videofile
+from mixshard.writing.pixels import video, videofile
 
 ROOT = Path(__file__).resolve().parent.parent
 ARGS = dict(size=8, shard_size=100, block_size=4, workers=1, clips=True)
@@ -196,7 +196,7 @@ def test_a_long_probe_draws_its_bar_at_a_terminal(tmp_path):
     bar of the bytes it has read, named by the video."""
     padded(tmp_path / "src" / "a.mkv", 4 << 20)
     code = (
-        "import sys; from mixshard.writing import videofile; videofile.QUIET_SECONDS = -1; "
+        "import sys; from mixshard.writing.pixels import videofile; videofile.QUIET_SECONDS = -1; "
         "videofile._REPORT_EVERY = 0; from mixshard.cli import cli; "
         "cli.main(sys.argv[1:], prog_name='mixshard')"
     )
@@ -271,7 +271,7 @@ _LATE_CTRL_C = textwrap.dedent(
     import atexit, os, signal, sys
     signal.signal(signal.SIGINT, signal.default_int_handler)  # also where pytest ignores it
     from mixshard.core import manifest
-    from mixshard.writing import localrun
+    from mixshard.writing.run import localrun
     point = sys.argv.pop(1)
 
     def ctrl_c():

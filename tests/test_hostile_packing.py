@@ -26,7 +26,7 @@ import mixshard
 from mixshard import Manifest
 from mixshard.core.errors import OutputError, SkippedImagesError
 from mixshard.core.files import atomic_write, create_file, open_own
-from mixshard.writing.magic import NOT_AN_IMAGE
+from mixshard.writing.sources.magic import NOT_AN_IMAGE
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -277,7 +277,7 @@ _CTRL_C_AT_START = textwrap.dedent(
     """
     import multiprocessing, os, signal, sys, time
     from concurrent.futures import ProcessPoolExecutor
-    from mixshard.writing import decodepool
+    from mixshard.writing.run import decodepool
     signal.signal(signal.SIGINT, signal.default_int_handler)  # also where pytest ignores it
 
     real = ProcessPoolExecutor._spawn_process
@@ -325,7 +325,7 @@ _SLOW_PACK = textwrap.dedent(
     """
     import signal, sys, time
     signal.signal(signal.SIGINT, signal.default_int_handler)  # also where pytest ignores it
-    from mixshard.writing import decodepool
+    from mixshard.writing.run import decodepool
     real_load, real_start = decodepool.load_image, decodepool.start_pool
     def slow(*args, **kwargs):
         time.sleep(0.02)
@@ -444,7 +444,7 @@ def test_huge_non_images_in_an_archive_are_skipped_from_their_first_bytes(
 def test_the_scratch_of_a_tar_gz_is_counted_in_the_free_space_check(tmp_path, monkeypatch):
     folder = zeros_tree(tmp_path)
     gz = archived(tmp_path, "tar.gz")
-    from mixshard.writing import outdir
+    from mixshard.writing.out import outdir
 
     images = sum(p.stat().st_size for p in folder.glob("img*.png"))
     scratch = images + 3 * ZEROS  # what the listing says it may copy: the members' sizes
@@ -499,7 +499,7 @@ def test_hard_links_in_a_tar_pack_as_the_extracted_folder(tmp_path, kind):
 def test_a_hard_link_chain_and_a_link_to_nothing(tmp_path):
     """A link to a link reads the file the first one reads; a link whose target the archive
     does not hold (as a file, before it) is skipped, as extraction fails on it."""
-    from mixshard.writing import archive
+    from mixshard.writing.sources import archive
 
     good = noise(tmp_path / "g.png").read_bytes()
     tar = tmp_path / "x.tar"
@@ -540,7 +540,7 @@ def test_a_ctrl_c_python_drops_is_raised_again(monkeypatch):
     """A KeyboardInterrupt raised in a `__del__` (or an import's weakref callback, where a
     Ctrl-C at the start of a pack landed 1 time in 80) is dropped by Python; `CtrlC` saw it,
     and the pack loop's next progress report raises it."""
-    from mixshard.writing.ctrlc import CtrlC
+    from mixshard.writing.run.ctrlc import CtrlC
 
     class Dropper:
         def __del__(self):

@@ -9,7 +9,7 @@ from PIL import Image, ImageOps
 
 from mixshard.core.crops import crop_rng, random_resized_box
 from mixshard.core.errors import ImageDecodeError
-from mixshard.writing.image import crop_boxes, load_image
+from mixshard.writing.pixels.image import crop_boxes, load_image
 
 
 def rgb_at(arr: np.ndarray) -> tuple[int, int, int]:
@@ -162,7 +162,7 @@ def test_unknown_crop_mode():
 
 
 def test_jpeg_scale_keeps_the_crop_at_the_output_size():
-    from mixshard.writing.image import _dct_eighths
+    from mixshard.writing.pixels.image import _dct_eighths
 
     assert _dct_eighths([(0, 0, 256, 256)], 84) == 3  # decoded at 96 px, never at 1/2 or 1/4
     assert _dct_eighths([(0, 0, 200, 150)], 84) == 5  # 150 * 3/8 = 56 < 84
@@ -171,7 +171,7 @@ def test_jpeg_scale_keeps_the_crop_at_the_output_size():
 
 
 def test_scaled_jpeg_decode_is_close_to_a_full_decode_and_pil_still_decodes(tmp_path, monkeypatch):
-    from mixshard.writing import image
+    from mixshard.writing.pixels import image
 
     path = noise(tmp_path / "big.jpg", size=(256, 256), seed=3, quality=95)
     Image.open(path).resize((64, 64)).resize((256, 256), Image.Resampling.BICUBIC).save(
@@ -190,7 +190,7 @@ def test_scaled_jpeg_decode_is_close_to_a_full_decode_and_pil_still_decodes(tmp_
 
 
 def test_a_jpeg_without_exif_skips_pil_and_gets_the_same_pixels(tmp_path, monkeypatch):
-    from mixshard.writing import image
+    from mixshard.writing.pixels import image
 
     path = noise(tmp_path / "plain.jpg", size=(300, 200), seed=5, quality=90)
     exif = Image.Exif()
@@ -216,7 +216,7 @@ def test_a_jpeg_without_exif_skips_pil_and_gets_the_same_pixels(tmp_path, monkey
 
 
 def test_a_jpeg_is_read_whole_or_in_two_reads_with_the_same_pixels(tmp_path, monkeypatch):
-    from mixshard.writing import image
+    from mixshard.writing.pixels import image
 
     path = noise(tmp_path / "a.jpg", size=(120, 90), seed=9, quality=90)
     whole = load_image(path, 32)

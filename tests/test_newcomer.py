@@ -16,7 +16,7 @@ from helpers import files, make_flat, run
 import mixshard
 from mixshard.core.manifest import Manifest
 from mixshard.testdata import make_image_folder
-from mixshard.writing import replace
+from mixshard.writing.out import replace
 
 ROOT = Path(__file__).resolve().parents[1]
 ARGS = ("--size", "8", "--workers", "1", "--quiet")

@@ -14,7 +14,7 @@ import pytest
 from helpers import bad_images, make_flat, make_tree, noise, read_pack, run, solid
 
 from mixshard import Manifest, pack, scan
-from mixshard.writing.image import load_image
+from mixshard.writing.pixels.image import load_image
 
 
 def files(folder: Path) -> dict[str, bytes]:
@@ -260,7 +260,7 @@ def test_worker_pixels_come_back_through_result_slots_or_pickled_the_same(
     """Forked workers write their chunk's pixels into a shared result slot and send back only
     True or a skip reason per image; spawned ones (no slots) send the arrays. The same bytes
     either way, slots used again in turn, bad files skipped in place, several variants."""
-    from mixshard.writing import localrun
+    from mixshard.writing.run import localrun
 
     src = tmp_path / "src"
     make_tree(src, classes=("c", "d", "e"), per_class=70)  # 210 good images
@@ -293,7 +293,7 @@ def test_worker_pixels_come_back_through_result_slots_or_pickled_the_same(
 
 
 def test_the_chunks_of_a_shard_are_its_items_in_turn_and_never_the_next_shards(tmp_path):
-    from mixshard.writing.plan import make_plan
+    from mixshard.writing.plan.packplan import make_plan
 
     make_tree(tmp_path / "src", classes=("a", "b"), per_class=11)
     plan = make_plan(str(tmp_path / "src"), scan(tmp_path / "src"), size=8, crop="center",
@@ -306,7 +306,8 @@ def test_the_chunks_of_a_shard_are_its_items_in_turn_and_never_the_next_shards(t
 
 
 def test_result_slots_are_apart_and_refuse_what_does_not_fit():
-    from mixshard.writing.decodepool import ResultSlots, decode_to_slot
+    from mixshard.writing.plan.packplan import DecodeTask
+    from mixshard.writing.run.decodepool import ResultSlots, decode_to_slot
 
     slots = ResultSlots(2, 10)
     slots.region(0, 10)[:] = 1
@@ -316,7 +317,7 @@ def test_result_slots_are_apart_and_refuse_what_does_not_fit():
     with pytest.raises(ValueError, match="11 bytes do not fit a slot of 10"):
         slots.region(1, 11)
     with pytest.raises(RuntimeError, match="runs in a worker forked with result slots"):
-        decode_to_slot(0, "src", ["a.png"], 8, "center", 1, 0)  # this process has none
+        decode_to_slot(0, DecodeTask("src", ["a.png"], 8, "center", 1, 0))  # this one has none
 
 
 def test_strict_fails_naming_the_files(tmp_path):
@@ -390,7 +391,7 @@ def test_overwrite_replaces_an_earlier_pack(tree, tmp_path):
 
 
 def test_full_disk_is_a_clean_error(tree, tmp_path, monkeypatch):
-    import mixshard.writing.tarwriter as fmt
+    import mixshard.writing.out.tarwriter as fmt
 
     def no_space(self, data):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

@@ -166,3 +166,9 @@ def test_davis_packs_the_suites_two_lists(tmp_path):
     (frames / "dog").rmdir()  # one validation clip gone: the source is named
     res = make("davis", f"SRC={tmp_path / 'DAVIS'}", f"DATA={tmp_path / 'out2'}", "SIZE=8")
     assert res.returncode != 0 and "lacks 1 of the 30 of 'davis17-val': dog" in res.stderr
+
+
+def test_the_clip_lists_are_the_clip_list_choices_in_their_order():
+    from mixshard.core.choices import ClipList, values
+
+    assert tuple(CLIP_LISTS) == values(ClipList)

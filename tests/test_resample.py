@@ -1,4 +1,4 @@
-"""writing/resample.py: PIL's bilinear filter as banded matrix products, and compiled."""
+"""writing/pixels/resample.py: PIL's bilinear filter as banded matrix products, and compiled."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from mixshard.writing import resample
-from mixshard.writing.resample import resize_into
+from mixshard.writing.pixels import resample
+from mixshard.writing.pixels.resample import resize_into
 
 
 def pil_resize(pixels: np.ndarray, box: tuple[float, ...], size: int) -> np.ndarray:
@@ -86,7 +86,9 @@ def test_the_same_window_gives_the_same_bytes_cached_or_not():
 def test_the_compiled_resize_is_built():
     """`pip install` compiles `_resize.c` where a C compiler is (every machine `make test`
     runs on); without it packs are slower, and this names why."""
-    assert resample._resize is not None, "mixshard/writing/_resize.c was not built (a C compiler?)"
+    assert resample._resize is not None, (
+        "mixshard/writing/pixels/_resize.c was not built (a C compiler?)"
+    )
 
 
 def smooth(shape: tuple[int, int], seed: int) -> np.ndarray:

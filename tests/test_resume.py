@@ -151,7 +151,7 @@ def test_dead_worker_is_an_error_not_a_hang(tmp_path, monkeypatch):
     src = tmp_path / "src"
     for i in range(70):
         noise(src / f"{i}.png", size=(20, 20), seed=i)
-    localrun = sys.modules["mixshard.writing.localrun"]
+    localrun = sys.modules["mixshard.writing.run.localrun"]
     monkeypatch.setattr(localrun, "decode_chunk", crash_chunk)  # workers spawned: no slots
     monkeypatch.setattr(localrun, "decode_to_slot", crash_chunk)
     with pytest.raises(mixshard.MixshardError, match="a decode worker process died"):
@@ -192,7 +192,7 @@ def test_every_resumable_error_ends_with_the_resume_hint(tmp_path, monkeypatch):
 
 
 def test_workers_that_cannot_start_are_not_a_write_error(tmp_path, monkeypatch):
-    from mixshard.writing import localrun
+    from mixshard.writing.run import localrun
 
     def no_fork(*args, **kwargs):
         raise BlockingIOError(11, "Resource temporarily unavailable")

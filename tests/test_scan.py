@@ -7,7 +7,7 @@ import pytest
 from helpers import make_flat, make_tree, solid
 
 from mixshard.core.errors import SourceError
-from mixshard.writing.scanning import natural_key, scan
+from mixshard.writing.sources.scanning import natural_key, scan
 
 
 def test_natural_sort_orders_numbers_by_value():
@@ -143,7 +143,7 @@ def test_unreadable_folder_is_reported(tmp_path: Path):
 def test_plain_files_are_not_stat_ed_one_by_one(tmp_path, monkeypatch):
     """Their kind comes from the folder listing: on a network file system a `stat` of each of
     1.8 million files is a round trip each. Symlinks are still followed (and checked)."""
-    from mixshard.writing import scanning
+    from mixshard.writing.sources import scanning
 
     make_tree(tmp_path, classes=("a", "b"), per_class=10)
     (tmp_path / "a" / "notes.txt").write_text("not an image")

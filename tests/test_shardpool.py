@@ -1,4 +1,4 @@
-"""writing/shardpool.py: whole shards written by the decode workers themselves."""
+"""writing/run/shardpool.py: whole shards written by the decode workers themselves."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from helpers import bad_images, crash_chunk, files, make_tree
 
 from mixshard import Manifest, pack
 from mixshard.core.errors import MixshardError, PackInterrupted, WriteError
-from mixshard.writing import localrun, shardpool
-from mixshard.writing.shardpool import ShardJob, WholeShards, whole_shards
+from mixshard.writing.run import localrun, shardpool
+from mixshard.writing.run.shardpool import ShardJob, WholeShards, whole_shards
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="whole shards need forked workers")
 
@@ -45,8 +45,8 @@ def runs(monkeypatch) -> list[str]:
 
 
 def plan_of(src):
-    from mixshard.writing.plan import make_plan
-    from mixshard.writing.scanning import scan
+    from mixshard.writing.plan.packplan import make_plan
+    from mixshard.writing.sources.scanning import scan
 
     return make_plan(str(src), scan(src), size=8, crop="center", variants=1, shard_size=40,
                      block_size=16, seed=0, shuffle=True)  # fmt: skip
@@ -77,7 +77,7 @@ def test_whole_shards_are_the_bytes_one_process_writes(src, tmp_path, monkeypatc
 def test_each_task_records_the_stamps_of_its_shards_files(src, tmp_path):
     """What a resumed run checks before it reuses a shard: taken by the task, not the pack
     process (1.8 million `stat`s before any worker started, on Places365)."""
-    from mixshard.writing.shardwrite import plan_stamps
+    from mixshard.writing.out.shardwrite import plan_stamps
 
     plan, done = plan_of(src), []
     (tmp_path / "out").mkdir()
@@ -110,7 +110,7 @@ def test_a_dead_worker_is_an_error_and_leaves_no_partial_shard(src, tmp_path, mo
 
 
 def test_a_failed_write_in_a_worker_names_the_shard(src, tmp_path, monkeypatch):
-    from mixshard.writing import tarwriter
+    from mixshard.writing.out import tarwriter
 
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

@@ -16,7 +16,7 @@ from mixshard.core.layout import block_span
 from mixshard.core.stores import Store
 from mixshard.reading.preview import preview_grid
 from mixshard.reading.verifying import verify
-from mixshard.writing import storeout
+from mixshard.writing.out import storeout
 
 ARGS = dict(size=8, shard_size=5, block_size=2, workers=1)
 

@@ -1,4 +1,4 @@
-"""The parts of writing/storeout.py a whole pack into moto's S3 rarely reaches: the marker's
+"""The parts of writing/out/storeout.py a whole pack into moto's S3 rarely reaches: the marker's
 heartbeat and the markers it ignores, the uploader stopped mid-way, the staging folder's
 default, errors of the packer passed through, a Ray task's own upload. On fsspec's in-memory
 file system (`memory://`): no server."""
@@ -17,8 +17,8 @@ import pytest
 
 from mixshard.core.errors import OutputError, WriteError
 from mixshard.core.stores import Store
-from mixshard.writing import storeout
-from mixshard.writing.shardwrite import DoneShard
+from mixshard.writing.out import storeout
+from mixshard.writing.out.shardwrite import DoneShard
 
 pytest.importorskip("fsspec", reason="the s3 extra is not installed (pip install 'mixshard[s3]')")
 

@@ -1,4 +1,4 @@
-"""`pack` into an object store (writing/storeout.py), against moto's S3 server on 127.0.0.1: the
+"""`pack` into an object store (writing/out/storeout.py), against moto's S3 server on 127.0.0.1: the
 same bytes as a local pack, `index.json` last, resume, overwrite, the marker lock and the
 errors."""
 
@@ -16,7 +16,7 @@ from stores import pack_all_but_index
 from mixshard import Manifest, ShardStream, pack
 from mixshard.core.errors import OutputError, ShardError
 from mixshard.core.stores import Store
-from mixshard.writing import storeout
+from mixshard.writing.out import storeout
 
 ARGS = dict(size=8, shard_size=5, block_size=2, workers=1)
 CLI_ARGS = ["--size", "8", "--shard-size", "5", "--block-size", "2", "--workers", "1"]

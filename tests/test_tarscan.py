@@ -1,4 +1,4 @@
-"""`writing/tarscan.py` lists a tar as `tarfile` does, or leaves it to `tarfile`."""
+"""`writing/sources/tarscan.py` lists a tar as `tarfile` does, or leaves it to `tarfile`."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import tarfile
 
 import pytest
 
-from mixshard.writing import archive, archivelist, tarscan
-from mixshard.writing.tarscan import Unusual, tar_members
+from mixshard.writing.sources import archive, archivelist, tarscan
+from mixshard.writing.sources.tarscan import Unusual, tar_members
 
 FORMATS = {"gnu": tarfile.GNU_FORMAT, "pax": tarfile.PAX_FORMAT, "ustar": tarfile.USTAR_FORMAT}
 LONG = "deep/" + "x" * 90 + "/" + "y" * 60 + ".jpg"  # over 100 bytes: a long name in each format

@@ -1,4 +1,5 @@
-"""`writing/zipmembers.py` reads a zip member's bytes as `zipfile` does, or leaves it to it."""
+"""`writing/sources/zipmembers.py` reads a zip member's bytes as `zipfile` does, or leaves it
+to it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import zipfile
 import pytest
 
 from mixshard.core.errors import ImageDecodeError
-from mixshard.writing.zipmembers import zip_data, zip_kind
+from mixshard.writing.sources.zipmembers import zip_data, zip_kind
 
 
 @pytest.fixture()

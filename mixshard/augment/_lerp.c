@@ -1300,7 +1300,10 @@ static int unit_interleaved(const Job *j, ssz n, ssz p0, ssz len, Scratch *s) {
     const uint8_t *frames[64];
     for (ssz f = 0; f < k; f++)
         if (frame_of(j, n, f, &frames[f])) return 1;
-    if (flip) step -= step % width; /* (prepare keeps width * k <= ISTEP then) */
+    if (flip)
+        step -= step % width; /* (prepare keeps width * k <= ISTEP then) */
+    else if (step >= 32)
+        step -= step % 32; /* whole 32s of pixel-frames: the vector loops leave no tail */
     if (step < 1) step = 1;          /* (never a loop that does not move) */
     for (ssz i = 0; i < len; i += step) {
         ssz m = len - i < step ? len - i : step, px = p0 + i;

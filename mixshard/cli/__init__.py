@@ -19,7 +19,7 @@ __all__ = ["cli", "main"]
 def main() -> None:
     """Console-script entry point."""
     _one_blas_thread()
-    from ..writing import ctrlc
+    from ..writing.run import ctrlc
 
     # Ctrl-C counted to the process's very end: one the command dropped, or one that lands in
     # an `atexit` callback (a process pool's, where Python drops it), still exits 130
@@ -40,7 +40,7 @@ def main() -> None:
 
 
 def _interrupted_at_exit(told: list[int]) -> None:
-    from ..writing import ctrlc
+    from ..writing.run import ctrlc
 
     if told and ctrlc.count() > told[0]:
         sys.stdout.flush()

@@ -1,28 +1,30 @@
-"""`mixshard pack`: flags checked here, then one call of `mixshard.pack`."""
+"""`mixshard pack`: the flags the library does not check, then one call of `mixshard.pack`,
+whose `ArgumentError`s are worded with these flags."""
 
 from __future__ import annotations
 
+import ast
 import os
+import shlex
 import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
 import click
 
+from ..core.choices import ClipList, Crop, Labels, Resample, values
 from ..core.constants import (
-    CROP_MODES,
     DEFAULT_BLOCK_SIZE,
     DEFAULT_SEED,
     DEFAULT_SHARD_SIZE,
     DEFAULT_SIZE,
-    LABEL_MODES,
     MAX_BLOCK_SIZE,
     MAX_SIZE,
     RESAMPLE,
-    RESAMPLE_MODES,
 )
+from ..core.errors import ArgumentError
 from ..core.stores import is_store_url
-from ..writing.ctrlc import CtrlC, LateInterrupt
+from ..writing.run.ctrlc import CtrlC, LateInterrupt
 from .base import RESUME_HINT, PartType, as_flags, cli, human_bytes, quiet_option, shown
 
 PACK_OPTIONS = [
@@ -35,7 +37,7 @@ PACK_OPTIONS = [
     ),
     click.option(
         "--crop",
-        type=click.Choice(CROP_MODES),
+        type=click.Choice(values(Crop)),
         default="center",
         show_default=True,
         help="center: shorter side to SIZE, centre crop; random: RandomResizedCrop "
@@ -44,7 +46,7 @@ PACK_OPTIONS = [
     ),
     click.option(
         "--resample",
-        type=click.Choice(RESAMPLE_MODES),
+        type=click.Choice(values(Resample)),
         default=RESAMPLE,
         show_default=True,
         help="The resize filter, recorded in index.json. bilinear: PIL's, antialiased when "
@@ -95,7 +97,7 @@ PACK_OPTIONS = [
     ),
     click.option(
         "--labels",
-        type=click.Choice(LABEL_MODES),
+        type=click.Choice(values(Labels)),
         default="auto",
         show_default=True,
         help="folders: top-level subfolders are classes; none: one unlabeled set; "
@@ -125,40 +127,20 @@ def _check_pack_flags(opts: dict[str, Any]) -> None:
         raise click.UsageError("--part cannot be combined with --overwrite, --ray or --finish")
     if opts["finish"] and opts["ray"]:
         raise click.UsageError("--finish writes index.json only; drop --ray")
-    _check_clip_flags(opts)
 
 
-def _check_clip_flags(opts: dict[str, Any]) -> None:
-    """`--clips` and the flags that go with it (or do not); `--every` unset is every frame."""
-    opts["every"] = opts["every"] or 1
-    if not opts["clips"]:
-        given = [
-            f
-            for f in ("every", "max_frames", "shuffle_clips", "clip_list")
-            if opts[f] not in (1, None, False)
-        ]
-        if given:
-            flag = "--" + given[0].replace("_", "-")
-            raise click.UsageError(f"{flag} applies to clip packs only: add --clips")
-        return
-    if opts["crop"] == "random" or opts["variants"] > 1:
-        raise click.UsageError(
-            "--clips takes --crop center or --crop full, one variant: a clip's frames share one "
-            "window (drop --crop random / --variants)"
-        )
-    if opts["labels"] != "auto":
-        raise click.UsageError("--labels does not apply to --clips: a frame's label is its clip's")
-
-
-def _known_clip_list(name: str | None) -> str | None:
-    """`--clip-list NAME` checked as it is parsed: an unknown name is a usage error naming the
-    lists (the lists' module loads numpy, which must not start before `main` sets its threads)."""
-    from ..core.presets import CLIP_LISTS
-
-    if name is not None and name not in CLIP_LISTS:
-        lists = ", ".join(repr(n) for n in CLIP_LISTS)
-        raise click.BadParameter(f"{name!r} is not one of {lists}.")
-    return name
+def _as_flag(name: str, value: str | None) -> str:
+    """An argument a library message names (an `ArgumentError`'s field), spelled as this
+    command's flag: `every` as `--every`, `crop='full'` as `--crop full`, `clips=True` as
+    `--clips`. The flags are the command's own parameters, looked up by name."""
+    params = {p.name: p for p in click.get_current_context().command.params}
+    param = params.get(name)
+    if not isinstance(param, click.Option):
+        return name if value is None else f"{name}={value}"
+    flag = max(param.opts, key=len)
+    if value is None or param.is_flag:
+        return flag
+    return f"{flag} {shlex.quote(str(ast.literal_eval(value)))}"
 
 
 def _on_terminal(stream: Any) -> bool:
@@ -331,7 +313,7 @@ def _classes(classes: tuple[str, ...]) -> str:
 @click.option(
     "--clip-list",
     metavar="NAME",
-    callback=lambda ctx, param, value: _known_clip_list(value),
+    type=click.Choice(values(ClipList)),
     default=None,
     help="With --clips: pack only the clips of a benchmark's list, in its order "
     "(dmcgb-video_easy, dmcgb-video_hard, davis17-train, davis17-val); one missing is an error.",
@@ -359,8 +341,8 @@ def pack(src: str, out: str, quiet: bool, **opts: Any) -> None:
       mixshard pack video_hard data/vh --clips --crop full --resample bilinear-no-antialias
       mixshard pack DAVIS.zip data/davis --clips --within DAVIS/JPEGImages/480p
     """
-    from ..writing.archive import check_within
     from ..writing.packing import pack as run_pack
+    from ..writing.sources.archive import check_within
 
     _check_pack_flags(opts)
     if os.path.exists(src):  # (a missing SRC is named by the pack itself)
@@ -369,10 +351,13 @@ def pack(src: str, out: str, quiet: bool, **opts: Any) -> None:
         except ValueError as exc:
             raise click.UsageError(as_flags(str(exc))) from None
     shuffle = not opts.pop("no_shuffle")
+    opts["every"] = opts["every"] or 1  # unset: every frame
     update, close = _progress_bar(quiet)
     with CtrlC() as ctrl_c:  # a Ctrl-C Python drops, up to the summary's last line, is seen
         try:
             result = run_pack(src, out, shuffle=shuffle, progress=update, **opts)
+        except ArgumentError as exc:  # the library's rules, worded with these flags
+            raise click.UsageError(exc.worded(_as_flag)) from None
         except LateInterrupt:  # while index.json was written: the pack is whole
             _interrupted_when_finished(out, part=False)
         except KeyboardInterrupt:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .choices import Crop, Labels, Resample, values
+
 FORMAT_NAME = "mixshard"
 FORMAT_VERSION = 1
 # A clip pack (frames of video clips in play order, `clips` in index.json) is version 2, so a
@@ -42,14 +44,11 @@ DEFAULT_SEED = 0
 CHANNELS = 3
 DTYPE = "uint8"
 LAYOUT = "NCHW"
-RESAMPLE = "bilinear"
-# how a pack resizes: PIL's bilinear, antialiased when shrinking (the default); bilinear at
-# half-pixel centres without antialias, as F.interpolate(align_corners=False) and
-# tf.image.resize, which the video benchmarks (DMC-GB, DCS, DMC-VB) resize with
-RESAMPLE_MODES = (RESAMPLE, "bilinear-no-antialias")
-
-CROP_MODES = ("center", "random", "full")
-LABEL_MODES = ("auto", "folders", "none")
+# the values of the options with choices, as `core/choices.py` lists them
+RESAMPLE_MODES = values(Resample)  # how a pack resizes (`Resample`)
+RESAMPLE: Resample = "bilinear"  # the default
+CROP_MODES = values(Crop)
+LABEL_MODES = values(Labels)
 NO_LABEL = -1
 
 # Lower-case; matching is case-insensitive.

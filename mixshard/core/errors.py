@@ -6,12 +6,15 @@
   a folder in use) raises a `MixshardError` subclass. Its message names the file or URL, says
   what was found and what is expected, and gives the fix.
 * Library messages speak of function arguments (`variants=`), never of command-line flags;
-  the CLI checks its own flags and turns a `MixshardError` into one `Error: ...` line
-  (exit 1).
+  an `ArgumentError` names them as fields that the CLI spells as its own flags (a usage
+  error, exit 2), and the CLI turns a `MixshardError` into one `Error: ...` line (exit 1).
 * `assert` is never used on input. Library code never prints; warnings use `warnings.warn`.
 """
 
 from __future__ import annotations
+
+import re
+from collections.abc import Callable
 
 
 class MixshardError(Exception):
@@ -73,3 +76,24 @@ class ImageDecodeError(Exception):
 class ForkedError(MixshardError):
     """An object whose threads run in another process (it was made before a `fork`) was
     used in the child; make it in the child (e.g. in a DataLoader's `worker_init_fn`)."""
+
+
+class ArgumentError(ValueError):
+    """Arguments a call cannot be made with, worded once for every caller. Each argument the
+    message names is a field of `template`: `{name}` for the argument, `{name=value}` for it
+    set to a value (a Python literal). `str()` spells them as Python does (`every`,
+    `crop='full'`); `worded(spell)` as a caller's own (the command line's flags: `--every`,
+    `--crop full`), so no caller rewrites the message."""
+
+    def __init__(self, template: str) -> None:
+        self.template = template
+        super().__init__(
+            self.worded(lambda name, value: name if value is None else f"{name}={value}")
+        )
+
+    def worded(self, spell: Callable[[str, str | None], str]) -> str:
+        """The message with each field spelled `spell(name, value literal or None)`."""
+        return _FIELD.sub(lambda m: spell(m.group(1), m.group(2)), self.template)
+
+
+_FIELD = re.compile(r"\{(\w+)(?:=([^{}]*))?\}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
+from .choices import ClipList
 from .errors import ManifestError, MixshardError
 from .manifest import Manifest
 
@@ -38,7 +39,8 @@ DAVIS17_VAL = (
     "scooter-black", "shooting", "soapbox",
 )  # fmt: skip
 
-CLIP_LISTS: dict[str, tuple[str, ...]] = {
+# by `ClipList`, in its order
+CLIP_LISTS: dict[ClipList, tuple[str, ...]] = {
     "dmcgb-video_easy": tuple(f"video{i}.mp4" for i in range(10)),
     "dmcgb-video_hard": tuple(f"video{i}.mp4" for i in range(100)),
     "davis17-train": DAVIS17_TRAIN,

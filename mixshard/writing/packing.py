@@ -1,9 +1,11 @@
 """`pack`: scan -> plan -> decode and write shards -> `index.json`. Never imports torch.
 
-The plan (`plan.py`) is fixed before any pixel is decoded. Shards are written under temporary
-names, fsync'd, renamed and recorded in a journal, by this machine (`localrun.py`), by Ray tasks
-(`raypack.py`) or by the parts of a job array; `index.json` is written last. Resuming reuses
-the recorded shards and redoes the rest, so every way of running a plan gives the same bytes.
+The options are checked and the plan made (`plan/`) before any pixel is decoded or OUT is
+touched. Shards are written under temporary names, fsync'd, renamed and recorded in a journal
+(`out/`), by this machine, by Ray tasks or by the parts of a job array (`run/`); `index.json`
+is written last. Resuming reuses the recorded shards and redoes the rest, so every way of
+running a plan gives the same bytes. What it reports while it runs (`PackProgress`) and what it
+made (`PackResult`) are here too.
 """
 
 from __future__ import annotations
@@ -17,17 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..core.choices import ClipList, Crop, Labels, Resample
 from ..core.constants import MANIFEST_NAME, RESAMPLE
 from ..core.env import usable_cpus
 from ..core.errors import OutputError, SkippedImagesError, SourceError
 from ..core.manifest import Manifest
 from ..core.stores import check_location, is_store_url
-from .archive import MEMBERS_FILE, materialize, open_source, remove_members
-from .clipplan import check_clips, finish_clips, plan_clips
-from .ctrlc import CtrlC
-from .outdir import (
+from .out.outdir import (
     Journal,
-    OutLock,
     check_apart,
     check_free_space,
     check_out_path,
@@ -41,15 +40,49 @@ from .outdir import (
     remove_run,
     write_error,
 )
-from .plan import PackPlan, check_modes, check_options, finished_pack, make_plan
-from .replace import replace_pack
-from .results import PackProgress, PackResult
-from .scanning import path_key
-from .shardwrite import DoneShard, plan_stamps, strict_error
-from .sourceid import check_source, run_summary, source_record
+from .out.outlock import OutLock
+from .out.replace import replace_pack
+from .out.shardwrite import DoneShard, plan_stamps, strict_error
+from .out.sourceid import check_source, run_summary, source_record
+from .plan.clipplan import finish_clips, plan_clips
+from .plan.options import PackOptions, check_modes, clip_options
+from .plan.packplan import PackPlan, finished_pack, make_plan
+from .run.ctrlc import CtrlC
+from .sources.archive import MEMBERS_FILE, materialize, open_source, remove_members
+from .sources.scanning import path_key
 
 if TYPE_CHECKING:
-    from .storeout import StoreOut
+    from .out.storeout import StoreOut
+
+
+@dataclass(frozen=True)
+class PackProgress:
+    """Progress of a running pack: `done` of `total` images written (a source image counts
+    once per variant), and how many source files were skipped.
+
+    While a clip pack's probe of a video has run over a second (before the plan exists: then
+    `total`, `done` and `skipped` are 0), `probing` names the video and `probed` counts the
+    bytes read of it."""
+
+    total: int
+    done: int
+    skipped: int
+    uploaded: int | None = None  # into an object store: images in shards uploaded so far
+    probing: str | None = None
+    probed: int = 0
+
+
+@dataclass(frozen=True)
+class PackResult:
+    """What `pack` made. For a job-array part, `manifest` is None until the finish run."""
+
+    manifest: Manifest | None
+    out: Path | str  # a str: the URL of an object store prefix
+    seconds: float
+    reused_shards: int
+    already_complete: bool = False
+    written_shards: int = 0
+    rewritten_shards: int = 0  # finished before, rewritten: a source file of theirs changed
 
 
 class _Tracker:
@@ -84,12 +117,23 @@ class _Tracker:
         self.written += 1
 
 
-def _plan(src: Path, within: str | None, options: dict, labels: str) -> PackPlan:
-    # before touching OUT: a bad SRC must not change anything
-    source, found = open_source(src, within, labels)
-    if source.reader.kind == "folder":
-        return make_plan(str(src), found, **options)
-    return make_plan(source.label, found, **options, source=source)
+def _plan(src: Path, within: str | None, options: PackOptions) -> PackPlan:
+    """The plan of an image pack. Made before OUT is touched: a bad SRC changes nothing."""
+    source, found = open_source(src, within, options.labels)
+    folder = source.reader.kind == "folder"
+    return make_plan(
+        str(src) if folder else source.label, found, size=options.size, crop=options.crop,
+        variants=options.variants, shard_size=options.shard_size, block_size=options.block_size,
+        seed=options.seed, shuffle=options.shuffle, resample=options.resample, grey=options.grey,
+        source=None if folder else source,
+    )  # fmt: skip
+
+
+def _probing(progress: Callable[[PackProgress], None] | None) -> Callable[[str, int], None] | None:
+    """A clip pack's long probe of a video (its name, bytes read) as `PackProgress`."""
+    if progress is None:
+        return None
+    return lambda name, read: progress(PackProgress(0, 0, 0, probing=name, probed=read))
 
 
 def pack(
@@ -97,14 +141,14 @@ def pack(
     out: str | os.PathLike,
     *,
     size: int = 84,
-    crop: str = "center",
+    crop: Crop = "center",
     variants: int = 1,
     shard_size: int = 10_000,
     block_size: int = 256,
     workers: int | None = None,
     seed: int = 0,
     shuffle: bool = True,
-    labels: str = "auto",
+    labels: Labels = "auto",
     strict: bool = False,
     resume: bool = False,
     overwrite: bool = False,
@@ -117,8 +161,8 @@ def pack(
     every: int = 1,
     max_frames: int | None = None,
     shuffle_clips: bool = False,
-    clip_list: str | None = None,
-    resample: str = RESAMPLE,
+    clip_list: ClipList | None = None,
+    resample: Resample = RESAMPLE,
     grey: bool = False,
 ) -> PackResult:
     """Pack an ImageFolder tree or a flat folder of images into pre-resized uint8 shards.
@@ -172,14 +216,12 @@ def pack(
     Example:
         >>> pack("places365_standard/train", "data/places365_standard", workers=16)
     """
-    options = dict(size=size, crop=crop, variants=variants, shard_size=shard_size)
-    options.update(block_size=block_size, seed=seed, shuffle=shuffle, resample=resample)
-    options.update(grey=grey)
-    check_options(size, crop, variants, shard_size, block_size, seed, labels, resample)
+    options = PackOptions(
+        size=size, crop=crop, variants=variants, shard_size=shard_size, block_size=block_size,
+        seed=seed, shuffle=shuffle, labels=labels, resample=resample, grey=grey,
+        clips=clip_options(clips, every, max_frames, shuffle_clips, clip_list),
+    )  # fmt: skip
     check_modes(resume, overwrite, part, finish, ray)
-    options["clips"] = check_clips(
-        clips, crop, variants, every, max_frames, shuffle_clips, clip_list
-    )
     t0 = time.perf_counter()
     with CtrlC() as ctrl_c:  # a Ctrl-C Python drops is raised again (see `CtrlC`)
         check_location(out)
@@ -187,11 +229,11 @@ def pack(
         src, out = Path(src), sink.staging if sink else Path(out)
         check_out_path(out)
         check_apart(src, out)
-        plan = plan_clips(src, within, options, progress) or _plan(src, within, options, labels)
+        plan = plan_clips(src, within, options, _probing(progress)) or _plan(src, within, options)
         if finish and sink is None:
             return _finish(out, plan, t0, ctrl_c)
         if ray is not None:
-            from .raypack import connect
+            from .run.raypack import connect
 
             connect(ray)  # an unreachable cluster must fail before OUT is touched
         job = _Job(plan, part, progress, workers, strict, ray, t0, ctrl_c)
@@ -306,7 +348,7 @@ def _store_out(out: str | os.PathLike, part: tuple[int, int] | None) -> StoreOut
     imports none of it)."""
     if not is_store_url(out):
         return None
-    from .storeout import StoreOut
+    from .out.storeout import StoreOut
 
     return StoreOut(str(out), part)
 
@@ -320,18 +362,18 @@ def _run(plan, out, done, todo, part, progress, workers, ray, lock_fds, sink=Non
     on_shard = tracker.shard if sink is None else sink.start(tracker, uploaded=ray is not None)
     try:
         tracker.ctrl_c.__enter__()  # before the imports below (see `CtrlC`)
-        from .shardpool import WholeShards, whole_shards  # imports concurrent.futures
+        from .run.shardpool import WholeShards, whole_shards  # imports concurrent.futures
 
         cpus = workers or usable_cpus()
         whole = ray is None and whole_shards(cpus, len(todo), plan.options["variants"])
         if not whole:  # whole-shard tasks stamp their own shard's files (in parallel)
             tracker.stamps = {i: plan_stamps(plan, i) for i in todo}
         if ray is not None:
-            from .raypack import run_on_ray
+            from .run.raypack import run_on_ray
 
             run_on_ray(plan, sink.url if sink else out, todo, ray, tracker.chunk, on_shard)
         else:
-            from .localrun import LocalRun
+            from .run.localrun import LocalRun
 
             runner = WholeShards if whole else LocalRun
             runner(plan, out, todo, cpus, tracker.chunk, on_shard, lock_fds).run()

@@ -19,54 +19,15 @@ from typing import Any
 
 import numpy as np
 
-from ..core.constants import (
-    CROP_MODES,
-    LABEL_MODES,
+from ...core.constants import (
     MANIFEST_NAME,
-    MAX_BLOCK_SIZE,
-    MAX_SIZE,
     RESAMPLE,
-    RESAMPLE_MODES,
     shard_name,
 )
-from ..core.errors import OutputError
-from ..core.manifest import Manifest, dump_json
-from .archive import MemberReader, Source
-from .scanning import ScanResult
-
-
-def check_options(
-    size: int,
-    crop: str,
-    variants: int,
-    shard_size: int,
-    block_size: int,
-    seed: int,
-    labels: str,
-    resample: str = RESAMPLE,
-) -> None:
-    """Raise `ValueError` for pack options no pack can be made with."""
-    if crop not in CROP_MODES:
-        raise ValueError(f"unknown crop mode {crop!r}; use one of {', '.join(CROP_MODES)}")
-    if resample not in RESAMPLE_MODES:
-        raise ValueError(
-            f"unknown resample filter {resample!r}; use one of {', '.join(RESAMPLE_MODES)}"
-        )
-    if labels not in LABEL_MODES:
-        raise ValueError(f"unknown labels mode {labels!r}; use one of {', '.join(LABEL_MODES)}")
-    if not 1 <= size <= MAX_SIZE:
-        raise ValueError(f"size must be in [1, {MAX_SIZE}], got {size}")
-    if not 1 <= block_size <= MAX_BLOCK_SIZE:
-        raise ValueError(f"block_size must be in [1, {MAX_BLOCK_SIZE}], got {block_size}")
-    if variants < 1 or shard_size < 1 or seed < 0:
-        raise ValueError(
-            f"variants and shard_size must be >= 1 and seed >= 0, got variants={variants}, "
-            f"shard_size={shard_size}, seed={seed}"
-        )
-    if variants > 1 and crop != "random":
-        raise ValueError(f"variants={variants} needs crop='random' (other crops are all the same)")
-    if variants > shard_size:
-        raise ValueError(f"variants={variants} exceeds shard_size={shard_size}")
+from ...core.errors import OutputError
+from ...core.manifest import Manifest, dump_json
+from ..sources.archive import MemberReader, Source
+from ..sources.scanning import ScanResult
 
 
 @dataclass(frozen=True)
@@ -82,6 +43,27 @@ class PlannedClip:
     start: int
     count: int
     total: int
+
+
+@dataclass(frozen=True)
+class DecodeTask:
+    """What one decode task decodes and how: `keys` read from `source` (a folder, or an
+    archive's reader with each key's member reference in `refs`), each decoded to `variants`
+    crops (`crop`, seeded by `seed`) of `size` x `size` with the `resample` filter, grey in all
+    three channels with `grey`. In a clip pack `frames` gives each key's video frame as `(video,
+    frame number, frames in the video, number of the last frame kept)`, None for an image file.
+    Plain data: it pickles to a spawned worker (a forked one is handed it through a pipe too)."""
+
+    source: str | MemberReader
+    keys: list[str]
+    size: int
+    crop: str
+    variants: int
+    seed: int
+    refs: list[Any] | None = None
+    frames: list[tuple[str, int, int, int] | None] | None = None
+    resample: str = RESAMPLE
+    grey: bool = False
 
 
 # Frames of a video decoded by one task at most (by bytes of their pixels): the results slot
@@ -135,18 +117,21 @@ class PackPlan:
         the keys' member references."""
         return (self.src, None) if self.source is None else self.source.task(keys)
 
-    def job(self, keys: list[str]) -> tuple:
-        """The arguments of `decode_chunk` that decode `keys` with this plan's options."""
+    def decode_task(self, keys: list[str]) -> DecodeTask:
+        """The task that decodes `keys` with this plan's options."""
         source, refs = self.task(keys)
         o = self.options
-        job = (source, keys, self.size, o["crop"], o["variants"], o["seed"])
-        resample, grey = o.get("resample", RESAMPLE), o.get("grey", False)
-        if not self._videos:
-            return (*job, refs, None, resample, grey)
-        frames = [self.video_frame(k) for k in keys]
-        if refs is not None and self.source is not None:  # a frame is read from its video
-            refs = [r if f is None else self.source.refs.get(f[0]) for r, f in zip(refs, frames)]
-        return (*job, refs, frames, resample, grey)
+        frames = None
+        if self._videos:
+            frames = [self.video_frame(k) for k in keys]
+            if refs is not None and self.source is not None:  # a frame is read from its video
+                refs = [
+                    r if f is None else self.source.refs.get(f[0]) for r, f in zip(refs, frames)
+                ]
+        return DecodeTask(
+            source, keys, self.size, o["crop"], o["variants"], o["seed"], refs, frames,
+            o.get("resample", RESAMPLE), o.get("grey", False),
+        )  # fmt: skip
 
     def chunks(self, i: int, chunk: int) -> list[tuple[int, int]]:
         """`(start, count)` of the decode tasks of shard `i`: `chunk` images each; a video's
@@ -235,20 +220,6 @@ def make_plan(
         fingerprint=hashlib.sha256(payload).hexdigest(),
         source=source,
     )
-
-
-def check_modes(resume: bool, overwrite: bool, part, finish: bool, ray) -> None:
-    """Raises `ValueError` for `pack` modes that exclude each other."""
-    if resume and overwrite:
-        raise ValueError("resume and overwrite exclude each other; pick one")
-    if finish and (resume or overwrite or part is not None or ray is not None):
-        raise ValueError("finish only writes index.json: no resume, overwrite, part or ray")
-    if part is not None:
-        k, n = part
-        if n < 1 or not 0 <= k < n:
-            raise ValueError(f"part must be (k, n) with 0 <= k < n, got ({k}, {n})")
-        if overwrite or ray is not None:
-            raise ValueError("a job-array part cannot also overwrite or run on Ray")
 
 
 def finished_pack(out: Path, plan: PackPlan) -> Manifest | None:

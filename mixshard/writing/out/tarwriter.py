@@ -14,7 +14,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from ..core.constants import (
+from ...core.constants import (
     BLOCK_KEY_FORMAT,
     CHANNELS,
     IMAGES_SUFFIX,
@@ -22,8 +22,8 @@ from ..core.constants import (
     LABELS_SUFFIX,
     TAR_BLOCK,
 )
-from ..core.layout import npy_header
-from ..core.manifest import BlockInfo, dump_json
+from ...core.layout import npy_header
+from ...core.manifest import BlockInfo, dump_json
 
 
 def _tar_header(name: str, size: int) -> bytes:

@@ -6,7 +6,7 @@ the shard being written and `IN_FLIGHT + 1` finished ones. After each upload the
 journal line (the local packer's: its size, sha256, blocks and source stamps, and the object's
 version as the store reports it: S3's ETag, GCS's generation) is written as an object of its
 own; a resumed run reads them back and reuses a shard whose object still has the journal's size
-and version and, read back once, the journal's sha256: any other is packed again.
+and version and, read back once (`altered`), the journal's sha256: any other is packed again.
 `index.json` is uploaded last, once every shard is in the store, so a reader never sees a
 half pack.
 
@@ -31,15 +31,15 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from ..core.constants import JOURNAL_GLOB, JOURNAL_NAME, LOCK_NAME, MANIFEST_NAME
-from ..core.errors import OutputError
-from ..core.stores import Store
+from ...core.constants import JOURNAL_GLOB, JOURNAL_NAME, LOCK_NAME, MANIFEST_NAME
+from ...core.errors import OutputError
+from ...core.stores import Store
 from .outdir import is_ours, part_suffix
 from .shardwrite import DoneShard
-from .storejournal import altered, journaled
 
 STAGING_ENV = "MIXSHARD_STAGING"  # where shards wait for their upload (default: the user cache)
 HEARTBEAT = 30.0  # seconds between rewrites of the lock marker
@@ -157,6 +157,30 @@ class Marker:
             back = self._read(self.name)
             if back is not None and back.get("token") == self.holder["token"]:
                 self.store.remove(self.name)
+
+
+REHASH_THREADS = 4  # objects read back at once by a resumed run, to check their sha256
+
+
+def journaled(data: bytes) -> tuple[str | None, str | None, str | None]:
+    """`(shard name, object version, sha256)` a journal object recorded (Nones: none, or not
+    a shard's journal)."""
+    try:
+        head, line = data.decode().splitlines()[:2]
+        info = json.loads(line).get("info") or {}
+        return info.get("name"), json.loads(head).get("object"), info.get("sha256")
+    except (ValueError, AttributeError):
+        return None, None, None  # a journal cut short: load_done redoes its shard
+
+
+def altered(store: Store, reuse: list[tuple[str, str]]) -> list[str]:
+    """The shards of `reuse` (`(name, sha256)`) whose object's sha256 is not the one given:
+    each object read once, `REHASH_THREADS` at a time."""
+    if not reuse:
+        return []
+    with ThreadPoolExecutor(REHASH_THREADS, thread_name_prefix="mixshard-rehash") as pool:
+        found = list(pool.map(lambda r: store.sha256(r[0]) != r[1], reuse))
+    return [name for (name, _), bad in zip(reuse, found) if bad]
 
 
 class Uploader:

@@ -13,9 +13,9 @@ import sys
 import time
 from pathlib import Path
 
-from ..core.constants import LOCK_NAME
-from ..core.errors import OutputError
-from ..core.files import describe_holder, open_own
+from ...core.constants import LOCK_NAME
+from ...core.errors import OutputError
+from ...core.files import describe_holder, open_own
 
 
 def part_suffix(part: tuple[int, int] | None) -> str:

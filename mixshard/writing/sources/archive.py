@@ -11,6 +11,8 @@ copied, still encoded, into one temporary file in OUT (`materialize`) and read f
 the free-space check counts that file, and a member whose first bytes are no image's is copied
 as those bytes only (`magic`). A hard link in a tar is read as the member it links to, as
 extraction makes it: the file that member wrote, or the one an earlier link resolved to.
+Each process holds one open handle of each archive (`archive_handle`), made again after a fork
+and when another file took the path.
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import ImageDecodeError, PackInterrupted, SourceError
-from ..core.files import create_file
-from ..core.packpath import tilde_hint
+from ...core.errors import ImageDecodeError, PackInterrupted, SourceError
+from ...core.files import create_file
+from ...core.packpath import tilde_hint
 from .archivelist import (
     extracted_path,
     list_tar,
@@ -32,7 +34,6 @@ from .archivelist import (
     tar_infos,
     truncated,
 )
-from .handles import handle as _handle
 from .magic import HEAD, NOT_AN_IMAGE, SNIFF_FIRST, looks_like_image
 from .scanning import ScanResult
 from .zipmembers import member_end, zip_data
@@ -59,6 +60,34 @@ def is_archive(path: str | os.PathLike) -> bool:
     return str(path).lower().endswith(ARCHIVE_SUFFIXES)
 
 
+# per process: (path, kind) -> (pid, the file's identity, handle)
+_OPEN: dict[tuple[str, str], tuple[int, tuple[int, ...], Any]] = {}
+
+
+def _close_handle(handle: Any) -> None:
+    if isinstance(handle, int):
+        os.close(handle)
+    else:
+        handle.close()
+
+
+def archive_handle(path: str, kind: str) -> Any:
+    """This process's open descriptor (raw) or ZipFile (zip) of `path`; one per process, reopened
+    after a fork (a ZipFile shares its file position with the parent's) and when another file
+    took the path (an archive downloaded again where the last one was)."""
+    st = os.stat(path)
+    ident = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    pid, known, opened = _OPEN.get((path, kind), (None, (), None))
+    if pid != os.getpid() or known != ident:
+        import zipfile
+
+        if pid == os.getpid():  # this process's handle of the file that was there
+            _close_handle(opened)
+        opened = os.open(path, os.O_RDONLY) if kind == "raw" else zipfile.ZipFile(path)
+        _OPEN[(path, kind)] = (os.getpid(), ident, opened)
+    return opened
+
+
 @dataclass(frozen=True)
 class MemberReader:
     """What a decode worker needs to read members: small, so it travels with every task.
@@ -81,7 +110,7 @@ class MemberReader:
             return os.path.join(self.path, key), None
         if self.kind == "raw":
             offset, size = ref
-            fd = _handle(self.path, "raw")
+            fd = archive_handle(self.path, "raw")
             if size > SNIFF_FIRST:  # a huge non-image (zeros named .png) is never read whole
                 head = os.pread(fd, HEAD, offset)
                 if len(head) == HEAD and not looks_like_image(head):
@@ -92,9 +121,9 @@ class MemberReader:
             return key, data
         import zipfile
 
-        archive = _handle(self.path, "zip")
+        archive = archive_handle(self.path, "zip")
         info = archive.infolist()[ref]
-        fast = zip_data(_handle(self.path, "raw"), info)
+        fast = zip_data(archive_handle(self.path, "raw"), info)
         if fast is not None:
             return key, fast
         try:

@@ -5,9 +5,9 @@ after `kill -9`.
 Where the workers are forked (Linux), their pixels come back through shared memory: the pack
 process maps `ResultSlots` before it forks them, each task writes its images into the slot it
 was given and returns only `True` or a skip reason per image. Pickled through the pool's pipe,
-the pixels cost the pack process ~180 µs an image (measured with 2 workers on 20,000 photos):
-with that, it alone would cap a pack at ~5,500 images/s on any number of cores. Spawned
-workers (elsewhere) cannot see the mapping and return the arrays, as before."""
+the pixels would cost the pack process more CPU an image than anything else it does, and it
+alone would cap a pack's rate on any number of cores. Spawned workers (elsewhere) cannot see
+the mapping and return the arrays."""
 
 from __future__ import annotations
 
@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..core.constants import RESAMPLE
-from ..core.errors import ImageDecodeError, MixshardError
-from .archive import MemberReader
-from .image import grey_pixels, load_image
+from ...core.errors import ImageDecodeError, MixshardError
+from ..pixels.image import grey_pixels, load_image
+from ..plan.packplan import DecodeTask
+from ..sources.archive import MemberReader
 
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
@@ -47,27 +47,15 @@ def cannot_start(workers: int, exc: OSError) -> MixshardError:
     )
 
 
-def decode_chunk(
-    source: str | MemberReader,
-    keys: list[str],
-    size: int,
-    crop: str,
-    variants: int,
-    seed: int,
-    refs: list[Any] | None = None,
-    frames: list[tuple[str, int, int, int] | None] | None = None,
-    resample: str = RESAMPLE,
-    grey: bool = False,
-) -> list[np.ndarray | str]:
-    """Worker task: pixels (variants, 3, size, size) or a skip reason, per key. `source` is a
-    folder, or the reader of an archive with each key's member reference in `refs`. In a clip
-    pack, `frames` gives a video frame's `(video, frame number, frames in it, last frame
-    kept)` (None for an image file); a run of one video's frames is decoded by
-    `video.decode_frames`. `resample`: the resize filter (`RESAMPLE_MODES`); `grey`: grey
-    pixels in all three channels (a video's decoded grey, an image's `image.grey_pixels`)."""
+def decode_chunk(task: DecodeTask) -> list[np.ndarray | str]:
+    """Worker task: pixels (variants, 3, size, size) or a skip reason, per key of `task`; a run
+    of one video's frames is decoded by `video.decode_frames` in one go, an image file by
+    `load_image` (grey: `image.grey_pixels`)."""
+    keys, source = task.keys, task.source
+    size, crop, resample, grey = task.size, task.crop, task.resample, task.grey
     reader = MemberReader(source, "folder") if isinstance(source, str) else source
-    refs = refs or [None] * len(keys)
-    frames = frames or [None] * len(keys)
+    refs = task.refs or [None] * len(keys)
+    frames = task.frames or [None] * len(keys)
     out: list[np.ndarray | str] = []
     k = 0
     while k < len(keys):
@@ -76,7 +64,7 @@ def decode_chunk(
             end = k
             while end < len(keys) and (f := frames[end]) is not None and f[0] == frame[0]:
                 end += 1
-            from .video import decode_frames
+            from ..pixels.video import decode_frames
 
             indices = [f[1] for f in frames[k:end] if f is not None]
             out += decode_frames(
@@ -89,7 +77,7 @@ def decode_chunk(
         try:
             path, data = reader.fetch(key, ref)
             pixels = load_image(
-                path, size, crop, variants=variants, seed=seed, key=key, data=data,
+                path, size, crop, variants=task.variants, seed=task.seed, key=key, data=data,
                 resample=resample,
             )  # fmt: skip
             out.append(grey_pixels(pixels) if grey else pixels)
@@ -123,13 +111,13 @@ def shared() -> Any:
     return _SHARED
 
 
-def decode_to_slot(slot: int, *job: Any) -> list[bool | str]:
-    """Worker task: `decode_chunk(*job)`, the pixels written one image after the other into
+def decode_to_slot(slot: int, task: DecodeTask) -> list[bool | str]:
+    """Worker task: `decode_chunk(task)`, the pixels written one image after the other into
     result slot `slot`; per key True (its pixels are in the slot) or the skip reason."""
     slots = _SHARED
     if not isinstance(slots, ResultSlots):
         raise RuntimeError("decode_to_slot runs in a worker forked with result slots")
-    results = decode_chunk(*job)
+    results = decode_chunk(task)
     pixels = [r for r in results if not isinstance(r, str)]
     if pixels:
         each = pixels[0].nbytes

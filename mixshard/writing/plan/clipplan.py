@@ -22,73 +22,36 @@ from typing import Any
 
 import numpy as np
 
-from ..core import presets
-from ..core.constants import CLIP_FORMAT_VERSION, RESAMPLE
-from ..core.manifest import Clip, dump_json
-from .archive import Source
+from ...core.constants import CLIP_FORMAT_VERSION, RESAMPLE
+from ...core.manifest import Clip, dump_json
+from ..sources.archive import Source
+from ..sources.scanning import path_key
 from .clipsource import ClipScan, find_clips
-from .plan import PackPlan, PlannedClip
-from .results import PackProgress
-from .scanning import path_key
-
-
-def check_clips(
-    clips: bool,
-    crop: str,
-    variants: int,
-    every: int,
-    max_frames: int | None,
-    shuffle: bool,
-    clip_list: str | None = None,
-) -> dict[str, Any] | None:
-    """The options of a clip pack (None: an image pack, which takes none of them).
-
-    Raises:
-        ValueError: clip options with an image pack, or options no clip pack takes.
-    """
-    if not clips:
-        if every != 1 or max_frames is not None or shuffle or clip_list is not None:
-            raise ValueError(
-                "every, max_frames, shuffle_clips and clip_list apply to clips=True only"
-            )
-        return None
-    if crop == "random" or variants != 1:
-        raise ValueError(
-            "clips take crop='center' or crop='full' and one variant: a clip's frames share "
-            f"one window (got crop={crop!r}, variants={variants})"
-        )
-    if every < 1 or (max_frames is not None and max_frames < 1):
-        raise ValueError(f"every and max_frames must be >= 1, got {every} and {max_frames}")
-    if clip_list is not None:
-        presets.clip_list(clip_list)  # a ValueError naming the lists there are
-    return {
-        "every": every,
-        "max_frames": max_frames,
-        "shuffle_clips": shuffle,
-        "clip_list": clip_list,
-    }
+from .options import PackOptions
+from .packplan import PackPlan, PlannedClip
 
 
 def plan_clips(
     src: Path,
     within: str | None,
-    options: dict,
-    progress: Callable[[PackProgress], None] | None = None,
+    options: PackOptions,
+    probing: Callable[[str, int], None] | None = None,
 ) -> PackPlan | None:
-    """The plan of a clip pack: the clips of `src` (`find_clips`) with the pack's `options`,
-    whose `"clips"` (`check_clips`; taken out of them) are None for an image pack (then None
-    is returned, and `options` are an image pack's). A long probe reports to `progress`."""
-    clips = options.pop("clips")
+    """The plan of a clip pack: the clips of `src` (`find_clips`) packed with `options` (None
+    for an image pack: `options.clips` is None). A long probe reports `probing(video, bytes
+    read)`."""
+    clips = options.clips
     if clips is None:
         return None
-    probing = None
-    if progress is not None:
-        probing = lambda name, read: progress(PackProgress(0, 0, 0, probing=name, probed=read))  # noqa: E731
-    source, found = find_clips(src, within, clips.get("clip_list"), probing)
-    kept = {k: v for k, v in options.items() if k not in ("variants", "shuffle")}
+    source, found = find_clips(src, within, clips.clip_list, probing)
     folder = source.reader.kind == "folder"
-    label = str(src) if folder else source.label
-    return make_clip_plan(label, found, **kept, **clips, source=None if folder else source)
+    return make_clip_plan(
+        str(src) if folder else source.label, found, size=options.size, crop=options.crop,
+        shard_size=options.shard_size, block_size=options.block_size, seed=options.seed,
+        every=clips.every, max_frames=clips.max_frames, shuffle_clips=clips.shuffle_clips,
+        clip_list=clips.clip_list, resample=options.resample, grey=options.grey,
+        source=None if folder else source,
+    )  # fmt: skip
 
 
 def make_clip_plan(

@@ -1,8 +1,8 @@
 """Whole shards written by the decode workers themselves, where there are enough of them.
 
 In `LocalRun`'s chunk mode the pack process takes every image's pixels from the workers,
-hashes and writes them: ~180 µs of its CPU an image (measured with 2 workers on 20,000
-photos), so that one process capped a pack at ~5,500 images/s on any number of cores. With at
+hashes and writes them, so that one process capped a pack's rate however many cores decoded
+(`docs/design.md`, "Packing on a cluster", has the figures). With at
 least as many shards to write as workers, each worker task here writes one shard instead, from
 its first image to its rename, as a Ray task does (`write_shard`: the same bytes), and the pack
 process only journals the shards and keeps the progress bar. Only where the workers are forked
@@ -21,12 +21,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.errors import PackInterrupted
+from ...core.errors import PackInterrupted
+from ..out.outdir import write_error
+from ..out.shardwrite import Decoded, DoneShard, plan_stamps, write_shard
+from ..plan.packplan import PackPlan
 from . import decodepool
 from .decodepool import WORKER_DIED, cannot_start, decode_chunk, start_pool
-from .outdir import write_error
-from .plan import PackPlan
-from .shardwrite import Decoded, DoneShard, plan_stamps, write_shard
 
 PROGRESS_EVERY = 0.25  # seconds between progress reports while shards are being written
 
@@ -83,7 +83,7 @@ def write_whole_shard(slot: int, index: int) -> DoneShard:
     def decode(keys: list[str]) -> list[Decoded]:
         if job.stopped:
             raise _Stopped
-        results = decode_chunk(*job.plan.job(keys))
+        results = decode_chunk(job.plan.decode_task(keys))
         job.add(slot, len(results), sum(isinstance(r, str) for r in results))
         return results
 

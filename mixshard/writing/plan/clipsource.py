@@ -17,19 +17,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core import presets
-from ..core.constants import IMAGE_EXTENSIONS, VIDEO_EXTENSIONS
-from ..core.errors import ImageDecodeError, SourceError
-from ..core.packpath import tilde_hint
+from ...core import presets
+from ...core.constants import IMAGE_EXTENSIONS, VIDEO_EXTENSIONS
+from ...core.errors import ImageDecodeError, SourceError
+from ...core.packpath import tilde_hint
+from ..pixels.video import probe_video
+from ..pixels.videofile import open_video
 
 # the archive listing's own parts: a clip pack lists an archive as an image pack does
-from .archive import MemberReader, Source, _compressed, is_archive
-from .archivelist import extracted_path as _norm
-from .archivelist import list_tar as _list_tar
-from .archivelist import list_zip as _list_zip
-from .scanning import natural_key, path_key, refuse_pack_source, walk
-from .video import probe_video
-from .videofile import open_video
+from ..sources.archive import MemberReader, Source, _compressed, is_archive
+from ..sources.archivelist import extracted_path as _norm
+from ..sources.archivelist import list_tar as _list_tar
+from ..sources.archivelist import list_zip as _list_zip
+from ..sources.scanning import natural_key, path_key, refuse_pack_source, walk
 
 
 def is_video_name(name: str) -> bool:

@@ -21,11 +21,10 @@ from typing import Any
 
 from PIL import Image
 
-from ..core.errors import ImageDecodeError
-from .archive import MemberReader, truncated_member
-from .handles import handle as _handle
+from ...core.errors import ImageDecodeError
+from ..sources.archive import MemberReader, archive_handle, truncated_member
+from ..sources.zipmembers import data_start, stored
 from .image import VANISHED
-from .zipmembers import data_start, stored
 
 GAP_BYTES = 256 << 20  # read without a packet: far more than a header or one frame holds
 STALL_SECONDS = 60.0  # spent without a packet
@@ -145,11 +144,11 @@ def open_video(reader: MemberReader, key: str, ref: Any) -> VideoFile:
             raise ImageDecodeError(f"unreadable: {exc.strerror}") from None
         return VideoFile(path, os.fstat(fd).st_size, lambda pos, n: os.pread(fd, n, pos),
                          lambda: os.close(fd))  # fmt: skip
-    fd = _handle(reader.path, "raw")
+    fd = archive_handle(reader.path, "raw")
     if reader.kind == "raw":
         start, size = ref
     else:
-        info = _handle(reader.path, "zip").infolist()[ref]
+        info = archive_handle(reader.path, "zip").infolist()[ref]
         start, size = data_start(fd, info), info.file_size
         if start is None or not stored(info):  # inflated as it is read (`zipfile` seeks)
             return _inflated(reader, key, info)
@@ -159,7 +158,7 @@ def open_video(reader: MemberReader, key: str, ref: Any) -> VideoFile:
 
 
 def _inflated(reader: MemberReader, key: str, info: Any) -> VideoFile:
-    member = _handle(reader.path, "zip").open(info)
+    member = archive_handle(reader.path, "zip").open(info)
 
     def read_at(pos: int, n: int) -> bytes:
         if member.tell() != pos:

@@ -13,11 +13,11 @@ from typing import BinaryIO
 
 import numpy as np
 
-from ..core.constants import TMP_SUFFIX
-from ..core.errors import SkippedImagesError
-from ..core.files import Flusher, create_file, fsync_dir
-from ..core.manifest import ShardInfo, dump_json, shard_from_dict, shard_to_dict
-from .plan import PackPlan
+from ...core.constants import TMP_SUFFIX
+from ...core.errors import SkippedImagesError
+from ...core.files import Flusher, create_file, fsync_dir
+from ...core.manifest import ShardInfo, dump_json, shard_from_dict, shard_to_dict
+from ..plan.packplan import PackPlan
 from .tarwriter import ShardWriter
 
 Decoded = np.ndarray | str  # pixels (variants, 3, size, size) or the reason a file was skipped

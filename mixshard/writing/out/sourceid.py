@@ -15,9 +15,9 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-from ..core.errors import OutputError
-from ..core.manifest import Manifest
-from .plan import PackPlan
+from ...core.errors import OutputError
+from ...core.manifest import Manifest
+from ..plan.packplan import PackPlan
 from .shardwrite import DoneShard, plan_stamps
 
 COMPARED = ("plan", "files", "bytes", "newest")

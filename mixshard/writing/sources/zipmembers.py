@@ -8,7 +8,7 @@ import stat
 import zlib
 from typing import TYPE_CHECKING, Any
 
-from ..core.errors import ImageDecodeError
+from ...core.errors import ImageDecodeError
 from .magic import HEAD, NOT_AN_IMAGE, SNIFF_FIRST, looks_like_image
 
 if TYPE_CHECKING:

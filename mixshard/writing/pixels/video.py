@@ -1,7 +1,7 @@
 """Video files -> frames, with PyAV (`av`, which ships its own FFmpeg).
 
 Two steps, as for an image pack's files: at plan time `probe_video` counts a video's frames
-from its packets (a demux, no decode: ~30 ms for 500 frames of 352 px) and reads its rate, so
+from its packets (a demux, no decode: far cheaper than decoding) and reads its rate, so
 the plan can list every frame before any pixel is made; in a decode worker `decode_frames`
 decodes a run of one clip's frames in play order and resizes each as an image is resized
 (`image.frame_pixels`). Decoding always starts at the first frame (no seeking, whose first
@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from ..core.constants import RESAMPLE
-from ..core.errors import ImageDecodeError
-from .archive import MemberReader
+from ...core.constants import RESAMPLE
+from ...core.errors import ImageDecodeError
+from ..sources.archive import MemberReader
 from .image import check_pixels, frame_pixels
 from .videofile import Budget, VideoFile, open_video, options
 

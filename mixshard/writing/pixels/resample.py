@@ -13,23 +13,22 @@ the sum lies within float rounding of a half.
 PIL applies it with 8-bit fixed-point arithmetic in scalar C on its 4-byte-per-pixel layout;
 here it is float32 arithmetic in BLAS, and the separable passes become two matrix products.
 Like PIL, the first pass is rounded to whole levels before the second: without that the images
-come out measurably smoother than PIL's (on real 256 px photos, `bench_fidelity.py --decode`:
-detail median 0.968 of a full decode resized by PIL, against 0.971 with it, as with PIL's resize).
+come out smoother than PIL's (`scripts/bench_fidelity.py --decode` compares their detail).
 PIL runs the columns first, this the rows (cheaper here), so a pixel may differ from PIL's by a
-level or two of rounding; ~88% are equal.
+level or two of rounding; most are equal.
 
-A dense product would waste most of its work: each output pixel has ~3 non-zero taps out of
-~100. So the outputs of an axis are cut into bands of `_BAND` pixels, each band a small dense
-matrix over the window of inputs it needs. The windows start at a fixed step, so all of them
-are one strided view of the input, and one `np.matmul` runs every band. Both passes' weights
-are cached per (input size, output size, window), which a centre crop of images of one size
-hits every time.
+A dense product would waste most of its work: each output pixel has a few non-zero taps out
+of a whole row or column. So the outputs of an axis are cut into bands of `_BAND` pixels, each
+band a small dense matrix over the window of inputs it needs. The windows start at a fixed
+step, so all of them are one strided view of the input, and one `np.matmul` runs every band.
+Both passes' weights are cached per (input size, output size, window), which a centre crop of
+images of one size hits every time.
 
 Where the install had a C compiler, `_resize.c` runs the same two passes with the same
-weights, as loops over each output's non-zero taps (`_taps`): ~40 µs a 256 px JPEG at 3/8
-against ~100 µs here, numpy's calls and layout copies being most of this module's time.
-Its sums add their terms left to right, BLAS's in its own order, so ~0.1% of pixels differ by
-a level between the two; each gives the same bytes on every run.
+weights, as loops over each output's non-zero taps (`_taps`): faster, as numpy's calls and
+layout copies are most of this module's time (`scripts/bench_pack.py`). Its sums add their
+terms left to right, BLAS's in its own order, so a few pixels differ by a level between the
+two; each gives the same bytes on every run.
 """
 
 from __future__ import annotations
@@ -41,7 +40,7 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from ..core.constants import RESAMPLE, RESAMPLE_MODES
+from ...core.constants import RESAMPLE, RESAMPLE_MODES
 
 _resize: Optional[ModuleType]
 try:  # the same passes compiled (`_resize.c`), where the install had a C compiler

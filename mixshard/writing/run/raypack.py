@@ -16,11 +16,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import MixshardError, PackInterrupted, SkippedImagesError
-from ..core.stores import is_store_url
+from ...core.errors import MixshardError, PackInterrupted, SkippedImagesError
+from ...core.stores import is_store_url
+from ..out.shardwrite import Decoded, DoneShard, write_shard
+from ..plan.packplan import DecodeTask, PackPlan
 from .decodepool import decode_chunk
-from .plan import PackPlan
-from .shardwrite import DoneShard, write_shard
+
+# what decodes a task (`decode_chunk`; a test's stand-in)
+Decode = Callable[[DecodeTask], list[Decoded]]
 
 RETRIES = 3  # Ray retries a task whose worker process died this many times
 
@@ -84,11 +87,11 @@ def _node() -> str:
     return f"{socket.gethostname()} ({os.getpid()})"
 
 
-def ray_task(plan: PackPlan, out: str, index: int, decode: Callable | None = None) -> DoneShard:
+def ray_task(plan: PackPlan, out: str, index: int, decode: Decode | None = None) -> DoneShard:
     """One Ray task: decode and write planned shard `index` into `out`; into an object store
     (`out` a URL), write it in a staging folder on the node and upload it from there."""
     if is_store_url(out):
-        from .storeout import staged_upload
+        from ..out.storeout import staged_upload
 
         return staged_upload(out, lambda folder: _write(plan, folder, index, decode))
     folder = Path(out)
@@ -101,14 +104,14 @@ def ray_task(plan: PackPlan, out: str, index: int, decode: Callable | None = Non
     return _write(plan, folder, index, decode)
 
 
-def _write(plan: PackPlan, folder: Path, index: int, decode: Callable | None) -> DoneShard:
+def _write(plan: PackPlan, folder: Path, index: int, decode: Decode | None) -> DoneShard:
     if not (plan.source.visible() if plan.source else Path(plan.src).is_dir()):
         raise MixshardError(
             f"{plan.src} is not visible on Ray node {_node()}: SRC and OUT must be on storage "
             "every node sees (NFS, Lustre, a shared disk)"
         )
     fn = decode or decode_chunk
-    return write_shard(folder, plan, index, lambda keys: fn(*plan.job(keys)))
+    return write_shard(folder, plan, index, lambda keys: fn(plan.decode_task(keys)))
 
 
 def run_on_ray(
@@ -118,7 +121,7 @@ def run_on_ray(
     address: str,
     on_chunk: Callable[[int, int], None],
     on_shard: Callable[[DoneShard], None],
-    decode: Callable | None = None,
+    decode: Decode | None = None,
 ) -> None:
     """Write the planned shards `todo` with one Ray task each, journalling each as it ends.
 

@@ -9,7 +9,10 @@ from collections.abc import Callable
 from concurrent.futures import BrokenExecutor, Future  # not .process: see decodepool
 from typing import TYPE_CHECKING
 
-from ..core.errors import PackInterrupted
+from ...core.errors import PackInterrupted
+from ..out.outdir import write_error
+from ..out.shardwrite import Decoded, DoneShard, ShardBuilder
+from ..plan.packplan import PackPlan
 from .decodepool import (
     WORKER_DIED,
     ResultSlots,
@@ -19,9 +22,6 @@ from .decodepool import (
     slot_results,
     start_pool,
 )
-from .outdir import write_error
-from .plan import PackPlan
-from .shardwrite import Decoded, DoneShard, ShardBuilder
 
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
@@ -73,14 +73,14 @@ class LocalRun:
     def _submit(self) -> None:
         s, start, n = self.tasks.popleft()
         keys = [p for p, _ in self.plan.chunk_items(s, start, n)]
-        job = self.plan.job(keys)
+        task = self.plan.decode_task(keys)
         if self.pool is None:
-            self.pending.append(decode_chunk(*job))
+            self.pending.append(decode_chunk(task))
         elif self.slots is None:
-            self.pending.append((self.pool.submit(decode_chunk, *job), None))
+            self.pending.append((self.pool.submit(decode_chunk, task), None))
         else:  # at most `slots.slots` tasks are pending: a slot is free once its task is taken
             slot = self.submitted % self.slots.slots
-            self.pending.append((self.pool.submit(decode_to_slot, slot, *job), slot))
+            self.pending.append((self.pool.submit(decode_to_slot, slot, task), slot))
         self.submitted += 1
 
     def _results(self, head: tuple[Future, int | None] | list[Decoded]) -> list[Decoded]:

@@ -10,7 +10,7 @@ import posixpath
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..core.errors import SourceError
+from ...core.errors import SourceError
 from .scanning import ScanResult, classify, is_image_name, split_folders
 from .tarscan import Unusual, tar_members
 from .zipmembers import member_end, zip_kind

@@ -19,9 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.constants import IMAGE_EXTENSIONS, LABEL_MODES, MANIFEST_NAME, NO_LABEL
-from ..core.errors import SourceError
-from ..core.packpath import packs_in, tilde_hint
+from ...core.constants import IMAGE_EXTENSIONS, LABEL_MODES, MANIFEST_NAME, NO_LABEL
+from ...core.errors import SourceError
+from ...core.packpath import packs_in, tilde_hint
 
 _DIGITS = re.compile(r"(\d+)")
 # Top-level folder names that are a dataset's splits, not its classes (train, val2017, ...).

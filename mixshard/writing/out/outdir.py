@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import TextIO
 
-from ..core.constants import (
+from ...core.constants import (
     CHANNELS,
     JOURNAL_GLOB,
     JOURNAL_NAME,
@@ -26,12 +26,11 @@ from ..core.constants import (
     SHARD_SUFFIX,
     TMP_SUFFIX,
 )
-from ..core.errors import OutputError, WriteError
-from ..core.files import atomic_write, create_file, open_own, planted
-from ..core.packpath import tilde_hint
-from .outlock import OutLock as OutLock  # where callers import it from
+from ...core.errors import OutputError, WriteError
+from ...core.files import atomic_write, create_file, open_own, planted
+from ...core.packpath import tilde_hint
+from ..plan.packplan import PackPlan
 from .outlock import part_suffix
-from .plan import PackPlan
 from .shardwrite import DoneShard
 
 

@@ -17,9 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from ..core.errors import MixshardError, OutputError
-from ..core.files import planted
-from .outdir import OutLock, check_replaceable, load_done
+from ...core.errors import MixshardError, OutputError
+from ...core.files import planted
+from .outdir import check_replaceable, load_done
+from .outlock import OutLock
 
 R = TypeVar("R")
 

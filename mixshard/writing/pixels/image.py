@@ -16,10 +16,10 @@ import warnings
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from ..core.constants import CROP_MODES, RESAMPLE, RESAMPLE_MODES
-from ..core.crops import Box, crop_rng, random_resized_box
-from ..core.errors import ImageDecodeError
-from .magic import HEAD, NOT_AN_IMAGE, looks_like_image
+from ...core.constants import CROP_MODES, RESAMPLE, RESAMPLE_MODES
+from ...core.crops import Box, crop_rng, random_resized_box
+from ...core.errors import ImageDecodeError
+from ..sources.magic import HEAD, NOT_AN_IMAGE, looks_like_image
 from .resample import resize_into
 
 try:
