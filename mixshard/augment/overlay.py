@@ -240,6 +240,7 @@ class Overlay:
         device = canonical(device)
         if self._pid != this_process():  # forked: the parent's caches' threads are not here
             self._states.clear()
+            self._pending.clear()  # (a loaded state is the parent's draws, not a worker's)
             self._pid = this_process()
             self._closer = own(self, _close_caches, self._states)
         state = self._states.get(device)
