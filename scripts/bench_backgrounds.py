@@ -7,6 +7,10 @@ in the same process:
     torch ops (what a GPU runs, and a CPU without the compiled `_lerp`) for comparison;
   * `step` + `images` for 1,024 environments against `obs.clone()` (goal <= 1x);
   * `reset` of 64 of 1,024 environments by a bool mask and by an index tensor (goal <= 1 ms);
+  * mixing (issue 50): `Backgrounds([pack, pack], weights=[0.5, 0.5])` against
+    `Backgrounds(pack)`, paired calls of `step` + `composite` (per-pixel bool mask) with a
+    reset of 64 environments every step, and of the reset alone, in wall and in CPU seconds
+    (goal <= 1.10x in CPU seconds: what other jobs on a shared machine take does not count);
   * DMC-GB's video background (`VideoWrapper`: decode the whole clip at each reset, then per
     step `F.interpolate(bilinear, align_corners=False)` of one frame to 84 px) against
     `Backgrounds.reset` + 500 `step` + `images` for one environment (goal >= 100x). DMC-GB
@@ -30,11 +34,12 @@ import os
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from benchlib import OUT, ROOT, call_seconds, machine, paired, table
+from benchlib import OUT, ROOT, call_seconds, machine, paired, paired_cpu, table
 from wholestep import step_rows
 
 import mixshard
@@ -134,7 +139,38 @@ def measure(pack: Path, video: Path, args: argparse.Namespace) -> list[list[obje
     bg = mixshard.Backgrounds(pack, n, frames=K, playback="pingpong", cache="device")
     rows, step_images_sec = per_call_rows(pack, bg, g, args)
     rows += reset_rows(pack, bg, g, args)
+    rows += mixing_rows(pack, g, args)
     return rows + episode_rows(pack, video, bg, step_images_sec, args)
+
+
+def mixing_rows(pack: Path, g: torch.Generator, args: argparse.Namespace) -> list[list[object]]:
+    """Two packs by weight against one: a step (reset of some, step, composite) and a reset,
+    paired calls, the median of the per-call ratios."""
+    n, k, threads = args.envs, args.reset, torch.get_num_threads()
+    kw = dict(frames=K, playback="pingpong", cache="device")
+    one = mixshard.Backgrounds(pack, n, **kw)
+    mix = mixshard.Backgrounds([pack, pack], n, weights=[0.5, 0.5], **kw)
+    obs = torch.rand(n, 3 * K, SIZE, SIZE, generator=g) * 255
+    keep = torch.rand(n, 1, SIZE, SIZE, generator=g) < 0.3
+    mask = torch.zeros(n, dtype=torch.bool)
+    mask[torch.randperm(n, generator=g)[:k]] = True
+
+    def whole(b: mixshard.Backgrounds) -> torch.Tensor:
+        b.reset(mask)
+        b.step()
+        return b.composite(obs, keep)
+
+    rows: list[list[object]] = []
+    for name, fn, base in (
+        (f"reset of {k} of {n} + step + composite", partial(whole, mix), partial(whole, one)),
+        (f"reset of {k} of {n}, bool mask", partial(mix.reset, mask), partial(one.reset, mask)),
+    ):
+        sec, _, ratio = paired(fn, base, args.runs * 2)
+        _, _, cpu = paired_cpu(fn, base, args.runs * 2)
+        mark = verdict(cpu <= 1.10, "<= 1.10x in CPU s")
+        cell = f"{ratio:.3f}x (CPU s: {cpu:.3f}x)"
+        rows.append([threads, f"a mix of 2 packs: {name}", ms(sec), cell, mark])
+    return rows
 
 
 def per_call_rows(
@@ -253,10 +289,12 @@ def main() -> None:
     parser.add_argument("--videos", type=Path, default=VIDEOS, help="folder of video clips")
     parser.add_argument("--quick", action="store_true", help="tiny: one short clip, 64 envs")
     parser.add_argument("--only-step", action="store_true", help="only the whole-step rows")
+    parser.add_argument("--only-mixing", action="store_true", help="only the mixing rows")
     args = parser.parse_args()
     video, packs = prepare(args)
     command = "python scripts/bench_backgrounds.py" + (" --quick" if args.quick else "")
     command += " --only-step" if args.only_step else ""
+    command += " --only-mixing" if args.only_mixing else ""
     print(f"Command: {command}")
     print(f"Machine: {machine()}; torch {torch.__version__}; {datetime.date.today()}")
     print(f"Load average at the start: {os.getloadavg()[0]:.2f}")
@@ -267,6 +305,9 @@ def main() -> None:
     rows = []
     for threads in sorted({default, 1}, reverse=True):
         torch.set_num_threads(threads)
+        if args.only_mixing:
+            rows += mixing_rows(packs[SIZE], torch.Generator().manual_seed(0), args)
+            continue
         if not args.only_step:
             rows += measure(packs[SIZE], video, args)
         for n, k, side in args.steps_at:

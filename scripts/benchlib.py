@@ -105,6 +105,27 @@ def paired(fn: Callable[[], Any], base: Callable[[], Any], runs: int) -> tuple[f
     return statistics.median(a), statistics.median(b), statistics.median(ratios)
 
 
+def paired_cpu(
+    fn: Callable[[], Any], base: Callable[[], Any], runs: int
+) -> tuple[float, float, float]:
+    """`paired`, in this process's CPU seconds (every thread's) instead of wall seconds: what
+    other jobs on a shared machine take from it does not count (they moved `paired`'s ratios
+    by 10-30% from one run to the next on the busy 2-core host)."""
+    for _ in range(2):
+        fn(), base()
+    a, b, ratios = [], [], []
+    for _ in range(runs):
+        t0 = time.process_time()
+        fn()
+        t1 = time.process_time()
+        base()
+        t2 = time.process_time()
+        a.append(t1 - t0)
+        b.append(t2 - t1)
+        ratios.append((t1 - t0) / max(t2 - t1, 1e-9))
+    return statistics.median(a), statistics.median(b), statistics.median(ratios)
+
+
 def call_seconds(
     fn: Callable[[], Any], runs: int, warmup: int = 3, sync: Callable[[], Any] | None = None
 ) -> float:

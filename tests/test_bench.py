@@ -143,3 +143,15 @@ def test_bench_backgrounds_quick(tmp_path):
         "step + reset of 3 of 64 (5%), vs clone of 64x32x32x3 uint8",
     ):
         assert f"| {row} |" in out, row
+
+
+def test_bench_mixing_quick(tmp_path):
+    out = quick("bench_mixing.py", tmp_path)
+    assert out.startswith("Command: python scripts/bench_mixing.py --quick\n")
+    shares = [line for line in out.splitlines() if line.startswith("| 0.")]
+    assert len(shares) == 12 and all(line.endswith("| met |") for line in shares)
+    assert out.count("composited obs | step 357 | equal |") == 2
+    assert out.count("batches | call 123 | equal |") == 6 and "refused" not in out
+    sizes = [line for line in out.splitlines() if " envs | " in line]
+    assert len(sizes) == 3 and all(line.endswith("| met |") for line in sizes)
+    assert out.count("| Overlay, ") == 12 and "NOT met" not in out and "DIFFERENT" not in out

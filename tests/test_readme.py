@@ -88,7 +88,7 @@ def test_run_blocks_in_order(scratch, monkeypatch):
             assert lang == "python"
             exec(compile(body, "README.md", "exec"), {"__name__": "readme"})  # noqa: S102
             ran += 1
-    assert ran == 15
+    assert ran == 16
     assert (scratch / "grid.png").exists() and (scratch / "blended.png").exists()
 
 

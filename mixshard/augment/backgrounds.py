@@ -44,9 +44,12 @@ from .inputs import user_stacklevel, warn_if_unit_range
 from .keyed import seed_key
 from .keys import Key
 from .layouts import check_layout
+from .mixing import Mix
+from .mixstate import check_mixed_state, mixed_state
 from .ops import flip, resize
+from .packset import check_limit, clip_table, pack_list, resolve_packs
 from .pasting import paste
-from .playback import draw, draw_clips, positions
+from .playback import draw, draw_clips, draw_mixed, mixed_clips, positions
 
 
 class Backgrounds:
@@ -76,6 +79,15 @@ class Backgrounds:
             of the free device memory (RAM on a CPU), else pool.
         cache_fraction: share of the free device memory `"auto"` and a default pool may use.
         pool: clips the pool holds (default as many as fit in `cache_fraction`).
+        weights: mix several packs: `source` is then a list of packs (clip and image packs
+            of one image size) and each episode draws its pack by these weights (keyed by
+            `(seed, environment, episode)`, as every draw: `mixing.py`); `set_weights`
+            changes them at any step.
+        schedule: `[(step, weights), ...]`: weights from that many `step` calls on.
+        limit: play only each pack's first `limit` clips (a difficulty as the Distracting
+            Control Suite defines it: 4, 8 or None for all), one per pack or one int for a
+            single pack; `set_limit` changes it. With `weights`, `schedule` or `limit` the
+            clip order is `"random"` and the state holds each environment's clip.
 
     Raises:
         ValueError, TypeError: a bad argument.
@@ -98,18 +110,19 @@ class Backgrounds:
         cache_fraction: float = 0.25,
         pool: int | None = None,
         clip_order: str = "random",
+        weights: Any = None,
+        schedule: Any = None,
+        limit: Any = None,
     ) -> None:
         num_envs, frames, speed, seed = check_backgrounds_args(
             num_envs, frames, speed, seed, pool, flip, playback, cache, cache_fraction, clip_order
         )
-        self.source = resolve_source(source)
+        mixed = weights is not None or schedule is not None
+        self.sources = resolve_packs(pack_list(source)) if mixed else [resolve_source(source)]
+        self.source = self.sources[0]
         m = self.manifest = self.source.manifest
-        if self.source.count != m.count:
-            raise ValueError(
-                f"Backgrounds needs every shard of the pack ({m.count} frames); the shard URLs "
-                f"given hold {self.source.count}: pass the pack folder or all its shards"
-            )
-        if m.clips is None and playback != "loop":
+        _check_whole(self.sources)
+        if m.clips is None and playback != "loop" and not mixed:
             raise ValueError(
                 f"playback={playback!r} plays clips, but {m.origin} is an image pack (each image "
                 f"a still background): use playback='loop', or a clip pack (`mixshard pack "
@@ -118,17 +131,15 @@ class Backgrounds:
         self.num_envs, self.frames, self.playback = num_envs, frames, playback
         self.speed, self.seed, self.flip, self.clip_order = speed, seed, flip, clip_order
         self.device = canonical(device if device is not None else "cpu")
-        if m.clips is None:
-            first, length = np.arange(m.count, dtype=np.int64), np.ones(m.count, np.int64)
-        else:
-            first = np.array([c.start for c in m.clips], np.int64)
-            length = np.array([c.count for c in m.clips], np.int64)
+        self._table = table = clip_table(self.sources)
+        first, length = table.first, table.length
         self.clips = len(first)
         check_clip_order(clip_order, self.clips, m.origin)
         self._first_np, self._length_np = first, length
         dev = self.device
         self._first = torch.from_numpy(first).to(dev)
         self._length = torch.from_numpy(length).to(dev)
+        self._mix = self._make_mix(mixed, weights, schedule, limit)
         self._key = seed_key(seed)
         self._envs = torch.arange(num_envs, device=dev)
         self._lags = torch.arange(frames - 1, -1, -1, device=dev) * speed  # oldest first
@@ -142,20 +153,80 @@ class Backgrounds:
         self._closed = False
         self._set_all(self.episode)
 
+    def _make_mix(self, mixed: bool, weights: Any, schedule: Any, limit: Any) -> Mix | None:
+        """The mix of the packs (one pack with `limit` alone), or None: a single pack drawn as
+        it always was."""
+        if not mixed and limit is None:
+            return None
+        if self.clip_order != "random":
+            raise ValueError(
+                f"clip_order={self.clip_order!r} plays one pack's clips in turn; with weights=, "
+                f"schedule= or limit= the order is 'random'"
+            )
+        mix = Mix(len(self.sources), weights if mixed else [1.0], schedule)
+        table, dev = self._table, self.device
+        self._limit: np.ndarray = check_limit(limit, table.clips)
+        base = torch.from_numpy(table.base)
+        self._tables = {  # (base, limit, length) on the device and on the host (the pool's)
+            dev: (base.to(dev), torch.from_numpy(self._limit).to(dev), self._length),
+            torch.device("cpu"): (base, torch.from_numpy(self._limit), self._length.cpu()),
+        }
+        return mix
+
+    def _use_mix(self, mix: Mix | None, limit: np.ndarray | None) -> None:
+        """These weights and schedule (`mix`) and clips per pack (`limit`) from now on."""
+        self._mix = mix
+        if limit is None:
+            return
+        self._limit = limit
+        for where, (base, _, length) in list(self._tables.items()):
+            self._tables[where] = (base, torch.from_numpy(limit).to(where), length)
+
+    def set_weights(self, weights: Any) -> None:
+        """Mix the packs by these weights from the next reset on (until the schedule's next
+        entry); they are part of the state.
+
+        Raises:
+            TypeError, ValueError: bad weights (`mixing.check_mix_weights`), or a Backgrounds
+                made without `weights=` (nothing to mix).
+        """
+        self._mixed("set_weights").set_weights(weights)
+
+    def set_limit(self, limit: Any) -> None:
+        """Play only the first `limit` clips of each pack from the next reset on (one int or
+        None per pack: a difficulty); part of the state."""
+        self._mixed("set_limit")
+        self._use_mix(self._mix, check_limit(limit, self._table.clips))
+
+    @property
+    def weights(self) -> list[float] | None:
+        """The weights in force (shares summing to 1), or None without a mix."""
+        return None if self._mix is None else self._mix.weights.tolist()
+
+    def _mixed(self, what: str) -> Mix:
+        if self._mix is None:
+            raise ValueError(
+                f"{what}: this Backgrounds was made without weights=, schedule= or limit=; "
+                f"pass one of them to the constructor to change the mix later"
+            )
+        return self._mix
+
     def _choose(self, cache: str, fraction: float, pool: int | None) -> str:
-        m = self.manifest
-        need = m.count * m.image_bytes
+        m, table = self.manifest, self._table
+        need = table.frames * m.image_bytes
         budget = int(fraction * free_memory(self.device))
         mode = cache if cache != "auto" else ("device" if need <= budget else "pool")
         if mode == "device":
-            shape = (m.count, 3, m.size, m.size)
+            shape = (table.frames, 3, m.size, m.size)
             self._frames = torch.empty(shape, dtype=torch.uint8, device=self.device)
-            read_pack_to(self.source, self._frames)
+            for source, lo in zip(self.sources, table.first[table.base]):
+                read_pack_to(source, self._frames[lo : lo + source.manifest.count])
             self._pool: ClipPool | None = None
             return mode
         clip_bytes = int(self._length_np.max()) * m.image_bytes
         slots = pool_slots(pool, budget, clip_bytes, self.num_envs, self.clips)
-        self._pool = ClipPool(self.source, self.device, slots, self._first_np, self._length_np)
+        where = (table.local, table.pack_of)
+        self._pool = ClipPool(self.sources, self.device, slots, where, self._length_np)
         self._frames = self._pool.frames
         return mode
 
@@ -163,26 +234,39 @@ class Backgrounds:
 
     def _draw(self, envs: torch.Tensor, episode: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """(clip, start, flipped) of these environments' episodes (`playback.draw`)."""
+        if self._mix is not None:
+            table = self._tables[envs.device]
+            return draw_mixed(self._key, envs, episode, self._mix, table, self.playback, self.flip)
         order = self.clip_order
         return draw(self._key, envs, episode, self._length, self.playback, self.flip, order)
 
     def _draw_host(self, envs: np.ndarray, episode: np.ndarray) -> np.ndarray:
         """The clips of these episodes, computed on the CPU (the same function as `_draw`)."""
         e, ep = torch.from_numpy(envs), torch.from_numpy(episode)
+        if self._mix is not None:
+            return self._draw(e, ep)[0].numpy()
         return draw_clips(self._key, e, ep, self.clips, self.clip_order).numpy()
 
-    def _set_all(self, episode: torch.Tensor) -> None:
+    def _set_all(self, episode: torch.Tensor, clips: torch.Tensor | None = None) -> None:
         """Every environment's draws from these episode counters (construction, a loaded
-        state). With a pool, the clips are brought in first: when a read fails, nothing
-        changes."""
-        clip, start, flipped = self._draw(self._envs, episode)
+        state; a mix's state gives the clips, drawn with the weights of their time). With a
+        pool, the clips are brought in first: when a read fails, nothing changes."""
+        if clips is None:
+            clip, start, flipped = self._draw(self._envs, episode)
+        else:
+            assert self._mix is not None
+            table = self._tables[self.device]
+            clip, start, flipped = draw_mixed(
+                self._key, self._envs, episode, self._mix, table, self.playback, self.flip, clips
+            )
         pool = self._pool
         if pool is not None:
             envs, host = np.arange(self.num_envs), episode.cpu().numpy().copy()
             old = self._slot[self._slot >= 0]
-            slots = pool.acquire(self._draw_host(envs, host), release=old)
+            slots = pool.acquire(clip.cpu().numpy(), release=old)
             pool.forget_wanted()
-            pool.want(self._draw_host(envs, host + 1), +1)
+            self._next = self._draw_host(envs, host + 1)  # (a mix's may be drawn otherwise)
+            pool.want(self._next, +1)
             self._episode_host, self._slot = host, slots
             self.base = move_index(pool.base(slots), self.device)
         else:
@@ -219,12 +303,29 @@ class Backgrounds:
         else:
             self.episode += mask
             self.played.masked_fill_(mask, 0)
+        if self._mix is not None:  # the weights may have changed: the others keep theirs
+            self._reset_mixed(mask)
+            return
         # every environment's draws again: those of the others come out as they were (a pure
         # function of their unchanged episodes), so no select is needed
         self.clip, self.start, self.flipped = self._draw(self._envs, self.episode)
         # (index_select, not `[]`: advanced indexing ran on torch's thread pool, and waited
         # up to a scheduler tick, 4-8 ms, for a worker on a busy machine)
         self.base = self._first.index_select(0, self.clip)
+
+    def _reset_mixed(self, mask: torch.Tensor | None) -> None:
+        """The device cache's reset of a mix: the environments that reset draw with the
+        weights in force, the others keep what they drew with the weights of their time."""
+        assert self._mix is not None
+        base, limit, _ = table = self._tables[self.device]
+        envs, episode = self._envs, self.episode
+        clip = mixed_clips(self._key, envs, episode, self._mix, base, limit)
+        if mask is not None:  # (start and flip are functions of the clip and the episode)
+            clip = torch.where(mask, clip, self.clip)
+        self.clip, self.start, self.flipped = draw_mixed(
+            self._key, envs, episode, self._mix, table, self.playback, self.flip, clip
+        )
+        self.base = self._first.index_select(0, clip)
 
     def _reset_pool(self, pool: ClipPool, mask: torch.Tensor | None) -> None:
         """The pool's reset: which environments reset is read to the host (a sync on CUDA),
@@ -236,8 +337,9 @@ class Backgrounds:
         host = self._episode_host[envs] + 1
         clips = self._draw_host(envs, host)
         slots = pool.acquire(clips, release=self._slot[envs])
-        pool.want(clips, -1)  # they were these environments' next clips
-        pool.want(self._draw_host(envs, host + 1), +1)
+        pool.want(self._next[envs], -1)  # they were these environments' next clips
+        self._next[envs] = self._draw_host(envs, host + 1)
+        pool.want(self._next[envs], +1)
         self._episode_host[envs], self._slot[envs] = host, slots
         index = move_index(envs, self.device)
         episode = torch.from_numpy(host).to(self.device)
@@ -258,6 +360,8 @@ class Backgrounds:
             self.played += self.speed
         else:
             self.played += mask * self.speed
+        if self._mix is not None:  # a step of the schedule
+            self._mix.advance()
 
     def _check_open(self, what: str) -> None:
         if self._closed:
@@ -360,17 +464,20 @@ class Backgrounds:
     def state_dict(self) -> dict[str, Any]:
         """The counters (episode, frames played) per environment and the seed: with the same
         pack and arguments, `load_state_dict` continues exactly."""
-        return {
+        state = {
             "seed": self.seed,
             "num_envs": self.num_envs,
             "clips": self.clips,
-            "count": self.manifest.count,
+            "count": self._table.frames,
             "playback": self.playback,
             "speed": self.speed,
             "clip_order": self.clip_order,
             "episode": self.episode.clone(),
             "played": self.played.clone(),
         }
+        if self._mix is not None:  # the weights in force, and each environment's clip
+            state.update(mixed_state(self.played, self.clip, self._mix, self._limit, self._table))
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a `state_dict` (the seed comes from it). Every field is checked
@@ -385,18 +492,27 @@ class Backgrounds:
         mine: dict[str, Any] = {
             "num_envs": self.num_envs,
             "clips": self.clips,
-            "count": self.manifest.count,
+            "count": self._table.frames,
             "playback": self.playback,
             "speed": self.speed,
             "clip_order": self.clip_order,
         }
+        clips, mix, limit = None, self._mix, getattr(self, "_limit", None)
+        if mix is not None:
+            state, new_mix, new_limit, clips = check_mixed_state(
+                state, self._table, mix, self.num_envs, self.device
+            )
         seed, episode, played = check_state(state, mine, self.device)
         key = self._key
         self._key = seed_key(seed)  # the draws of _set_all are the state's
+        if clips is not None:  # (the pool reads ahead by the weights in force)
+            self._use_mix(new_mix, new_limit)
         try:
-            self._set_all(episode)
+            self._set_all(episode, clips)
         except BaseException:
             self._key = key
+            if clips is not None:
+                self._use_mix(mix, limit)
             raise
         self.seed, self.played = seed, played
 
@@ -412,3 +528,13 @@ class Backgrounds:
         self._closed = True
         if self._pool is not None:
             self._pool.close()
+
+
+def _check_whole(sources: list[Source]) -> None:
+    """Every shard of each pack is there (a clip's frames are found by number)."""
+    for s in sources:
+        if s.count != s.manifest.count:
+            raise ValueError(
+                f"Backgrounds needs every shard of the pack ({s.manifest.count} frames); the "
+                f"shard URLs given hold {s.count}: pass the pack folder or all its shards"
+            )

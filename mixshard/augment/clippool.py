@@ -100,27 +100,31 @@ class ClipPool:
     """See the module docstring.
 
     Args:
-        source: the pack (a folder or a store), resolved.
+        source: the pack (a folder or a store), resolved; or the packs of a mix.
         device: where the slots live.
         slots: clips the pool holds.
-        first, length: each clip's first frame (pack image number) and frame count.
+        first: each clip's first frame (pack image number); for a mix, `(first, pack)`: the
+            first frame in its pack, and which pack.
+        length: each clip's frame count.
     """
 
     def __init__(
         self,
-        source: Source,
+        source: Source | list[Source],
         device: torch.device,
         slots: int,
-        first: np.ndarray,
+        first: np.ndarray | tuple[np.ndarray, np.ndarray],
         length: np.ndarray,
     ) -> None:
-        if not source.is_folder:
+        sources = source if isinstance(source, list) else [source]
+        if not all(s.is_folder for s in sources):
             raise ValueError(
                 "cache='pool' reads clips by byte offset: pass a pack folder or a store URL, "
                 "not shard URLs (or use cache='device')"
             )
-        m = source.manifest
-        self.device, self.first, self.length = device, first, length
+        first, pack_of = first if isinstance(first, tuple) else (first, np.zeros_like(first))
+        m = sources[0].manifest
+        self.device, self.first, self.length, self.pack_of = device, first, length, pack_of
         self.span = int(length.max())  # frames per slot
         self.slots = slots
         self.frames = torch.empty(
@@ -135,16 +139,17 @@ class ClipPool:
         self.loads = self.waits = self.dropped = 0
         self.wait_seconds = 0.0
         self._pin = wants_pinned(device)
-        self._pack = source.open_pack()
+        self._packs = [s.open_pack() for s in sources]
         self._asked = np.zeros(len(first), bool)  # read ahead, not yet taken
         self._pending: dict[int, int] = {}  # clips `acquire` is placing -> their environments
         self._held: dict[int, torch.Tensor] = {}  # and those of them read, with no slot yet
         self._reads = ReadAhead(self._read)
-        self._closer = own(self, _close, self._reads, self._pack)
+        self._closer = own(self, _close, self._reads, self._packs)
 
     @property
     def _read(self) -> Read:
-        return functools.partial(_read_clip, self._pack, self.first, self.length, self._pin)
+        where = (self.first, self.length, self.pack_of)
+        return functools.partial(_read_clip, self._packs, where, self._pin)
 
     def base(self, slots: np.ndarray) -> np.ndarray:
         """The frame number in `frames` of each slot's first frame."""
@@ -278,17 +283,19 @@ class ClipPool:
         self._closer()
 
 
-def _close(reads: ReadAhead, pack: Any) -> None:
+def _close(reads: ReadAhead, packs: list[Any]) -> None:
     reads.close()
-    pack.close()
+    for pack in packs:
+        pack.close()
 
 
 def _read_clip(
-    pack: Any, first: np.ndarray, length: np.ndarray, pin: bool, clip: int
+    packs: list[Any], where: tuple[np.ndarray, np.ndarray, np.ndarray], pin: bool, clip: int
 ) -> torch.Tensor:
     """Clip `clip`'s frames in host memory (pinned for CUDA): consecutive pack images, so
-    sequential reads."""
-    start, count = int(first[clip]), int(length[clip])
+    sequential reads. `where`: each clip's first frame, length and pack."""
+    first, length, pack_of = where
+    start, count, pack = int(first[clip]), int(length[clip]), packs[int(pack_of[clip])]
     m = pack.manifest
     host = host_empty((count, 3, m.size, m.size), torch.uint8, pin)
     bad = pack.read_images(np.arange(start, start + count), host.numpy().reshape(count, -1))

@@ -22,6 +22,15 @@ class Carry(Generic[T]):
         self._next, self._keep = next_batch, keep
         self._left: T | None = None
 
+    @property
+    def left(self) -> int:
+        """Items carried to the next take."""
+        return 0 if self._left is None else len(self._left)
+
+    def restart(self, left: T | None) -> None:
+        """Carry `left` to the next take (a loaded state's)."""
+        self._left = left
+
     def take(self, n: int) -> list[T]:
         parts: list[T] = []
         have = 0
@@ -58,6 +67,20 @@ class PermutationWalk(Generic[T]):
         self.count, self._permute, self.distinct = count, permute, distinct
         self._perm: T | None = None
         self._cursor = 0
+
+    @property
+    def perm(self) -> T | None:
+        """The current permutation (None before the first draw)."""
+        return self._perm
+
+    @property
+    def cursor(self) -> int:
+        """Items drawn of the current permutation."""
+        return self._cursor
+
+    def restart(self, perm: T | None, cursor: int) -> None:
+        """Continue in `perm` after its first `cursor` items (a loaded state's)."""
+        self._perm, self._cursor = perm, cursor
 
     def take(self, m: int) -> list[T]:
         """The next `m` items, as pieces of permutations (one piece when `distinct`)."""

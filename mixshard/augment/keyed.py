@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
+import numpy as np
 import torch
 
 _lerp: ModuleType | None
@@ -83,3 +84,23 @@ def below(bits: torch.Tensor, n: torch.Tensor | int) -> torch.Tensor:
     """Integers in `[0, n)` from random words: the top 32 bits scaled by `n` (no modulo bias
     beyond n / 2**32; `n` below 2**31)."""
     return (_shr(bits, 32) * n) >> 32
+
+
+# -- the same draws in numpy, for the host's small batches (a few µs where torch's ops on a
+# CPU tensor cost ~5 µs each); the bits are the torch functions' (tests check it) ----------
+
+
+def mix64_np(x: np.ndarray) -> np.ndarray:
+    """`mix64` of uint64 words (numpy's unsigned arithmetic wraps modulo 2**64)."""
+    z = x + np.uint64(_GAMMA)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(_M1)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(_M2)
+    return z ^ (z >> np.uint64(31))
+
+
+def keyed_np(key: int, env: np.ndarray, episode: int, stream: int) -> np.ndarray:
+    """`keyed` for int64 `env` numbers and one episode, as uint64 words (the same bits)."""
+    with np.errstate(over="ignore"):
+        z = mix64_np(env.astype(np.uint64) + np.uint64(key & _MASK64))
+        z = mix64_np(z + np.uint64(episode & _MASK64))
+        return mix64_np(z + np.uint64(stream & _MASK64))

@@ -26,6 +26,9 @@ from ..reading.source import Source, resolve_source
 from .args import check_alpha, check_overlay_args
 from .caches import BackgroundCache, DeviceCache, StreamCache
 from .inputs import check_obs, user_stacklevel, warn_if_unit_range
+from .keyed import mix64_int, seed_key
+from .mixcache import MixedCache, pool_shares
+from .mixing import Mix
 from .ops import (
     blend,
     crop_resample,
@@ -35,6 +38,14 @@ from .ops import (
     random_flip_mask,
     resize,
 )
+from .overlaystate import (
+    check_overlay_state,
+    device_state,
+    load_device_state,
+    pool_calls,
+    process_tag,
+)
+from .packset import pack_list, resolve_packs
 from .pasting import composite
 from .pool import PoolCache, pool_size
 
@@ -82,6 +93,14 @@ class Overlay:
         uses: pool: draws of each image before its slot is refilled.
         cache_dir, cache_limit: a pack on an object store (`s3://...`): its block cache's
             folder and byte limit (see `ShardStream`).
+        weights: mix several packs: `source` is then a list of packs (each a folder, URL or
+            list of one pack's shard URLs) of one image size, and each sample takes its pack by
+            these weights (keyed by its number in this process's samples: `mixcache.py`).
+            The packs share `cache_fraction`. `set_weights` changes them at any call.
+        schedule: `[(step, weights), ...]`: weights from that many calls on (`mixing.py`).
+
+    `state_dict()` / `load_state_dict()` continue the draws exactly, in every cache mode
+    (`overlaystate.py` says what a state can continue).
 
     Arguments are checked here (`args.py`); obs are not checked for NaN or inf at each call
     (that would cost a host sync per call): they blend into NaN/inf.
@@ -107,6 +126,8 @@ class Overlay:
         uses: int = 4,
         cache_dir: str | os.PathLike | None = None,
         cache_limit: int | None = None,
+        weights: Any = None,
+        schedule: Any = None,
     ) -> None:
         check_overlay_args(
             alpha=alpha,
@@ -120,10 +141,9 @@ class Overlay:
             pool=pool,
             uses=uses,
         )
-        # index.json read once, here
-        self.source = resolve_source(source, cache_dir=cache_dir, cache_limit=cache_limit)
-        self.manifest = self.source.manifest
-        self.count = self.source.count  # shard URLs may hold part of the pack
+        where: dict[str, Any] = {"cache_dir": cache_dir, "cache_limit": cache_limit}
+        self._resolve(source, where, weights, schedule)
+        self._pending: dict[str, dict[str, Any]] = {}  # loaded states of devices not started
         self.alpha, self.flip, self.crop = alpha, flip, crop
         self.device = torch.device(device) if device is not None else None
         self.cache, self.num_workers, self.seed = cache, num_workers, seed
@@ -135,6 +155,16 @@ class Overlay:
         self._pid = this_process()  # the caches' threads run in this process only
         # the caches are closed by close(), when the Overlay is collected, or at exit
         self._closer = own(self, _close_caches, self._states)
+
+    def _resolve(self, source: Any, where: dict[str, Any], weights: Any, schedule: Any) -> None:
+        """The pack, or the packs of a mix and their `Mix` (index.json read once, here)."""
+        mixed = weights is not None or schedule is not None
+        self.sources = resolve_packs(pack_list(source), **where) if mixed else None
+        self.source = self.sources[0] if self.sources else resolve_source(source, **where)
+        self.manifest = self.source.manifest
+        # shard URLs may hold part of the pack
+        self.count = sum(s.count for s in self.sources or [self.source])
+        self._mix = Mix(len(self.sources), weights, schedule) if self.sources else None
 
     def _seeds(self) -> tuple[int, int]:
         """This process's seed of the draws, and the seed of the streams it reads.
@@ -154,36 +184,136 @@ class Overlay:
         return seed, (self.seed if worker is None else seed)
 
     def _make_cache(
-        self, mode: str, device: torch.device, gen: torch.Generator, seed: int, shared: int
+        self,
+        mode: str,
+        device: torch.device,
+        gen: torch.Generator,
+        seed: int,
+        shared: int,
+        saved: dict[str, Any] | None = None,
     ) -> BackgroundCache:
+        if self.sources is not None and self._mix is not None:
+            return self._make_mixed(mode, device, seed, shared, saved)
         if mode == "device":
             return DeviceCache(self.source, device, gen)
         if mode == "pool":
             size = self.pool or pool_size(
                 self.manifest, int(self.cache_fraction * free_memory(device))
             )
-            return PoolCache(self.source, device, size, self.uses, seed, shared)
+            calls = None if saved is None else pool_calls(saved)
+            return PoolCache(self.source, device, size, self.uses, seed, shared, calls)
         batch = max(1, min(self.batch_size, self.count // rank_world()[1]))
         return StreamCache(self.source, device, self.num_workers, shared, batch)
+
+    def _make_mixed(
+        self, mode: str, device: torch.device, seed: int, shared: int, saved: dict[str, Any] | None
+    ) -> MixedCache:
+        """One cache per pack (`mixcache.py`), each drawing from seeds of its own."""
+        assert self.sources is not None and self._mix is not None
+        caches: list[BackgroundCache] = []
+        size = 0
+        if mode == "pool":
+            budget = int(self.cache_fraction * free_memory(device))
+            size = self.pool or pool_size(self.manifest, budget)
+        shape = (3, self.manifest.size, self.manifest.size)
+        store = None
+        if mode == "device":  # every pack in one tensor: a call is one gather
+            store = torch.empty((self.count, *shape), dtype=torch.uint8, device=device)
+        lo = 0
+        for k, (source, share) in enumerate(zip(self.sources, pool_shares(size, self._mix))):
+            own_seed = mix64_int(seed + k + 1)  # (pack k's words: apart from the seed's own)
+            if store is not None:
+                gen, images = torch.Generator(device=device), store[lo : lo + source.count]
+                caches.append(DeviceCache(source, device, gen, own_seed, images))
+                lo += source.count
+            elif mode == "pool":  # (a loaded state's pool: its calls but the last: `resume`)
+                calls = None if saved is None else pool_calls(saved, k, last=False)
+                pool = PoolCache(source, device, share, self.uses, own_seed, shared + k, calls)
+                caches.append(pool)
+            else:
+                batch = max(1, min(self.batch_size, source.count // rank_world()[1]))
+                caches.append(StreamCache(source, device, self.num_workers, shared + k, batch))
+        key = seed_key(seed)
+        return MixedCache(caches, self._mix, key, device, shape, store, chunked=mode == "pool")
 
     def _state(self, device: torch.device) -> _DeviceState:
         device = canonical(device)
         if self._pid != this_process():  # forked: the parent's caches' threads are not here
             self._states.clear()
+            self._pending.clear()  # (a loaded state is the parent's draws, not a worker's)
             self._pid = this_process()
             self._closer = own(self, _close_caches, self._states)
         state = self._states.get(device)
         if state is None:
             seed, shared = self._seeds()
             generator = torch.Generator(device=device).manual_seed(seed)
-            mode = self.cache
+            saved = self._pending.pop(str(device), None)
+            mode = self.cache if saved is None else saved["mode"]
             if mode == "auto":
                 need = self.count * self.manifest.image_bytes
                 mode = "device" if need <= self.cache_fraction * free_memory(device) else "pool"
-            cache = self._make_cache(mode, device, generator, seed, shared)
+            cache = self._make_cache(mode, device, generator, seed, shared, saved)
+            if saved is not None:
+                try:
+                    load_device_state(saved, cache, generator)
+                except BaseException:
+                    cache.close()
+                    raise
             state = _DeviceState(mode, cache, generator)
             self._states[device] = state
         return state
+
+    # -- the mix and the state -------------------------------------------------------------
+
+    def set_weights(self, weights: Any) -> None:
+        """Mix the packs by these weights from the next call on (until the schedule's next
+        entry); they are part of the state.
+
+        Raises:
+            TypeError, ValueError: bad weights, or an Overlay made without `weights=`.
+        """
+        if self._mix is None:
+            raise ValueError(
+                "set_weights: this Overlay was made without weights= or schedule=; pass a "
+                "list of packs and weights= to mix them"
+            )
+        self._mix.set_weights(weights)
+
+    @property
+    def weights(self) -> list[float] | None:
+        """The weights in force (shares summing to 1), or None for a single pack."""
+        return None if self._mix is None else self._mix.weights.tolist()
+
+    def _mine(self) -> dict[str, Any]:
+        packs = [[s.count, s.manifest.size] for s in self.sources or [self.source]]
+        return {"packs": packs, "seed": self.seed, "process": process_tag()}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the draws are, per device (loaded and not yet started ones too), and the
+        weights in force: `load_state_dict` continues them exactly (`overlaystate.py`).
+
+        Raises:
+            ValueError: a device uses a pool (`cache="pool"`), which keeps no state.
+        """
+        devices = dict(self._pending)
+        for device, state in self._states.items():
+            devices[str(device)] = device_state(state.mode, state.cache, state.generator)
+        mix = None if self._mix is None else self._mix.state_dict()
+        return {"format": "mixshard.Overlay", "version": 1, **self._mine(), "mix": mix,
+                "devices": devices}  # fmt: skip
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from a `state_dict()`: the next draws are those an uninterrupted run would
+        have made. The caches started so far are closed; each device starts again at its next
+        call, from the state (in the cache mode it was saved with).
+
+        Raises:
+            TypeError, ValueError: a state of other packs, seed, weights, cache or process
+                (rank, world size, DataLoader worker), or a bad field; named.
+        """
+        mix, devices = check_overlay_state(state, self._mine(), self._mix, self.cache)
+        self.close()
+        self._mix, self._pending = mix, dict(devices)
 
     @property
     def modes(self) -> dict[str, str]:

@@ -20,10 +20,11 @@ from __future__ import annotations
 import torch
 
 from .keyed import below, keyed
+from .mixing import Mix
 
 PLAYBACKS = ("loop", "pingpong", "random")
 CLIP_ORDERS = ("random", "next", "no-repeat")
-_CLIP, _START, _FLIP, _FIRST, _OTHER = 0, 1, 2, 3, 4  # the streams of the draws
+_CLIP, _START, _FLIP, _FIRST, _OTHER, _PACK = 0, 1, 2, 3, 4, 5  # the streams of the draws
 
 
 def draw_clips(
@@ -70,6 +71,51 @@ def draw(
     clip = draw_clips(key, envs, episode, len(length), order)
     if playback == "random":
         start = below(keyed(key, envs, episode, _START), length[clip])
+    else:
+        start = torch.zeros_like(clip)
+    if flip:
+        flipped = (keyed(key, envs, episode, _FLIP) & 1).bool()
+    else:
+        flipped = torch.zeros_like(clip, dtype=torch.bool)
+    return clip, start, flipped
+
+
+def mixed_clips(
+    key: int,
+    envs: torch.Tensor,
+    episode: torch.Tensor,
+    mix: Mix,
+    base: torch.Tensor,
+    limit: torch.Tensor,
+) -> torch.Tensor:
+    """The clip of each `(env, episode)` over several packs, from one random word: its top 32
+    bits pick the pack by the weights in force (`Mix.pick`), its low 32 bits a clip among that
+    pack's first `limit` (uniform, as `below`), numbered in the packs' one table (`base`:
+    each pack's first clip)."""
+    bits = keyed(key, envs, episode, _PACK)
+    pack = mix.pick(bits)
+    low = bits & 0xFFFFFFFF
+    return base.index_select(0, pack) + ((low * limit.index_select(0, pack)) >> 32)
+
+
+def draw_mixed(
+    key: int,
+    envs: torch.Tensor,
+    episode: torch.Tensor,
+    mix: Mix,
+    table: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    playback: str,
+    flip: bool,
+    clip: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`draw` over several packs: the clip of `mixed_clips` (or `clip`: a loaded state's, or
+    one kept through a reset), and its start and flip as `draw` makes them; `table` is
+    `(base, limit, length)`: each pack's first clip and clips played, each clip's length."""
+    base, limit, length = table
+    if clip is None:
+        clip = mixed_clips(key, envs, episode, mix, base, limit)
+    if playback == "random":
+        start = below(keyed(key, envs, episode, _START), length.index_select(0, clip))
     else:
         start = torch.zeros_like(clip)
     if flip:

@@ -41,6 +41,7 @@ from .draws import PermutationWalk
 from .refill import RefillFeed
 
 _WORDS = (torch.int64, torch.int32, torch.int16, torch.uint8)
+MAX_RUNS = 64  # runs of call sizes a pool's state keeps (8-12 bytes each)
 
 
 class PoolCache:
@@ -54,6 +55,7 @@ class PoolCache:
         seed: seed of the draws (and of the refill order, unless `feed_seed`).
         feed_seed: seed of the refill order: the same on every DDP rank, which the refill
             stream then splits between the ranks.
+        calls: a loaded state's calls (`state_dict`): the pool continues after them.
     """
 
     def __init__(
@@ -64,11 +66,32 @@ class PoolCache:
         uses: int,
         seed: int,
         feed_seed: int | None = None,
+        calls: list[list[int]] | None = None,
     ) -> None:
         manifest = source.manifest
-        self.size, self.uses, self.device = min(size, source.count), uses, device
+        self._setup(min(size, source.count), uses, device, seed)
         s = manifest.size
         self.images = torch.empty((self.size, 3, s, s), dtype=torch.uint8, device=device)
+        self.lane = Lane(device, "mixshard-pool-write")
+        # refills go through a view of each image as words of the widest integer type that
+        # divides it: torch's CPU index_put_ costs per element (4x less in int64 than uint8)
+        self.word = next(d for d in _WORDS if manifest.image_bytes % d.itemsize == 0)
+        replay = None if not calls else self._replay(calls, seed)
+        feed_seed = seed if feed_seed is None else feed_seed
+        start = 0 if replay is None else replay.entered  # (images the replay wrote)
+        self.feed = RefillFeed(source, feed_seed, wants_pinned(device), start)
+        # at exit too, before the feed's own finalizer (finalizers run newest first)
+        self._closer = own(self, _stop_pool, self.feed, self.lane)
+        if replay is not None:
+            try:
+                self._continue(replay, source)
+            except BaseException:
+                self.close()
+                raise
+
+    def _setup(self, size: int, uses: int, device: torch.device, seed: int) -> None:
+        """The bookkeeping of a pool of `size` slots (no images, no feed)."""
+        self.size, self.uses, self.device = size, uses, device
         self.left = np.zeros(self.size, np.int64)  # draws left per slot
         self.filled = 0  # slots 0 .. filled-1 hold images
         self.rng = np.random.default_rng([seed, 5])
@@ -78,20 +101,62 @@ class PoolCache:
         self._walk = PermutationWalk(self.size, partial(self.rng.permutation, self.size), True)
         self.draws = self.entered = self.retired = 0
         self.last_slots = np.zeros(0, np.int64)  # the slots the last call drew, in draw order
-        self.lane = Lane(device, "mixshard-pool-write")
         self._fence: Fence | None = None  # of the job queued last
         self._writes: list[np.ndarray] = []  # slots to refill, not yet queued
-        # refills go through a view of each image as words of the widest integer type that
-        # divides it: torch's CPU index_put_ costs per element (4x less in int64 than uint8)
-        self.word = next(d for d in _WORDS if manifest.image_bytes % d.itemsize == 0)
         self._buffers: list[torch.Tensor] = []  # the two the next calls' images alternate in
         # (filled, slots, their images) drawn at the end of a call for the next one: used
         # when the next call asks for as many (else drawn again); timing never matters
         self._predrawn: tuple[int, np.ndarray, torch.Tensor] | None = None
-        feed_seed = seed if feed_seed is None else feed_seed
-        self.feed = RefillFeed(source, feed_seed, wants_pinned(device))
-        # at exit too, before the feed's own finalizer (finalizers run newest first)
-        self._closer = own(self, _stop_pool, self.feed, self.lane)
+        self.calls: list[list[int]] = []  # the calls' sizes, as runs of [n, times]
+
+    def _replay(self, calls: list[list[int]], seed: int) -> PoolCache:
+        """A pool without images that makes `calls`: its every slot's "image" is the position
+        in the refill stream of the image there (`_Positions`), its lane runs jobs inline. The
+        same code as the pool's own, so the same bookkeeping, for the cost of the calls'
+        bookkeeping alone (tens of µs a call)."""
+        replay = PoolCache.__new__(PoolCache)
+        replay._setup(self.size, self.uses, torch.device("cpu"), seed)
+        replay.images = torch.zeros((self.size, 1), dtype=torch.int64)
+        replay.word, replay.feed = torch.int64, _Positions()  # type: ignore[assignment]
+        replay.lane = Lane(torch.device("cpu"), threaded=False)
+        for n, times in calls:
+            for _ in range(times):
+                replay.take(n)
+        replay.wait()
+        return replay
+
+    def _continue(self, replay: PoolCache, source: Source) -> None:
+        """Where `replay` is: its bookkeeping, draws and next draws, and in each slot the
+        image of the refill stream it holds, read from the pack."""
+        self.left[:], self.filled, self.calls = replay.left, replay.filled, replay.calls
+        self.draws, self.entered, self.retired = replay.draws, replay.entered, replay.retired
+        self.rng.bit_generator.state = replay.rng.bit_generator.state
+        self._walk.restart(replay._walk.perm, replay._walk.cursor)
+        self.last_slots = replay.last_slots
+        positions = replay.images[: self.filled, 0].numpy()
+        read_images_to(source, self.feed.numbers(positions), self.images)
+        if replay._predrawn is not None:
+            filled, slots, _ = replay._predrawn
+            self._buffers = [torch.empty_like(self.images[: len(slots)]) for _ in range(2)]
+            index = move_index(slots, self.device)
+            images = torch.index_select(self.images, 0, index, out=self._buffers[0])
+            self._predrawn = (filled, slots, images)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The calls' sizes (runs of `[n, times]`): a pool continues by making them again
+        without images, then reading in the images its slots hold (`_replay`).
+
+        Raises:
+            ValueError: the call sizes changed more than `MAX_RUNS` times (the state would
+                pass 4 KB).
+        """
+        if len(self.calls) > MAX_RUNS:
+            raise ValueError(
+                f"state_dict: a pool's state is its calls' sizes, which changed "
+                f"{len(self.calls)} times (at most {MAX_RUNS} keep it under 4 KB); call it "
+                f"with one batch size, or use cache='device' or cache='stream'"
+            )
+        return {"calls": [list(c) for c in self.calls], "draws": self.draws}
 
     def _put(self, slots: np.ndarray) -> None:
         """Mark `slots` for the feed's next images; they are written by the next job queued
@@ -159,6 +224,10 @@ class PoolCache:
     def take(self, n: int, own: bool = True) -> torch.Tensor:
         """`n` images: distinct ones when `n` <= the pool size. With `own=False` they may be
         a buffer used again by the call after next."""
+        if self.calls and self.calls[-1][0] == n:
+            self.calls[-1][1] += 1
+        else:
+            self.calls.append([n, 1])
         if self.filled < min(n, self.size):  # the first call(s): start with n images
             self._put(np.arange(self.filled, min(n, self.size)))
             self.filled = min(n, self.size)
@@ -208,6 +277,38 @@ class PoolCache:
     def close(self) -> None:
         """Stop the refills and wait for the threads doing them."""
         self._closer()
+
+
+class _Positions:
+    """A replay's refill feed: each "image" is its position in the stream (int64 `(m, 1)`)."""
+
+    def __init__(self) -> None:
+        self.at = 0
+
+    def take(self, m: int) -> list[torch.Tensor]:
+        self.at += m
+        return [torch.arange(self.at - m, self.at).view(m, 1)]
+
+
+def read_images_to(source: Source, numbers: np.ndarray, images: torch.Tensor) -> None:
+    """The pack's images `numbers` into `images[:len(numbers)]`, in chunks of bounded host
+    memory.
+
+    Raises:
+        MixshardError: one lies in a damaged block.
+    """
+    m = source.manifest
+    pack = source.open_pack()
+    try:
+        for lo in range(0, len(numbers), 1024):
+            part = numbers[lo : lo + 1024]
+            host = np.empty((len(part), 3, m.size, m.size), np.uint8)
+            bad = pack.read_images(part, host.reshape(len(part), -1))
+            if bad is not None and bad.any():
+                raise MixshardError(f"a pool's image lies in a damaged block of {m.origin}")
+            images[lo : lo + len(part)].copy_(torch.from_numpy(host))
+    finally:
+        pack.close()
 
 
 def _by_piece(slots: np.ndarray, parts: list[torch.Tensor]) -> Iterator[tuple[np.ndarray, Any]]:

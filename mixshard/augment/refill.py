@@ -11,6 +11,7 @@ import time
 import weakref
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..core.env import rank_world
@@ -27,8 +28,9 @@ REFILL_WINDOW = 8  # blocks shuffled together in the refill stream (the pool its
 class RefillFeed:
     """Images of a pack in block order, endlessly, read ahead on a background thread."""
 
-    def __init__(self, source: Source, seed: int, pin: bool) -> None:
-        """`pin`: batches in pinned memory (for copies to CUDA)."""
+    def __init__(self, source: Source, seed: int, pin: bool, start: int = 0) -> None:
+        """`pin`: batches in pinned memory (for copies to CUDA); `start`: the images of the
+        stream to skip (a pool's loaded state: `pool.py`)."""
         from ..reading.loading import loader
 
         # each rank reads its share
@@ -39,6 +41,12 @@ class RefillFeed:
         self._loader = loader(
             source, batch, num_workers=2, infinite=True, seed=seed, pin_memory=pin, **kwargs
         )
+        self.batch = batch
+        first, skip = divmod(start, batch)
+        if first:  # before the reader starts: it starts there
+            saved = self._loader.state_dict()
+            saved["epoch"], saved["batch"] = divmod(first, self._loader.batches_per_epoch)
+            self._loader.load_state_dict(saved)
         self._queue: queue.Queue = queue.Queue(REFILL_AHEAD)
         # through a weak reference: `Carry(self._next)` made a cycle, which kept a dropped
         # feed (and the batches in its queue) until the next full garbage collection
@@ -51,6 +59,19 @@ class RefillFeed:
         feed = functools.partial(_feed, self._loader, self._queue, self._stop)
         self._job = Job(feed, "mixshard-refill")
         self._closer = own(self, _stop_reading, self._stop, self._loader, self._job)
+        if skip:
+            self._carry.take(skip)
+
+    def numbers(self, positions: np.ndarray) -> np.ndarray:
+        """The pack's image number of each image of the stream at `positions` (every batch
+        holds `batch` images: the stream drops an epoch's last partial batch)."""
+        stream = self._loader.stream
+        batch, at = np.divmod(positions, self.batch)
+        out = np.empty_like(positions)
+        for k in np.unique(batch).tolist():
+            rows = batch == k
+            out[rows] = stream.batch_index(k)[at[rows]]
+        return out
 
     def _next(self) -> torch.Tensor:
         check_process(self._job.pid, "the pool's refill feed")
