@@ -229,7 +229,7 @@ def table_rows(n: int, t: dict[str, dict]) -> tuple[list, list]:
     return rows, chart
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--e2e-runs", type=int, default=5)
@@ -240,7 +240,11 @@ def main() -> None:
     parser.add_argument("--device", action="append", help="cpu and/or cuda (default: all)")
     parser.add_argument("--only-mixing", action="store_true", help="only the mixing rows")
     parser.add_argument("--cell", nargs=3, metavar=("DEVICE", "N", "CELL"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     torch.set_num_threads(args.threads)
     if args.cell:
         device, n, cell = args.cell
