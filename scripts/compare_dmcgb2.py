@@ -1,4 +1,4 @@
-"""DMC-GB2's video modes against `mixshard.dmcgb2`'s, on whole episodes of a real task.
+"""DMC-GB2's video and colour-video modes against `mixshard.dmcgb2`'s, on whole episodes.
 
 Builds DMC-GB2's own environment twice with its own `envs.dmcgb.dmcgb_wrapper.make(task,
 frame_stack=3, action_repeat=2, seed, mode)` (walker_walk: 500 steps an episode, 84 px): once
@@ -7,23 +7,28 @@ as it is (its `ColorVideoWrapper`: an OpenCV decode of the whole mp4 at each res
 after the one-line change `dmcgb_photometric.ColorVideoWrapper =
 video_modes(dmcgb_photometric.ColorVideoWrapper)`, the clips from packs made as `make
 dmcgb2-videos` makes them (`--clips --crop full --size 256 --resample bicubic`) of the very
-files DMC-GB2 read. Both get the same seeded random actions. Printed per mode: whether the two
-rebuilt models are alike (textures, materials, sites, bodies, geoms, actuators), the largest
-difference and the share of equal bytes of texture 2 over every reset and step, the same of
-the rendered 84 px frames, and the times of a reset and of a step's texture update (against
-the bare upload), timed alternately. Not a CI test: it needs DMC-GB2's code and dm_control,
-kept out of the project.
+files DMC-GB2 read (`--modes color_video_easy color_video_hard`: the same packs, and the
+colours DMC-GB2's `_load_colors` loads, recolouring the rebuilt model at each reset). Both get
+the same seeded random actions. Printed per mode: whether the two rebuilt models are alike
+when made and after every reset (textures and their bytes, materials, sites, bodies, geoms,
+actuators), the largest difference and the share of equal bytes of texture 2 over every reset
+and step, the same of the rendered 84 px frames, and the times of a reset and of a step's
+texture update (against the bare upload; in the colour modes, of the model rebuild), timed
+alternately. Not a CI test: it needs DMC-GB2's code and dm_control, kept out of the project.
 
     mixshard pack DATA/video_hard /tmp/packs/dmcgb2-video_hard --clips --crop full \\
         --size 256 --resample bicubic        # and video_easy
     MUJOCO_GL=egl PYOPENGL_PLATFORM=egl PYTHONPATH=. /work/simvenv/bin/python \\
         scripts/compare_dmcgb2.py --dmcgb2 /tmp/dmcgb2 --data DATA --packs /tmp/packs
 
-`--data DATA` holds `video_easy/video<i>.mp4` and `video_hard/video<i>.mp4` (DMC-GB2's
-`envs/dmcgb/data`, or links to its files). Made as DMC-GB2's code is loaded, none in its files:
+`--data DATA` holds `video_easy/video<i>.mp4`, `video_hard/video<i>.mp4` and the colour
+modes' `color_easy.pt` and `color_hard.pt` (DMC-GB2's `envs/dmcgb/data`, or links to its
+files). Made as DMC-GB2's code is loaded, none in its files:
 its data folder (`dmcgb_data_dir`, a module constant naming a path relative to the working
-directory) is set to `DATA`, and dm_control's model gets `tex_rgb` as a name of `tex_data`
-(MuJoCo 3 renamed it; DMC-GB2 pins MuJoCo 3.1.1, whose dm_control 1.0.16 still named it so).
+directory) is set to `DATA`, dm_control's model gets `tex_rgb` as a name of `tex_data`
+(MuJoCo 3 renamed it; DMC-GB2 pins MuJoCo 3.1.1, whose dm_control 1.0.16 still named it so),
+and torch's safe unpickling allows numpy's arrays (`COLOR_GLOBALS`: torch 2.6 made `torch.load`
+refuse other than tensors by default; DMC-GB2 pins torch 2.0.1, which read its colour files).
 """
 
 from __future__ import annotations
@@ -36,7 +41,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch  # noqa: F401  # DMC-GB2's module imports it; before dm_control, as it does
+import torch  # DMC-GB2's module imports it; before dm_control, as it does
+from numpy._core.multiarray import _reconstruct
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # mixshard from this checkout
@@ -52,8 +58,15 @@ from mixshard.textures.target import physics_upload  # noqa: E402
 MODEL_ARRAYS = (
     "tex_type", "tex_adr", "tex_nchannel", "mat_texid", "mat_rgba", "site_pos", "site_quat",
     "site_size", "site_matid", "site_bodyid", "body_pos", "body_quat", "geom_pos", "geom_size",
-    "geom_matid", "actuator_trnid", "actuator_gear", "cam_pos",
+    "geom_matid", "actuator_trnid", "actuator_gear", "cam_pos", "tex_width", "tex_height",
+    "tex_data",
 )  # fmt: skip
+# what torch.load's weights_only (torch >= 2.6) must allow to read DMC-GB2's colour files, a
+# list of dicts of float64 arrays pickled by numpy 1 (DMC-GB2's torch 2.2 loaded any pickle)
+COLOR_GLOBALS = [
+    (_reconstruct, "numpy.core.multiarray._reconstruct"), np.ndarray, np.dtype,
+    np.dtypes.Float64DType,
+]  # fmt: skip
 
 
 def load_dmcgb2(checkout: Path, data: Path) -> tuple[Any, Any]:
@@ -66,6 +79,7 @@ def load_dmcgb2(checkout: Path, data: Path) -> tuple[Any, Any]:
     import envs.dmcgb.dmcgb_wrapper as wrapper
 
     photometric.dmcgb_data_dir = str(data)
+    torch.serialization.add_safe_globals(COLOR_GLOBALS)  # its colour files, numpy arrays
     if not hasattr(core.MjModel, "tex_rgb"):
         core.MjModel.tex_rgb = property(lambda self: self.tex_data)  # type: ignore[attr-defined]
     return wrapper, photometric
@@ -100,8 +114,10 @@ def episodes(theirs: Any, ours: Any, count: int, seed: int) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
     spec = theirs.action_spec()
     worst = pixels = equal = seen = frames = steps = 0
+    differ: set[str] = set()
     for _ in range(count):
         a, b = theirs.reset(), ours.reset()
+        differ.update(models_alike(theirs, ours))  # the colour modes' rebuilt models
         while True:
             d = np.abs(screen(theirs).astype(np.int16) - screen(ours).astype(np.int16))
             worst, equal, seen = (
@@ -116,7 +132,8 @@ def episodes(theirs: Any, ours: Any, count: int, seed: int) -> dict[str, Any]:
             action = rng.uniform(spec.minimum, spec.maximum, spec.shape).astype(spec.dtype)
             a, b = theirs.step(action), ours.step(action)
             steps += 1
-    return dict(worst=worst, equal=equal / seen, pixels=pixels, frames=frames, steps=steps)
+    got = dict(worst=worst, equal=equal / seen, pixels=pixels, frames=frames, steps=steps)
+    return dict(got, differ=sorted(differ))
 
 
 def timings(theirs: Any, ours: Any, runs: int) -> list[list[Any]]:
@@ -136,7 +153,19 @@ def timings(theirs: Any, ours: Any, runs: int) -> list[list[Any]]:
         t, u, ratio = paired(inner._apply_video, lambda bare=bare: bare(SCREEN_TEXTURE), runs * 5)
         rows.append([f"texture update, {name}", f"{t * 1e3:.2f}", "bare upload",
                      f"{u * 1e3:.2f}", f"{ratio:.3f}"])  # fmt: skip
-    return rows
+    return rows + rebuilds(video_wrapper(theirs), video_wrapper(ours), runs)
+
+
+def rebuilds(theirs: Any, ours: Any, runs: int) -> list[list[Any]]:
+    """In a colour-video mode, the model rebuild each reset begins with (both: the scene
+    recoloured, its XML compiled, the physics reloaded), timed alternately; last, as it leaves
+    texture 2 at its own size until the next reset."""
+    if getattr(ours, "_colors", None) is None:
+        return []
+    mine, base, ratio = paired(lambda: ours._rebuild(ours._colors[0]), theirs._randomize_colors,
+                               runs)  # fmt: skip
+    return [["model rebuild, mixshard", f"{mine * 1e3:.2f}", "DMC-GB2's", f"{base * 1e3:.1f}",
+             f"{ratio:.3f}"]]  # fmt: skip
 
 
 def compare(wrapper: Any, photometric: Any, args: argparse.Namespace, mode: str) -> list[Any]:
@@ -151,8 +180,9 @@ def compare(wrapper: Any, photometric: Any, args: argparse.Namespace, mode: str)
         made_ours = time.perf_counter() - t0
     finally:
         photometric.ColorVideoWrapper = original
-    differ = models_alike(theirs, ours)
+    made = models_alike(theirs, ours)
     got = episodes(theirs, ours, args.episodes, args.seed)
+    differ = sorted(set(made) | set(got["differ"]))
     row = [mode, "alike" if not differ else "differ: " + ", ".join(differ), got["frames"],
            got["worst"], f"{got['equal']:.4%}", got["pixels"],
            f"{made_theirs:.2f} s / {made_ours:.2f} s"]  # fmt: skip
@@ -167,7 +197,8 @@ def main() -> None:
     parser.add_argument("--data", type=Path, required=True, help="video_easy/, video_hard/")
     parser.add_argument("--packs", type=Path, required=True, help="dmcgb2-video_easy, _hard")
     parser.add_argument("--task", default="walker_walk")
-    parser.add_argument("--modes", nargs="+", default=["video_easy", "video_hard"])
+    modes = ["video_easy", "video_hard", "color_video_easy", "color_video_hard"]
+    parser.add_argument("--modes", nargs="+", default=modes[:2], choices=modes)
     parser.add_argument("--episodes", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--runs", type=int, default=7)

@@ -29,6 +29,7 @@ mujoco = pytest.importorskip("mujoco")
 from mixshard.dmcgb2 import (  # noqa: E402
     SCREEN_TEXTURE,
     ColorVideoWrapper,
+    dmcgb2_colors,
     video_modes,
     with_screen,
 )
@@ -357,12 +358,195 @@ def test_another_mode_is_left_to_dmcgb2s_own_class(easy, monkeypatch):
     assert make(Env(), "color_hard", 3) == "theirs" and made == [("color_hard", 3, 256)]
     monkeypatch.setenv("MIXSHARD_DATA", str(easy.parent))
     monkeypatch.setattr("mixshard.dmcgb2.suite_model", lambda domain: model())
-    (easy.parent / "dmcgb2-video_easy-8").symlink_to(easy)
+    link = easy.parent / "dmcgb2-video_easy-8"
+    link.exists() or link.symlink_to(easy)
     env = make(Env(), "video_easy", 3, video_render_size=8)
     assert isinstance(env, ColorVideoWrapper) and made == [("color_hard", 3, 256)]
     env.close()
-    with pytest.raises(ValueError, match="^mode must be one of video_easy, video_hard"):
-        ColorVideoWrapper(Env(), "color_video_hard", 0)
+    with pytest.raises(ValueError) as err:
+        ColorVideoWrapper(Env(), "color_hard", 0)
+    assert str(err.value) == (
+        "mode must be one of video_easy, video_hard, color_video_easy, color_video_hard (got "
+        "'color_hard'); video_modes(...) leaves the others to DMC-GB2's own class"
+    )
+
+
+def colours(n: int = 100) -> list[dict]:
+    """A colour list shaped as DMC-GB2's `color_<level>.pt`: dicts of float64 arrays, entry
+    `i` telling itself apart by `self_rgb`'s blue and the grid's and sky's colours."""
+    return [
+        dict(
+            grid_rgb1=np.array([i / 100, 0.5, 0.25]),
+            grid_rgb2=np.array([0.1, i / 200, 0.3]),
+            self_rgb=np.array([0.2, 0.4, i / 100]),
+            skybox_rgb=np.array([i / 100, 0.3, 0.6]),
+        )
+        for i in range(n)
+    ]
+
+
+class Reloads(Env):
+    """`Env` whose physics counts its reloads."""
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.reloads = 0
+        reload = self.physics.reload_from_xml_string
+
+        def counted(xml: str, assets: dict | None = None) -> None:
+            self.reloads += 1
+            reload(xml, assets)
+
+        self.physics.reload_from_xml_string = counted  # type: ignore[method-assign]
+
+
+def coloured(pack: Path, mode: str = "color_video_easy", seed: int = 0, **kw):
+    env = ColorVideoWrapper(
+        Reloads(**kw), mode, seed, 8, dataset_path=pack, model=model(), upload=lambda i: None,
+        colors=colours(),
+    )  # fmt: skip
+    return env
+
+
+def self_colour(env: ColorVideoWrapper) -> list[float]:
+    m = env._env.physics.model
+    return m.mat_rgba[m.material("self").id].tolist()
+
+
+def test_colours_are_written_into_the_rebuilt_scene_as_dmcgb2_writes_them():
+    """Every colour key DMC-GB2 knows, each value as its f-string writes it: the compiled model
+    equals one compiled from the files edited by hand (textures' bytes, materials)."""
+    colors = dict(
+        grid_rgb1=np.array([0.109165, 0.11903745, 0.18573619]), grid_rgb2=[0.2, 0.3, 0.4],
+        grid_markrgb=(1.0, 0.5, 0.0), grid_texrepeat=np.array([3, 2]),
+        self_rgb=np.array([0.74018287, 0.53282315, 0.47178415]),
+        skybox_rgb=np.array([0.25139271, 0.5831122, 0.88217072]), skybox_rgb2=[0.0, 0.1, 0.2],
+        skybox_markrgb=[1, 1, 1], unknown=[9, 9, 9],
+    )  # fmt: skip
+    xml, assets = with_screen(*model(), "walker", colors)
+    ours = mujoco.MjModel.from_xml_string(xml, assets)
+    edited = dict(ASSETS)
+    edited["./common/materials.xml"] = (
+        ASSETS["./common/materials.xml"]
+        .replace('rgb1=".1 .2 .3" rgb2=".2 .3 .4"', 'rgb1="0.109165 0.11903745 0.18573619" '
+                 'rgb2="0.2 0.3 0.4" markrgb="1.0 0.5 0.0"')
+        .replace('texture="grid" reflectance', 'texture="grid" texrepeat="3 2" reflectance')
+        .replace('rgba=".7 .5 .3 1"', 'rgba="0.74018287 0.53282315 0.47178415 1"')
+    )  # fmt: skip
+    edited["./common/skybox.xml"] = ASSETS["./common/skybox.xml"].replace(
+        'rgb1=".4 .6 .8" rgb2="0 0 0"',
+        'rgb1="0.25139271 0.5831122 0.88217072" rgb2="0.0 0.1 0.2" markrgb="1 1 1"',
+    )
+    assert edited != ASSETS  # (the replacements found their text)
+    theirs = mujoco.MjModel.from_xml_string(*with_screen(MODEL.format(site=""), edited, "walker"))
+    for name in ("tex_data", "tex_adr", "mat_rgba", "mat_texrepeat"):
+        assert np.array_equal(getattr(ours, name), getattr(theirs, name)), name
+    assert np.array_equal(ours.mat_texrepeat[ours.material("grid").id], [3, 2])
+    assert np.allclose(ours.mat_rgba[ours.material("self").id], [0.74018287, 0.53282315,
+                                                                  0.47178415, 1])  # fmt: skip
+    plain = mujoco.MjModel.from_xml_string(*with_screen(*model(), "walker"))
+    assert not np.array_equal(ours.tex_data, plain.tex_data)  # the sky and grid recoloured
+
+
+def test_a_colour_mode_rebuilds_the_model_at_each_reset_with_the_next_colours(easy):
+    env = coloured(easy, seed=5)
+    draw = np.random.RandomState(5).randint(100)
+    assert env._env.reloads == 1  # made: DMC-GB2's scene, not yet recoloured
+    m = env._env.physics.model  # texture 2 its own size until the reset, as DMC-GB2's
+    assert (m.tex_width[SCREEN_TEXTURE], m.tex_height[SCREEN_TEXTURE]) == (512, 6 * 512)
+    got, resets = [], [0, 8, 15]
+    for t in range(22):
+        env.reset() if t in resets else env.step(None)
+        got.append(shown(env))
+        if t in resets:
+            k = resets.index(t)
+            assert env._env.reloads == 2 + k, t
+            want = colours()[(draw + k) % 100]["self_rgb"].tolist() + [1.0]
+            assert self_colour(env) == np.float32(want).tolist(), t
+            assert texture(env).shape == (8, 8, 3)  # the new model's texture 2 made 8 px
+    assert env._env.reloads == 4  # the steps rebuild nothing
+    assert got == dmcgb2_schedule(5, 10, EASY, resets=resets, steps=22)  # video_easy's clips
+    env.close()
+
+
+def test_color_video_hard_plays_video_hards_clips_and_leaves_the_floor(hard):
+    env = coloured(hard, "color_video_hard", seed=42)
+    env.reset()
+    m = env._env.physics.model
+    assert m.mat_rgba[m.material("grid").id, 3] == 1.0  # DMC-GB2 hides it in video_hard only
+    assert shown(env) == ((np.random.RandomState(42).randint(100) + 1) % 100, 0)
+    env.close()
+
+
+def test_colour_modes_without_100_colours_and_video_modes_with_colours_are_refused(easy):
+    with pytest.raises(MixshardError) as err:
+        ColorVideoWrapper(Env(), "color_video_hard", 0, 8, dataset_path=easy, colors=colours(99))
+    assert str(err.value) == (
+        "color_video_hard recolours the scene at every reset from DMC-GB2's colours, at least 100"
+        " (got 99): pass colors= (its color_hard.pt, a list of dicts), or make it with "
+        "video_modes(ColorVideoWrapper), which loads them as it does"
+    )
+    with pytest.raises(MixshardError, match=r"at least 100 \(got none\)"):
+        ColorVideoWrapper(Env(), "color_video_easy", 0, 8, dataset_path=easy)
+    with pytest.raises(MixshardError) as err:
+        ColorVideoWrapper(Env(), "video_easy", 0, 8, dataset_path=easy, colors=colours())
+    assert str(err.value) == (
+        "video_easy recolours nothing but 100 colours were given; pass colors= with "
+        "color_video_easy only"
+    )
+
+
+def test_a_materials_file_not_as_dmcgb2_asserts_is_named_when_recoloured():
+    xml, assets = model()
+    two = dict(assets)
+    two["./common/materials.xml"] = assets["./common/materials.xml"].replace(
+        "<material", '<texture name="extra" type="2d" builtin="flat" width="2" height="2"/>'
+        "<material", 1
+    )  # fmt: skip
+    with pytest.raises(MixshardError) as err:
+        with_screen(xml, two, "walker", {"grid_rgb1": [0, 0, 0]})
+    assert str(err.value) == (
+        "./common/materials.xml holds the textures 'grid', 'extra'; DMC-GB2 recolours a file of"
+        " one texture, 'grid'"
+    )
+    with_screen(xml, two, "walker", {"self_rgb": [0, 0, 0]})  # the grid left alone: no check
+    swapped = dict(assets)
+    swapped["./common/materials.xml"] = assets["./common/materials.xml"].replace(
+        'name="self"', 'name="other"'
+    )
+    with pytest.raises(MixshardError) as err:
+        with_screen(xml, swapped, "walker", {"self_rgb": [0, 0, 0]})
+    assert str(err.value) == (
+        "./common/materials.xml holds the materials 'grid', 'other'; DMC-GB2 recolours "
+        "material 1 ('self')"
+    )
+
+
+def test_video_modes_loads_the_colours_with_dmcgb2s_own_loader(easy, monkeypatch):
+    loaded = []
+
+    class Theirs:
+        def __init__(self, env, mode, seed, video_render_size=256):
+            raise AssertionError("the colour-video modes are mixshard's")
+
+        def _load_colors(self):  # DMC-GB2's: `self._colors = torch.load(...)` by self._mode
+            loaded.append(self._mode)
+            self._colors = colours()
+
+    monkeypatch.setenv("MIXSHARD_DATA", str(easy.parent))
+    monkeypatch.setattr("mixshard.dmcgb2.suite_model", lambda domain: model())
+    link = easy.parent / "dmcgb2-video_easy-8"
+    link.exists() or link.symlink_to(easy)
+    env = video_modes(Theirs)(Env(), "color_video_easy", 3, video_render_size=8)
+    assert isinstance(env, ColorVideoWrapper) and loaded == ["color_video_easy"]
+    assert env._colors is not None and len(env._colors) == 100
+    env.close()
+    with pytest.raises(MixshardError) as err:
+        dmcgb2_colors(object, "color_video_hard")
+    assert str(err.value) == (
+        "'object' has no _load_colors, DMC-GB2's loader of the colours color_video_hard plays: "
+        "make mixshard.dmcgb2.ColorVideoWrapper with colors="
+    )
 
 
 def test_a_step_before_the_first_reset_is_refused(easy):
