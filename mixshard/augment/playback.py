@@ -69,15 +69,29 @@ def draw(
     count. The clip is drawn in `order`, the start for `"random"` playback (else 0), the flip
     when `flip`."""
     clip = draw_clips(key, envs, episode, len(length), order)
+    return clip, *_start_and_flip(key, envs, episode, clip, length, playback, flip)
+
+
+def _start_and_flip(
+    key: int,
+    envs: torch.Tensor,
+    episode: torch.Tensor,
+    clip: torch.Tensor,
+    length: torch.Tensor,
+    playback: str,
+    flip: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The start frame of each episode's `clip` (`length`: every clip's frames) for
+    `"random"` playback (else 0), and its flip when `flip` (else none)."""
     if playback == "random":
-        start = below(keyed(key, envs, episode, _START), length[clip])
+        start = below(keyed(key, envs, episode, _START), length.index_select(0, clip))
     else:
         start = torch.zeros_like(clip)
     if flip:
         flipped = (keyed(key, envs, episode, _FLIP) & 1).bool()
     else:
         flipped = torch.zeros_like(clip, dtype=torch.bool)
-    return clip, start, flipped
+    return start, flipped
 
 
 def mixed_clips(
@@ -114,15 +128,7 @@ def draw_mixed(
     base, limit, length = table
     if clip is None:
         clip = mixed_clips(key, envs, episode, mix, base, limit)
-    if playback == "random":
-        start = below(keyed(key, envs, episode, _START), length.index_select(0, clip))
-    else:
-        start = torch.zeros_like(clip)
-    if flip:
-        flipped = (keyed(key, envs, episode, _FLIP) & 1).bool()
-    else:
-        flipped = torch.zeros_like(clip, dtype=torch.bool)
-    return clip, start, flipped
+    return clip, *_start_and_flip(key, envs, episode, clip, length, playback, flip)
 
 
 def positions(
