@@ -250,6 +250,37 @@ def test_an_environment_plays_the_same_whatever_num_envs_and_the_others_do(clips
     assert not all(torch.equal(x, y) for x, y in zip(a, other_seed))
 
 
+@pytest.mark.parametrize("cache", ["device", "pool"])
+def test_one_environment_per_process_plays_its_number_with_first_env(clips, cache):
+    """`first_env=k` numbers the environments from k: a process of one environment (ManiSkill3
+    on a CPU) plays what environment k of them all plays, through resets, and its state says so."""
+    kwargs = {"frames": 2, "playback": "random", "flip": True, "seed": 4, "cache": cache}
+    all_of_them = mixshard.Backgrounds(clips, 6, **kwargs)
+    ranks = [mixshard.Backgrounds(clips, 1, first_env=k, **kwargs) for k in range(6)]
+    for step in range(12):
+        images = all_of_them.images()
+        assert all(torch.equal(r.images()[0], images[k]) for k, r in enumerate(ranks)), step
+        done = torch.tensor([(step + k) % 3 == 0 for k in range(6)])
+        all_of_them.step(), all_of_them.reset(done)
+        for k, r in enumerate(ranks):
+            r.step()
+            r.reset(done[k : k + 1])
+    state = ranks[4].state_dict()
+    assert state["first_env"] == 4
+    with pytest.raises(
+        ValueError, match="saved with first_env=4, this Backgrounds has first_env=3"
+    ):
+        ranks[3].load_state_dict(state)
+    older = {k: v for k, v in ranks[0].state_dict().items() if k != "first_env"}
+    ranks[0].load_state_dict(older)  # a state from before first_env: numbered from 0
+    with pytest.raises(ValueError, match="first_env must be >= 0, got -1"):
+        mixshard.Backgrounds(clips, 1, first_env=-1)
+    with pytest.raises(ValueError, match="first_env must be below 2\\*\\*62"):
+        mixshard.Backgrounds(clips, 1, first_env=2**62)
+    for b in (all_of_them, *ranks):
+        b.close()
+
+
 def test_flip_is_drawn_per_episode_and_kept_through_it(clips):
     bg = mixshard.Backgrounds(clips, 32, frames=1, flip=True)
     cols = [30 * x for x in range(8)]

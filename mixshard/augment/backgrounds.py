@@ -37,6 +37,7 @@ from .envargs import (
     check_backgrounds_args,
     check_clip_order,
     check_composite_args,
+    check_first_env,
     check_state,
     env_mask,
 )
@@ -88,6 +89,10 @@ class Backgrounds:
             Control Suite defines it: 4, 8 or None for all), one per pack or one int for a
             single pack; `set_limit` changes it. With `weights`, `schedule` or `limit` the
             clip order is `"random"` and the state holds each environment's clip.
+        first_env: the number of the first environment in the draws: environments
+            `first_env .. first_env + num_envs - 1` play what a `Backgrounds` of them all
+            would give them (a simulator that runs one environment per process, as ManiSkill3
+            on a CPU: `Backgrounds(pack, 1, first_env=rank)`).
 
     Raises:
         ValueError, TypeError: a bad argument.
@@ -113,10 +118,12 @@ class Backgrounds:
         weights: Any = None,
         schedule: Any = None,
         limit: Any = None,
+        first_env: int = 0,
     ) -> None:
         num_envs, frames, speed, seed = check_backgrounds_args(
             num_envs, frames, speed, seed, pool, flip, playback, cache, cache_fraction, clip_order
         )
+        self.first_env = check_first_env(first_env)  # (arguments before any file is read)
         mixed = weights is not None or schedule is not None
         self.sources = resolve_packs(pack_list(source)) if mixed else [resolve_source(source)]
         self.source = self.sources[0]
@@ -141,7 +148,7 @@ class Backgrounds:
         self._length = torch.from_numpy(length).to(dev)
         self._mix = self._make_mix(mixed, weights, schedule, limit)
         self._key = seed_key(seed)
-        self._envs = torch.arange(num_envs, device=dev)
+        self._envs = torch.arange(num_envs, device=dev) + self.first_env
         self._lags = torch.arange(frames - 1, -1, -1, device=dev) * speed  # oldest first
         self.mode = self._choose(cache, cache_fraction, pool)
         self._warned_sizes: set[tuple[int, int]] = set()
@@ -242,7 +249,7 @@ class Backgrounds:
 
     def _draw_host(self, envs: np.ndarray, episode: np.ndarray) -> np.ndarray:
         """The clips of these episodes, computed on the CPU (the same function as `_draw`)."""
-        e, ep = torch.from_numpy(envs), torch.from_numpy(episode)
+        e, ep = torch.from_numpy(envs + self.first_env), torch.from_numpy(episode)
         if self._mix is not None:
             return self._draw(e, ep)[0].numpy()
         return draw_clips(self._key, e, ep, self.clips, self.clip_order).numpy()
@@ -344,7 +351,7 @@ class Backgrounds:
         index = move_index(envs, self.device)
         episode = torch.from_numpy(host).to(self.device)
         self.episode.index_copy_(0, index, episode)
-        clip, start, flipped = self._draw(index, episode)
+        clip, start, flipped = self._draw(index + self.first_env, episode)
         self.clip.index_copy_(0, index, clip)
         self.start.index_copy_(0, index, start)
         self.flipped.index_copy_(0, index, flipped)
@@ -467,6 +474,7 @@ class Backgrounds:
         state = {
             "seed": self.seed,
             "num_envs": self.num_envs,
+            "first_env": self.first_env,
             "clips": self.clips,
             "count": self._table.frames,
             "playback": self.playback,
@@ -491,6 +499,7 @@ class Backgrounds:
         self._check_open("load_state_dict")
         mine: dict[str, Any] = {
             "num_envs": self.num_envs,
+            "first_env": self.first_env,
             "clips": self.clips,
             "count": self._table.frames,
             "playback": self.playback,

@@ -18,8 +18,10 @@ from .playback import CLIP_ORDERS, PLAYBACKS
 CACHES = ("auto", "device", "pool")  # `Backgrounds(cache=)`
 MAX_SEED = 2**64 - 1  # a seed is one 64-bit word of the draws' key: larger ones would wrap
 MAX_SPEED = 2**31 - 1  # frames a step: `played` (int64) then lasts 2**32 steps at the most
+MAX_FIRST_ENV = 2**62  # environment numbers are int64 words of the draws' key
 STATE_KEYS = (
-    "seed", "num_envs", "clips", "count", "playback", "speed", "clip_order", "episode", "played"
+    "seed", "num_envs", "first_env", "clips", "count", "playback", "speed", "clip_order",
+    "episode", "played",
 )  # fmt: skip
 
 
@@ -74,6 +76,15 @@ def check_seed(name: str, seed: Any) -> None:
         )
 
 
+def check_first_env(first_env: Any) -> int:
+    """`Backgrounds(first_env=)`: the number of its first environment in the draws (a process
+    of a simulator that runs one environment each: its rank), an int from 0."""
+    check_int("first_env", first_env, 0)
+    if first_env >= MAX_FIRST_ENV:
+        raise ValueError(f"first_env must be below 2**62, got {first_env}")
+    return int(first_env)
+
+
 def check_state(
     state: Any, mine: dict[str, Any], device: torch.device
 ) -> tuple[int, torch.Tensor, torch.Tensor]:
@@ -88,6 +99,8 @@ def check_state(
         raise TypeError(f"state must be a dict from state_dict(), got {type(state).__name__}")
     if "clip_order" not in state:  # saved before the orders were: its clips were "random"
         state = {**state, "clip_order": "random"}
+    if "first_env" not in state:  # saved before environment offsets: numbered from 0
+        state = {**state, "first_env": 0}
     missing = [key for key in STATE_KEYS if key not in state]
     unknown = sorted(str(key) for key in state if key not in STATE_KEYS)
     if missing or unknown:
