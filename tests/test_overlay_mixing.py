@@ -228,3 +228,23 @@ def test_a_mix_of_pools_resumes_after_new_weights(packs):
     assert all(torch.equal(a, b) for a, b in zip(run(again, 15, 12), want))
     ov.close()
     again.close()
+
+
+@pytest.mark.parametrize("cache", ["pool", "stream"])
+def test_a_mix_of_pools_or_streams_lends_one_buffer_and_hands_over_copies(packs, cache):
+    """Each pack's pieces go straight into their samples' places: a lent call's images are
+    one buffer of the mix's, used again by the next lent call; an owned call's are the
+    caller's, which later calls (lent or owned, drawing new chunks and batches) never touch."""
+    kw = dict(weights=[0.5, 0.5], cache=cache, flip=False, pool=24, num_workers=1, seed=5)
+    ov = mixshard.Overlay(list(packs), batch_size=8, **kw)
+    mix = ov._state(torch.device("cpu")).cache
+    owned = [mix.take(8, own=True) for _ in range(2)]
+    kept = [t.clone() for t in owned]
+    lent = [mix.take(8, own=False) for _ in range(2)]
+    assert lent[0].data_ptr() == lent[1].data_ptr()
+    assert owned[0].data_ptr() != owned[1].data_ptr()
+    assert lent[0].data_ptr() not in {t.data_ptr() for t in owned}
+    for n in (8, 13, 3, 8) * 5:
+        mix.take(n, own=n != 8)
+    assert all(torch.equal(a, b) for a, b in zip(owned, kept))
+    ov.close()

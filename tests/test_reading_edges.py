@@ -147,6 +147,32 @@ def test_draws_refuse_more_distinct_items_than_there_are():
     ]
 
 
+def test_a_carry_takes_a_batch_only_once_the_last_piece_is_done():
+    """`pieces` asks for the next batch only when the caller asks for the next piece; with
+    `keep=False` a batch's rest is carried as it is (a view), else through `keep`."""
+    from mixshard.augment.draws import Carry
+
+    batches = [np.arange(b, b + 4) for b in range(0, 40, 4)]
+    fetched: list[np.ndarray] = []
+
+    def next_batch() -> np.ndarray:
+        fetched.append(batches[len(fetched)])
+        return fetched[-1]
+
+    carry = Carry(next_batch, np.copy)
+    pieces = carry.pieces(6, keep=False)
+    assert next(pieces).tolist() == [0, 1, 2, 3] and len(fetched) == 1
+    assert next(pieces).tolist() == [4, 5] and len(fetched) == 2
+    assert next(pieces, None) is None and carry.left == 2
+    rest = carry.take(3)
+    assert [p.tolist() for p in rest] == [[6, 7], [8]]
+    assert np.shares_memory(rest[0], batches[1])  # carried as it was
+    assert carry.take(2)[0].tolist() == [9, 10] and carry.left == 1
+    assert [p.tolist() for p in carry.take(1)] == [[11]]  # (kept: a copy)
+    assert [p.tolist() for p in carry.pieces(3)] == [[12, 13, 14]]
+    assert not np.shares_memory(carry.take(1)[0], batches[3])
+
+
 def test_a_pool_without_room_for_one_image_says_so(pack):
     from mixshard.augment.pool import pool_size
 

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -204,6 +205,13 @@ class StreamCache:
         if len(parts) == 1:
             return parts[0].clone() if own else parts[0]
         return torch.cat(parts)
+
+    def pieces(self, n: int) -> Iterator[torch.Tensor]:
+        """`n` images as consecutive pieces of the prefetched batches, each valid only until
+        the next piece is asked for (and the last until the next take): no copy of a batch's
+        rest, which the next take reads before it takes another batch."""
+        self.draws += n
+        return self._carry.pieces(n, keep=False)
 
     def stats(self) -> dict[str, Any]:
         return {"mode": "stream", "draws": self.draws}

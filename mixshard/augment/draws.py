@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T", bound=Any)  # a tensor or an array: sliceable, with a length
@@ -32,23 +32,28 @@ class Carry(Generic[T]):
         self._left = left
 
     def take(self, n: int) -> list[T]:
-        parts: list[T] = []
+        return list(self.pieces(n))
+
+    def pieces(self, n: int, keep: bool = True) -> Iterator[T]:
+        """`take`'s pieces, each taken only once the caller is done with the one before: a
+        caller that reads each piece before asking for the next may be handed batches that a
+        later batch overwrites. `keep=False`: the rest of a batch is carried as it is (such a
+        caller reads it at its next take, before the next batch)."""
         have = 0
-        fresh = False  # the last piece is a batch just taken (not the carried rest)
         if self._left is not None:
-            parts.append(self._left)
-            have, self._left = len(parts[0]), None
+            part, self._left = self._left, None
+            if len(part) > n:
+                part, self._left = part[:n], part[n:]
+            have = len(part)
+            yield part
         while have < n:
-            parts.append(self._next())
-            have += len(parts[-1])
-            fresh = True
-        last = parts[-1]
-        cut = len(last) - (have - n)
-        if cut < len(last):
-            rest = last[cut:]
-            self._left = self._keep(rest) if fresh and self._keep is not None else rest
-            parts[-1] = last[:cut]
-        return parts
+            batch = self._next()
+            if len(batch) > n - have:
+                rest = batch[n - have :]
+                self._left = self._keep(rest) if keep and self._keep is not None else rest
+                batch = batch[: n - have]
+            have += len(batch)
+            yield batch
 
 
 class PermutationWalk(Generic[T]):
