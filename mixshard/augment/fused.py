@@ -14,18 +14,14 @@ callers run the torch path; the tests run both and compare them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import ModuleType
 
 import numpy as np
 import torch
 
+from .compiled import Region
+from .compiled import lerp as _lerp
+from .compiled import region as _region
 from .keys import Compiled
-
-_lerp: ModuleType | None
-try:  # built where the install had a C compiler
-    from . import _lerp
-except ImportError:  # pragma: no cover - the torch path does it
-    _lerp = None
 
 _KEEPS = {None: 0, torch.bool: 1, torch.float32: 2}  # no mask, a bool one, a float one
 _TYPES = {torch.uint8: 0, torch.int8: 1, torch.int16: 2, torch.int32: 3, torch.int64: 4}
@@ -44,8 +40,6 @@ _SLOTS = (
 )
 _AT = {name: _SLOTS.index(name) for name in _SLOTS}
 MAX_LINE = 4096
-# a tensor's memory as the compiled pass takes it: (address, bytes, the tensor kept alive)
-Region = tuple[int, int, torch.Tensor]
 MAX_FRAMES = 64  # (the compiled pass's frame pointers a sample)
 
 
@@ -191,13 +185,3 @@ def _plane_strides(view: torch.Tensor) -> list[int] | None:
     if min(view.stride()) < 0 or (h > 1 and w > 1 and sy != w * sx):
         return None
     return [sn, sf, sc, sx if w > 1 else sy]
-
-
-def _region(t: torch.Tensor) -> Region:
-    """The memory a view reads, from its first element to its farthest: (address, bytes, the
-    tensor, which the tuple keeps alive through the call). The compiled pass reads it through
-    the view's strides."""
-    if t.numel() == 0:
-        return t.data_ptr(), 0, t
-    extent = 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
-    return t.data_ptr(), extent * t.element_size(), t

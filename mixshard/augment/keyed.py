@@ -14,16 +14,11 @@ shifts are masked into logical ones), so the CPU and CUDA give the same bits; th
 
 from __future__ import annotations
 
-from types import ModuleType
-
 import numpy as np
 import torch
 
-_lerp: ModuleType | None
-try:  # built where the install had a C compiler
-    from . import _lerp
-except ImportError:  # pragma: no cover - the tensor ops do it
-    _lerp = None
+from .compiled import lerp as _lerp
+from .compiled import region
 
 _MASK64 = (1 << 64) - 1
 _GAMMA = 0x9E3779B97F4A7C15
@@ -70,14 +65,9 @@ def keyed(key: int, env: torch.Tensor, episode: torch.Tensor, stream: int) -> to
         e, p = torch.broadcast_tensors(env.long(), episode.long())
         e, p = e.contiguous(), p.contiguous()
         out = torch.empty(e.shape, dtype=torch.int64)
-        _lerp.keyed(_memory(out), _memory(e), _memory(p), key, stream)
+        _lerp.keyed(region(out), region(e), region(p), key, stream)
         return out
     return mix64(mix64(mix64(env + key) + episode) + stream)
-
-
-def _memory(t: torch.Tensor) -> tuple[int, int, torch.Tensor]:
-    """A contiguous tensor's memory as the compiled code takes it (address, bytes, tensor)."""
-    return t.data_ptr(), t.numel() * t.element_size(), t
 
 
 def below(bits: torch.Tensor, n: torch.Tensor | int) -> torch.Tensor:
