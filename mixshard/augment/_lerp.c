@@ -254,6 +254,18 @@ static void shuffles(void) {
 #define LANE(table) _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(table)))
 #define SH(x, table) _mm256_shuffle_epi8(x, LANE(table))
 
+/* 96 interleaved bytes (a0 b0 c0 a1 ...) in r0, r1, r2 split into their three streams x[0..2],
+ * 32 each: each 16-byte lane's 48 bytes put together by 128-bit permutes, then shuffled. */
+__attribute__((target("avx2"), always_inline)) static inline void
+split96(__m256i r0, __m256i r1, __m256i r2, __m256i *x) {
+    __m256i v[3] = {_mm256_permute2x128_si256(r0, r1, 0x30), /* lanes 0 of 48 and 48' */
+                    _mm256_permute2x128_si256(r0, r2, 0x21),
+                    _mm256_permute2x128_si256(r1, r2, 0x30)};
+    for (int s = 0; s < 3; s++)
+        x[s] = _mm256_or_si256(_mm256_or_si256(SH(v[0], UNSHUF[0][s]), SH(v[1], UNSHUF[1][s])),
+                               SH(v[2], UNSHUF[2][s]));
+}
+
 /* dst[3 i + s] = src_s[i]; returns how many i it did (whole 32s). */
 __attribute__((target("avx2"))) static ssz interleave3(uint8_t *dst, const uint8_t *a,
                                                       const uint8_t *b, const uint8_t *c, ssz n) {
@@ -279,16 +291,10 @@ __attribute__((target("avx2"))) static ssz deinterleave3(uint8_t *a, uint8_t *b,
     for (; i + 32 <= n; i += 32) {
         __m256i r0 = _mm256_loadu_si256((const __m256i *)(src + 3 * i));
         __m256i r1 = _mm256_loadu_si256((const __m256i *)(src + 3 * i + 32));
-        __m256i r2 = _mm256_loadu_si256((const __m256i *)(src + 3 * i + 64));
-        __m256i v[3] = {_mm256_permute2x128_si256(r0, r1, 0x30), /* lanes 0 of 48 and 48' */
-                        _mm256_permute2x128_si256(r0, r2, 0x21),
-                        _mm256_permute2x128_si256(r1, r2, 0x30)};
+        __m256i r2 = _mm256_loadu_si256((const __m256i *)(src + 3 * i + 64)), x[3];
         uint8_t *out[3] = {a, b, c};
-        for (int s = 0; s < 3; s++) {
-            __m256i x = _mm256_or_si256(_mm256_or_si256(SH(v[0], UNSHUF[0][s]), SH(v[1], UNSHUF[1][s])),
-                                        SH(v[2], UNSHUF[2][s]));
-            _mm256_storeu_si256((__m256i *)(out[s] + i), x);
-        }
+        split96(r0, r1, r2, x);
+        for (int s = 0; s < 3; s++) _mm256_storeu_si256((__m256i *)(out[s] + i), x[s]);
     }
     return i;
 }
@@ -376,13 +382,9 @@ __attribute__((target("avx2"))) static ssz range_rgb32(const float *x, const flo
             r[q] = _mm256_permutevar8x32_epi32(packed, order);
         }
         __builtin_prefetch(x + 3 * (i + AHEAD), 0, 3);
-        __m256i v[3] = {_mm256_permute2x128_si256(r[0], r[1], 0x30),
-                        _mm256_permute2x128_si256(r[0], r[2], 0x21),
-                        _mm256_permute2x128_si256(r[1], r[2], 0x30)}, off = _mm256_setzero_si256();
-        for (int c = 0; c < 3; c++)
-            off = _mm256_or_si256(off, _mm256_or_si256(_mm256_or_si256(SH(v[0], UNSHUF[0][c]),
-                                                                       SH(v[1], UNSHUF[1][c])),
-                                                       SH(v[2], UNSHUF[2][c])));
+        __m256i c[3];
+        split96(r[0], r[1], r[2], c);
+        __m256i off = _mm256_or_si256(_mm256_or_si256(c[0], c[1]), c[2]);
         _mm256_storeu_si256((__m256i *)(keep + i), _mm256_and_si256(off, _mm256_set1_epi8(1)));
     }
     return i;
@@ -828,13 +830,8 @@ __attribute__((target("avx2"))) static ssz fused_interleaved(const Job *j, uint8
         __builtin_prefetch(o + 3 * (i + AHEAD) + 64, 0, 3);
         __m256i r0 = _mm256_loadu_si256((const __m256i *)(o + 3 * i));
         __m256i r1 = _mm256_loadu_si256((const __m256i *)(o + 3 * i + 32));
-        __m256i r2 = _mm256_loadu_si256((const __m256i *)(o + 3 * i + 64));
-        __m256i v[3] = {_mm256_permute2x128_si256(r0, r1, 0x30),
-                        _mm256_permute2x128_si256(r0, r2, 0x21),
-                        _mm256_permute2x128_si256(r1, r2, 0x30)}, x[3], y[3], w[3];
-        for (int c = 0; c < 3; c++)
-            x[c] = _mm256_or_si256(_mm256_or_si256(SH(v[0], UNSHUF[0][c]), SH(v[1], UNSHUF[1][c])),
-                                   SH(v[2], UNSHUF[2][c]));
+        __m256i r2 = _mm256_loadu_si256((const __m256i *)(o + 3 * i + 64)), x[3], y[3], w[3];
+        split96(r0, r1, r2, x);
         __m256i keep = key_vec(j, x[0], x[1], x[2]);
         __m256i bgs[3] = {_mm256_loadu_si256((const __m256i *)(t[0] + i)),
                           _mm256_loadu_si256((const __m256i *)(t[1] + i)),
