@@ -121,6 +121,37 @@ static int span(const int32_t *first, ssz count, ssz k, ssz limit, ssz *lo, ssz 
     return 0;
 }
 
+/* The buffers of a resize call (out, pixels, row starts and taps, column starts and taps) and
+ * the sizes they say, checked against each other and the image's `height` x `width`. */
+typedef struct {
+    Py_buffer b[6];
+    int got; /* buffers taken, released by `release_taps` */
+    ssz sy, sx, ky, kx, r0, r1, c0, c1;
+} Taps;
+
+static int take_taps(PyObject **objs, ssz height, ssz width, const char *name, Taps *t) {
+    for (t->got = 0; t->got < 6; t->got++) {
+        int flags = PyBUF_C_CONTIGUOUS | (t->got == 0 ? PyBUF_WRITABLE : 0);
+        if (PyObject_GetBuffer(objs[t->got], &t->b[t->got], flags) < 0) return -1;
+    }
+    Py_buffer *b = t->b;
+    t->sy = b[2].len / 4, t->sx = b[4].len / 4;
+    t->ky = t->sy ? b[3].len / 4 / t->sy : 0, t->kx = t->sx ? b[5].len / 4 / t->sx : 0;
+    if (height < 1 || width < 1 || t->sy < 1 || t->sx < 1 || t->ky < 1 || t->kx < 1 ||
+        b[1].len != height * width * 3 || b[0].len != 3 * t->sy * t->sx ||
+        b[3].len != 4 * t->sy * t->ky || b[5].len != 4 * t->sx * t->kx ||
+        span(b[2].buf, t->sy, t->ky, height, &t->r0, &t->r1) < 0 ||
+        span(b[4].buf, t->sx, t->kx, width, &t->c0, &t->c1) < 0) {
+        PyErr_Format(PyExc_ValueError, "%s: buffers do not match the sizes and taps", name);
+        return -1;
+    }
+    return 0;
+}
+
+static void release_taps(Taps *t) {
+    while (t->got-- > 0) PyBuffer_Release(&t->b[t->got]);
+}
+
 static PyObject *resize(PyObject *self, PyObject *args) {
     PyObject *objs[6];
     ssz height, width;
@@ -128,25 +159,12 @@ static PyObject *resize(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOnnOOOOp", &objs[0], &objs[1], &height, &width, &objs[2],
                           &objs[3], &objs[4], &objs[5], &whole))
         return NULL;
-    Py_buffer b[6];
-    int got = 0;
+    Taps t;
     PyObject *result = NULL;
-    for (; got < 6; got++) {
-        int flags = PyBUF_C_CONTIGUOUS | (got == 0 ? PyBUF_WRITABLE : 0);
-        if (PyObject_GetBuffer(objs[got], &b[got], flags) < 0) goto done;
-    }
-    const ssz sy = b[2].len / 4, sx = b[4].len / 4;
-    const ssz ky = sy ? b[3].len / 4 / sy : 0, kx = sx ? b[5].len / 4 / sx : 0;
-    ssz r0, r1, c0, c1;
-    if (height < 1 || width < 1 || sy < 1 || sx < 1 || ky < 1 || kx < 1 ||
-        b[1].len != height * width * 3 || b[0].len != 3 * sy * sx ||
-        b[3].len != 4 * sy * ky || b[5].len != 4 * sx * kx ||
-        span(b[2].buf, sy, ky, height, &r0, &r1) < 0 ||
-        span(b[4].buf, sx, kx, width, &c0, &c1) < 0) {
-        PyErr_SetString(PyExc_ValueError, "resize: buffers do not match the sizes and taps");
-        goto done;
-    }
-    const ssz nc = c1 - c0;
+    if (take_taps(objs, height, width, "resize", &t) < 0) goto done;
+    Py_buffer *b = t.b;
+    const ssz sy = t.sy, sx = t.sx, ky = t.ky, kx = t.kx, c0 = t.c0;
+    const ssz nc = t.c1 - c0;
     float *mid = PyMem_RawMalloc(sizeof(float) * (sy * nc * 3 + 1));
     if (mid == NULL) {
         PyErr_NoMemory();
@@ -161,7 +179,7 @@ static PyObject *resize(PyObject *self, PyObject *args) {
     result = Py_None;
     Py_INCREF(result);
 done:
-    while (got-- > 0) PyBuffer_Release(&b[got]);
+    release_taps(&t);
     return result;
 }
 
@@ -225,25 +243,12 @@ static PyObject *fixed(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOnnOOOO", &objs[0], &objs[1], &height, &width, &objs[2],
                           &objs[3], &objs[4], &objs[5]))
         return NULL;
-    Py_buffer b[6];
-    int got = 0;
+    Taps t;
     PyObject *result = NULL;
-    for (; got < 6; got++) {
-        int flags = PyBUF_C_CONTIGUOUS | (got == 0 ? PyBUF_WRITABLE : 0);
-        if (PyObject_GetBuffer(objs[got], &b[got], flags) < 0) goto done;
-    }
-    const ssz sy = b[2].len / 4, sx = b[4].len / 4;
-    const ssz ky = sy ? b[3].len / 4 / sy : 0, kx = sx ? b[5].len / 4 / sx : 0;
-    ssz r0, r1, c0, c1;
-    if (height < 1 || width < 1 || sy < 1 || sx < 1 || ky < 1 || kx < 1 ||
-        b[1].len != height * width * 3 || b[0].len != 3 * sy * sx ||
-        b[3].len != 4 * sy * ky || b[5].len != 4 * sx * kx ||
-        span(b[2].buf, sy, ky, height, &r0, &r1) < 0 ||
-        span(b[4].buf, sx, kx, width, &c0, &c1) < 0) {
-        PyErr_SetString(PyExc_ValueError, "fixed: buffers do not match the sizes and taps");
-        goto done;
-    }
-    const ssz nr = r1 - r0;
+    if (take_taps(objs, height, width, "fixed", &t) < 0) goto done;
+    Py_buffer *b = t.b;
+    const ssz sy = t.sy, sx = t.sx, ky = t.ky, kx = t.kx, r0 = t.r0;
+    const ssz nr = t.r1 - r0;
     uint8_t *mid = PyMem_RawMalloc(nr * sx * 3);
     int32_t *acc = PyMem_RawMalloc(sizeof(int32_t) * sx * 3);
     if (mid == NULL || acc == NULL) {
@@ -262,7 +267,7 @@ static PyObject *fixed(PyObject *self, PyObject *args) {
     result = Py_None;
     Py_INCREF(result);
 done:
-    while (got-- > 0) PyBuffer_Release(&b[got]);
+    release_taps(&t);
     return result;
 }
 
