@@ -228,21 +228,20 @@ def _loader_threads() -> set[int]:
 
 @pytest.mark.parametrize("kind", ["thread", "process"])
 def test_loader_epochs_continue_without_respawning(pack_dir, ids, kind):
+    def makers() -> set[int]:
+        # an earlier test's DataLoader workers may still be exiting: count only new ones
+        return _loader_threads() if kind == "thread" else children()
+
+    def children() -> set[int]:
+        return {p.pid for p in multiprocessing.active_children() if p.pid is not None}
+
     loader = mixshard.loader(pack_dir, 8, num_workers=2, workers=kind)
-    before = _loader_threads() if kind == "thread" else set()
+    before = makers()
     first = keys_of(list(loader), ids)
-    workers = (
-        _loader_threads() - before
-        if kind == "thread"
-        else {p.pid for p in multiprocessing.active_children()}
-    )
+    workers = makers() - before
     assert workers
     second = keys_of(list(loader), ids)
-    now = (
-        _loader_threads() - before
-        if kind == "thread"
-        else {p.pid for p in multiprocessing.active_children()}
-    )
+    now = makers() - before
     assert now == workers
     assert first != second and sorted(flat(first)) == sorted(flat(second))
     stream = ShardStream(pack_dir, 8)
