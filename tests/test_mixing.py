@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mixshard.augment.genstate import MAX_TWISTS, pack_states, twist, unpack_states
-from mixshard.augment.keyed import keyed, keyed_np, seed_key
+from mixshard.augment.keyed import keyed, keyed_np, keyed_numpy, mix64_int, seed_key
 from mixshard.augment.mixing import Mix, check_mix_weights, check_schedule, thresholds
 
 
@@ -28,6 +28,10 @@ def test_keyed_np_gives_the_torch_bits():
         got = keyed_np(key, envs, episode, 5).view(np.int64)
         want = keyed(key, torch.from_numpy(envs), torch.full((len(envs),), episode), 5)
         assert got.tolist() == want.tolist()
+        # the numpy ops (no compiled module) and the Python reference give them too
+        assert keyed_numpy(key, envs, episode, 5).view(np.int64).tolist() == got.tolist()
+        words = [mix64_int(mix64_int(mix64_int(int(e) + key) + episode) + 5) for e in envs]
+        assert got.view(np.uint64).tolist() == words
 
 
 WEIGHTS = [
