@@ -174,3 +174,27 @@ def test_a_cpu_generators_states_pack_small_and_exactly():
     assert MAX_TWISTS >= 1 << 20
     with pytest.raises(ValueError, match="not a packed generator state"):
         unpack_states({"then": None})
+
+
+@pytest.mark.parametrize("weights", [[1.0], *WEIGHTS])
+def test_mixed_clips_compiled_give_the_tensor_ops_bits(weights, monkeypatch):
+    """A CPU's one compiled loop (`_lerp.mixed`) and the tensor ops every other device runs
+    give the same clip for each (environment, episode), and each clip lies in its pack's
+    first `limit`, the pack the numpy pick gives."""
+    from mixshard.augment import playback
+
+    if playback._lerp is None:
+        pytest.skip("mixshard.augment._lerp is not built")
+    mix, packs = Mix(len(weights), weights), len(weights)
+    g = torch.Generator().manual_seed(packs)
+    limit = torch.randint(1, 9, (packs,), generator=g)
+    base = torch.cumsum(torch.cat([torch.zeros(1, dtype=torch.int64), limit[:-1] + 3]), 0)
+    envs = torch.arange(3000)
+    episode = torch.randint(0, 2**40, (3000,), generator=g)
+    key = seed_key(packs)
+    compiled = playback.mixed_clips(key, envs, episode, mix, base, limit)
+    monkeypatch.setattr(playback, "_lerp", None)
+    assert torch.equal(compiled, playback.mixed_clips(key, envs, episode, mix, base, limit))
+    bits = keyed(key, envs, episode, playback._PACK).numpy().view(np.uint64)
+    pack = torch.from_numpy(mix.pick_np(bits))
+    assert torch.all(compiled >= base[pack]) and torch.all(compiled < base[pack] + limit[pack])

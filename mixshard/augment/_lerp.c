@@ -1671,6 +1671,46 @@ static PyObject *keyed(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* out[i] = the clip of (env[i], episode[i]) over several packs (`playback.mixed_clips`'s bits):
+ * the keyed word's top bits pick the pack (the number of `words` at or below it, sign
+ * flipped), its low 32 bits a clip among the pack's first `limit`, after its `base`. A reset
+ * of a few environments was ten tensor ops of a few values each. */
+static PyObject *mixed(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *objs[6];
+    Py_buffer bufs[6] = {{0}};
+    static const char *names[6] = {"out", "env", "episode", "words", "base", "limit"};
+    long long key, stream;
+    if (!PyArg_ParseTuple(args, "OOOOOOLL", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
+                          &objs[5], &key, &stream))
+        return NULL;
+    int got = 0, failed = take(objs[got++], &bufs[0], 0, 1, names[0]);
+    ssz n = bufs[0].len / 8;
+    ssz need[6] = {0, n * 8, n * 8, 0, 0, 0};
+    for (; got < 6 && !failed; got++) failed = take(objs[got], &bufs[got], need[got], 0, names[got]);
+    ssz words = bufs[3].len / 8;
+    if (!failed && (!bufs[0].buf || !bufs[1].buf || !bufs[2].buf || !bufs[4].buf || !bufs[5].buf ||
+                    bufs[4].len < (words + 1) * 8 || bufs[5].len < (words + 1) * 8)) {
+        PyErr_SetString(PyExc_ValueError, "mixed: a buffer is None or holds fewer packs than words + 1");
+        failed = 1;
+    }
+    if (!failed) {
+        int64_t *out = bufs[0].buf;
+        const uint64_t *env = bufs[1].buf, *episode = bufs[2].buf;
+        const int64_t *word = bufs[3].buf, *base = bufs[4].buf, *limit = bufs[5].buf;
+        for (ssz i = 0; i < n; i++) {
+            uint64_t b = mix64(mix64(mix64(env[i] + (uint64_t)key) + episode[i]) + (uint64_t)stream);
+            int64_t top = (int64_t)(b ^ 0x8000000000000000ULL);
+            ssz pack = 0;
+            for (ssz w = 0; w < words; w++) pack += word[w] <= top;
+            out[i] = base[pack] + (int64_t)(((b & 0xFFFFFFFFULL) * (uint64_t)limit[pack]) >> 32);
+        }
+    }
+    for (int i = 0; i < got; i++)
+        if (bufs[i].obj != NULL) PyBuffer_Release(&bufs[i]);
+    if (failed) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"composite", composite, METH_VARARGS,
      "composite(out, obs, bg, index, flipped, keep, key_source, values, ids, alpha, params): out = obs blended with its backgrounds under the keep weights (see _lerp.c)."},
@@ -1678,6 +1718,8 @@ static PyMethodDef methods[] = {
      "place(out, src, at, rows, flipped, m, image, width): image rows[j] of src (or j) to image at[j] of out (or j), each line of width bytes reversed where flipped[j]."},
     {"keyed", keyed, METH_VARARGS,
      "keyed(out, env, episode, key, stream): out = keyed.keyed's 64 bits of each (env, episode) (int64 buffers of out's length)."},
+    {"mixed", mixed, METH_VARARGS,
+     "mixed(out, env, episode, words, base, limit, key, stream): out = playback.mixed_clips's clips (int64 buffers)."},
     {NULL, NULL, 0, NULL},
 };
 
