@@ -174,8 +174,8 @@ class MixedCache:
 
 
 def _host(flipped: torch.Tensor) -> torch.Tensor | np.ndarray:
-    """The flips as the placing indexes them: a CPU's as numpy (an index of a few values
-    costs a µs there, torch's ~10)."""
+    """The flips as the placing indexes them: a CPU's as numpy (whose index of a few values
+    costs a fraction of torch's)."""
     return flipped.numpy() if flipped.device.type == "cpu" else flipped
 
 
