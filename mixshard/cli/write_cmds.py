@@ -3,9 +3,7 @@ whose `ArgumentError`s are worded with these flags."""
 
 from __future__ import annotations
 
-import ast
 import os
-import shlex
 import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -25,7 +23,7 @@ from ..core.constants import (
 from ..core.errors import ArgumentError
 from ..core.stores import is_store_url
 from ..writing.run.ctrlc import CtrlC, LateInterrupt
-from .base import RESUME_HINT, PartType, as_flags, cli, human_bytes, quiet_option, shown
+from .base import PartType, as_flag, cli, human_bytes, quiet_option, resume_hint, shown
 
 PACK_OPTIONS = [
     click.option(
@@ -130,20 +128,6 @@ def _check_pack_flags(opts: dict[str, Any]) -> None:
         raise click.UsageError("--finish writes index.json only; drop --ray")
 
 
-def _as_flag(name: str, value: str | None) -> str:
-    """An argument a library message names (an `ArgumentError`'s field), spelled as this
-    command's flag: `every` as `--every`, `crop='full'` as `--crop full`, `clips=True` as
-    `--clips`. The flags are the command's own parameters, looked up by name."""
-    params = {p.name: p for p in click.get_current_context().command.params}
-    param = params.get(name)
-    if not isinstance(param, click.Option):
-        return name if value is None else f"{name}={value}"
-    flag = max(param.opts, key=len)
-    if value is None or param.is_flag:
-        return flag
-    return f"{flag} {shlex.quote(str(ast.literal_eval(value)))}"
-
-
 def _on_terminal(stream: Any) -> bool:
     """Whether `stream` is a terminal: not for None (a process started without stderr), a
     closed file, or a stand-in without `isatty`."""
@@ -212,7 +196,7 @@ def _pack_summary(result: Any, out: str) -> None:
         return
     for s in m.skipped[:10]:
         # a decoder's reason may quote the file's own bytes (a name, a tag): all of it escaped
-        click.echo(shown(f"skipped: {s['path']}: {as_flags(s['reason'])}"), err=True)
+        click.echo(shown(f"skipped: {s['path']}: {s['reason']}"), err=True)
     if len(m.skipped) > 10:
         click.echo(f"skipped: ... and {len(m.skipped) - 10} more (see {out}/index.json)", err=True)
     if m.clips is not None:
@@ -350,8 +334,8 @@ def pack(src: str, out: str, quiet: bool, **opts: Any) -> None:
     if os.path.exists(src):  # (a missing SRC is named by the pack itself)
         try:
             check_within(src, opts["within"])
-        except ValueError as exc:
-            raise click.UsageError(as_flags(str(exc))) from None
+        except ArgumentError as exc:
+            raise click.UsageError(exc.worded(as_flag)) from None
     shuffle = not opts.pop("no_shuffle")
     opts["every"] = opts["every"] or 1  # unset: every frame
     update, close = _progress_bar(quiet)
@@ -359,7 +343,7 @@ def pack(src: str, out: str, quiet: bool, **opts: Any) -> None:
         try:
             result = run_pack(src, out, shuffle=shuffle, progress=update, **opts)
         except ArgumentError as exc:  # the library's rules, worded with these flags
-            raise click.UsageError(exc.worded(_as_flag)) from None
+            raise click.UsageError(exc.worded(as_flag)) from None
         except LateInterrupt:  # while index.json was written: the pack is whole
             _interrupted_when_finished(out, part=False)
         except KeyboardInterrupt:
@@ -381,10 +365,7 @@ def _interrupted(out: str, overwrite: bool) -> NoReturn:
             err=True,
         )
     else:
-        # the Makefile's targets resume by themselves: rerunning the target is the way on
-        rerun = os.environ.get("MIXSHARD_RERUN_HINT")
-        hint = f"rerun `{rerun}` to continue" if rerun else RESUME_HINT
-        click.echo(f"Interrupted. Finished shards are kept: {hint}.", err=True)
+        click.echo(f"Interrupted. Finished shards are kept: {resume_hint()}.", err=True)
     sys.exit(130)
 
 

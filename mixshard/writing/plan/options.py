@@ -23,7 +23,9 @@ from ...core.constants import (
     RESAMPLE,
     RESAMPLE_MODES,
 )
-from ...core.errors import ArgumentError
+from ...core.errors import Arg, ArgumentError
+
+CLIPS = Arg("clips", True)
 
 
 @dataclass(frozen=True)
@@ -73,14 +75,15 @@ def clip_options(
     """
     if clips:
         return ClipOptions(every, max_frames, shuffle, clip_list)
-    given = {"every": every != 1, "max_frames": max_frames is not None, "shuffle_clips": shuffle,
-             "clip_list": clip_list is not None}  # fmt: skip
-    first = next((name for name, set_ in given.items() if set_), None)
+    given = {Arg("every"): every != 1, Arg("max_frames"): max_frames is not None,
+             Arg("shuffle_clips"): shuffle, Arg("clip_list"): clip_list is not None}  # fmt: skip
+    first = next((arg for arg, set_ in given.items() if set_), None)
     if first is not None:
+        e, m, s, c = given
         raise ArgumentError(
-            f"{{{first}}} applies to clip packs only: add {{clips=True}} ({{every}}, "
-            "{max_frames}, {shuffle_clips} and {clip_list} apply to {clips=True} only)"
-        )
+            first, " applies to clip packs only: add ", CLIPS, " (", e, ", ", m, ", ", s, " and ",
+            c, " apply to ", CLIPS, " only)",
+        )  # fmt: skip
     return None
 
 
@@ -88,14 +91,15 @@ def check_clips(crop: str, variants: int, labels: str, clips: ClipOptions) -> No
     """Raise `ArgumentError` (a `ValueError`) for options no clip pack takes."""
     if crop == "random" or variants != 1:
         raise ArgumentError(
-            "{clips=True} takes {crop='center'} or {crop='full'} and one variant: a clip's "
-            f"frames share one window (got {{crop={crop!r}}}, {{variants={variants}}})"
-        )
+            CLIPS, " takes ", Arg("crop", "center"), " or ", Arg("crop", "full"), " and one "
+            "variant: a clip's frames share one window (got ", Arg("crop", crop), ", ",
+            Arg("variants", variants), ")",
+        )  # fmt: skip
     if labels != "auto":
         raise ArgumentError(
-            "{labels} does not apply to {clips=True}: a frame's label is its clip's "
-            f"(got {{labels={labels!r}}})"
-        )
+            Arg("labels"), " does not apply to ", CLIPS, ": a frame's label is its clip's (got ",
+            Arg("labels", labels), ")",
+        )  # fmt: skip
     if clips.every < 1 or (clips.max_frames is not None and clips.max_frames < 1):
         raise ValueError(
             f"every and max_frames must be >= 1, got {clips.every} and {clips.max_frames}"
