@@ -1,18 +1,20 @@
 """The arguments library messages name, as data: Python's spelling from `str()`, the command
 line's own flags from its parameters; every argument `pack` can be told about is one of its
-options."""
+options, and every choice the command line offers is its `Literal`'s values."""
 
 from __future__ import annotations
 
 import ast
 import pickle
 from pathlib import Path
+from typing import get_args
 
 import click
 import pytest
 from helpers import make_flat, run
 
 from mixshard.cli import cli
+from mixshard.core.choices import ClipList, Crop, Labels, Resample
 from mixshard.core.errors import (
     OVERWRITE,
     RESUME,
@@ -144,6 +146,32 @@ def test_within_on_a_folder_is_quoted_for_the_shell(tmp_path):
         f"is a folder: pass the folder itself as SRC ({tmp_path / 'src' / 'a b'}) and no "
         "--within\n"
     )
+
+
+def test_every_choice_of_the_command_line_is_its_literals_values():
+    literals = {"crop": Crop, "resample": Resample, "labels": Labels, "clip_list": ClipList}
+    choices = {
+        (name, p.name): tuple(p.type.choices)
+        for name, command in cli.commands.items()
+        for p in command.params
+        if isinstance(p.type, click.Choice)
+    }
+    assert choices == {("pack", name): get_args(t) for name, t in literals.items()}
+
+
+def test_no_choice_list_is_written_out_in_the_command_line():
+    # the values are listed once, as Literal types: no tuple, list or text of the CLI lists two
+    for path in sorted((ROOT / "mixshard" / "cli").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            for literal in (Crop, Resample, Labels, ClipList):
+                values = get_args(literal)
+                if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+                    listed = [e.value for e in node.elts if getattr(e, "value", None) in values]
+                    assert len(listed) < 2, f"{path.name}:{node.lineno} lists {listed}"
+                if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    pairs = [f"{a}, {b}" for a in values for b in values if a != b]
+                    listed = [p for p in pairs if p in node.value]
+                    assert not listed, f"{path.name}:{node.lineno} lists {listed}"
 
 
 def test_a_flag_set_false_is_its_off_switch_or_pythons_spelling(monkeypatch):

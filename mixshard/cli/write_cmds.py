@@ -301,8 +301,7 @@ def _classes(classes: tuple[str, ...]) -> str:
     type=click.Choice(values(ClipList)),
     default=None,
     help="With --clips: pack only the clips of a benchmark's list, in its order "
-    "(dmcgb-video_easy, dmcgb-video_hard, dmcgb2-video_easy, dmcgb2-video_hard, davis17-train, "
-    "davis17-val); one missing is an error.",
+    f"({', '.join(values(ClipList))}); one missing is an error.",
 )
 @quiet_option
 def pack(src: str, out: str, quiet: bool, **opts: Any) -> None:
