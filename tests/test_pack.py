@@ -189,7 +189,7 @@ def test_variants_need_random_crop(tree, tmp_path):
     res = run("pack", tree, tmp_path / "o", "--variants", 2)
     assert res.exit_code == 2
     assert res.output.endswith(
-        "Error: --variants > 1 needs --crop random (other crops are all the same)\n"
+        "Error: --variants 2 needs --crop random (other crops are all the same)\n"
     )
     with pytest.raises(ValueError, match="variants=2 needs crop='random'"):
         pack(tree, tmp_path / "o", variants=2)

@@ -1,5 +1,5 @@
-"""`mixshard pack`: the flags the library does not check, then one call of `mixshard.pack`,
-whose `ArgumentError`s are worded with these flags."""
+"""`mixshard pack`: its flags (the choices built from `core/choices.py`), then one call of
+`mixshard.pack`, which checks them all; its `ArgumentError`s are worded with these flags."""
 
 from __future__ import annotations
 
@@ -109,23 +109,6 @@ def pack_options(f: Callable) -> Callable:
     for option in reversed(PACK_OPTIONS):
         f = option(f)
     return f
-
-
-def _check_pack_flags(opts: dict[str, Any]) -> None:
-    """The flag combinations no pack can be run with, worded as flags."""
-    if opts["variants"] > 1 and opts["crop"] != "random":
-        raise click.UsageError("--variants > 1 needs --crop random (other crops are all the same)")
-    if opts["variants"] > opts["shard_size"]:
-        raise click.UsageError(
-            f"--variants {opts['variants']} exceeds --shard-size {opts['shard_size']}"
-        )
-    modes = [f for f in ("resume", "overwrite", "finish") if opts[f]]
-    if len(modes) > 1:
-        raise click.UsageError(f"--{modes[0]} and --{modes[1]} exclude each other; pick one")
-    if opts["part"] and (opts["overwrite"] or opts["ray"] or opts["finish"]):
-        raise click.UsageError("--part cannot be combined with --overwrite, --ray or --finish")
-    if opts["finish"] and opts["ray"]:
-        raise click.UsageError("--finish writes index.json only; drop --ray")
 
 
 def _on_terminal(stream: Any) -> bool:
@@ -329,7 +312,6 @@ def pack(src: str, out: str, quiet: bool, **opts: Any) -> None:
     from ..writing.packing import pack as run_pack
     from ..writing.sources.archive import check_within
 
-    _check_pack_flags(opts)
     if os.path.exists(src):  # (a missing SRC is named by the pack itself)
         try:
             check_within(src, opts["within"])

@@ -137,20 +137,30 @@ def check_options(
             f"shard_size={shard_size}, seed={seed}"
         )
     if variants > 1 and crop != "random":
-        raise ValueError(f"variants={variants} needs crop='random' (other crops are all the same)")
+        raise ArgumentError(
+            Arg("variants", variants), " needs ", Arg("crop", "random"),
+            " (other crops are all the same)",
+        )  # fmt: skip
     if variants > shard_size:
-        raise ValueError(f"variants={variants} exceeds shard_size={shard_size}")
+        raise ArgumentError(Arg("variants", variants), " exceeds ", Arg("shard_size", shard_size))
 
 
 def check_modes(resume: bool, overwrite: bool, part, finish: bool, ray) -> None:
-    """Raises `ValueError` for `pack` modes that exclude each other."""
+    """Raises `ArgumentError` (a `ValueError`) for `pack` modes that exclude each other."""
     if resume and overwrite:
-        raise ValueError("resume and overwrite exclude each other; pick one")
+        raise ArgumentError(
+            Arg("resume"), " and ", Arg("overwrite"), " exclude each other; pick one"
+        )
     if finish and (resume or overwrite or part is not None or ray is not None):
-        raise ValueError("finish only writes index.json: no resume, overwrite, part or ray")
+        raise ArgumentError(
+            Arg("finish"), " only writes index.json: no ", Arg("resume"), ", ", Arg("overwrite"),
+            ", ", Arg("part"), " or ", Arg("ray"),
+        )  # fmt: skip
     if part is not None:
         k, n = part
         if n < 1 or not 0 <= k < n:
             raise ValueError(f"part must be (k, n) with 0 <= k < n, got ({k}, {n})")
         if overwrite or ray is not None:
-            raise ValueError("a job-array part cannot also overwrite or run on Ray")
+            raise ArgumentError(
+                Arg("part"), " cannot be combined with ", Arg("overwrite"), " or ", Arg("ray"),
+            )  # fmt: skip
