@@ -103,9 +103,11 @@ def _words(text: str) -> list[str]:
 
 def _code_words() -> str:
     """The package's, the scripts' and the Makefile's text as one line of lower-case words,
-    string pieces joined, each f-string field (and make variable) a word `gap`."""
+    string pieces joined, each f-string field (and make variable) a word `gap`, an argument a
+    message names (`Arg("shard_size", n)`) as its words (`shard size`)."""
     files = [*PACKAGE.rglob("*.py"), *PACKAGE.rglob("*.c"), *(ROOT / "scripts").glob("*.py")]
     text = "\n".join(p.read_text() for p in [*files, ROOT / "Makefile"])
+    text = re.sub(r'Arg\("(\w+)"(?:, [^()]*)?\)', lambda m: m[1].replace("_", " "), text)
     text = re.sub(r"[\"']\s*\n\s*(?:\+\s*)?[rbf]*[\"']", "", text)  # "a " "b" -> "a b"
     text = re.sub(r"\{[^{}\n]*\}|\$\([A-Z_]+\)|%[sd]", " gap ", text)
     return " " + " ".join(_words(text)) + " "
