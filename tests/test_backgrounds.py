@@ -19,8 +19,8 @@ import torch
 from helpers import clip_pack, make_flat
 
 import mixshard
-from mixshard.augment import keyed
-from mixshard.augment.keyed import mix64, mix64_int, seed_key
+from mixshard.augment.draws import keyed
+from mixshard.augment.draws.keyed import mix64, mix64_int, seed_key
 
 LENGTHS = [3, 5, 2, 4, 1, 6]
 
@@ -580,7 +580,7 @@ def test_the_pool_matches_the_device_cache_under_any_order_of_reads(many_clips, 
     or a device-side assert on CUDA). For many seeds, every order of finished reads and every
     pool size from the tightest up: each images() equals the device cache's, a failed read
     changes nothing, and the slot bookkeeping stays one clip to one slot."""
-    from mixshard.augment import clippool
+    from mixshard.augment.caches import clippool
 
     for seed in range(60):
         rng = np.random.default_rng(seed)

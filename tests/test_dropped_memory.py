@@ -14,8 +14,8 @@ import torch
 from helpers import make_tree
 
 import mixshard
-from mixshard.augment.pool import PoolCache
-from mixshard.augment.refill import RefillFeed
+from mixshard.augment.caches.pool import PoolCache
+from mixshard.augment.caches.refill import RefillFeed
 
 CYCLES = 30
 

@@ -12,7 +12,7 @@ import torch
 from helpers import clip_pack
 
 import mixshard
-from mixshard.augment import fused
+from mixshard.augment.kernels import fused
 
 pytestmark = pytest.mark.skipif(fused._lerp is None, reason="mixshard.augment._lerp is not built")
 

@@ -1,4 +1,4 @@
-"""mixshard.augment.mixing: the weighted pick of a pack, its weights and schedule; the numpy
+"""mixshard.augment.draws.mixing: the weighted pick of a pack, its weights and schedule; the numpy
 twin of the keyed draws; a generator's compact state (genstate)."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from mixshard.augment.genstate import MAX_TWISTS, pack_states, twist, unpack_states
-from mixshard.augment.keyed import keyed, keyed_np, seed_key
-from mixshard.augment.mixing import Mix, check_mix_weights, check_schedule, thresholds
+from mixshard.augment.draws.keyed import keyed, keyed_np, seed_key
+from mixshard.augment.draws.mixing import Mix, check_mix_weights, check_schedule, thresholds
+from mixshard.augment.state.genstate import MAX_TWISTS, pack_states, twist, unpack_states
 
 
 def autocorrelation(seq: np.ndarray, lags: int) -> np.ndarray:

@@ -9,8 +9,8 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 from mixshard import blend
-from mixshard.augment import fused
-from mixshard.augment.ops import (
+from mixshard.augment.kernels import fused
+from mixshard.augment.kernels.ops import (
     _flip_arith,
     _flip_where,
     crop_resample,

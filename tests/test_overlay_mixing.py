@@ -12,7 +12,7 @@ import torch
 from helpers import make_flat, small_pack
 
 import mixshard
-from mixshard.augment import overlaystate
+from mixshard.augment.state import overlaystate
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,8 @@ from helpers import make_tree, read_pack
 
 import mixshard
 from mixshard import Manifest, MixshardError, Overlay
-from mixshard.augment.pool import PoolCache
-from mixshard.augment.refill import RefillFeed
+from mixshard.augment.caches.pool import PoolCache
+from mixshard.augment.caches.refill import RefillFeed
 from mixshard.reading.pack.local import LocalPack
 from mixshard.reading.source import resolve_source
 
@@ -195,7 +195,8 @@ def test_cuda_pool(pack_dir):
 def test_each_rank_refills_from_its_share_of_the_stream(pack_dir, monkeypatch):
     """Under DDP the draws differ by rank, but the refill stream takes the seed every rank
     shares, so the stream's own split by rank gives each rank disjoint images."""
-    from mixshard.augment import overlay, refill
+    from mixshard.augment import overlay
+    from mixshard.augment.caches import refill
     from mixshard.reading import stream
 
     seen = []

@@ -136,7 +136,7 @@ def test_an_epoch_order_pickles_without_its_cache(pack):
 
 
 def test_draws_refuse_more_distinct_items_than_there_are():
-    from mixshard.augment.draws import PermutationWalk
+    from mixshard.augment.caches.pieces import PermutationWalk
 
     walk = PermutationWalk(3, lambda: np.arange(3), distinct=True)
     with pytest.raises(ValueError, match="cannot draw 4 distinct items of 3"):
@@ -150,7 +150,7 @@ def test_draws_refuse_more_distinct_items_than_there_are():
 def test_a_carry_takes_a_batch_only_once_the_last_piece_is_done():
     """`pieces` asks for the next batch only when the caller asks for the next piece; with
     `keep=False` a batch's rest is carried as it is (a view), else through `keep`."""
-    from mixshard.augment.draws import Carry
+    from mixshard.augment.caches.pieces import Carry
 
     batches = [np.arange(b, b + 4) for b in range(0, 40, 4)]
     fetched: list[np.ndarray] = []
@@ -174,7 +174,7 @@ def test_a_carry_takes_a_batch_only_once_the_last_piece_is_done():
 
 
 def test_a_pool_without_room_for_one_image_says_so(pack):
-    from mixshard.augment.pool import pool_size
+    from mixshard.augment.caches.pool import pool_size
 
     with pytest.raises(mixshard.MixshardError, match="no room for a pool: 100 bytes free"):
         pool_size(pack.manifest, 100)

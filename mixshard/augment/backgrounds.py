@@ -29,28 +29,30 @@ import torch
 
 from ..core.device import canonical, free_memory, move_index
 from ..reading.source import Source, resolve_source
-from . import fused
-from .arrays import same_kind
-from .caches import read_pack_to
-from .clippool import ClipPool, pool_slots
-from .envargs import (
+from .caches.cache import read_pack_to
+from .caches.clippool import ClipPool, pool_slots
+from .caches.packset import check_limit, clip_table, pack_list, resolve_packs
+from .draws.keyed import seed_key
+from .draws.mixing import Mix
+from .draws.playback import draw, draw_clips, draw_mixed, mixed_clips, positions
+from .inputs.arrays import same_kind
+from .inputs.checks import (
     check_backgrounds_args,
     check_clip_order,
     check_composite_args,
     check_first_env,
+    check_layout,
     check_state,
     env_mask,
+    user_stacklevel,
+    warn_if_unit_range,
 )
-from .inputs import user_stacklevel, warn_if_unit_range
-from .keyed import seed_key
-from .keys import Key
-from .layouts import check_layout
-from .mixing import Mix
-from .mixstate import check_mixed_state, mixed_state
-from .ops import flip, resize
-from .packset import check_limit, clip_table, pack_list, resolve_packs
-from .pasting import paste
-from .playback import draw, draw_clips, draw_mixed, mixed_clips, positions
+from .inputs.layouts import obs_geometry
+from .kernels import fused
+from .kernels.ops import flip, resize
+from .kernels.pasting import paste
+from .masks.keys import Key
+from .state.mixstate import check_mixed_state, mixed_state
 
 
 class Backgrounds:
@@ -440,9 +442,8 @@ class Backgrounds:
             `lerp(obs, background, alpha * (1 - mask))`, like obs (no permuted copy made).
         """
         self._check_open("composite")
-        geom = check_composite_args(
-            obs, self.num_envs, self.frames, self.device, alpha, out, layout
-        )
+        geom = obs_geometry(obs, layout, frames=self.frames)
+        check_composite_args(geom, obs, self.num_envs, self.frames, self.device, alpha, out)
         if not self._range_checked and obs.numel():
             self._range_checked = True  # (one reduction and host sync, on a first batch)
             warn_if_unit_range(obs)

@@ -23,14 +23,23 @@ from ..core.env import rank_world
 from ..core.jobs import own, this_process
 from ..core.libc import trim_heap
 from ..reading.source import Source, resolve_source
-from .args import check_alpha, check_overlay_args
-from .caches import BackgroundCache, DeviceCache, StreamCache
-from .inputs import check_obs, user_stacklevel, warn_if_unit_range
-from .keyed import mix64_int, seed_key
-from .mixcache import MixedCache, pool_shares
-from .mixing import Mix
-from .ops import (
-    blend,
+from .caches.cache import BackgroundCache, DeviceCache, StreamCache
+from .caches.mixcache import MixedCache, pool_shares
+from .caches.packset import pack_list, resolve_packs
+from .caches.pool import PoolCache, pool_size
+from .draws.keyed import mix64_int, seed_key
+from .draws.mixing import Mix
+from .inputs.checks import (
+    check_alpha,
+    check_alpha_shape,
+    check_overlay_args,
+    check_overlay_obs,
+    user_stacklevel,
+    warn_if_unit_range,
+)
+from .inputs.layouts import obs_geometry
+from .kernels.ops import (
+    blend_checked,
     crop_resample,
     crop_resize,
     flip,
@@ -38,16 +47,14 @@ from .ops import (
     random_flip_mask,
     resize,
 )
-from .overlaystate import (
+from .kernels.pasting import composite_checked
+from .state.overlaystate import (
     check_overlay_state,
     device_state,
     load_device_state,
     pool_calls,
     process_tag,
 )
-from .packset import pack_list, resolve_packs
-from .pasting import composite
-from .pool import PoolCache, pool_size
 
 _RATIO = (3.0 / 4.0, 4.0 / 3.0)
 
@@ -423,7 +430,11 @@ class Overlay:
             ValueError: obs not `(N, 3k, H, W)`, or channels-last; a CPU alpha or mask tensor
                 with a value out of [0, 1] or NaN.
         """
-        check_obs(obs)
+        # each check once: obs here (with a mask, as `composite` checks them), the
+        # per-call alpha's values here, its shape against N below; the kernels check nothing
+        geom = None if mask is None else obs_geometry(obs, "NCHW", mask=mask)
+        if geom is None:
+            check_overlay_obs(obs)
         if alpha is not None:  # where the caller keeps it (a CPU one before it moves)
             check_alpha(alpha, everywhere=False)
         if not self._range_checked and obs.numel():
@@ -436,9 +447,11 @@ class Overlay:
         if n == 0:
             return obs.clone()
         imgs = self._backgrounds(n, device, (h, w), own=False)
-        if mask is not None:
-            return composite(obs, imgs, mask, self._alpha(n, device, alpha))
-        return blend(obs, imgs, self._alpha(n, device, alpha))
+        weight = self._alpha(n, device, alpha)
+        check_alpha_shape(weight, n)
+        if geom is not None:
+            return composite_checked(geom, obs, imgs, mask, weight, None)
+        return blend_checked(obs, imgs, weight, None, obs.shape[1] // 3)
 
     def close(self) -> None:
         """Stop stream and pool readers and free device caches."""

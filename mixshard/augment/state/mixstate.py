@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .mixing import Mix
-from .packset import ClipTable, check_limit
+from ..caches.packset import ClipTable, check_limit
+from ..draws.mixing import Mix
 
 MIXED_KEYS = ("packs", "mix", "limit", "clip")
 _INT32 = 2**31 - 1

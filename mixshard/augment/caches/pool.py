@@ -32,12 +32,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core.device import Fence, Lane, move, move_index, wants_pinned
-from ..core.errors import MixshardError
-from ..core.jobs import own
-from ..core.manifest import Manifest
-from ..reading.source import Source
-from .draws import PermutationWalk
+from ...core.device import Fence, Lane, move, move_index, wants_pinned
+from ...core.errors import MixshardError
+from ...core.jobs import own
+from ...core.manifest import Manifest
+from ...reading.source import Source
+from .pieces import PermutationWalk
 from .refill import RefillFeed
 
 _WORDS = (torch.int64, torch.int32, torch.int16, torch.uint8)

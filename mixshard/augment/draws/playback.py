@@ -22,8 +22,6 @@ import torch
 from .keyed import below, keyed
 from .mixing import Mix
 
-PLAYBACKS = ("loop", "pingpong", "random")
-CLIP_ORDERS = ("random", "next", "no-repeat")
 _CLIP, _START, _FLIP, _FIRST, _OTHER, _PACK = 0, 1, 2, 3, 4, 5  # the streams of the draws
 
 

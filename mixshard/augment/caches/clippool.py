@@ -30,10 +30,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core.device import host_empty, move, wants_pinned
-from ..core.errors import MixshardError
-from ..core.jobs import Job, check_process, own
-from ..reading.source import Source
+from ...core.device import host_empty, move, wants_pinned
+from ...core.errors import MixshardError
+from ...core.jobs import Job, check_process, own
+from ...reading.source import Source
 
 Read = Callable[[int], torch.Tensor]  # a clip's frames in host memory
 

@@ -26,12 +26,12 @@ from typing import Any
 
 import torch
 
-from ..core.env import rank_world
-from .caches import BackgroundCache, DeviceCache, StreamCache
+from ...core.env import rank_world
+from ..caches.cache import BackgroundCache, DeviceCache, StreamCache
+from ..caches.mixcache import MixedCache
+from ..caches.pool import PoolCache
+from ..draws.mixing import Mix
 from .genstate import pack_states, unpack_states
-from .mixcache import MixedCache
-from .mixing import Mix
-from .pool import PoolCache
 
 FORMAT = "mixshard.Overlay"
 KEYS = ("format", "version", "packs", "seed", "process", "mix", "devices")

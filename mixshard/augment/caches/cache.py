@@ -11,11 +11,11 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from ..core.device import host_empty, wants_pinned
-from ..reading.source import Source
-from ..reading.urls.remote import read_blocks
-from .draws import Carry, PermutationWalk
-from .keyed import mix64_int
+from ...core.device import host_empty, wants_pinned
+from ...reading.source import Source
+from ...reading.urls.remote import read_blocks
+from ..draws.keyed import mix64_int
+from .pieces import Carry, PermutationWalk
 
 
 @runtime_checkable
@@ -153,8 +153,8 @@ class StreamCache:
     def __init__(
         self, source: Source, device: torch.device, num_workers: int, seed: int, batch_size: int
     ) -> None:
-        from ..reading.loading import loader
-        from ..reading.prefetcher import prefetch
+        from ...reading.loading import loader
+        from ...reading.prefetcher import prefetch
 
         self.loader = loader(
             source,
