@@ -174,11 +174,13 @@ def test_a_carry_takes_a_batch_only_once_the_last_piece_is_done():
 
 
 def test_a_pool_without_room_for_one_image_says_so(pack):
-    from mixshard.augment.caches.pool import pool_size
+    from mixshard.augment.caches.plan import plan_cache
 
+    image = pack.manifest.image_bytes
+    cpu = torch.device("cpu")
     with pytest.raises(mixshard.MixshardError, match="no room for a pool: 100 bytes free"):
-        pool_size(pack.manifest, 100)
-    assert pool_size(pack.manifest, 10 * pack.manifest.image_bytes) == 10
+        plan_cache("pool", cpu, 1.0, need=image, item_bytes=image, free=100)
+    assert plan_cache("pool", cpu, 1.0, need=image, item_bytes=image, free=10 * image).pool == 10
 
 
 def test_stream_arguments_are_checked(pack_dir):

@@ -21,17 +21,17 @@ first one are the first frame, as a frame stack starts with copies of the first 
 from __future__ import annotations
 
 import os
-import warnings
 from typing import Any
 
 import numpy as np
 import torch
 
-from ..core.device import canonical, free_memory, move_index
+from ..core.device import canonical, move_index
 from ..reading.source import Source, resolve_source
 from .caches.cache import read_pack_to
-from .caches.clippool import ClipPool, pool_slots
+from .caches.clippool import ClipPool
 from .caches.packset import check_limit, clip_table, pack_list, resolve_packs
+from .caches.plan import CachePlan, plan_cache, warn_resized
 from .draws.keyed import seed_key
 from .draws.mixing import Mix
 from .draws.playback import draw, draw_clips, draw_mixed, mixed_clips, positions
@@ -44,7 +44,6 @@ from .inputs.checks import (
     check_layout,
     check_state,
     env_mask,
-    user_stacklevel,
     warn_if_unit_range,
 )
 from .inputs.layouts import obs_geometry
@@ -152,7 +151,9 @@ class Backgrounds:
         self._key = seed_key(seed)
         self._envs = torch.arange(num_envs, device=dev) + self.first_env
         self._lags = torch.arange(frames - 1, -1, -1, device=dev) * speed  # oldest first
-        self.mode = self._choose(cache, cache_fraction, pool)
+        self.plan = self._plan(cache, cache_fraction, pool)
+        self.mode = self.plan.mode
+        self._make_cache(self.plan)
         self._warned_sizes: set[tuple[int, int]] = set()
         self._range_checked = False
         zeros = torch.zeros(num_envs, dtype=torch.int64, device=dev)
@@ -220,24 +221,34 @@ class Backgrounds:
             )
         return self._mix
 
-    def _choose(self, cache: str, fraction: float, pool: int | None) -> str:
+    def _plan(self, cache: str, fraction: float, pool: int | None) -> CachePlan:
+        """Device or pool, and the pool's size in clips (`caches/plan.py`)."""
+        image = self.manifest.image_bytes
+        return plan_cache(
+            cache,
+            self.device,
+            fraction,
+            need=self._table.frames * image,
+            item_bytes=int(self._length_np.max()) * image,
+            pool=pool,
+            item="clips",
+            least=min(self.num_envs, self.clips),
+            most=self.clips,
+        )
+
+    def _make_cache(self, plan: CachePlan) -> None:
+        """The frames on the device: the whole pack, or a pool of `plan.pool` clips."""
         m, table = self.manifest, self._table
-        need = table.frames * m.image_bytes
-        budget = int(fraction * free_memory(self.device))
-        mode = cache if cache != "auto" else ("device" if need <= budget else "pool")
-        if mode == "device":
+        if plan.mode == "device":
             shape = (table.frames, 3, m.size, m.size)
             self._frames = torch.empty(shape, dtype=torch.uint8, device=self.device)
             for source, lo in zip(self.sources, table.first[table.base]):
                 read_pack_to(source, self._frames[lo : lo + source.manifest.count])
             self._pool: ClipPool | None = None
-            return mode
-        clip_bytes = int(self._length_np.max()) * m.image_bytes
-        slots = pool_slots(pool, budget, clip_bytes, self.num_envs, self.clips)
+            return
         where = (table.local, table.pack_of)
-        self._pool = ClipPool(self.sources, self.device, slots, where, self._length_np)
+        self._pool = ClipPool(self.sources, self.device, plan.pool, where, self._length_np)
         self._frames = self._pool.frames
-        return mode
 
     # -- the draws -------------------------------------------------------------------------
 
@@ -448,13 +459,7 @@ class Backgrounds:
             self._range_checked = True  # (one reduction and host sync, on a first batch)
             warn_if_unit_range(obs)
         s, size = self.manifest.size, (geom.h, geom.w)
-        if size != (s, s) and size not in self._warned_sizes:
-            self._warned_sizes.add(size)
-            warnings.warn(
-                f"mixshard: pack frames are {s}x{s} but the obs {geom.h}x{geom.w}; resizing on "
-                f"the device at each call (pack with --size {geom.h} to avoid it)",
-                stacklevel=user_stacklevel(),
-            )
+        warn_resized(s, size, self._warned_sizes, "frames")
         index = self._index()
         flipped = self.flipped if self.flip else None
         backdrop = fused.store(self._frames, index, flipped) if size == (s, s) else None

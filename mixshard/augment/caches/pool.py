@@ -35,7 +35,6 @@ import torch
 from ...core.device import Fence, Lane, move, move_index, wants_pinned
 from ...core.errors import MixshardError
 from ...core.jobs import own
-from ...core.manifest import Manifest
 from ...reading.source import Source
 from .pieces import PermutationWalk
 from .refill import RefillFeed
@@ -322,18 +321,3 @@ def _by_piece(slots: np.ndarray, parts: list[torch.Tensor]) -> Iterator[tuple[np
 def _stop_pool(feed: RefillFeed, lane: Lane) -> None:
     feed.close()  # first: a job waiting on a closed feed ends with an error
     lane.close()
-
-
-def pool_size(manifest: Manifest, budget: int) -> int:
-    """Images a pool may hold in `budget` bytes.
-
-    Raises:
-        MixshardError: not even one batch fits.
-    """
-    size = budget // manifest.image_bytes
-    if size < 1:
-        raise MixshardError(
-            f"no room for a pool: {budget} bytes free for it, one image takes "
-            f"{manifest.image_bytes}; free memory or pass pool=N"
-        )
-    return int(size)
