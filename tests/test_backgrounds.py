@@ -318,7 +318,7 @@ def test_state_dict_continues_exactly(clips, cache):
 
 
 def wait_for_reads_ahead(bg: mixshard.Backgrounds) -> None:
-    pool = bg._pool
+    pool = bg._clip_pool
     deadline = time.monotonic() + 10
     while pool._asked.any() and time.monotonic() < deadline:
         pool._drain(block=False)
@@ -608,7 +608,7 @@ def test_the_pool_matches_the_device_cache_under_any_order_of_reads(many_clips, 
                     pool.load_state_dict(device.state_dict())
             assert torch.equal(pool.episode, device.episode)
             assert torch.equal(pool.images(), device.images()), seed
-            p = pool._pool
+            p = pool._clip_pool
             placed = p.clip_of >= 0
             assert (p.slot_of[p.clip_of[placed]] == np.flatnonzero(placed)).all()
             assert (p.slot_of >= 0).sum() == placed.sum()

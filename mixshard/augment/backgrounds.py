@@ -237,18 +237,18 @@ class Backgrounds:
         )
 
     def _make_cache(self, plan: CachePlan) -> None:
-        """The frames on the device: the whole pack, or a pool of `plan.pool` clips."""
+        """The frames on the device: the whole pack, or a pool of `plan.size` clips."""
         m, table = self.manifest, self._table
         if plan.mode == "device":
             shape = (table.frames, 3, m.size, m.size)
             self._frames = torch.empty(shape, dtype=torch.uint8, device=self.device)
             for source, lo in zip(self.sources, table.first[table.base]):
                 read_pack_to(source, self._frames[lo : lo + source.manifest.count])
-            self._pool: ClipPool | None = None
+            self._clip_pool: ClipPool | None = None
             return
         where = (table.local, table.pack_of)
-        self._pool = ClipPool(self.sources, self.device, plan.pool, where, self._length_np)
-        self._frames = self._pool.frames
+        self._clip_pool = ClipPool(self.sources, self.device, plan.size, where, self._length_np)
+        self._frames = self._clip_pool.frames
 
     # -- the draws -------------------------------------------------------------------------
 
@@ -279,7 +279,7 @@ class Backgrounds:
             clip, start, flipped = draw_mixed(
                 self._key, self._envs, episode, self._mix, table, self.playback, self.flip, clips
             )
-        pool = self._pool
+        pool = self._clip_pool
         if pool is not None:
             envs, host = np.arange(self.num_envs), episode.cpu().numpy().copy()
             old = self._slot[self._slot >= 0]
@@ -314,8 +314,8 @@ class Backgrounds:
         """
         self._check_open("reset")
         mask = env_mask(envs, index, self.num_envs, self.device, "reset")
-        if self._pool is not None:
-            self._reset_pool(self._pool, mask)
+        if self._clip_pool is not None:
+            self._reset_clip_pool(self._clip_pool, mask)
             return
         if mask is None:
             self.episode += 1
@@ -347,7 +347,7 @@ class Backgrounds:
         )
         self.base = self._first.index_select(0, clip)
 
-    def _reset_pool(self, pool: ClipPool, mask: torch.Tensor | None) -> None:
+    def _reset_clip_pool(self, pool: ClipPool, mask: torch.Tensor | None) -> None:
         """The pool's reset: which environments reset is read to the host (a sync on CUDA),
         where the pool's bookkeeping is; the draws are the device cache's. The new clips are
         brought in before anything changes, so a failed read changes nothing."""
@@ -533,16 +533,16 @@ class Backgrounds:
 
     def stats(self) -> dict[str, Any]:
         """Which cache (`"device"` or `"pool"`) and, for a pool, its counters."""
-        if self._pool is None:
+        if self._clip_pool is None:
             return {"mode": "device", "frames": self.manifest.count}
-        return self._pool.stats()
+        return self._clip_pool.stats()
 
     def close(self) -> None:
         """Stop the pool's reader (a device cache holds no thread). After it, every call but
         `state_dict`, `stats` and `close` raises a `ValueError` that says so."""
         self._closed = True
-        if self._pool is not None:
-            self._pool.close()
+        if self._clip_pool is not None:
+            self._clip_pool.close()
 
 
 def _check_whole(sources: list[Source]) -> None:

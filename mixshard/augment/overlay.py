@@ -23,10 +23,10 @@ from ..core.jobs import own, this_process
 from ..core.libc import trim_heap
 from ..reading.source import Source, resolve_source
 from .caches.cache import BackgroundCache, DeviceCache, StreamCache
+from .caches.imagepool import ImagePool
 from .caches.mixcache import MixedCache, pool_shares
 from .caches.packset import pack_list, resolve_packs
 from .caches.plan import CachePlan, plan_cache, warn_resized
-from .caches.pool import PoolCache
 from .draws.keyed import mix64_int, seed_key
 from .draws.mixing import Mix
 from .inputs.checks import (
@@ -212,7 +212,7 @@ class Overlay:
             return DeviceCache(self.source, device, gen)
         if plan.mode == "pool":
             calls = None if saved is None else pool_calls(saved)
-            return PoolCache(self.source, device, plan.pool, self.uses, seed, shared, calls)
+            return ImagePool(self.source, device, plan.size, self.uses, seed, shared, calls)
         batch = max(1, min(self.batch_size, self.count // rank_world()[1]))
         return StreamCache(self.source, device, self.num_workers, shared, batch)
 
@@ -227,7 +227,7 @@ class Overlay:
         """One cache per pack (`mixcache.py`), each drawing from seeds of its own."""
         assert self.sources is not None and self._mix is not None
         caches: list[BackgroundCache] = []
-        mode, size = plan.mode, plan.pool
+        mode, size = plan.mode, plan.size
         shape = (3, self.manifest.size, self.manifest.size)
         store = None
         if mode == "device":  # every pack in one tensor: a call is one gather
@@ -241,7 +241,7 @@ class Overlay:
                 lo += source.count
             elif mode == "pool":  # (a loaded state's pool: its calls but the last: `resume`)
                 calls = None if saved is None else pool_calls(saved, k, last=False)
-                pool = PoolCache(source, device, share, self.uses, own_seed, shared + k, calls)
+                pool = ImagePool(source, device, share, self.uses, own_seed, shared + k, calls)
                 caches.append(pool)
             else:
                 batch = max(1, min(self.batch_size, source.count // rank_world()[1]))

@@ -1,7 +1,7 @@
 """Where `Overlay` takes its backgrounds from: the interface every such cache has
 (`BackgroundCache`), and two of them: the whole pack on the device, or a stream.
 
-(The third, a pool of the pack refilled from the block stream, is `pool.PoolCache`.)
+(The third, a pool of the pack refilled from the block stream, is `imagepool.ImagePool`.)
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from .pieces import Carry, PermutationWalk
 @runtime_checkable
 class BackgroundCache(Protocol):
     """What `Overlay` asks of the cache of each device (`DeviceCache`, `StreamCache`,
-    `pool.PoolCache`); mypy checks that each one has it where `Overlay` makes them."""
+    `imagepool.ImagePool`); mypy checks that each one has it where `Overlay` makes them."""
 
     def take(self, n: int, own: bool = True) -> torch.Tensor:
         """`n` uint8 images `(n, 3, size, size)` on the cache's device. With `own=False` they

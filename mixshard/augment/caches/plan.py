@@ -40,8 +40,8 @@ class CachePlan:
     fraction: float
     item: str  # what a pool holds: "images" or "clips"
     item_bytes: int  # one of them
-    pool: int  # items in the pool (0 unless `mode == "pool"`)
-    pool_asked: bool  # `pool=` given, not sized to the budget
+    size: int  # items in the pool (0 unless `mode == "pool"`)
+    size_asked: bool  # `pool=` given, not sized to the budget
 
     def explain(self) -> str:
         """One paragraph: what was chosen on which device, and why."""
@@ -56,9 +56,9 @@ class CachePlan:
             f"{fits} in the budget, {self.fraction:g} of the free memory ({_mb(self.budget)})."
         )
         if self.mode == "pool":
-            sized = "as pool= asked" if self.pool_asked else "as many as the budget holds"
+            sized = "as pool= asked" if self.size_asked else "as many as the budget holds"
             text += (
-                f" The pool holds {self.pool} {self.item} of {_mb(self.item_bytes)} each ({sized})."
+                f" The pool holds {self.size} {self.item} of {_mb(self.item_bytes)} each ({sized})."
             )
         return text
 
@@ -107,8 +107,8 @@ def plan_cache(
         fraction=fraction,
         item=item,
         item_bytes=item_bytes,
-        pool=int(size),
-        pool_asked=pool is not None,
+        size=int(size),
+        size_asked=pool is not None,
     )
 
 

@@ -1,5 +1,5 @@
 """The pool's refills: the images of a pack in block order, endlessly, read ahead on a
-background thread, handed out in pieces of any size (`pool.py` puts them in the pool)."""
+background thread, handed out in pieces of any size (`imagepool.py` puts them in the pool)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ class RefillFeed:
 
     def __init__(self, source: Source, seed: int, pin: bool, start: int = 0) -> None:
         """`pin`: batches in pinned memory (for copies to CUDA); `start`: the images of the
-        stream to skip (a pool's loaded state: `pool.py`)."""
+        stream to skip (a pool's loaded state: `imagepool.py`)."""
         from ...reading.loading import loader
 
         # each rank reads its share

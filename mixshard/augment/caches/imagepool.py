@@ -43,7 +43,7 @@ _WORDS = (torch.int64, torch.int32, torch.int16, torch.uint8)
 MAX_RUNS = 64  # runs of call sizes a pool's state keeps (8-12 bytes each)
 
 
-class PoolCache:
+class ImagePool:
     """See the module docstring.
 
     Args:
@@ -108,12 +108,12 @@ class PoolCache:
         self._predrawn: tuple[int, np.ndarray, torch.Tensor] | None = None
         self.calls: list[list[int]] = []  # the calls' sizes, as runs of [n, times]
 
-    def _replay(self, calls: list[list[int]], seed: int) -> PoolCache:
+    def _replay(self, calls: list[list[int]], seed: int) -> ImagePool:
         """A pool without images that makes `calls`: its every slot's "image" is the position
         in the refill stream of the image there (`_Positions`), its lane runs jobs inline. The
         same code as the pool's own, so the same bookkeeping, for the cost of the calls'
         bookkeeping alone (tens of µs a call)."""
-        replay = PoolCache.__new__(PoolCache)
+        replay = ImagePool.__new__(ImagePool)
         replay._setup(self.size, self.uses, torch.device("cpu"), seed)
         replay.images = torch.zeros((self.size, 1), dtype=torch.int64)
         replay.word, replay.feed = torch.int64, _Positions()  # type: ignore[assignment]
@@ -124,7 +124,7 @@ class PoolCache:
         replay.wait()
         return replay
 
-    def _continue(self, replay: PoolCache, source: Source) -> None:
+    def _continue(self, replay: ImagePool, source: Source) -> None:
         """Where `replay` is: its bookkeeping, draws and next draws, and in each slot the
         image of the refill stream it holds, read from the pack."""
         self.left[:], self.filled, self.calls = replay.left, replay.filled, replay.calls
