@@ -108,7 +108,7 @@ class Overlay:
     `state_dict()` / `load_state_dict()` continue the draws exactly, in every cache mode
     (`overlaystate.py` says what a state can continue).
 
-    Arguments are checked here (`args.py`); obs are not checked for NaN or inf at each call
+    Arguments are checked here (`inputs/checks.py`); obs are not checked for NaN or inf at each call
     (that would cost a host sync per call): they blend into NaN/inf.
 
     `index.json` is read here; images are loaded on the first call. `overlay(obs)` returns the

@@ -50,7 +50,7 @@ class ImagePool:
         source: the pack (folder or URLs), resolved.
         device: where the pool lives.
         size: images in the pool (`P`), >= 1.
-        uses: draws per image before it is replaced, >= 1 (`Overlay` checks both: `args.py`).
+        uses: draws per image before it is replaced, >= 1 (`Overlay` checks both: `checks.py`).
         seed: seed of the draws (and of the refill order, unless `feed_seed`).
         feed_seed: seed of the refill order: the same on every DDP rank, which the refill
             stream then splits between the ranks.
