@@ -121,5 +121,5 @@ def lerp_path(request, monkeypatch) -> str:
     if request.param == "torch":
         monkeypatch.setattr(fused, "_lerp", None)
     elif fused._lerp is None:
-        pytest.skip("mixshard.augment._lerp is not built")
+        pytest.skip("mixshard.augment.kernels._lerp is not built")
     return request.param

@@ -12,6 +12,7 @@ import torch
 from helpers import make_flat, small_pack
 
 import mixshard
+from mixshard.augment.kernels import ops
 from mixshard.augment.state import overlaystate
 
 
@@ -248,3 +249,24 @@ def test_a_mix_of_pools_or_streams_lends_one_buffer_and_hands_over_copies(packs,
         mix.take(n, own=n != 8)
     assert all(torch.equal(a, b) for a, b in zip(owned, kept))
     ov.close()
+
+
+@pytest.mark.parametrize("cache", ["device", "pool", "stream"])
+def test_a_mix_places_its_images_flipped_as_the_torch_ops_do(packs, cache, monkeypatch):
+    """With flips and nothing to crop, a mix places each pack's images flipped in one pass:
+    the images of the same mix without flips, half of them mirrored, and the compiled pass's
+    bytes are the torch ops' (what a GPU runs)."""
+    kw = dict(weights=[0.6, 0.4], cache=cache, pool=24, num_workers=1, seed=3)
+
+    def draws(**extra) -> torch.Tensor:
+        ov = mixshard.Overlay(list(packs), **kw, **extra)
+        out = torch.cat([ov.sample(9) for _ in range(12)])
+        ov.close()
+        return out
+
+    plain, flipped = draws(flip=False), draws()
+    mirrored = [not torch.equal(f, p) for f, p in zip(flipped, plain)]
+    assert all(torch.equal(f, p.flip(-1) if m else p) for f, p, m in zip(flipped, plain, mirrored))
+    assert 0.3 < np.mean(mirrored) < 0.7
+    monkeypatch.setattr(ops, "_lerp", None)
+    assert torch.equal(draws(), flipped)

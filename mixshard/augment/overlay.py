@@ -346,10 +346,14 @@ class Overlay:
         """n backgrounds at `size`: uint8 when nothing was resampled, else float 0..255."""
         state = self._state(device)
         gen = state.generator
-        imgs = state.cache.take(n, own)
         pack_size = (self.manifest.size, self.manifest.size)
         larger = size != pack_size and all(s <= p for s, p in zip(size, pack_size))
         crop = self.crop if self.crop != "auto" else (RANDOM_CROP_SCALE if larger else None)
+        if self.flip and crop is None and size == pack_size and isinstance(state.cache, MixedCache):
+            # a mix places each pack's images flipped, in one pass (its packs draw from
+            # generators of their own: the flips' draws come first as they would after)
+            return state.cache.take(n, own, random_flip_mask(n, 0.5, device, gen))
+        imgs = state.cache.take(n, own)
         # A pack stored larger than the observations and cropped per draw is the intended
         # reference-like setup (e.g. --size 168 for 84 px obs); any other size mismatch
         # resamples every call for nothing, or upsamples, and is worth a warning.

@@ -137,6 +137,12 @@ class Mix:
         self._words = (words ^ np.uint64(1 << 63)).view(np.int64)
         self._devices = {}
 
+    @property
+    def words(self) -> np.ndarray:
+        """The weights in force as `pick` compares them: int64 thresholds of words whose sign
+        bit is flipped (the pack is how many are at or below)."""
+        return self._words
+
     def set_weights(self, weights: Any) -> None:
         """These weights from now on (until the schedule's next entry)."""
         self._set(check_mix_weights(weights, self.packs))

@@ -17,8 +17,11 @@ others, a pool can read an environment's next clip ahead, and a state is its cou
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
+from ..kernels.compiled import lerp as _lerp
+from ..kernels.compiled import region
 from .keyed import below, keyed
 from .mixing import Mix
 
@@ -104,6 +107,14 @@ def mixed_clips(
     bits pick the pack by the weights in force (`Mix.pick`), its low 32 bits a clip among that
     pack's first `limit` (uniform, as `below`), numbered in the packs' one table (`base`:
     each pack's first clip)."""
+    tensors = (envs, episode, base, limit)
+    if _lerp is not None and all(t.device.type == "cpu" for t in tensors):  # one loop
+        e, p = (t.long().contiguous() for t in torch.broadcast_tensors(envs, episode))
+        out = torch.empty(e.shape, dtype=torch.int64)
+        words = np.ascontiguousarray(mix.words)
+        b, lim = base.long().contiguous(), limit.long().contiguous()
+        _lerp.mixed(region(out), region(e), region(p), words, region(b), region(lim), key, _PACK)
+        return out
     bits = keyed(key, envs, episode, _PACK)
     pack = mix.pick(bits)
     low = bits & 0xFFFFFFFF

@@ -1562,6 +1562,78 @@ static PyObject *composite(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* -- images placed and mirrored ---------------------------------------------------------- */
+
+/* d[x] = s[w - 1 - x]: a line reversed, 16 bytes at a time where the CPU has AVX2 (its byte
+ * shuffle: the reversed 16 bytes of the source's end go to the line's start). */
+#if X86
+__attribute__((target("avx2"))) static ssz mirror16(uint8_t *d, const uint8_t *s, ssz w) {
+    const __m128i rev = _mm_setr_epi8(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    ssz x = 0;
+    for (; x + 16 <= w; x += 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(s + w - 16 - x));
+        _mm_storeu_si128((__m128i *)(d + x), _mm_shuffle_epi8(v, rev));
+    }
+    return x;
+}
+#else
+static ssz mirror16(uint8_t *d, const uint8_t *s, ssz w) { return 0; }
+#endif
+
+static void mirror_line(uint8_t *d, const uint8_t *s, ssz w) {
+    ssz x = avx2 ? mirror16(d, s, w) : 0;
+    for (; x < w; x++) d[x] = s[w - 1 - x];
+}
+
+/* Image rows[j] of src (or j) to image at[j] of out (or j), mirrored (each line of `width`
+ * bytes reversed) where flipped[j]: a gather or a scatter of uint8 images and their flips in
+ * one pass, where torch's flip of a batch took four (a product, a flip, a product, a sum). */
+static PyObject *place(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *objs[5];
+    Py_buffer bufs[5] = {{0}};
+    static const char *names[5] = {"out", "src", "at", "rows", "flipped"};
+    long long m, image, width;
+    if (!PyArg_ParseTuple(args, "OOOOOLLL", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &m,
+                          &image, &width))
+        return NULL;
+    if (m < 0 || image < 1 || width < 1 || image % width)
+        return PyErr_Format(PyExc_ValueError, "place: bad sizes (%lld, %lld, %lld)", m, image, width);
+    ssz need[5] = {0, 0, m * 8, m * 8, m};
+    int got = 0, failed = 0;
+    for (; got < 5 && !failed; got++) failed = take(objs[got], &bufs[got], need[got], got == 0, names[got]);
+    if (!failed && (bufs[0].buf == NULL || bufs[1].buf == NULL)) {
+        PyErr_SetString(PyExc_ValueError, "place: out or src is None");
+        failed = 1;
+    }
+    const int64_t *at = bufs[2].buf, *rows = bufs[3].buf;
+    const uint8_t *flipped = bufs[4].buf;
+    for (ssz j = 0; j < m && !failed; j++) { /* every image inside its buffer, before any write */
+        int64_t d = at ? at[j] : j, r = rows ? rows[j] : j;
+        if (d < 0 || r < 0 || d >= bufs[0].len / image || r >= bufs[1].len / image) {
+            PyErr_SetString(PyExc_IndexError, "place: an image index is out of range");
+            failed = 1;
+        }
+    }
+    if (!failed) {
+        uint8_t *out = bufs[0].buf;
+        const uint8_t *src = bufs[1].buf;
+        Py_BEGIN_ALLOW_THREADS;
+        for (ssz j = 0; j < m; j++) {
+            uint8_t *d = out + (at ? at[j] : j) * image;
+            const uint8_t *s = src + (rows ? rows[j] : j) * image;
+            if (flipped == NULL || !flipped[j])
+                memcpy(d, s, image);
+            else
+                for (ssz y = 0; y < image; y += width) mirror_line(d + y, s + y, width);
+        }
+        Py_END_ALLOW_THREADS;
+    }
+    for (int i = 0; i < got; i++)
+        if (bufs[i].obj != NULL) PyBuffer_Release(&bufs[i]);
+    if (failed) return NULL;
+    Py_RETURN_NONE;
+}
+
 /* -- keyed draws ---------------------------------------------------------------------------- */
 
 /* SplitMix64's finaliser on a word (`keyed.mix64_int`). */
@@ -1599,11 +1671,55 @@ static PyObject *keyed(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* out[i] = the clip of (env[i], episode[i]) over several packs (`playback.mixed_clips`'s bits):
+ * the keyed word's top bits pick the pack (the number of `words` at or below it, sign
+ * flipped), its low 32 bits a clip among the pack's first `limit`, after its `base`. A reset
+ * of a few environments was ten tensor ops of a few values each. */
+static PyObject *mixed(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *objs[6];
+    Py_buffer bufs[6] = {{0}};
+    static const char *names[6] = {"out", "env", "episode", "words", "base", "limit"};
+    long long key, stream;
+    if (!PyArg_ParseTuple(args, "OOOOOOLL", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
+                          &objs[5], &key, &stream))
+        return NULL;
+    int got = 0, failed = take(objs[got++], &bufs[0], 0, 1, names[0]);
+    ssz n = bufs[0].len / 8;
+    ssz need[6] = {0, n * 8, n * 8, 0, 0, 0};
+    for (; got < 6 && !failed; got++) failed = take(objs[got], &bufs[got], need[got], 0, names[got]);
+    ssz words = bufs[3].len / 8;
+    if (!failed && (!bufs[0].buf || !bufs[1].buf || !bufs[2].buf || !bufs[4].buf || !bufs[5].buf ||
+                    bufs[4].len < (words + 1) * 8 || bufs[5].len < (words + 1) * 8)) {
+        PyErr_SetString(PyExc_ValueError, "mixed: a buffer is None or holds fewer packs than words + 1");
+        failed = 1;
+    }
+    if (!failed) {
+        int64_t *out = bufs[0].buf;
+        const uint64_t *env = bufs[1].buf, *episode = bufs[2].buf;
+        const int64_t *word = bufs[3].buf, *base = bufs[4].buf, *limit = bufs[5].buf;
+        for (ssz i = 0; i < n; i++) {
+            uint64_t b = mix64(mix64(mix64(env[i] + (uint64_t)key) + episode[i]) + (uint64_t)stream);
+            int64_t top = (int64_t)(b ^ 0x8000000000000000ULL);
+            ssz pack = 0;
+            for (ssz w = 0; w < words; w++) pack += word[w] <= top;
+            out[i] = base[pack] + (int64_t)(((b & 0xFFFFFFFFULL) * (uint64_t)limit[pack]) >> 32);
+        }
+    }
+    for (int i = 0; i < got; i++)
+        if (bufs[i].obj != NULL) PyBuffer_Release(&bufs[i]);
+    if (failed) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"composite", composite, METH_VARARGS,
      "composite(out, obs, bg, index, flipped, keep, key_source, values, ids, alpha, params): out = obs blended with its backgrounds under the keep weights (see _lerp.c)."},
+    {"place", place, METH_VARARGS,
+     "place(out, src, at, rows, flipped, m, image, width): image rows[j] of src (or j) to image at[j] of out (or j), each line of width bytes reversed where flipped[j]."},
     {"keyed", keyed, METH_VARARGS,
      "keyed(out, env, episode, key, stream): out = keyed.keyed's 64 bits of each (env, episode) (int64 buffers of out's length)."},
+    {"mixed", mixed, METH_VARARGS,
+     "mixed(out, env, episode, words, base, limit, key, stream): out = playback.mixed_clips's clips (int64 buffers)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -17,4 +17,17 @@ def composite(
     alpha: Any,
     params: Any,
 ) -> None: ...
+def place(
+    out: Any,
+    src: Any,
+    at: Any | None,
+    rows: Any | None,
+    flipped: Any | None,
+    m: int,
+    image: int,
+    width: int,
+) -> None: ...
 def keyed(out: Any, env: Any, episode: Any, key: int, stream: int) -> None: ...
+def mixed(
+    out: Any, env: Any, episode: Any, words: Any, base: Any, limit: Any, key: int, stream: int
+) -> None: ...
