@@ -180,7 +180,7 @@ def test_a_pool_without_room_for_one_image_says_so(pack):
     cpu = torch.device("cpu")
     with pytest.raises(mixshard.MixshardError, match="no room for a pool: 100 bytes free"):
         plan_cache("pool", cpu, 1.0, need=image, item_bytes=image, free=100)
-    assert plan_cache("pool", cpu, 1.0, need=image, item_bytes=image, free=10 * image).pool == 10
+    assert plan_cache("pool", cpu, 1.0, need=image, item_bytes=image, free=10 * image).size == 10
 
 
 def test_stream_arguments_are_checked(pack_dir):
