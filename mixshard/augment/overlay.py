@@ -42,6 +42,7 @@ from .kernels.ops import (
     crop_resample,
     crop_resize,
     flip,
+    place,
     random_crop_boxes,
     random_flip_mask,
     resize,
@@ -349,10 +350,8 @@ class Overlay:
         pack_size = (self.manifest.size, self.manifest.size)
         larger = size != pack_size and all(s <= p for s, p in zip(size, pack_size))
         crop = self.crop if self.crop != "auto" else (RANDOM_CROP_SCALE if larger else None)
-        if self.flip and crop is None and size == pack_size and isinstance(state.cache, MixedCache):
-            # a mix places each pack's images flipped, in one pass (its packs draw from
-            # generators of their own: the flips' draws come first as they would after)
-            return state.cache.take(n, own, random_flip_mask(n, 0.5, device, gen))
+        if self.flip and crop is None and size == pack_size:
+            return _flipped(state.cache, n, own, device, gen)
         imgs = state.cache.take(n, own)
         # A pack stored larger than the observations and cropped per draw is the intended
         # reference-like setup (e.g. --size 168 for 84 px obs); any other size mismatch
@@ -460,6 +459,23 @@ class Overlay:
         if self._pid == this_process():
             _close_caches(self._states)
         self._states.clear()
+
+
+def _flipped(
+    cache: BackgroundCache, n: int, own: bool, device: torch.device, gen: torch.Generator
+) -> torch.Tensor:
+    """`n` images, each flipped with probability 1/2, the flips made where the images are put
+    (one pass) by a mix or a device cache, else after the take."""
+    if isinstance(cache, MixedCache):
+        # its packs draw from generators of their own: the flips' draws may come first
+        return cache.take(n, own, random_flip_mask(n, 0.5, device, gen))
+    if isinstance(cache, DeviceCache):
+        rows = cache.take_index(n)  # (its permutations draw first, from `gen`)
+        out = torch.empty((n, *cache.images.shape[1:]), dtype=torch.uint8, device=device)
+        place(out, cache.images, rows=rows, flipped=random_flip_mask(n, 0.5, device, gen))
+        return out
+    imgs = cache.take(n, own)
+    return flip(imgs, random_flip_mask(n, 0.5, device, gen))
 
 
 def _close_caches(states: dict[torch.device, _DeviceState]) -> None:

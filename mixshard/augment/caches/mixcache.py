@@ -87,6 +87,7 @@ class MixedCache:
             self.chunk = n
             self._carries = [Carry(partial(c.take, n, False)) for c in self.caches]
         out: torch.Tensor | None = None
+        flips = None if flipped is None else _host(flipped)
         for k, count in enumerate(counts.tolist()):
             if not count:
                 continue
@@ -96,7 +97,7 @@ class MixedCache:
                     return piece.clone() if own else piece
                 out = self._output(n, own) if out is None else out
                 at = where[lo : lo + len(piece)]
-                place(out, piece, at, flipped=None if flipped is None else _at(flipped, at))
+                place(out, piece, at, flipped=None if flips is None else _of(flips, at))
                 lo += len(piece)
         assert out is not None
         return out
@@ -172,9 +173,17 @@ class MixedCache:
             cache.close()
 
 
-def _at(flipped: torch.Tensor, at: np.ndarray) -> torch.Tensor:
-    """`flipped[at]` (the flips of the samples at `at`)."""
-    return flipped.index_select(0, move_index(at, flipped.device))
+def _host(flipped: torch.Tensor) -> torch.Tensor | np.ndarray:
+    """The flips as the placing indexes them: a CPU's as numpy (whose index of a few values
+    costs a fraction of torch's)."""
+    return flipped.numpy() if flipped.device.type == "cpu" else flipped
+
+
+def _of(flips: torch.Tensor | np.ndarray, at: np.ndarray) -> torch.Tensor | np.ndarray:
+    """The flips of the samples at `at`."""
+    if isinstance(flips, np.ndarray):
+        return flips[at]
+    return flips.index_select(0, move_index(at, flips.device))
 
 
 def pool_shares(size: int, mix: Mix) -> list[int]:

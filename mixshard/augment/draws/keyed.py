@@ -90,8 +90,8 @@ def mix64_np(x: np.ndarray) -> np.ndarray:
 
 def keyed_np(key: int, env: np.ndarray, episode: int, stream: int) -> np.ndarray:
     """`keyed` for int64 `env` numbers and one episode, as uint64 words (the same bits). The
-    compiled loop where it is built: numpy's twelve passes took 50 µs for 128 numbers beside
-    a blend that had pushed them out of the caches."""
+    compiled loop where it is built: numpy's twelve passes over a few values cost more than
+    the loop, most of all beside a blend that has pushed them out of the caches."""
     if _lerp is not None:
         e = np.ascontiguousarray(env, dtype=np.int64)
         out = np.empty(e.shape, np.int64)

@@ -22,6 +22,8 @@ def region(t: torch.Tensor) -> Region:
     """The memory a view reads, from its first element to its farthest: (address, bytes, the
     tensor, which the tuple keeps alive through the call). The compiled code reads it through
     the view's strides."""
+    if t.is_contiguous():  # (the common case, without a sum over the strides)
+        return t.data_ptr(), t.nbytes, t
     if t.numel() == 0:
         return t.data_ptr(), 0, t
     extent = 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))

@@ -166,17 +166,18 @@ def place(
     images: torch.Tensor,
     at: np.ndarray | None = None,
     rows: torch.Tensor | None = None,
-    flipped: torch.Tensor | None = None,
+    flipped: torch.Tensor | np.ndarray | None = None,
 ) -> None:
     """`out[at] = images[rows]`, each flipped horizontally where `flipped` (one bool per
     placed image) is True; `at` and `rows` None: in order. On a CPU one compiled pass makes
-    the gather, the flip and the scatter (torch's `index_copy_` of uint8 rows ran 16x a row
-    copy); elsewhere the torch ops, one each."""
+    the gather, the flip and the scatter (torch's CPU `index_copy_` of uint8 rows is far
+    slower than a row copy, and its flip four passes); elsewhere the torch ops, one each."""
     if _compiled_place(out, images, at, rows, flipped):
         return
     picked = images if rows is None else images.index_select(0, rows.to(images.device))
     if flipped is not None:
-        picked = flip(picked, flipped)
+        mask = torch.as_tensor(flipped, device=picked.device)
+        picked = flip(picked, mask)
     if at is None:
         out.copy_(picked)
     elif out.device.type == "cpu":  # numpy's row copies
@@ -187,28 +188,33 @@ def place(
 
 def _compiled_place(out, images, at, rows, flipped) -> bool:
     """`place` by `_lerp.place`, where it is built and takes these (contiguous uint8 images on
-    a CPU); False (nothing done) otherwise."""
-    tensors = [t for t in (out, images, rows, flipped) if t is not None]
+    a CPU); False (nothing done) otherwise. (Lean: a mix calls it for every piece.)"""
     if (
         _lerp is None
         or out.dtype != torch.uint8
         or images.dtype != torch.uint8
-        or out.dim() != 4
+        or out.device.type != "cpu"
+        or images.device.type != "cpu"
         or out.shape[1:] != images.shape[1:]
-        or not all(t.device.type == "cpu" and t.is_contiguous() for t in tensors)
+        or not (out.is_contiguous() and images.is_contiguous())
+        or (rows is not None and rows.device.type != "cpu")
+        or (isinstance(flipped, torch.Tensor) and flipped.device.type != "cpu")
     ):
         return False
-    m = len(images) if rows is None else len(rows)
-    if m == 0 or images[0].numel() == 0:
+    m = images.shape[0] if rows is None else rows.shape[0]
+    image = math.prod(images.shape[1:])
+    if m == 0 or image == 0:
         return True  # nothing to place
+    if isinstance(flipped, torch.Tensor):
+        flipped = flipped.to(torch.bool).contiguous().numpy()
     _lerp.place(
-        region(out),
-        region(images),
+        (out.data_ptr(), out.nbytes, out),
+        (images.data_ptr(), images.nbytes, images),
         None if at is None else np.ascontiguousarray(at, dtype=np.int64),
-        None if rows is None else region(rows.to(torch.int64)),
-        None if flipped is None else region(flipped.to(torch.bool).view(torch.uint8)),
+        None if rows is None else region(rows.to(torch.int64).contiguous()),
+        None if flipped is None else np.ascontiguousarray(flipped, dtype=np.bool_).view(np.uint8),
         m,
-        images[0].numel(),
+        image,
         images.shape[-1],
     )
     return True
