@@ -34,7 +34,7 @@ help:
 # runtime alone for the demo and the dataset targets, with the dev extras (pytest, Ray, moto,
 # gcsfs, ...) for the tests and lint.
 RUNTIME := $(VENV)/.runtime-stamp
-$(RUNTIME): pyproject.toml mixshard/writing/pixels/_resize.c mixshard/reading/pack/_mapped.c mixshard/augment/_lerp.c
+$(RUNTIME): pyproject.toml mixshard/writing/pixels/_resize.c mixshard/reading/pack/_mapped.c mixshard/augment/kernels/_lerp.c
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -e .
 	@touch $(RUNTIME)

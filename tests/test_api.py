@@ -201,6 +201,31 @@ def test_the_rooms_of_writing_import_only_downwards():
     assert top == {"__init__.py", "packing.py"}
 
 
+# The rooms of `augment/`, each importing only the rooms before it (besides `core/` and
+# `reading/`): what the API is given knows no masks, masks no passes over pixels, the passes no
+# draws, the draws no caches, the caches no state; only `Overlay` and `Backgrounds`, above them
+# all, import every room.
+AUGMENT_ROOMS = ("inputs", "masks", "kernels", "draws", "caches", "state")
+
+
+def test_the_rooms_of_augment_import_only_downwards():
+    seen = set()
+    for path in (PACKAGE / "augment").glob("*/*.py"):
+        room = path.parent.name
+        seen.add(room)
+        below = set(AUGMENT_ROOMS[: AUGMENT_ROOMS.index(room) + 1])
+        for name in imports_of(path, annotations=True):
+            parts = name.split(".")
+            if parts[:2] == ["mixshard", "augment"] and len(parts) > 2:
+                assert parts[2] in below, f"augment/{room}/{path.name} imports {name}"
+            elif parts[0] == "mixshard":
+                assert parts[1] in ("core", "reading"), f"augment/{room}/{path.name} imports {name}"
+    assert seen == set(AUGMENT_ROOMS)
+    # nothing but the rooms and the two front objects above them
+    top = {p.name for p in (PACKAGE / "augment").glob("*.py")}
+    assert top == {"__init__.py", "overlay.py", "backgrounds.py"}
+
+
 def test_torch_cuda_is_named_in_the_device_seam_only():
     for path in PACKAGE.rglob("*.py"):
         rel = path.relative_to(PACKAGE).as_posix()
@@ -214,7 +239,8 @@ def test_each_side_imports_only_what_it_uses():
     """The package's public names load lazily: reading and blending import no PIL, and the
     writing side no torch."""
     code = (
-        "import sys, mixshard.augment.ops, mixshard.reading.loading, mixshard.augment.overlay; "
+        "import sys, mixshard.augment.kernels.ops, mixshard.reading.loading, "
+        "mixshard.augment.overlay; "
         "print(sorted(m for m in ('PIL', 'mixshard.writing') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -325,10 +351,10 @@ def test_no_function_over_50_lines():
 def test_ci_built_every_compiled_module():
     """The C modules are optional at install (the code falls back without a compiler), so a
     failed build would only show as skipped tests: on CI, where a compiler is, it fails here."""
-    from mixshard.augment import fused
+    from mixshard.augment.kernels import fused
     from mixshard.reading.pack import mapped
     from mixshard.writing.pixels import resample
 
-    assert fused._lerp is not None, "mixshard/augment/_lerp.c was not built"
+    assert fused._lerp is not None, "mixshard/augment/kernels/_lerp.c was not built"
     assert mapped._mapped is not None, "mixshard/reading/pack/_mapped.c was not built"
     assert resample._resize is not None, "mixshard/writing/pixels/_resize.c was not built"

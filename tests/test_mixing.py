@@ -1,4 +1,4 @@
-"""mixshard.augment.mixing: the weighted pick of a pack, its weights and schedule; the numpy
+"""mixshard.augment.draws.mixing: the weighted pick of a pack, its weights and schedule; the numpy
 twin of the keyed draws; a generator's compact state (genstate)."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from mixshard.augment.genstate import MAX_TWISTS, pack_states, twist, unpack_states
-from mixshard.augment.keyed import keyed, keyed_np, keyed_numpy, mix64_int, seed_key
-from mixshard.augment.mixing import Mix, check_mix_weights, check_schedule, thresholds
+from mixshard.augment.draws.keyed import keyed, keyed_np, keyed_numpy, mix64_int, seed_key
+from mixshard.augment.draws.mixing import Mix, check_mix_weights, check_schedule, thresholds
+from mixshard.augment.state.genstate import MAX_TWISTS, pack_states, twist, unpack_states
 
 
 def autocorrelation(seq: np.ndarray, lags: int) -> np.ndarray:
@@ -181,10 +181,10 @@ def test_mixed_clips_compiled_give_the_tensor_ops_bits(weights, monkeypatch):
     """A CPU's one compiled loop (`_lerp.mixed`) and the tensor ops every other device runs
     give the same clip for each (environment, episode), and each clip lies in its pack's
     first `limit`, the pack the numpy pick gives."""
-    from mixshard.augment import playback
+    from mixshard.augment.draws import playback
 
     if playback._lerp is None:
-        pytest.skip("mixshard.augment._lerp is not built")
+        pytest.skip("mixshard.augment.kernels._lerp is not built")
     mix, packs = Mix(len(weights), weights), len(weights)
     g = torch.Generator().manual_seed(packs)
     limit = torch.randint(1, 9, (packs,), generator=g)

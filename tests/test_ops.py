@@ -9,8 +9,8 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 from mixshard import blend
-from mixshard.augment import fused, ops
-from mixshard.augment.ops import (
+from mixshard.augment.kernels import fused, ops
+from mixshard.augment.kernels.ops import (
     _flip_arith,
     _flip_where,
     crop_resample,
@@ -46,7 +46,7 @@ def path(request, monkeypatch):
     if request.param == "one_pass":
         monkeypatch.setattr(fused, "_lerp", None)
     elif fused._lerp is None:
-        pytest.skip("mixshard.augment._lerp is not built")
+        pytest.skip("mixshard.augment.kernels._lerp is not built")
     return request.param
 
 
@@ -255,7 +255,7 @@ def placing(request, monkeypatch):
     if request.param == "torch":
         monkeypatch.setattr(ops, "_lerp", None)
     elif ops._lerp is None:
-        pytest.skip("mixshard.augment._lerp is not built")
+        pytest.skip("mixshard.augment.kernels._lerp is not built")
     return request.param
 
 
@@ -280,7 +280,7 @@ def test_place_gathers_scatters_and_flips_exactly(placing, width):
 
 def test_place_refuses_an_image_out_of_range_and_writes_nothing():
     if ops._lerp is None:
-        pytest.skip("mixshard.augment._lerp is not built")
+        pytest.skip("mixshard.augment.kernels._lerp is not built")
     images = torch.arange(2 * 3 * 4 * 4, dtype=torch.uint8).view(2, 3, 4, 4)
     out = torch.zeros((3, 3, 4, 4), dtype=torch.uint8)
     with pytest.raises(IndexError, match="place: an image index is out of range"):

@@ -12,7 +12,8 @@ import torch
 from helpers import make_flat, small_pack
 
 import mixshard
-from mixshard.augment import ops, overlaystate
+from mixshard.augment.kernels import ops
+from mixshard.augment.state import overlaystate
 
 
 @pytest.fixture(scope="module")

@@ -32,26 +32,25 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core.device import Fence, Lane, move, move_index, wants_pinned
-from ..core.errors import MixshardError
-from ..core.jobs import own
-from ..core.manifest import Manifest
-from ..reading.source import Source
-from .draws import PermutationWalk
+from ...core.device import Fence, Lane, move, move_index, wants_pinned
+from ...core.errors import MixshardError
+from ...core.jobs import own
+from ...reading.source import Source
+from .pieces import PermutationWalk
 from .refill import RefillFeed
 
 _WORDS = (torch.int64, torch.int32, torch.int16, torch.uint8)
 MAX_RUNS = 64  # runs of call sizes a pool's state keeps (8-12 bytes each)
 
 
-class PoolCache:
+class ImagePool:
     """See the module docstring.
 
     Args:
         source: the pack (folder or URLs), resolved.
         device: where the pool lives.
         size: images in the pool (`P`), >= 1.
-        uses: draws per image before it is replaced, >= 1 (`Overlay` checks both: `args.py`).
+        uses: draws per image before it is replaced, >= 1 (`Overlay` checks both: `checks.py`).
         seed: seed of the draws (and of the refill order, unless `feed_seed`).
         feed_seed: seed of the refill order: the same on every DDP rank, which the refill
             stream then splits between the ranks.
@@ -109,12 +108,12 @@ class PoolCache:
         self._predrawn: tuple[int, np.ndarray, torch.Tensor] | None = None
         self.calls: list[list[int]] = []  # the calls' sizes, as runs of [n, times]
 
-    def _replay(self, calls: list[list[int]], seed: int) -> PoolCache:
+    def _replay(self, calls: list[list[int]], seed: int) -> ImagePool:
         """A pool without images that makes `calls`: its every slot's "image" is the position
         in the refill stream of the image there (`_Positions`), its lane runs jobs inline. The
         same code as the pool's own, so the same bookkeeping, for the cost of the calls'
         bookkeeping alone (tens of µs a call)."""
-        replay = PoolCache.__new__(PoolCache)
+        replay = ImagePool.__new__(ImagePool)
         replay._setup(self.size, self.uses, torch.device("cpu"), seed)
         replay.images = torch.zeros((self.size, 1), dtype=torch.int64)
         replay.word, replay.feed = torch.int64, _Positions()  # type: ignore[assignment]
@@ -125,7 +124,7 @@ class PoolCache:
         replay.wait()
         return replay
 
-    def _continue(self, replay: PoolCache, source: Source) -> None:
+    def _continue(self, replay: ImagePool, source: Source) -> None:
         """Where `replay` is: its bookkeeping, draws and next draws, and in each slot the
         image of the refill stream it holds, read from the pack."""
         self.left[:], self.filled, self.calls = replay.left, replay.filled, replay.calls
@@ -322,18 +321,3 @@ def _by_piece(slots: np.ndarray, parts: list[torch.Tensor]) -> Iterator[tuple[np
 def _stop_pool(feed: RefillFeed, lane: Lane) -> None:
     feed.close()  # first: a job waiting on a closed feed ends with an error
     lane.close()
-
-
-def pool_size(manifest: Manifest, budget: int) -> int:
-    """Images a pool may hold in `budget` bytes.
-
-    Raises:
-        MixshardError: not even one batch fits.
-    """
-    size = budget // manifest.image_bytes
-    if size < 1:
-        raise MixshardError(
-            f"no room for a pool: {budget} bytes free for it, one image takes "
-            f"{manifest.image_bytes}; free memory or pass pool=N"
-        )
-    return int(size)

@@ -17,12 +17,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core.device import move_index
-from .caches import BackgroundCache, DeviceCache, StreamCache
-from .draws import Carry
-from .keyed import keyed_np
-from .mixing import Mix
-from .ops import place
+from ...core.device import move_index
+from ..draws.keyed import keyed_np
+from ..draws.mixing import Mix
+from ..kernels.ops import place
+from .cache import BackgroundCache, DeviceCache, StreamCache
+from .pieces import Carry
 
 _PACK = 7  # the stream of the samples' pack draws
 

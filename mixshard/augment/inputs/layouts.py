@@ -21,19 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .inputs import SMALL_CHANNELS, check_weights
-
-LAYOUTS = ("NCHW", "NHWC")
-
-
-def check_layout(layout: object) -> str:
-    """`layout` if it is one of `LAYOUTS`; else `ValueError` naming it."""
-    if not isinstance(layout, str) or layout not in LAYOUTS:
-        raise ValueError(
-            f"layout must be 'NCHW' (channels-first, the default) or 'NHWC' (channels-last), "
-            f"got {layout!r}"
-        )
-    return layout
+from .checks import SMALL_CHANNELS, check_layout, check_weights
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """The pool's refills: the images of a pack in block order, endlessly, read ahead on a
-background thread, handed out in pieces of any size (`pool.py` puts them in the pool)."""
+background thread, handed out in pieces of any size (`imagepool.py` puts them in the pool)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core.env import rank_world
-from ..core.errors import MixshardError
-from ..core.jobs import Job, check_process, own
-from ..reading.source import Source
-from .draws import Carry
+from ...core.env import rank_world
+from ...core.errors import MixshardError
+from ...core.jobs import Job, check_process, own
+from ...reading.source import Source
+from .pieces import Carry
 
 REFILL_BATCH = 256  # images per refill read
 REFILL_AHEAD = 8  # refill batches read ahead
@@ -30,8 +30,8 @@ class RefillFeed:
 
     def __init__(self, source: Source, seed: int, pin: bool, start: int = 0) -> None:
         """`pin`: batches in pinned memory (for copies to CUDA); `start`: the images of the
-        stream to skip (a pool's loaded state: `pool.py`)."""
-        from ..reading.loading import loader
+        stream to skip (a pool's loaded state: `imagepool.py`)."""
+        from ...reading.loading import loader
 
         # each rank reads its share
         batch = max(1, min(REFILL_BATCH, source.count // rank_world()[1]))

@@ -12,70 +12,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..core.checks import is_number
-from ..core.crops import fallback_window
-from ..core.device import move_index
+from ...core.crops import fallback_window
+from ...core.device import move_index
+from ..inputs.checks import check_blend_args, warn_if_unit_range_at_site
 from . import fused
 from .compiled import lerp as _lerp
 from .compiled import region
-from .inputs import check_weights, warn_if_unit_range_at_site
 
 _UINT8_CHUNK_BYTES = 8 << 20  # float scratch per chunk of the uint8 blend path
-
-
-def check_blend_args(obs: torch.Tensor, imgs: torch.Tensor, alpha, out: torch.Tensor | None) -> int:
-    if obs.dim() != 4 or imgs.dim() != 4:
-        raise ValueError(
-            f"obs must be (N, 3k, H, W) and imgs (N, 3, H, W) or (N, 3k, H, W); got "
-            f"{tuple(obs.shape)} and {tuple(imgs.shape)}"
-        )
-    n, c, h, w = obs.shape
-    if c % 3 or c == 0:
-        raise ValueError(f"obs has {c} channels, not a multiple of 3 (frame-stacked RGB)")
-    if imgs.shape[1] not in (3, c):
-        raise ValueError(
-            f"imgs must have 3 channels (one background for every frame) or {c}, as obs (one "
-            f"per frame), got {imgs.shape[1]}"
-        )
-    if imgs.shape[0] != n or imgs.shape[2:] != (h, w):
-        raise ValueError(
-            f"imgs {tuple(imgs.shape)} do not match obs {tuple(obs.shape)} in N, H "
-            "or W (resize the backgrounds, or use mixshard.Overlay, which does)"
-        )
-    if imgs.device != obs.device:
-        raise ValueError(f"obs is on {obs.device} but imgs on {imgs.device}")
-    if not (obs.is_floating_point() or obs.dtype == torch.uint8):
-        raise ValueError(f"obs must be float (0..255) or uint8, got {obs.dtype}")
-    if not (imgs.dtype == torch.uint8 or imgs.is_floating_point()):
-        raise ValueError(f"imgs must be uint8 (or float 0..255), got {imgs.dtype}")
-    check_alpha_out(alpha, out, obs)
-    return c // 3
-
-
-def check_alpha_out(alpha, out: torch.Tensor | None, obs: torch.Tensor) -> None:
-    """A blend's alpha (a float in [0, 1] or an `(N,)` float tensor) and `out` (obs's shape,
-    dtype and device), checked against obs."""
-    n = obs.shape[0]
-    if isinstance(alpha, torch.Tensor):
-        if alpha.dim() > 1 or (alpha.dim() == 1 and alpha.shape[0] != n):
-            raise ValueError(f"alpha must be a float or an (N,) tensor, got {tuple(alpha.shape)}")
-        if alpha.device != obs.device:
-            raise ValueError(f"obs is on {obs.device} but alpha on {alpha.device}")
-        check_weights("alpha", alpha, bool_ok=False)
-    elif not is_number(alpha):  # (float() would take "0.5" and True)
-        raise TypeError(
-            f"alpha must be a float in [0, 1] or an (N,) float tensor, got "
-            f"{type(alpha).__name__} {alpha!r}"
-        )
-    elif not 0.0 <= float(alpha) <= 1.0:
-        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
-    if out is not None and (
-        not isinstance(out, torch.Tensor)
-        or out.shape != obs.shape
-        or out.dtype != obs.dtype
-        or out.device != obs.device
-    ):
-        raise ValueError("out must have the shape, dtype and device of obs")
 
 
 def frames_of(imgs: torch.Tensor, n: int, h: int, w: int) -> torch.Tensor:
@@ -123,6 +67,14 @@ def blend(
     """
     k = check_blend_args(obs, imgs, alpha, out)
     warn_if_unit_range_at_site(obs)
+    return blend_checked(obs, imgs, alpha, out, k)
+
+
+def blend_checked(
+    obs: torch.Tensor, imgs: torch.Tensor, alpha, out: torch.Tensor | None, k: int
+) -> torch.Tensor:
+    """`blend` of arguments its caller has checked (`k` frames): `Overlay`'s call, which
+    checks its obs and alpha once and draws backgrounds that fit them."""
     grad = torch.is_grad_enabled() and (
         obs.requires_grad or imgs.requires_grad or _needs_grad(alpha)
     )

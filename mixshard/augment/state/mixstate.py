@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .mixing import Mix
-from .packset import ClipTable, check_limit
+from ..caches.packset import ClipTable, check_limit
+from ..draws.mixing import Mix
 
 MIXED_KEYS = ("packs", "mix", "limit", "clip")
 _INT32 = 2**31 - 1
@@ -54,7 +54,7 @@ def mixed_state(
 def check_mixed_state(
     state: Any, table: ClipTable, mix: Mix, num_envs: int, device: torch.device
 ) -> tuple[dict[str, Any], Mix, np.ndarray, torch.Tensor]:
-    """A mix's state checked: the single pack's fields (for `envargs.check_state`, played as
+    """A mix's state checked: the single pack's fields (for `checks.check_state`, played as
     int64), the mix and limit it continues with (a copy of `mix`) and its clips on `device`.
 
     Raises:

@@ -13,12 +13,11 @@ from collections.abc import Callable
 
 import torch
 
+from ..inputs.arrays import same_kind
+from ..inputs.checks import check_alpha_out, warn_if_unit_range_at_site
+from ..inputs.layouts import Geometry, keep_view, obs_geometry
+from ..masks.keys import Key
 from . import fused
-from .arrays import same_kind
-from .inputs import warn_if_unit_range_at_site
-from .keys import Key
-from .layouts import Geometry, keep_view, obs_geometry
-from .ops import check_alpha_out
 
 Backgrounds5 = Callable[[], torch.Tensor]  # the torch path's `(N, 1 or k, 3, H, W)` backgrounds
 
@@ -67,6 +66,19 @@ def composite(
     """
     geom = _check(obs, imgs, mask, alpha, out, layout)
     warn_if_unit_range_at_site(obs)
+    return composite_checked(geom, obs, imgs, mask, alpha, out)
+
+
+def composite_checked(
+    geom: Geometry,
+    obs: torch.Tensor,
+    imgs: torch.Tensor,
+    mask: torch.Tensor | Key | None,
+    alpha: float | torch.Tensor,
+    out: torch.Tensor | None,
+) -> torch.Tensor:
+    """`composite` of checked obs (`geom`), imgs and alpha (`Overlay`'s call, which checks
+    them once); the mask is checked by `paste`."""
     imgs5 = geom.five(imgs, 3)
     backdrop = fused.images(imgs5, geom.n, geom.frames) if imgs.dtype == torch.uint8 else None
     return paste(geom, obs, mask, alpha, out, backdrop, lambda: imgs5, imgs)

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..masks.keys import Compiled
 from .compiled import Region
 from .compiled import lerp as _lerp
 from .compiled import region as _region
-from .keys import Compiled
 
 _KEEPS = {None: 0, torch.bool: 1, torch.float32: 2}  # no mask, a bool one, a float one
 _TYPES = {torch.uint8: 0, torch.int8: 1, torch.int16: 2, torch.int32: 3, torch.int64: 4}

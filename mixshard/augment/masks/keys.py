@@ -22,12 +22,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import masks
-from .arrays import same_kind
+from ..inputs.arrays import same_kind
+from ..inputs.layouts import Geometry, map_view, obs_geometry
+from . import builders as masks
 from .greenscreen import PRESETS
-from .layouts import Geometry, map_view, obs_geometry
-from .maskargs import is_finite
 from .pixelmaps import id_values
+from .shared import is_finite
 
 GREEN, RANGE, IDS, DEPTH = 1, 2, 3, 4  # the compiled pass's key kinds (`_lerp.c`)
 ID_TYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)

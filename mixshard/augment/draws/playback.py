@@ -20,13 +20,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .compiled import lerp as _lerp
-from .compiled import region
+from ..kernels.compiled import lerp as _lerp
+from ..kernels.compiled import region
 from .keyed import below, keyed
 from .mixing import Mix
 
-PLAYBACKS = ("loop", "pingpong", "random")
-CLIP_ORDERS = ("random", "next", "no-repeat")
 _CLIP, _START, _FLIP, _FIRST, _OTHER, _PACK = 0, 1, 2, 3, 4, 5  # the streams of the draws
 
 

@@ -19,8 +19,9 @@ from typing import cast
 
 import torch
 
-from .arrays import same_kind
-from .maskargs import constant, grow, is_finite, rgb_frames
+from ..inputs.arrays import same_kind
+from ..inputs.checks import rgb_frames
+from .shared import constant, grow, is_finite
 
 Tol = float | torch.Tensor
 

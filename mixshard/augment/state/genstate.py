@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core.errors import MixshardError
+from ...core.errors import MixshardError
 
 _N, _M = 624, 397
 _CPU_BYTES, _HEAD, _TAIL = 5056, 24, 40

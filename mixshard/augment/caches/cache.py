@@ -1,7 +1,7 @@
 """Where `Overlay` takes its backgrounds from: the interface every such cache has
 (`BackgroundCache`), and two of them: the whole pack on the device, or a stream.
 
-(The third, a pool of the pack refilled from the block stream, is `pool.PoolCache`.)
+(The third, a pool of the pack refilled from the block stream, is `imagepool.ImagePool`.)
 """
 
 from __future__ import annotations
@@ -11,17 +11,17 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from ..core.device import host_empty, wants_pinned
-from ..reading.source import Source
-from ..reading.urls.remote import read_blocks
-from .draws import Carry, PermutationWalk
-from .keyed import mix64_int
+from ...core.device import host_empty, wants_pinned
+from ...reading.source import Source
+from ...reading.urls.remote import read_blocks
+from ..draws.keyed import mix64_int
+from .pieces import Carry, PermutationWalk
 
 
 @runtime_checkable
 class BackgroundCache(Protocol):
     """What `Overlay` asks of the cache of each device (`DeviceCache`, `StreamCache`,
-    `pool.PoolCache`); mypy checks that each one has it where `Overlay` makes them."""
+    `imagepool.ImagePool`); mypy checks that each one has it where `Overlay` makes them."""
 
     def take(self, n: int, own: bool = True) -> torch.Tensor:
         """`n` uint8 images `(n, 3, size, size)` on the cache's device. With `own=False` they
@@ -153,8 +153,8 @@ class StreamCache:
     def __init__(
         self, source: Source, device: torch.device, num_workers: int, seed: int, batch_size: int
     ) -> None:
-        from ..reading.loading import loader
-        from ..reading.prefetcher import prefetch
+        from ...reading.loading import loader
+        from ...reading.prefetcher import prefetch
 
         self.loader = loader(
             source,

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ..reading.source import Source, resolve_source
+from ...reading.source import Source, resolve_source
 
 
 def pack_list(source: Any) -> list[Any]:

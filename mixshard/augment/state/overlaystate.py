@@ -11,9 +11,9 @@ same id, worker count and torch seed. Anything else would draw other backgrounds
 refused with a `ValueError` naming what differs.
 
 A pool's state is its calls' sizes (runs of `[n, times]`): where its images sit depends on every
-call since the start, so a load makes the calls again without images (`pool.PoolCache._replay`,
+call since the start, so a load makes the calls again without images (`imagepool.ImagePool._replay`,
 tens of µs a call) and reads in the images its slots hold. A pool's call sizes that change more
-than `pool.MAX_RUNS` times keep no state: `state_dict` says so. A mix's pools are each asked
+than `imagepool.MAX_RUNS` times keep no state: `state_dict` says so. A mix's pools are each asked
 for one size of chunk (`MixedCache`), so their calls are one run; a load makes each pool with
 its calls but the last, then takes the last chunk again and carries what the saved run had
 left of it.
@@ -26,12 +26,12 @@ from typing import Any
 
 import torch
 
-from ..core.env import rank_world
-from .caches import BackgroundCache, DeviceCache, StreamCache
+from ...core.env import rank_world
+from ..caches.cache import BackgroundCache, DeviceCache, StreamCache
+from ..caches.imagepool import ImagePool
+from ..caches.mixcache import MixedCache
+from ..draws.mixing import Mix
 from .genstate import pack_states, unpack_states
-from .mixcache import MixedCache
-from .mixing import Mix
-from .pool import PoolCache
 
 FORMAT = "mixshard.Overlay"
 KEYS = ("format", "version", "packs", "seed", "process", "mix", "devices")
@@ -56,7 +56,7 @@ def device_state(mode: str, cache: BackgroundCache, generator: torch.Generator) 
     """One device's state.
 
     Raises:
-        ValueError: a pool whose call sizes changed too often (`PoolCache.state_dict`).
+        ValueError: a pool whose call sizes changed too often (`ImagePool.state_dict`).
     """
     then = cache.perms.then if isinstance(cache, DeviceCache) else None
     parts = _parts(cache)
@@ -78,7 +78,7 @@ def load_device_state(
     if len(state["caches"]) != len(parts):
         raise ValueError(f"state holds {len(state['caches'])} caches, this Overlay {len(parts)}")
     for part, saved in zip(parts, state["caches"]):
-        if isinstance(part, PoolCache):
+        if isinstance(part, ImagePool):
             pass  # made from the state's calls (`pool_calls`)
         elif isinstance(part, DeviceCache):
             part.load_state_dict(saved, then)

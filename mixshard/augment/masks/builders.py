@@ -30,11 +30,12 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from .arrays import same_kind
+from ..inputs.arrays import same_kind
+from ..inputs.checks import rgb_frames
 from .chroma import chroma_composite, chroma_key
 from .greenscreen import PRESETS, keep_table
-from .maskargs import channel_shape, constant, grow, is_finite, rgb_frames
 from .pixelmaps import from_depth, from_segmentation
+from .shared import channel_shape, constant, grow, is_finite
 
 __all__ = [
     "blue_dominant",

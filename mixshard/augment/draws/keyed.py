@@ -17,8 +17,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .compiled import lerp as _lerp
-from .compiled import region
+from ..kernels.compiled import lerp as _lerp
+from ..kernels.compiled import region
 
 _MASK64 = (1 << 64) - 1
 _GAMMA = 0x9E3779B97F4A7C15

@@ -15,9 +15,10 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import torch
 
-from ..core.checks import is_number
-from .arrays import same_kind
-from .maskargs import check_fits, check_map, constant, grow
+from ...core.checks import is_number
+from ..inputs.arrays import same_kind
+from ..inputs.checks import check_fits, check_map
+from .shared import constant, grow
 
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 # Up to this many ids a mask is one comparison per id; above, one gather from a table of the

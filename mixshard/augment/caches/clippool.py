@@ -30,26 +30,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core.device import host_empty, move, wants_pinned
-from ..core.errors import MixshardError
-from ..core.jobs import Job, check_process, own
-from ..reading.source import Source
+from ...core.device import host_empty, move, wants_pinned
+from ...core.errors import MixshardError
+from ...core.jobs import Job, check_process, own
+from ...reading.source import Source
 
 Read = Callable[[int], torch.Tensor]  # a clip's frames in host memory
-
-
-def pool_slots(pool: int | None, budget: int, clip_bytes: int, envs: int, clips: int) -> int:
-    """Clips a pool holds: `pool`, else as many as `budget` bytes hold, at most `clips`; an
-    error when fewer than the `envs` environments may play at once."""
-    slots = pool if pool is not None else budget // clip_bytes
-    least = min(envs, clips)
-    if slots < least:
-        raise MixshardError(
-            f"no room for a pool of clips: {slots} clips of {clip_bytes} bytes fit, "
-            f"{envs} environments may play {least} at once; free memory, raise "
-            f"cache_fraction or pass pool=N (N >= {least})"
-        )
-    return min(slots, clips)
 
 
 class ReadAhead:
