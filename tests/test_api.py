@@ -183,22 +183,27 @@ def test_the_rooms_of_reading_import_only_downwards():
 WRITING_ROOMS = ("sources", "pixels", "plan", "out", "run")
 
 
-def test_the_rooms_of_writing_import_only_downwards():
+def check_rooms(side: str, rooms: tuple[str, ...], also: set[str], top: set[str]) -> None:
+    """Each module of `side`'s rooms imports only from its own room and those before it, and
+    elsewhere in mixshard only from `also`; the side's own modules are `top` and the rooms."""
     seen = set()
-    for path in (PACKAGE / "writing").glob("*/*.py"):
+    for path in (PACKAGE / side).glob("*/*.py"):
         room = path.parent.name
         seen.add(room)
-        below = set(WRITING_ROOMS[: WRITING_ROOMS.index(room) + 1])
+        below = set(rooms[: rooms.index(room) + 1])
         for name in imports_of(path, annotations=True):
             parts = name.split(".")
-            if parts[:2] == ["mixshard", "writing"] and len(parts) > 2:
-                assert parts[2] in below, f"writing/{room}/{path.name} imports {name}"
+            if parts[:2] == ["mixshard", side] and len(parts) > 2:
+                assert parts[2] in below, f"{side}/{room}/{path.name} imports {name}"
             elif parts[0] == "mixshard":
-                assert parts[1:2] == ["core"], f"writing/{room}/{path.name} imports {name}"
-    assert seen == set(WRITING_ROOMS)
+                assert parts[1] in also, f"{side}/{room}/{path.name} imports {name}"
+    assert seen == set(rooms)
+    assert {p.name for p in (PACKAGE / side).glob("*.py")} == top
+
+
+def test_the_rooms_of_writing_import_only_downwards():
     # nothing but the rooms and `pack` above them
-    top = {p.name for p in (PACKAGE / "writing").glob("*.py")}
-    assert top == {"__init__.py", "packing.py"}
+    check_rooms("writing", WRITING_ROOMS, {"core"}, {"__init__.py", "packing.py"})
 
 
 # The rooms of `augment/`, each importing only the rooms before it (besides `core/` and
@@ -209,21 +214,9 @@ AUGMENT_ROOMS = ("inputs", "masks", "kernels", "draws", "caches", "state")
 
 
 def test_the_rooms_of_augment_import_only_downwards():
-    seen = set()
-    for path in (PACKAGE / "augment").glob("*/*.py"):
-        room = path.parent.name
-        seen.add(room)
-        below = set(AUGMENT_ROOMS[: AUGMENT_ROOMS.index(room) + 1])
-        for name in imports_of(path, annotations=True):
-            parts = name.split(".")
-            if parts[:2] == ["mixshard", "augment"] and len(parts) > 2:
-                assert parts[2] in below, f"augment/{room}/{path.name} imports {name}"
-            elif parts[0] == "mixshard":
-                assert parts[1] in ("core", "reading"), f"augment/{room}/{path.name} imports {name}"
-    assert seen == set(AUGMENT_ROOMS)
     # nothing but the rooms and the two front objects above them
-    top = {p.name for p in (PACKAGE / "augment").glob("*.py")}
-    assert top == {"__init__.py", "overlay.py", "backgrounds.py"}
+    top = {"__init__.py", "overlay.py", "backgrounds.py"}
+    check_rooms("augment", AUGMENT_ROOMS, {"core", "reading"}, top)
 
 
 def test_torch_cuda_is_named_in_the_device_seam_only():
