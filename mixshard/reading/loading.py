@@ -93,9 +93,7 @@ class Loader:
         self.stream = stream
         self.infinite = stream.infinite
         self.num_workers = num_workers
-        self.threads = workers == "thread" or (workers == "auto" and stream.is_local)
-        if self.threads and not stream.is_local:
-            raise ValueError("workers='thread' needs a local pack folder")
+        self.threads = workers in ("thread", "auto")
         self._pin = pin_memory and accelerator()
         self._prefetch_factor = prefetch_factor or 2
         self.position = 0  # next batch to hand out

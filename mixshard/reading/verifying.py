@@ -139,7 +139,11 @@ def verify(
         listing = dict.fromkeys(os.listdir(folder), 0)  # its names (sizes: a store's only)
     else:
         manifest = manifest or load_manifest(store)
-        listing = store.listing()
+        listing = (
+            store.sizes([shard.name for shard in manifest.shards])
+            if store.http
+            else store.listing()
+        )
     report = VerifyReport(manifest)
     listed = {s.name for s in manifest.shards}
     for name in sorted(listing):

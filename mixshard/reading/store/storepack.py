@@ -1,4 +1,5 @@
-"""A pack on an object store (`s3://`, `gs://`), read as a local pack through a block cache.
+"""A pack on an object store (`s3://`, `gs://`, `http(s)://`), read as a local pack through a
+block cache.
 
 `StoreFiles` is the backend a `LocalPack` is handed in place of a folder's: its shard files are
 the sparse files of a `BlockCache` (`blockcache.py`) and every read first holds the blocks it
@@ -57,7 +58,7 @@ def check_digests(manifest: Manifest, url: str) -> list[str]:
         raise ManifestError(
             f"{url}: this pack was made by an older mixshard, whose index.json has no sha256 "
             "per block, so blocks fetched one by one cannot be checked; repack it (mixshard "
-            "pack SRC URL), or read its shards whole through http(s):// URLs"
+            "pack SRC OUT) and serve or upload the new pack"
         )
     return [str(d) for d in digests]
 
@@ -103,7 +104,7 @@ class StoreFiles(FolderFiles):
         return self.need <= self.limit
 
     def stat_shards(self, shards: tuple[ShardInfo, ...]) -> dict[str, FileId | ShardError]:
-        self._listed = Store(self.url).listing()  # one for all (issue 40: sizes were trusted)
+        self._listed = Store(self.url).sizes([s.name for s in shards])  # not trusted: checked
         try:
             return super().stat_shards(shards)
         finally:
