@@ -126,6 +126,13 @@ def resolve_source(
     return Source(folder, found, ids=ids)
 
 
+def store_of(location: str | os.PathLike) -> Store | None:
+    """The `Store` of a pack's URL, or None for a folder (for the readers that take a location
+    and read a store their own way: `verify` whole objects, `preview` single blocks)."""
+    text = _pack_location(location)
+    return Store(text.rstrip("/")) if is_store_url(text) else None
+
+
 def _pack_location(source: object) -> str:
     """`source` as a folder path or a pack's URL; shard URLs and their lists are refused."""
     if isinstance(source, (list, tuple)):

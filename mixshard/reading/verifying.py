@@ -20,7 +20,8 @@ from ..core.files import open_regular, sha256_of
 from ..core.layout import block_span
 from ..core.manifest import Manifest, ShardInfo
 from ..core.packpath import pack_dir
-from ..core.stores import Store, is_store_url, load_manifest
+from ..core.stores import load_manifest
+from .source import store_of
 
 
 @dataclass
@@ -132,7 +133,7 @@ def verify(
         ManifestError: `index.json` is missing or invalid.
         ShardError: the store denies access or cannot be reached.
     """
-    store = Store(str(folder)) if is_store_url(folder) else None
+    store = store_of(folder)
     if store is None:
         folder = pack_dir(folder)
         manifest = manifest or Manifest.load(folder)
