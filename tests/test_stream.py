@@ -654,3 +654,20 @@ def test_deprecated_names_still_work(pack_dir):
         assert stream.source.is_folder
     with pytest.warns(DeprecationWarning, match="shuffle_blocks is deprecated and ignored"):
         assert ShardStream(pack_dir, 8, shuffle_blocks=4).order == stream.order
+
+
+def test_a_damaged_block_cache_file_says_to_delete_the_cache_folder(pack_dir, tmp_path):
+    """A store pack's shard files are its cache's: a truncated one is fixed by deleting the
+    cache folder (its blocks are fetched again), not by verifying a pack folder."""
+    with serve_folder(pack_dir) as base:
+        stream = ShardStream(base, 8, shuffle=False, order="block", cache_dir=tmp_path)
+        assert len(list(stream)) == N // 8  # every block fetched and kept
+        part, root = stream.pack.files.folder, stream.pack.files.root
+        cut = part / "shard-000000.tar"
+        os.truncate(cut, 100)
+        with pytest.raises(ShardError) as err:
+            list(stream)
+    assert str(err.value) == (
+        f"the cache file {cut} ends early; a file of the block cache is damaged: delete the "
+        f"cache folder {root} (its blocks are fetched again) and open the pack again"
+    )
