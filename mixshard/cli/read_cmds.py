@@ -116,6 +116,10 @@ def inspect(pack: str, as_json: bool) -> None:
     click.echo(f"skipped:  {len(m.skipped)}")
     if m.clips is not None:
         click.echo(f"clips:    {_clips_line(m.clips)}")
+    from ..reading.batches.plan import default_plan
+
+    for line in default_plan(m, is_store_url(pack)).why:  # how a default loader reads it here
+        click.echo(f"reading:  {line}")
 
 
 def _clips_line(clips: Any) -> str:

@@ -86,14 +86,12 @@ class Loader:
         prefetch_factor: int | None,
         workers: str,
     ) -> None:
-        if workers not in ("auto", "thread", "process"):
-            raise ValueError(f"workers must be 'auto', 'thread' or 'process', got {workers!r}")
         check_int("num_workers", num_workers, 0)
         check_optional_int("prefetch_factor", prefetch_factor, 1)
         self.stream = stream
         self.infinite = stream.infinite
         self.num_workers = num_workers
-        self.threads = workers in ("thread", "auto")
+        self.threads = stream.plan.threads(workers)
         self._pin = pin_memory and accelerator()
         self._prefetch_factor = prefetch_factor or 2
         self.position = 0  # next batch to hand out

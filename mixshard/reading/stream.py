@@ -23,12 +23,11 @@ from ..core.errors import MixshardError
 from ..core.manifest import Manifest
 from .batches import order as order_mod
 from .batches.localbatches import BatchReader, LocalBatches
-from .batches.plan import check_read
+from .batches.plan import WINDOW, ReadPlan, make_plan
 from .pack.local import LocalPack
 from .source import Source, resolve_source
 
 _STATE_VERSION = 4  # 3: block order runs; 4: records shuffle
-ORDER_CHOICES = ("auto", *order_mod.ORDERS)
 
 
 class ShardStream(IterableDataset):
@@ -94,14 +93,14 @@ class ShardStream(IterableDataset):
         on_error: str = "raise",
         manifest: Manifest | None = None,
         order: str = "auto",
-        window: int = 64,
+        window: int = WINDOW,
         run: int = 4,
         shuffle_blocks: int | None = None,
         read: str = "auto",
         cache_dir: str | os.PathLike | None = None,
         cache_limit: int | None = None,
     ) -> None:
-        _check_args(batch_size, on_error, order, window, rank, world_size)
+        _check_args(batch_size, on_error, window, rank, world_size)
         check_int("seed", seed, 0)
         if shuffle_blocks is not None:
             warnings.warn(
@@ -119,28 +118,32 @@ class ShardStream(IterableDataset):
         self.manifest = self.source.manifest
         self.pack: LocalPack = self.source.open_pack(on_error)
         self.count = self.pack.count
-        # blocks read from a pack this large are dropped from the page cache again
-        self.larger_than_memory = self.manifest.total_bytes > available_memory() // 2
-        self.order = self._resolve_order(order)
-        check_read(read, self.order, self.source.kind == "store")
-        epochs = order_mod.EpochOrder(self.order, self.pack.block_count, seed, window, shuffle, run)
-        self._local = LocalBatches(
-            self.pack, epochs, batch_size, labels, self.larger_than_memory, read
+        self.plan: ReadPlan = make_plan(
+            order,
+            read,
+            blocks=len(self.pack.block_count),
+            window=window,
+            pack_bytes=self.manifest.total_bytes,
+            memory=available_memory(),
+            fits=self.pack.files.fits(),
+            need=self.pack.files.need,
+            store=self.source.kind == "store",
         )
+        self.order = self.plan.order
+        self.larger_than_memory = self.plan.drop_cache
+        epochs = order_mod.EpochOrder(self.order, self.pack.block_count, seed, window, shuffle, run)
+        self._local = LocalBatches(self.pack, epochs, batch_size, labels, self.plan)
 
-    def _resolve_order(self, wanted: str) -> str:
-        fits = self.pack.files.fits()
-        if wanted == "global" and not fits:
-            raise ValueError(
-                "order='global' reads from every block all epoch long, so it needs the whole "
-                f"pack in the cache: give cache_limit >= {self.pack.files.need} bytes, or use "
-                "order='block'"
-            )
-        if wanted != "auto":
-            return wanted
-        if len(self.pack.block_count) <= self.window:
-            return "block"  # one window is the whole pack: a full permutation, read in blocks
-        return "block" if self.larger_than_memory or not fits else "global"
+    def stats(self) -> dict[str, Any]:
+        """The read plan: `order`, `read` (as asked), `drop_cache`, and `explain`, what was
+        chosen and why (one line each)."""
+        p = self.plan
+        return {
+            "order": p.order,
+            "read": p.read,
+            "drop_cache": p.drop_cache,
+            "explain": p.explain(),
+        }
 
     # ------------------------------------------------------------------ geometry and state
     @property
@@ -270,7 +273,6 @@ class ShardStream(IterableDataset):
 def _check_args(
     batch_size: int,
     on_error: str,
-    wanted: str,
     window: int,
     rank: int | None,
     world_size: int | None,
@@ -281,8 +283,6 @@ def _check_args(
     check_optional_int("world_size", world_size, 1)
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-    if wanted not in ORDER_CHOICES:
-        raise ValueError(f"order must be one of {', '.join(ORDER_CHOICES)}, got {wanted!r}")
     if rank is not None and not 0 <= rank < (world_size or 1 << 30):
         raise ValueError(
             f"rank must be in [0, world_size), got rank={rank}, world_size={world_size}"
