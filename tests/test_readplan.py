@@ -289,6 +289,8 @@ def test_the_stream_and_inspect_show_the_plan(tmp_path):
     assert (stats["order"], stats["read"], stats["drop_cache"]) == ("global", "pread", False)
     assert stats["explain"] == stream.plan.explain()
     assert stats["explain"].splitlines()[:2] == ["order: global (asked)", "read: pread (asked)"]
-    shown = [line for line in run("inspect", pack).output.splitlines() if "reading:" in line]
+    plain = run("inspect", pack).output
+    assert "reading:" not in plain
+    shown = [ln for ln in run("inspect", pack, "--plan").output.splitlines() if "reading:" in ln]
     assert shown[0] == "reading:  order: block (one window of 64 blocks holds the whole pack (4))"
     assert shown[-1] == f"reading:  {WORKERS_LINE}"

@@ -90,8 +90,8 @@ def test_an_http_prefix_is_read_only_and_read_by_ranges(tmp_path):
         with pytest.raises(MixshardError) as err:
             store.write("b.json", b"{}")
         assert str(err.value) == (
-            f"{base}: an http(s):// pack is read-only; write the pack to a folder or an "
-            "object store (s3://, gs://) and serve that"
+            f"{base}: an http(s):// pack is read-only (and cannot be listed); write the pack to "
+            "a folder or an object store (s3://, gs://) and serve that"
         )
-        with pytest.raises(MixshardError, match="an http\\(s\\):// prefix cannot be listed"):
+        with pytest.raises(MixshardError, match=r"is read-only \(and cannot be listed\)"):
             store.listing()

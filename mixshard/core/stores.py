@@ -215,6 +215,12 @@ class Store:
         """The URL of object `name` under this prefix."""
         return f"{self.url}/{name}"
 
+    def _read_only(self) -> MixshardError:
+        return MixshardError(
+            f"{self.url}: an http(s):// pack is read-only (and cannot be listed); write the "
+            "pack to a folder or an object store (s3://, gs://) and serve that"
+        )
+
     def _path(self, name: str) -> str:
         return f"{self.root}/{name}"
 
@@ -236,10 +242,7 @@ class Store:
         is a `ShardError` naming object `name`, except the kinds in `passing` (raised as they
         are, for the caller to answer)."""
         if self.http and method in WRITES:
-            raise MixshardError(
-                f"{self.url}: an http(s):// pack is read-only; write the pack to a folder or "
-                "an object store (s3://, gs://) and serve that"
-            )
+            raise self._read_only()
         seconds = deadline(nbytes)
         try:
             return bounded(self.fs, method, seconds, *args, **kwargs)
@@ -292,8 +295,8 @@ class Store:
     def objects(self) -> dict[str, tuple[int, str | None]]:
         """`{name: (bytes, tag)}` of the objects directly under the prefix; the tag is the
         store's version of the object (`object_tag`)."""
-        if self.http:
-            raise MixshardError(f"{self.url}: an http(s):// prefix cannot be listed")
+        if self.http:  # what a pack written there would list first
+            raise self._read_only()
         self.fs.invalidate_cache(self.root)
         try:
             entries = self._call("", "ls", 0, self.root, detail=True, passing=(FileNotFoundError,))
