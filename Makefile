@@ -34,7 +34,7 @@ help:
 # runtime alone for the demo and the dataset targets, with the dev extras (pytest, Ray, moto,
 # gcsfs, ...) for the tests and lint.
 RUNTIME := $(VENV)/.runtime-stamp
-$(RUNTIME): pyproject.toml mixshard/writing/pixels/_resize.c mixshard/reading/pack/_mapped.c mixshard/augment/_lerp.c
+$(RUNTIME): pyproject.toml mixshard/writing/pixels/_resize.c mixshard/reading/pack/_mapped.c mixshard/augment/kernels/_lerp.c
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -e .
 	@touch $(RUNTIME)
@@ -88,10 +88,14 @@ PACK_MODE = $(if $(REPACK)$(findstring --overwrite,$(PACK_ARGS)),--overwrite,--r
 SIZE ?=
 SUFFIX := $(if $(SIZE),-$(SIZE))
 SIZE_ARG := $(if $(SIZE),--size $(SIZE))
-# how an error about a pack made with other options names the fix here, and how an interrupted
-# run is continued (the target resumes by itself: rerun it)
+# `mixshard pack $(1)`, and after a failed or interrupted one (not a usage error, exit 2) the
+# target's own way on, under the command's message (which names pack's flags): rerun the
+# target (it resumes by itself), or add REPACK=1 to replace the pack. The `trap` keeps the
+# recipe's shell alive through a Ctrl-C, which the pack catches, to say so.
 TARGET_ARGS = $(if $(SRC), SRC=$(SRC)) DATA=$(DATA)$(if $(SIZE), SIZE=$(SIZE))$(if $(PACK_ARGS), PACK_ARGS="$(PACK_ARGS)")
-REPACK_HINT = MIXSHARD_REPACK_HINT='make $@$(TARGET_ARGS) REPACK=1' MIXSHARD_RERUN_HINT='make $@$(TARGET_ARGS)$(if $(REPACK), REPACK=1)'
+run_pack = trap : INT; $(PY) -m mixshard pack $(1) || { rc=$$?; [ $$rc = 2 ] || { \
+  echo 'to continue: make $@$(TARGET_ARGS)$(if $(REPACK), REPACK=1)'; \
+  $(if $(REPACK),,echo 'to replace it: make $@$(TARGET_ARGS) REPACK=1';) } >&2; exit $$rc; }
 PLACES365_URL ?= http://data.csail.mit.edu/places/places365/places365standard_easyformat.tar
 PLACES365_MD5 ?=
 PLACES365_WITHIN ?= places365_standard
@@ -115,9 +119,9 @@ places365: $(RUNTIME)
 	  echo "(places365standard_easyformat.tar; no need to extract it)."; \
 	  exit 1; fi
 	$(call download,$(PLACES365_URL),$(P365),$(PLACES365_MD5))
-	$(REPACK_HINT) $(PY) -m mixshard pack $(call pack_in,$(P365),train,$(PLACES365_WITHIN)) "$(DATA)/places365_standard$(SUFFIX)" $(PACK_MODE) $(SIZE_ARG) $(PACK_ARGS)
+	$(call run_pack,$(call pack_in,$(P365),train,$(PLACES365_WITHIN)) "$(DATA)/places365_standard$(SUFFIX)" $(PACK_MODE) $(SIZE_ARG) $(PACK_ARGS))
 	@if [ -n "$(call is_archive,$(P365))" ] || [ -d "$(P365)/val" ]; then \
-	  $(REPACK_HINT) $(PY) -m mixshard pack $(call pack_in,$(P365),val,$(PLACES365_WITHIN)) "$(DATA)/places365_standard_val$(SUFFIX)" $(PACK_MODE) $(SIZE_ARG) $(PACK_ARGS); \
+	  $(call run_pack,$(call pack_in,$(P365),val,$(PLACES365_WITHIN)) "$(DATA)/places365_standard_val$(SUFFIX)" $(PACK_MODE) $(SIZE_ARG) $(PACK_ARGS)); \
 	fi
 	@echo "Use it: export MIXSHARD_DATA=$(abspath $(DATA))"
 
@@ -129,7 +133,7 @@ coco: $(RUNTIME)
 	  echo "http://images.cocodataset.org/zips/val2017.zip (no need to unzip it)."; \
 	  exit 1; fi
 	$(call download,$(COCO_URL),$(COCO_SRC),$(COCO_MD5))
-	$(REPACK_HINT) $(PY) -m mixshard pack $(call pack_in,$(COCO_SRC),,$(COCO_WITHIN)) "$(DATA)/coco$(SUFFIX)" --labels none $(PACK_MODE) $(SIZE_ARG) $(PACK_ARGS)
+	$(call run_pack,$(call pack_in,$(COCO_SRC),,$(COCO_WITHIN)) "$(DATA)/coco$(SUFFIX)" --labels none $(PACK_MODE) $(SIZE_ARG) $(PACK_ARGS))
 	@echo "Use it: export MIXSHARD_DATA=$(abspath $(DATA))"
 
 # Video distractor backgrounds as clip packs (issue 39), each checked afterwards against the
@@ -151,9 +155,9 @@ dmcgb-videos: $(RUNTIME)
 	  echo "holding video_easy/video0.mp4 ... video9.mp4 and video_hard/video0.mp4 ... video99.mp4"; \
 	  echo "(git clone https://github.com/nicklashansen/dmcontrol-generalization-benchmark; got SRC='$(SRC)')."; \
 	  exit 1; fi
-	$(REPACK_HINT) $(PY) -m mixshard pack "$(SRC)/video_easy" "$(DATA)/dmcgb-video_easy$(SUFFIX)" $(DMCGB_CLIP_ARGS)
+	$(call run_pack,"$(SRC)/video_easy" "$(DATA)/dmcgb-video_easy$(SUFFIX)" $(DMCGB_CLIP_ARGS))
 	$(PY) scripts/check_clips.py "$(DATA)/dmcgb-video_easy$(SUFFIX)" dmcgb-video_easy
-	$(REPACK_HINT) $(PY) -m mixshard pack "$(SRC)/video_hard" "$(DATA)/dmcgb-video_hard$(SUFFIX)" $(DMCGB_CLIP_ARGS)
+	$(call run_pack,"$(SRC)/video_hard" "$(DATA)/dmcgb-video_hard$(SUFFIX)" $(DMCGB_CLIP_ARGS))
 	$(PY) scripts/check_clips.py "$(DATA)/dmcgb-video_hard$(SUFFIX)" dmcgb-video_hard
 	@echo "Use it: export MIXSHARD_DATA=$(abspath $(DATA))"
 
@@ -169,9 +173,9 @@ dmcgb2-videos: $(RUNTIME)
 	  echo "holding video_easy/video0.mp4 ... video9.mp4 and video_hard/video0.mp4 ... video99.mp4"; \
 	  echo "(git clone https://github.com/aalmuzairee/dmcgb2; got SRC='$(SRC)')."; \
 	  exit 1; fi
-	$(REPACK_HINT) $(PY) -m mixshard pack "$(SRC)/video_easy" "$(DATA)/dmcgb2-video_easy$(SUFFIX)" $(DMCGB2_CLIP_ARGS)
+	$(call run_pack,"$(SRC)/video_easy" "$(DATA)/dmcgb2-video_easy$(SUFFIX)" $(DMCGB2_CLIP_ARGS))
 	$(PY) scripts/check_clips.py "$(DATA)/dmcgb2-video_easy$(SUFFIX)" dmcgb2-video_easy
-	$(REPACK_HINT) $(PY) -m mixshard pack "$(SRC)/video_hard" "$(DATA)/dmcgb2-video_hard$(SUFFIX)" $(DMCGB2_CLIP_ARGS)
+	$(call run_pack,"$(SRC)/video_hard" "$(DATA)/dmcgb2-video_hard$(SUFFIX)" $(DMCGB2_CLIP_ARGS))
 	$(PY) scripts/check_clips.py "$(DATA)/dmcgb2-video_hard$(SUFFIX)" dmcgb2-video_hard
 	@echo "Use it: export MIXSHARD_DATA=$(abspath $(DATA))"
 
@@ -184,7 +188,7 @@ dbc-videos: $(RUNTIME)
 	  echo "make dbc-videos SRC=<dir> DATA=<dir>: SRC must be the folder of DBC's natural videos,"; \
 	  echo "the files its --resource_files glob names (Kinetics clips; got SRC='$(SRC)')."; \
 	  exit 1; fi
-	$(REPACK_HINT) $(PY) -m mixshard pack "$(SRC)" "$(DATA)/dbc-video$(SUFFIX)" --clips --crop full --grey --resample bilinear-no-antialias $(PACK_MODE) $(SIZE_ARG) $(PACK_ARGS)
+	$(call run_pack,"$(SRC)" "$(DATA)/dbc-video$(SUFFIX)" --clips --crop full --grey --resample bilinear-no-antialias $(PACK_MODE) $(SIZE_ARG) $(PACK_ARGS))
 	@echo "Use it: export MIXSHARD_DATA=$(abspath $(DATA))"
 
 davis: $(RUNTIME)
@@ -194,9 +198,9 @@ davis: $(RUNTIME)
 	  echo "JPEGImages/480p/<clip>/00000.jpg ..., or DAVIS-2017-trainval-480p.zip (got SRC='$(SRC)')"; \
 	  echo "from https://davischallenge.org/davis2017/code.html (no need to unzip it)."; \
 	  exit 1; fi
-	$(REPACK_HINT) $(PY) -m mixshard pack $(DAVIS_FRAMES) "$(DATA)/davis17-train$(SUFFIX)" --clips --clip-list davis17-train $(PACK_MODE) $(SIZE_ARG) $(PACK_ARGS)
+	$(call run_pack,$(DAVIS_FRAMES) "$(DATA)/davis17-train$(SUFFIX)" --clips --clip-list davis17-train $(PACK_MODE) $(SIZE_ARG) $(PACK_ARGS))
 	$(PY) scripts/check_clips.py "$(DATA)/davis17-train$(SUFFIX)" davis17-train
-	$(REPACK_HINT) $(PY) -m mixshard pack $(DAVIS_FRAMES) "$(DATA)/davis17-val$(SUFFIX)" --clips --clip-list davis17-val $(PACK_MODE) $(SIZE_ARG) $(PACK_ARGS)
+	$(call run_pack,$(DAVIS_FRAMES) "$(DATA)/davis17-val$(SUFFIX)" --clips --clip-list davis17-val $(PACK_MODE) $(SIZE_ARG) $(PACK_ARGS))
 	$(PY) scripts/check_clips.py "$(DATA)/davis17-val$(SUFFIX)" davis17-val
 	@echo "Use it: export MIXSHARD_DATA=$(abspath $(DATA))"
 

@@ -42,8 +42,8 @@ _LAZY: dict[str, str] = {
     "prefetch": "reading.prefetcher",
     "Overlay": "augment.overlay",
     "Backgrounds": "augment.backgrounds",
-    "blend": "augment.ops",
-    "composite": "augment.pasting",
+    "blend": "augment.kernels.ops",
+    "composite": "augment.kernels.pasting",
 }
 
 # name -> a submodule exported whole, as a namespace of builders (`mixshard.masks.green_screen`;
@@ -89,9 +89,9 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from . import keys as keys
     from . import masks as masks
     from .augment.backgrounds import Backgrounds
-    from .augment.ops import blend
+    from .augment.kernels.ops import blend
+    from .augment.kernels.pasting import composite
     from .augment.overlay import Overlay
-    from .augment.pasting import composite
     from .core.errors import (
         ForkedError,
         ManifestError,

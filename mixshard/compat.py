@@ -27,10 +27,10 @@ from collections.abc import Sequence
 
 import torch
 
-from .augment.chroma import check_tolerances, despill, keep_matte
-from .augment.inputs import check_obs
-from .augment.maskargs import constant
-from .augment.masks import hsv_above, salient_patches
+from .augment.inputs.checks import check_obs
+from .augment.masks.builders import hsv_above, salient_patches
+from .augment.masks.chroma import check_tolerances, despill, keep_matte
+from .augment.masks.shared import constant
 from .augment.overlay import Overlay
 from .core.checks import is_number
 from .core.constants import DEFAULT_SIZE

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .augment.greenscreen import keep_table
+from .augment.masks.greenscreen import keep_table
 from .core.constants import DEFAULT_SIZE, RESAMPLE_MODES
 from .core.errors import MixshardError
 from .core.presets import check_clip_pack

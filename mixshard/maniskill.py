@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
-from .augment import masks
 from .augment.backgrounds import Backgrounds
+from .augment.masks import builders as masks
 
 __all__ = ["ManiSkillBackgrounds"]
 

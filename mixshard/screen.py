@@ -24,14 +24,14 @@ import numpy as np
 import torch
 
 from .augment.backgrounds import Backgrounds
-from .augment.keys import ColorKey, GreenScreen, Key
+from .augment.masks.keys import ColorKey, GreenScreen, Key
 
 Mask = Callable[[Any, dict[str, Any]], Any]
 # where `mixshard.masks` builders live
 _BUILDERS = (
-    "mixshard.augment.masks",
-    "mixshard.augment.pixelmaps",
-    "mixshard.augment.chroma",
+    "mixshard.augment.masks.builders",
+    "mixshard.augment.masks.pixelmaps",
+    "mixshard.augment.masks.chroma",
     "mixshard.masks",
 )
 

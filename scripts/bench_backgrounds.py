@@ -43,7 +43,7 @@ from benchlib import OUT, ROOT, call_seconds, machine, paired, paired_cpu, table
 from wholestep import step_rows
 
 import mixshard
-from mixshard.augment import fused
+from mixshard.augment.kernels import fused
 
 VIDEOS = ROOT.parent / "shared" / "real-videos"
 SIZE = 84

@@ -26,7 +26,7 @@ from benchlib import OUT, call_seconds, machine, table
 
 import mixshard
 from mixshard import compat
-from mixshard.augment.masks import hsv_above
+from mixshard.augment.masks.builders import hsv_above
 from mixshard.testdata import make_image_folder
 
 K = 3

@@ -34,10 +34,10 @@ import torch
 from benchlib import machine, table
 
 import mixshard
-from mixshard.augment.keyed import keyed, keyed_np, seed_key
-from mixshard.augment.mixcache import _PACK as OVERLAY_STREAM
-from mixshard.augment.mixing import Mix
-from mixshard.augment.playback import _PACK as EPISODE_STREAM
+from mixshard.augment.caches.mixcache import _PACK as OVERLAY_STREAM
+from mixshard.augment.draws.keyed import keyed, keyed_np, seed_key
+from mixshard.augment.draws.mixing import Mix
+from mixshard.augment.draws.playback import _PACK as EPISODE_STREAM
 
 WEIGHTS = [
     [0.5, 0.5],

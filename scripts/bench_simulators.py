@@ -248,7 +248,7 @@ def mjx_frame(args: Any) -> tuple[Callable[[], Any], Callable[[], tuple]]:
 
 
 def run_mjx(args: Any) -> dict:
-    from mixshard.augment.arrays import as_torch
+    from mixshard.augment.inputs.arrays import as_torch
 
     rgb_only, jax_frame = mjx_frame(args)
 

@@ -116,10 +116,10 @@ from stores import gcs_bucket, gcs_endpoint, s3_bucket, s3_endpoint  # noqa: E40
 def lerp_path(request, monkeypatch) -> str:
     """Each test run twice: through a CPU's one-pass blend (`augment/_lerp.c`) and through the
     torch ops every other device runs (what a CPU runs where the module is not built)."""
-    from mixshard.augment import fused
+    from mixshard.augment.kernels import fused
 
     if request.param == "torch":
         monkeypatch.setattr(fused, "_lerp", None)
     elif fused._lerp is None:
-        pytest.skip("mixshard.augment._lerp is not built")
+        pytest.skip("mixshard.augment.kernels._lerp is not built")
     return request.param

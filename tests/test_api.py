@@ -182,22 +182,40 @@ def test_the_rooms_of_reading_import_only_downwards():
 WRITING_ROOMS = ("sources", "pixels", "plan", "out", "run")
 
 
-def test_the_rooms_of_writing_import_only_downwards():
+def check_rooms(side: str, rooms: tuple[str, ...], also: set[str], top: set[str]) -> None:
+    """Each module of `side`'s rooms imports only from its own room and those before it, and
+    elsewhere in mixshard only from `also`; the side's own modules are `top` and the rooms."""
     seen = set()
-    for path in (PACKAGE / "writing").glob("*/*.py"):
+    for path in (PACKAGE / side).glob("*/*.py"):
         room = path.parent.name
         seen.add(room)
-        below = set(WRITING_ROOMS[: WRITING_ROOMS.index(room) + 1])
+        below = set(rooms[: rooms.index(room) + 1])
         for name in imports_of(path, annotations=True):
             parts = name.split(".")
-            if parts[:2] == ["mixshard", "writing"] and len(parts) > 2:
-                assert parts[2] in below, f"writing/{room}/{path.name} imports {name}"
+            if parts[:2] == ["mixshard", side] and len(parts) > 2:
+                assert parts[2] in below, f"{side}/{room}/{path.name} imports {name}"
             elif parts[0] == "mixshard":
-                assert parts[1:2] == ["core"], f"writing/{room}/{path.name} imports {name}"
-    assert seen == set(WRITING_ROOMS)
+                assert parts[1] in also, f"{side}/{room}/{path.name} imports {name}"
+    assert seen == set(rooms)
+    assert {p.name for p in (PACKAGE / side).glob("*.py")} == top
+
+
+def test_the_rooms_of_writing_import_only_downwards():
     # nothing but the rooms and `pack` above them
-    top = {p.name for p in (PACKAGE / "writing").glob("*.py")}
-    assert top == {"__init__.py", "packing.py"}
+    check_rooms("writing", WRITING_ROOMS, {"core"}, {"__init__.py", "packing.py"})
+
+
+# The rooms of `augment/`, each importing only the rooms before it (besides `core/` and
+# `reading/`): what the API is given knows no masks, masks no passes over pixels, the passes no
+# draws, the draws no caches, the caches no state; only `Overlay` and `Backgrounds`, above them
+# all, import every room.
+AUGMENT_ROOMS = ("inputs", "masks", "kernels", "draws", "caches", "state")
+
+
+def test_the_rooms_of_augment_import_only_downwards():
+    # nothing but the rooms and the two front objects above them
+    top = {"__init__.py", "overlay.py", "backgrounds.py"}
+    check_rooms("augment", AUGMENT_ROOMS, {"core", "reading"}, top)
 
 
 def test_torch_cuda_is_named_in_the_device_seam_only():
@@ -213,7 +231,8 @@ def test_each_side_imports_only_what_it_uses():
     """The package's public names load lazily: reading and blending import no PIL, and the
     writing side no torch."""
     code = (
-        "import sys, mixshard.augment.ops, mixshard.reading.loading, mixshard.augment.overlay; "
+        "import sys, mixshard.augment.kernels.ops, mixshard.reading.loading, "
+        "mixshard.augment.overlay; "
         "print(sorted(m for m in ('PIL', 'mixshard.writing') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -324,10 +343,10 @@ def test_no_function_over_50_lines():
 def test_ci_built_every_compiled_module():
     """The C modules are optional at install (the code falls back without a compiler), so a
     failed build would only show as skipped tests: on CI, where a compiler is, it fails here."""
-    from mixshard.augment import fused
+    from mixshard.augment.kernels import fused
     from mixshard.reading.pack import mapped
     from mixshard.writing.pixels import resample
 
-    assert fused._lerp is not None, "mixshard/augment/_lerp.c was not built"
+    assert fused._lerp is not None, "mixshard/augment/kernels/_lerp.c was not built"
     assert mapped._mapped is not None, "mixshard/reading/pack/_mapped.c was not built"
     assert resample._resize is not None, "mixshard/writing/pixels/_resize.c was not built"

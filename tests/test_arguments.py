@@ -202,7 +202,7 @@ def test_a_good_state_resumes_exactly(pack_dir):
         (dict(finish=True, resume=True), "finish only writes index.json: no resume, overwrite, "),
         (dict(part=(2, 2)), "part must be (k, n) with 0 <= k < n, got (2, 2)"),
         (dict(part=(0, 0)), "part must be (k, n) with 0 <= k < n, got (0, 0)"),
-        (dict(part=(0, 2), overwrite=True), "a job-array part cannot also overwrite or run on Ray"),
+        (dict(part=(0, 2), overwrite=True), "part cannot be combined with overwrite or ray"),
     ],
 )
 def test_pack_options_are_checked_before_anything_is_read_or_written(tmp_path, kwargs, message):

@@ -1,5 +1,6 @@
-"""`mixshard.augment.arrays`: numpy, JAX and Warp arrays through torch functions, zero-copy, and
-back as the caller's kind. The JAX and Warp tests skip where those are not installed."""
+"""`mixshard.augment.inputs.arrays`: numpy, JAX and Warp arrays through torch functions,
+zero-copy, and back as the caller's kind. The JAX and Warp tests skip where those are not
+installed."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from mixshard.augment.arrays import as_torch, kind_of, same_kind
-from mixshard.augment.masks import from_segmentation
-from mixshard.augment.pasting import composite
+from mixshard.augment.inputs.arrays import as_torch, kind_of, same_kind
+from mixshard.augment.kernels.pasting import composite
+from mixshard.augment.masks.builders import from_segmentation
 
 # the public entry points, each wired with one decorator line
 composite_any = composite

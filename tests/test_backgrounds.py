@@ -19,8 +19,8 @@ import torch
 from helpers import clip_pack, make_flat
 
 import mixshard
-from mixshard.augment import keyed
-from mixshard.augment.keyed import mix64, mix64_int, seed_key
+from mixshard.augment.draws import keyed
+from mixshard.augment.draws.keyed import mix64, mix64_int, seed_key
 
 LENGTHS = [3, 5, 2, 4, 1, 6]
 
@@ -318,7 +318,7 @@ def test_state_dict_continues_exactly(clips, cache):
 
 
 def wait_for_reads_ahead(bg: mixshard.Backgrounds) -> None:
-    pool = bg._pool
+    pool = bg._clip_pool
     deadline = time.monotonic() + 10
     while pool._asked.any() and time.monotonic() < deadline:
         pool._drain(block=False)
@@ -580,7 +580,7 @@ def test_the_pool_matches_the_device_cache_under_any_order_of_reads(many_clips, 
     or a device-side assert on CUDA). For many seeds, every order of finished reads and every
     pool size from the tightest up: each images() equals the device cache's, a failed read
     changes nothing, and the slot bookkeeping stays one clip to one slot."""
-    from mixshard.augment import clippool
+    from mixshard.augment.caches import clippool
 
     for seed in range(60):
         rng = np.random.default_rng(seed)
@@ -608,7 +608,7 @@ def test_the_pool_matches_the_device_cache_under_any_order_of_reads(many_clips, 
                     pool.load_state_dict(device.state_dict())
             assert torch.equal(pool.episode, device.episode)
             assert torch.equal(pool.images(), device.images()), seed
-            p = pool._pool
+            p = pool._clip_pool
             placed = p.clip_of >= 0
             assert (p.slot_of[p.clip_of[placed]] == np.flatnonzero(placed)).all()
             assert (p.slot_of >= 0).sum() == placed.sum()

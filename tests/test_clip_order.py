@@ -118,7 +118,7 @@ def test_a_pool_reads_each_environments_next_clip_in_its_order_ahead(clips, orde
     """The pool reads ahead the clip each environment plays next: with every read ahead in,
     a reset waits for none."""
     bg = mixshard.Backgrounds(clips, 2, cache="pool", pool=6, seed=1, clip_order=order)
-    pool = bg._pool
+    pool = bg._clip_pool
     try:
         waits = bg.stats()["waits"]
         for _ in range(4):

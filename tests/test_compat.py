@@ -14,7 +14,7 @@ from PIL import Image
 
 import mixshard
 from mixshard import compat, datasets
-from mixshard.augment.masks import hsv_above
+from mixshard.augment.masks.builders import hsv_above
 from mixshard.compat import (
     RandomOverlay,
     attribution_augmentation,

@@ -1,5 +1,5 @@
 """mixshard.composite: the masked paste behind SGQN's, MaDi's and SODA's overlays; the checks
-at the front of the API (mixshard.augment.inputs)."""
+at the front of the API (mixshard.augment.inputs.checks)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 
 import mixshard
 from mixshard import blend, composite
-from mixshard.augment.inputs import check_obs
+from mixshard.augment.inputs.checks import check_obs
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
 

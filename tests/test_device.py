@@ -164,10 +164,10 @@ def test_overlay_calls_make_no_host_sync_on_cuda(pack_dir, cache, crop):
 @pytest.mark.cuda
 @cuda
 def test_pool_takes_make_no_host_sync_on_cuda(pack_dir):
-    from mixshard.augment.pool import PoolCache
+    from mixshard.augment.caches.imagepool import ImagePool
     from mixshard.reading.source import resolve_source
 
-    pool = PoolCache(resolve_source(pack_dir), torch.device("cuda"), 64, 2, seed=0)
+    pool = ImagePool(resolve_source(pack_dir), torch.device("cuda"), 64, 2, seed=0)
     _no_sync(lambda: pool.take(32, own=False), times=20)
     pool.wait()
     torch.cuda.synchronize()

@@ -14,8 +14,8 @@ import torch
 from helpers import make_tree
 
 import mixshard
-from mixshard.augment.pool import PoolCache
-from mixshard.augment.refill import RefillFeed
+from mixshard.augment.caches.imagepool import ImagePool
+from mixshard.augment.caches.refill import RefillFeed
 
 CYCLES = 30
 
@@ -85,7 +85,7 @@ def test_a_dropped_pool_is_freed_by_reference_counting(pack_dir):
         overlay(torch.zeros(4, 3, 84, 84))
         overlay.close()
         del overlay
-        alive = [o for o in gc.get_objects() if type(o) in (PoolCache, RefillFeed)]
+        alive = [o for o in gc.get_objects() if type(o) in (ImagePool, RefillFeed)]
         assert alive == []
     finally:
         gc.enable()

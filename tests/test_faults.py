@@ -62,8 +62,8 @@ def test_a_failed_write_is_one_error_line_and_resumes(
     hint = "free some space" if code == errno.ENOSPC else "fix that"
     assert res.exit_code == 1
     assert res.output == (
-        f"Error: cannot write {out}/{where}: {os.strerror(code)}; {hint}, then rerun the same "
-        "command with --resume to continue (finished shards are kept)\n"
+        f"Error: cannot write {out}/{where}: {os.strerror(code)}; {hint}, then pack again "
+        "with --resume to continue (finished shards are kept)\n"
     )
     assert leftovers(out) == []
     assert "index.json" not in os.listdir(out)

@@ -140,9 +140,9 @@ def test_2_a_full_disk_during_overwrite_keeps_the_earlier_pack(tree, tmp_path, m
     staging = tmp_path / ".out.mixshard-new"
     assert res.output == (
         f"Error: cannot write {staging}/shard-000001.tar: No space left on device; free some "
-        f"space, then rerun the same command with --overwrite. {out} still holds the earlier "
-        f"pack, unchanged; the new pack's finished shards are kept in {staging}, where a rerun "
-        "goes on\n"
+        f"space, then pack again with --overwrite to continue (finished shards are kept). {out} "
+        f"still holds the earlier pack, unchanged; the new pack's finished shards are kept in "
+        f"{staging}, where a rerun goes on\n"
     )
     assert "--resume" not in res.output
     assert files(out) == before and "shard-000000.tar" in os.listdir(staging)
@@ -197,11 +197,12 @@ def test_3_changed_pack_args_say_what_differs_and_repack_replaces(tmp_path):
     before = files(data / "coco")
     res = make("coco", src, f"DATA={data}", "PACK_ARGS=--size 32")
     assert res.returncode != 0
-    assert (
+    assert res.stderr.startswith(
         f"Error: {data}/coco holds a finished pack made with other options (size 84 -> 32); "
-        f'rerun with `make coco {src} DATA={data} PACK_ARGS="--size 32" REPACK=1` to '
-        "replace it (the old pack is kept until the new one is complete)"
-    ) in res.stderr
+        "pass --overwrite to replace it (the old pack is kept until the new one is complete)\n"
+        f'to continue: make coco {src} DATA={data} PACK_ARGS="--size 32"\n'
+        f'to replace it: make coco {src} DATA={data} PACK_ARGS="--size 32" REPACK=1\n'
+    )
     assert files(data / "coco") == before
     res = make("coco", src, f"DATA={data}", "PACK_ARGS=--size 32", "REPACK=1")
     assert res.returncode == 0, res.stderr

@@ -12,9 +12,11 @@ import torch
 from helpers import clip_pack
 
 import mixshard
-from mixshard.augment import fused
+from mixshard.augment.kernels import fused
 
-pytestmark = pytest.mark.skipif(fused._lerp is None, reason="mixshard.augment._lerp is not built")
+pytestmark = pytest.mark.skipif(
+    fused._lerp is None, reason="mixshard.augment.kernels._lerp is not built"
+)
 
 N, K, H, W = 5, 3, 6, 7
 

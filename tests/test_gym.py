@@ -21,8 +21,8 @@ import torch
 from helpers import clip_pack
 
 import mixshard
-from mixshard.augment.keyed import seed_key
-from mixshard.augment.playback import draw_clips
+from mixshard.augment.draws.keyed import seed_key
+from mixshard.augment.draws.playback import draw_clips
 
 gym = pytest.importorskip("gymnasium")
 from gymnasium.spaces import Box, Dict, Discrete  # noqa: E402

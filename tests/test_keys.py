@@ -13,8 +13,8 @@ from helpers import clip_pack
 
 import mixshard
 from mixshard import composite, keys, masks
-from mixshard.augment import fused
-from mixshard.augment.greenscreen import keep_table
+from mixshard.augment.kernels import fused
+from mixshard.augment.masks.greenscreen import keep_table
 
 pytestmark = pytest.mark.usefixtures("lerp_path")
 

@@ -272,7 +272,7 @@ def test_no_permuted_copy_of_channels_last_obs_is_made(clips, dtype):
 
 
 def test_float_obs_in_0_1_are_named_once_per_calling_line(clips, monkeypatch):
-    from mixshard.augment import inputs
+    from mixshard.augment.inputs import checks as inputs
 
     monkeypatch.setattr(inputs, "_CHECKED_SITES", set())  # (this test's lines: unchecked)
     obs = torch.rand(N, 6, 8, 8)

@@ -231,7 +231,9 @@ def test_compat_chroma_key_is_greenaugs_drop_in():
 def test_layouts_are_named_never_guessed():
     obs = torch.zeros(2, 84, 84, 3, dtype=torch.uint8)
     for layout in ("nhwc", "NHW", None):
-        with pytest.raises(ValueError, match=f"layout must be 'NCHW' or 'NHWC' .*got {layout!r}"):
+        with pytest.raises(
+            ValueError, match=f"layout must be 'NCHW' .* or 'NHWC' .*got {layout!r}"
+        ):
             masks.green_screen(obs, layout=layout)  # type: ignore[arg-type]
     assert masks.green_screen(obs, layout="NHWC").shape == (2, 84, 84, 1)
     with pytest.raises(

@@ -232,7 +232,7 @@ def test_composite_refuses_masks_of_the_wrong_dtype_or_shape():
 
 
 def test_masks_is_public():
-    import mixshard.augment.masks as module
+    import mixshard.augment.masks.builders as module
 
     assert "masks" in mixshard.__all__
     assert {"green_screen", "color_key", "blue_dominant", "from_segmentation"} <= set(

@@ -1,4 +1,4 @@
-"""mixshard.augment.mixing: the weighted pick of a pack, its weights and schedule; the numpy
+"""mixshard.augment.draws.mixing: the weighted pick of a pack, its weights and schedule; the numpy
 twin of the keyed draws; a generator's compact state (genstate)."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from mixshard.augment.genstate import MAX_TWISTS, pack_states, twist, unpack_states
-from mixshard.augment.keyed import keyed, keyed_np, seed_key
-from mixshard.augment.mixing import Mix, check_mix_weights, check_schedule, thresholds
+from mixshard.augment.draws.keyed import keyed, keyed_np, keyed_numpy, mix64_int, seed_key
+from mixshard.augment.draws.mixing import Mix, check_mix_weights, check_schedule, thresholds
+from mixshard.augment.state.genstate import MAX_TWISTS, pack_states, twist, unpack_states
 
 
 def autocorrelation(seq: np.ndarray, lags: int) -> np.ndarray:
@@ -28,6 +28,10 @@ def test_keyed_np_gives_the_torch_bits():
         got = keyed_np(key, envs, episode, 5).view(np.int64)
         want = keyed(key, torch.from_numpy(envs), torch.full((len(envs),), episode), 5)
         assert got.tolist() == want.tolist()
+        # the numpy ops (no compiled module) and the Python reference give them too
+        assert keyed_numpy(key, envs, episode, 5).view(np.int64).tolist() == got.tolist()
+        words = [mix64_int(mix64_int(mix64_int(int(e) + key) + episode) + 5) for e in envs]
+        assert got.view(np.uint64).tolist() == words
 
 
 WEIGHTS = [
@@ -170,3 +174,27 @@ def test_a_cpu_generators_states_pack_small_and_exactly():
     assert MAX_TWISTS >= 1 << 20
     with pytest.raises(ValueError, match="not a packed generator state"):
         unpack_states({"then": None})
+
+
+@pytest.mark.parametrize("weights", [[1.0], *WEIGHTS])
+def test_mixed_clips_compiled_give_the_tensor_ops_bits(weights, monkeypatch):
+    """A CPU's one compiled loop (`_lerp.mixed`) and the tensor ops every other device runs
+    give the same clip for each (environment, episode), and each clip lies in its pack's
+    first `limit`, the pack the numpy pick gives."""
+    from mixshard.augment.draws import playback
+
+    if playback._lerp is None:
+        pytest.skip("mixshard.augment.kernels._lerp is not built")
+    mix, packs = Mix(len(weights), weights), len(weights)
+    g = torch.Generator().manual_seed(packs)
+    limit = torch.randint(1, 9, (packs,), generator=g)
+    base = torch.cumsum(torch.cat([torch.zeros(1, dtype=torch.int64), limit[:-1] + 3]), 0)
+    envs = torch.arange(3000)
+    episode = torch.randint(0, 2**40, (3000,), generator=g)
+    key = seed_key(packs)
+    compiled = playback.mixed_clips(key, envs, episode, mix, base, limit)
+    monkeypatch.setattr(playback, "_lerp", None)
+    assert torch.equal(compiled, playback.mixed_clips(key, envs, episode, mix, base, limit))
+    bits = keyed(key, envs, episode, playback._PACK).numpy().view(np.uint64)
+    pack = torch.from_numpy(mix.pick_np(bits))
+    assert torch.all(compiled >= base[pack]) and torch.all(compiled < base[pack] + limit[pack])

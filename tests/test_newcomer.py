@@ -4,6 +4,7 @@ a wrong pack, a traceback for a typo, a stale pack kept, a pack swapped under a 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tarfile
@@ -133,7 +134,7 @@ def test_3_a_misspelt_archive_and_within_with_a_folder(places, tmp_path):
     assert res.exit_code == 2
     assert (
         f"Error: --within train picks a folder inside an archive, but SRC {folder} is a folder: "
-        f"pass the folder itself as SRC ({folder}/train) and no within"
+        f"pass the folder itself as SRC ({folder}/train) and no --within"
     ) in res.output
     # through make: the typo is named before anything runs
     res = subprocess.run(
@@ -163,7 +164,6 @@ def test_4_a_finished_pack_of_another_archive_is_not_kept(tmp_path, monkeypatch)
     tar.unlink()
     with tarfile.open(tar, "w") as tf:  # the full download, where the trial one was
         tf.add(big / "ds", arcname="ds")
-    monkeypatch.setenv("MIXSHARD_REPACK_HINT", "make places365 SRC=p365.tar DATA=data REPACK=1")
     res = run("pack", *pack_args)
     assert res.exit_code == 1
     assert res.output.startswith(
@@ -174,7 +174,7 @@ def test_4_a_finished_pack_of_another_archive_is_not_kept(tmp_path, monkeypatch)
         f"; SRC is now {tar}:ds/train (10 files, {tar.stat().st_size} bytes, newest " in res.output
     )
     assert res.output.endswith(
-        "rerun with `make places365 SRC=p365.tar DATA=data REPACK=1` to replace it with a pack "
+        "pass --overwrite to replace it with a pack "
         "of SRC (the old pack is kept until the new one is complete), or write the new pack "
         "elsewhere\n"
     )
@@ -259,20 +259,34 @@ def test_7_a_reader_opening_during_a_swap_gets_one_pack_whole(tmp_path, monkeypa
 # ----------------------------------------------------------------------------- 10. smaller
 
 
-def test_10_ctrl_c_under_make_says_to_rerun_the_target(tmp_path, monkeypatch):
-    from mixshard.writing import packing
-
-    def interrupted(*args, **kwargs):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(packing, "pack", interrupted)
-    monkeypatch.setenv("MIXSHARD_RERUN_HINT", "make coco SRC=val2017 DATA=data")
+def test_10_ctrl_c_under_make_says_to_rerun_the_target(tmp_path):
+    # a pack that waits until a Ctrl-C (SIGINT to the terminal's process group: make, its
+    # shell, the pack) and exits 130 as mixshard's does; everything else runs as it is
+    py = tmp_path / "py"
+    pack = (
+        "import sys, time\ntry:\n    print('packing', file=sys.stderr, flush=True)\n"
+        "    time.sleep(60)\nexcept KeyboardInterrupt:\n"
+        "    print('Interrupted.', file=sys.stderr)\n    sys.exit(130)\n"
+    )
+    (tmp_path / "pack.py").write_text(pack)
+    py.write_text(
+        f'#!/bin/sh\n[ "$1" = -m ] && exec {sys.executable} {tmp_path}/pack.py\n'
+        f'exec {sys.executable} "$@"\n'
+    )
+    py.chmod(0o755)
     make_flat(tmp_path / "val2017", n=2)
-    res = run("pack", tmp_path / "val2017", tmp_path / "out", *ARGS)
-    assert res.exit_code == 130
-    assert res.output == (
-        "Interrupted. Finished shards are kept: rerun `make coco SRC=val2017 DATA=data` to "
-        "continue.\n"
+    src, data = f"SRC={tmp_path}/val2017", f"DATA={tmp_path}/data"
+    proc = subprocess.Popen(
+        ["make", "-s", "-C", str(ROOT), "coco", src, data, f"PY={py}", "STAMP=", "RUNTIME="],
+        stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    assert proc.stderr.readline() == "packing\n"
+    os.killpg(proc.pid, signal.SIGINT)
+    rest = proc.communicate(timeout=60)[1]
+    assert proc.returncode != 0
+    assert rest.startswith(
+        f"Interrupted.\nto continue: make coco {src} {data}\n"
+        f"to replace it: make coco {src} {data} REPACK=1\n"
     )
 
 

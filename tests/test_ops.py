@@ -9,8 +9,8 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 from mixshard import blend
-from mixshard.augment import fused
-from mixshard.augment.ops import (
+from mixshard.augment.kernels import fused, ops
+from mixshard.augment.kernels.ops import (
     _flip_arith,
     _flip_where,
     crop_resample,
@@ -46,7 +46,7 @@ def path(request, monkeypatch):
     if request.param == "one_pass":
         monkeypatch.setattr(fused, "_lerp", None)
     elif fused._lerp is None:
-        pytest.skip("mixshard.augment._lerp is not built")
+        pytest.skip("mixshard.augment.kernels._lerp is not built")
     return request.param
 
 
@@ -246,3 +246,47 @@ def test_crop_resample_does_not_alias_when_shrinking():
     aliased = crop_resize(checker, boxes, (24, 24))[..., 3:-3, 3:-3]  # samples pixel centres
     assert aliased.std() > 100  # the 1-pixel checkerboard comes out at full contrast
     assert (smooth - 127.5).abs().max() < 15  # averaged to grey
+
+
+@pytest.fixture(params=["compiled", "torch"])
+def placing(request, monkeypatch):
+    """`ops.place` (and `flip`) through the compiled pass and through the torch ops (what a GPU
+    runs, and a CPU without the compiled module)."""
+    if request.param == "torch":
+        monkeypatch.setattr(ops, "_lerp", None)
+    elif ops._lerp is None:
+        pytest.skip("mixshard.augment.kernels._lerp is not built")
+    return request.param
+
+
+@pytest.mark.parametrize("width", [1, 15, 16, 17, 84, 100])
+def test_place_gathers_scatters_and_flips_exactly(placing, width):
+    g = torch.Generator().manual_seed(width)
+    images = torch.randint(0, 256, (7, 3, 5, width), generator=g, dtype=torch.uint8)
+    rows = torch.tensor([6, 0, 3, 3, 2])
+    at = np.array([9, 1, 4, 0, 8])
+    flipped = torch.tensor([True, False, True, False, True])
+    out = torch.full((10, 3, 5, width), 7, dtype=torch.uint8)
+    ops.place(out, images, at, rows, flipped)
+    want = torch.full_like(out, 7)
+    for j in range(5):
+        image = images[rows[j]]
+        want[at[j]] = image.flip(-1) if flipped[j] else image
+    assert torch.equal(out, want)
+    # in order, flips only: `flip`'s result
+    mask = flipped.repeat(2)[:7]
+    assert torch.equal(flip(images, mask), _flip_where(images, mask))
+
+
+def test_place_refuses_an_image_out_of_range_and_writes_nothing():
+    if ops._lerp is None:
+        pytest.skip("mixshard.augment.kernels._lerp is not built")
+    images = torch.arange(2 * 3 * 4 * 4, dtype=torch.uint8).view(2, 3, 4, 4)
+    out = torch.zeros((3, 3, 4, 4), dtype=torch.uint8)
+    with pytest.raises(IndexError, match="place: an image index is out of range"):
+        ops.place(out, images, np.array([0, 3]))  # out holds 3 images
+    with pytest.raises(IndexError, match="place: an image index is out of range"):
+        ops.place(out, images, None, torch.tensor([1, 2]))  # images holds 2
+    with pytest.raises(IndexError, match="place: an image index is out of range"):
+        ops.place(out, images, np.array([0, -1]))
+    assert not out.any()

@@ -58,7 +58,7 @@ def test_backgrounds_are_pack_images_and_blend_is_the_reference(pack_dir, pack_i
 def test_every_cache_has_the_declared_interface(pack_dir, pack_images, cache):
     """Each of Overlay's caches is a `BackgroundCache` (take, stats, close): its own images
     as asked, its mode and draws counted, closed twice without harm."""
-    from mixshard.augment.caches import BackgroundCache
+    from mixshard.augment.caches.cache import BackgroundCache
 
     ov = Overlay(pack_dir, cache=cache, flip=False, num_workers=0, seed=2, pool=16)
     ov.sample(6)

@@ -12,7 +12,8 @@ import torch
 from helpers import make_flat, small_pack
 
 import mixshard
-from mixshard.augment import overlaystate
+from mixshard.augment.kernels import ops
+from mixshard.augment.state import overlaystate
 
 
 @pytest.fixture(scope="module")
@@ -248,3 +249,38 @@ def test_a_mix_of_pools_or_streams_lends_one_buffer_and_hands_over_copies(packs,
         mix.take(n, own=n != 8)
     assert all(torch.equal(a, b) for a, b in zip(owned, kept))
     ov.close()
+
+
+@pytest.mark.parametrize("mixed", [True, False])
+@pytest.mark.parametrize("cache", ["device", "pool", "stream"])
+def test_flips_are_placed_as_the_torch_ops_place_them(packs, cache, mixed, monkeypatch):
+    """With flips and nothing to crop, a mix places each pack's images flipped in one pass (a
+    device cache gathers them so): the images drawn without flips, half of them mirrored, and
+    the compiled pass's bytes are the torch ops' (what a GPU runs)."""
+    kw = dict(cache=cache, pool=24, num_workers=1, seed=3)
+    source = list(packs) if mixed else packs[0]
+    if mixed:
+        kw["weights"] = [0.6, 0.4]
+
+    def draws(**extra) -> torch.Tensor:
+        ov = mixshard.Overlay(source, **kw, **extra)
+        out = torch.cat([ov.sample(9) for _ in range(12)])
+        ov.close()
+        return out
+
+    flipped = draws()
+    if mixed or cache != "device":  # (one pack's device cache draws its order and the flips
+        plain = draws(flip=False)  # from one generator: without flips, another order)
+        mirrored = [not torch.equal(f, p) for f, p in zip(flipped, plain)]
+        assert all(
+            torch.equal(f, p.flip(-1) if m else p) for f, p, m in zip(flipped, plain, mirrored)
+        )
+        assert 0.3 < np.mean(mirrored) < 0.7
+    else:  # each a pack image or its mirror
+        known = images_of(packs[0])
+        assert all(
+            img.numpy().tobytes() in known or img.flip(-1).numpy().tobytes() in known
+            for img in flipped
+        )
+    monkeypatch.setattr(ops, "_lerp", None)
+    assert torch.equal(draws(), flipped)

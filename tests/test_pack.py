@@ -189,7 +189,7 @@ def test_variants_need_random_crop(tree, tmp_path):
     res = run("pack", tree, tmp_path / "o", "--variants", 2)
     assert res.exit_code == 2
     assert res.output.endswith(
-        "Error: --variants > 1 needs --crop random (other crops are all the same)\n"
+        "Error: --variants 2 needs --crop random (other crops are all the same)\n"
     )
     with pytest.raises(ValueError, match="variants=2 needs crop='random'"):
         pack(tree, tmp_path / "o", variants=2)
@@ -207,7 +207,7 @@ def test_labels_options(tmp_path):
     assert Manifest.load(tmp_path / "none").classes == ()
     res = run("pack", src, tmp_path / "fold", "--labels", "folders", "--size", 4, "--workers", 1)
     assert res.exit_code == 0 and res.stdout.startswith("Packed 4 images (1 skipped)")
-    assert "skipped: loose.png: outside any class folder (--labels folders)" in res.output
+    assert "skipped: loose.png: a loose image outside the class folders" in res.output
 
 
 def test_flat_folder_like_coco(tmp_path):
@@ -328,7 +328,7 @@ def test_strict_fails_naming_the_files(tmp_path):
     assert res.exit_code == 1
     assert res.output == (
         "Error: --strict: 1 file(s) could not be read: a/zero.png (empty file (0 bytes)). Fix "
-        "or remove them (then pack again), or drop --strict to skip them\n"
+        "or remove them (then pack again), or pack without --strict to skip them\n"
     )
     assert not (tmp_path / "out" / "index.json").exists()
     os.symlink(src / "missing.png", src / "a" / "link.png")  # found by the scan: fails at once
@@ -402,7 +402,7 @@ def test_full_disk_is_a_clean_error(tree, tmp_path, monkeypatch):
     assert res.exit_code == 1
     assert res.output == (
         f"Error: cannot write {out}/shard-000000.tar: No space left on device; free some "
-        "space, then rerun the same command with --resume to continue (finished shards are "
+        "space, then pack again with --resume to continue (finished shards are "
         "kept)\n"
     )
     assert "index.json" not in os.listdir(out)

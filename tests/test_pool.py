@@ -13,8 +13,8 @@ from helpers import make_tree, read_pack
 
 import mixshard
 from mixshard import MixshardError, Overlay
-from mixshard.augment.pool import PoolCache
-from mixshard.augment.refill import RefillFeed
+from mixshard.augment.caches.imagepool import ImagePool
+from mixshard.augment.caches.refill import RefillFeed
 from mixshard.reading.pack.local import LocalPack
 from mixshard.reading.source import resolve_source
 
@@ -36,7 +36,7 @@ def ids_of(images: torch.Tensor) -> list[bytes]:
 
 def test_each_image_is_drawn_exactly_uses_times_and_enters_once_per_pass(pack_dir):
     size, uses, n = 16, 3, 8
-    pool = PoolCache(resolve_source(str(pack_dir)), CPU, size, uses, seed=4)
+    pool = ImagePool(resolve_source(str(pack_dir)), CPU, size, uses, seed=4)
     content: dict[int, bytes] = {}  # slot -> the image it holds
     count: dict[int, int] = {}  # slot -> draws of that image so far
     entries: list[bytes] = []
@@ -80,7 +80,7 @@ def test_realised_uses_per_retired_image(pack_dir):
     """Counting draws per image over whole passes: every image that left the pool was drawn
     exactly `uses` times."""
     uses = 4
-    pool = PoolCache(resolve_source(str(pack_dir)), CPU, 16, uses, seed=1)
+    pool = ImagePool(resolve_source(str(pack_dir)), CPU, 16, uses, seed=1)
     counts: Counter[bytes] = Counter()
     for _ in range(100):
         counts.update(ids_of(pool.take(8)))
@@ -119,7 +119,7 @@ def test_refill_feed_pieces_follow_the_stream_across_batches(pack_dir):
 def test_draws_are_deterministic_and_start_small(pack_dir):
     runs = []
     for _ in range(2):
-        pool = PoolCache(resolve_source(str(pack_dir)), CPU, 32, 4, seed=9)
+        pool = ImagePool(resolve_source(str(pack_dir)), CPU, 32, 4, seed=9)
         first = pool.take(8)
         assert pool.filled == 8 + 2  # n images to start, then ceil(n / uses) per call
         runs.append(torch.cat([first] + [pool.take(n) for n in (5, 8, 13, 1)]))
@@ -128,7 +128,7 @@ def test_draws_are_deterministic_and_start_small(pack_dir):
 
 
 def test_calls_larger_than_the_pool(pack_dir):
-    pool = PoolCache(resolve_source(str(pack_dir)), CPU, 6, 2, seed=0)
+    pool = ImagePool(resolve_source(str(pack_dir)), CPU, 6, 2, seed=0)
     got = pool.take(15)
     assert got.shape == (15, 3, 12, 12) and len(pool.last_slots) == 15
     for lo in range(0, 15, 6):  # drawn in rounds of at most the pool size: distinct per round
@@ -145,7 +145,7 @@ def test_a_slow_disk_makes_calls_wait_and_is_counted(pack_dir, monkeypatch, bloc
         return scatter_run(self, blocks, addresses, drop_cache)
 
     monkeypatch.setattr(LocalPack, "scatter_run", slow)
-    pool = PoolCache(resolve_source(str(pack_dir)), CPU, 40, 1, seed=0)
+    pool = ImagePool(resolve_source(str(pack_dir)), CPU, 40, 1, seed=0)
     for _ in range(6):
         pool.take(8)
     stats = pool.stats()
@@ -195,7 +195,8 @@ def test_cuda_pool(pack_dir):
 def test_each_rank_refills_from_its_share_of_the_stream(pack_dir, monkeypatch):
     """Under DDP the draws differ by rank, but the refill stream takes the seed every rank
     shares, so the stream's own split by rank gives each rank disjoint images."""
-    from mixshard.augment import overlay, refill
+    from mixshard.augment import overlay
+    from mixshard.augment.caches import refill
     from mixshard.reading import stream
 
     seen = []
@@ -258,7 +259,7 @@ def test_a_refill_failing_between_calls_fails_the_next_call_and_every_later_one(
         return Broken()
 
     monkeypatch.setattr(loading, "loader", broken)
-    pool = PoolCache(resolve_source(str(pack_dir)), CPU, 16, 1, seed=0)
+    pool = ImagePool(resolve_source(str(pack_dir)), CPU, 16, 1, seed=0)
     assert pool.take(8).shape == (8, 3, 12, 12)  # refills 8 + 8 slots after it: fails there
     for _ in range(3):
         with pytest.raises(mixshard.ShardError, match="shard-000001.tar: damaged"):
@@ -363,7 +364,7 @@ def test_a_pool_nobody_closed_is_closed_at_exit(pack_dir):
 def test_a_full_pool_draws_every_slot_once_before_any_twice(pack_dir):
     """Once full, the pool's draws are consecutive pieces of a permutation of its slots: each
     call a set of distinct slots, and every slot once per size / n calls."""
-    pool = PoolCache(resolve_source(str(pack_dir)), CPU, 16, 4, seed=2)
+    pool = ImagePool(resolve_source(str(pack_dir)), CPU, 16, 4, seed=2)
     while pool.filled < 16:
         pool.take(4)
     for _ in range(3):
@@ -383,7 +384,7 @@ def test_refills_of_any_image_size_are_the_pack_images(tmp_path, side, word):
     make_tree(tmp_path / "src", classes=("a",), per_class=12)
     mixshard.pack(tmp_path / "src", tmp_path / "pack", size=side, shard_size=8, block_size=4)
     pack = set(ids_of(torch.from_numpy(read_pack(tmp_path / "pack")[0])))
-    pool = PoolCache(resolve_source(str(tmp_path / "pack")), CPU, 8, 1, seed=0)
+    pool = ImagePool(resolve_source(str(tmp_path / "pack")), CPU, 8, 1, seed=0)
     assert pool.word == word
     for _ in range(12):  # the first 8, then 8 refills a call: 8 passes over the 12 images
         assert set(ids_of(pool.take(8))) <= pack
@@ -396,7 +397,7 @@ def test_images_a_call_owns_are_not_overwritten_by_later_calls(pack_dir):
     """On CPU a call's images are gathered ahead into one of two buffers: a caller that did
     not ask to own them gets the buffer (used again by the call after next), one that did
     gets a copy."""
-    pool = PoolCache(resolve_source(str(pack_dir)), CPU, 16, 4, seed=3)
+    pool = ImagePool(resolve_source(str(pack_dir)), CPU, 16, 4, seed=3)
     while pool.filled < 16:
         pool.take(8)
     owned = pool.take(8)

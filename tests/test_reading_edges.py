@@ -136,7 +136,7 @@ def test_an_epoch_order_pickles_without_its_cache(pack):
 
 
 def test_draws_refuse_more_distinct_items_than_there_are():
-    from mixshard.augment.draws import PermutationWalk
+    from mixshard.augment.caches.pieces import PermutationWalk
 
     walk = PermutationWalk(3, lambda: np.arange(3), distinct=True)
     with pytest.raises(ValueError, match="cannot draw 4 distinct items of 3"):
@@ -150,7 +150,7 @@ def test_draws_refuse_more_distinct_items_than_there_are():
 def test_a_carry_takes_a_batch_only_once_the_last_piece_is_done():
     """`pieces` asks for the next batch only when the caller asks for the next piece; with
     `keep=False` a batch's rest is carried as it is (a view), else through `keep`."""
-    from mixshard.augment.draws import Carry
+    from mixshard.augment.caches.pieces import Carry
 
     batches = [np.arange(b, b + 4) for b in range(0, 40, 4)]
     fetched: list[np.ndarray] = []
@@ -174,11 +174,13 @@ def test_a_carry_takes_a_batch_only_once_the_last_piece_is_done():
 
 
 def test_a_pool_without_room_for_one_image_says_so(pack):
-    from mixshard.augment.pool import pool_size
+    from mixshard.augment.caches.plan import plan_cache
 
+    image = pack.manifest.image_bytes
+    cpu = torch.device("cpu")
     with pytest.raises(mixshard.MixshardError, match="no room for a pool: 100 bytes free"):
-        pool_size(pack.manifest, 100)
-    assert pool_size(pack.manifest, 10 * pack.manifest.image_bytes) == 10
+        plan_cache("pool", cpu, 1.0, need=image, item_bytes=image, free=100)
+    assert plan_cache("pool", cpu, 1.0, need=image, item_bytes=image, free=10 * image).size == 10
 
 
 def test_stream_arguments_are_checked(pack_dir):

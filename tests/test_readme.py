@@ -155,7 +155,7 @@ ERRORS = [
     "--resume and --overwrite exclude each other",
     "holds an interrupted pack of another source",
     "holds a finished pack made with other options",
-    "--variants > 1 needs --crop random",
+    "needs --crop random",
     "exceeds --shard-size",
     "--strict:",
     "a decode worker process died",

@@ -163,7 +163,7 @@ def test_dead_worker_is_an_error_not_a_hang(tmp_path, monkeypatch):
 def test_every_resumable_error_ends_with_the_resume_hint(tmp_path, monkeypatch):
     """The CLI adds the hint to any error that says a pack can be resumed (a Ray task that
     failed for good words it its own way), once."""
-    from mixshard.core.errors import PackInterrupted
+    from mixshard.core.errors import RESUME, PackInterrupted
     from mixshard.writing import packing
 
     src = tmp_path / "src"
@@ -181,13 +181,11 @@ def test_every_resumable_error_ends_with_the_resume_hint(tmp_path, monkeypatch):
     )
 
     def worded(*args, **kwargs):
-        raise PackInterrupted(
-            "a worker died; finished shards are kept: pack again with resume=True"
-        )
+        raise PackInterrupted("a worker died; finished shards are kept: pack again with ", RESUME)
 
     monkeypatch.setattr(packing, "pack", worded)
     assert run("pack", src, tmp_path / "out").output == (
-        "Error: a worker died; finished shards are kept: rerun the same command with --resume\n"
+        "Error: a worker died; finished shards are kept: pack again with --resume\n"
     )
 
 

@@ -75,7 +75,7 @@ def test_labels_none_and_folders_on_a_mixed_tree(tmp_path):
     folders = scan(tmp_path, labels="folders")
     assert folders.items == [("cls/a.png", 0)]
     assert folders.skipped == [
-        {"path": "loose.png", "reason": "outside any class folder (labels='folders')"}
+        {"path": "loose.png", "reason": "a loose image outside the class folders"}
     ]
 
 

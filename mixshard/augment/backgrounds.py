@@ -21,36 +21,37 @@ first one are the first frame, as a frame stack starts with copies of the first 
 from __future__ import annotations
 
 import os
-import warnings
 from typing import Any
 
 import numpy as np
 import torch
 
-from ..core.device import canonical, free_memory, move_index
+from ..core.device import canonical, move_index
 from ..reading.source import Source, resolve_source
-from . import fused
-from .arrays import same_kind
-from .caches import read_pack_to
-from .clippool import ClipPool, pool_slots
-from .envargs import (
+from .caches.cache import read_pack_to
+from .caches.clippool import ClipPool
+from .caches.packset import check_limit, clip_table, pack_list, resolve_packs
+from .caches.plan import CachePlan, plan_cache, warn_resized
+from .draws.keyed import seed_key
+from .draws.mixing import Mix
+from .draws.playback import draw, draw_clips, draw_mixed, mixed_clips, positions
+from .inputs.arrays import same_kind
+from .inputs.checks import (
     check_backgrounds_args,
     check_clip_order,
     check_composite_args,
     check_first_env,
+    check_layout,
     check_state,
     env_mask,
+    warn_if_unit_range,
 )
-from .inputs import user_stacklevel, warn_if_unit_range
-from .keyed import seed_key
-from .keys import Key
-from .layouts import check_layout
-from .mixing import Mix
-from .mixstate import check_mixed_state, mixed_state
-from .ops import flip, resize
-from .packset import check_limit, clip_table, pack_list, resolve_packs
-from .pasting import paste
-from .playback import draw, draw_clips, draw_mixed, mixed_clips, positions
+from .inputs.layouts import obs_geometry
+from .kernels import fused
+from .kernels.ops import flip, resize
+from .kernels.pasting import paste
+from .masks.keys import Key
+from .state.mixstate import check_mixed_state, mixed_state
 
 
 class Backgrounds:
@@ -150,7 +151,9 @@ class Backgrounds:
         self._key = seed_key(seed)
         self._envs = torch.arange(num_envs, device=dev) + self.first_env
         self._lags = torch.arange(frames - 1, -1, -1, device=dev) * speed  # oldest first
-        self.mode = self._choose(cache, cache_fraction, pool)
+        self.plan = self._plan(cache, cache_fraction, pool)
+        self.mode = self.plan.mode
+        self._make_cache(self.plan)
         self._warned_sizes: set[tuple[int, int]] = set()
         self._range_checked = False
         zeros = torch.zeros(num_envs, dtype=torch.int64, device=dev)
@@ -218,24 +221,34 @@ class Backgrounds:
             )
         return self._mix
 
-    def _choose(self, cache: str, fraction: float, pool: int | None) -> str:
+    def _plan(self, cache: str, fraction: float, pool: int | None) -> CachePlan:
+        """Device or pool, and the pool's size in clips (`caches/plan.py`)."""
+        image = self.manifest.image_bytes
+        return plan_cache(
+            cache,
+            self.device,
+            fraction,
+            need=self._table.frames * image,
+            item_bytes=int(self._length_np.max()) * image,
+            pool=pool,
+            item="clips",
+            least=min(self.num_envs, self.clips),
+            most=self.clips,
+        )
+
+    def _make_cache(self, plan: CachePlan) -> None:
+        """The frames on the device: the whole pack, or a pool of `plan.size` clips."""
         m, table = self.manifest, self._table
-        need = table.frames * m.image_bytes
-        budget = int(fraction * free_memory(self.device))
-        mode = cache if cache != "auto" else ("device" if need <= budget else "pool")
-        if mode == "device":
+        if plan.mode == "device":
             shape = (table.frames, 3, m.size, m.size)
             self._frames = torch.empty(shape, dtype=torch.uint8, device=self.device)
             for source, lo in zip(self.sources, table.first[table.base]):
                 read_pack_to(source, self._frames[lo : lo + source.manifest.count])
-            self._pool: ClipPool | None = None
-            return mode
-        clip_bytes = int(self._length_np.max()) * m.image_bytes
-        slots = pool_slots(pool, budget, clip_bytes, self.num_envs, self.clips)
+            self._clip_pool: ClipPool | None = None
+            return
         where = (table.local, table.pack_of)
-        self._pool = ClipPool(self.sources, self.device, slots, where, self._length_np)
-        self._frames = self._pool.frames
-        return mode
+        self._clip_pool = ClipPool(self.sources, self.device, plan.size, where, self._length_np)
+        self._frames = self._clip_pool.frames
 
     # -- the draws -------------------------------------------------------------------------
 
@@ -266,7 +279,7 @@ class Backgrounds:
             clip, start, flipped = draw_mixed(
                 self._key, self._envs, episode, self._mix, table, self.playback, self.flip, clips
             )
-        pool = self._pool
+        pool = self._clip_pool
         if pool is not None:
             envs, host = np.arange(self.num_envs), episode.cpu().numpy().copy()
             old = self._slot[self._slot >= 0]
@@ -301,8 +314,8 @@ class Backgrounds:
         """
         self._check_open("reset")
         mask = env_mask(envs, index, self.num_envs, self.device, "reset")
-        if self._pool is not None:
-            self._reset_pool(self._pool, mask)
+        if self._clip_pool is not None:
+            self._reset_clip_pool(self._clip_pool, mask)
             return
         if mask is None:
             self.episode += 1
@@ -334,7 +347,7 @@ class Backgrounds:
         )
         self.base = self._first.index_select(0, clip)
 
-    def _reset_pool(self, pool: ClipPool, mask: torch.Tensor | None) -> None:
+    def _reset_clip_pool(self, pool: ClipPool, mask: torch.Tensor | None) -> None:
         """The pool's reset: which environments reset is read to the host (a sync on CUDA),
         where the pool's bookkeeping is; the draws are the device cache's. The new clips are
         brought in before anything changes, so a failed read changes nothing."""
@@ -440,20 +453,13 @@ class Backgrounds:
             `lerp(obs, background, alpha * (1 - mask))`, like obs (no permuted copy made).
         """
         self._check_open("composite")
-        geom = check_composite_args(
-            obs, self.num_envs, self.frames, self.device, alpha, out, layout
-        )
+        geom = obs_geometry(obs, layout, frames=self.frames)
+        check_composite_args(geom, obs, self.num_envs, self.frames, self.device, alpha, out)
         if not self._range_checked and obs.numel():
             self._range_checked = True  # (one reduction and host sync, on a first batch)
             warn_if_unit_range(obs)
         s, size = self.manifest.size, (geom.h, geom.w)
-        if size != (s, s) and size not in self._warned_sizes:
-            self._warned_sizes.add(size)
-            warnings.warn(
-                f"mixshard: pack frames are {s}x{s} but the obs {geom.h}x{geom.w}; resizing on "
-                f"the device at each call (pack with --size {geom.h} to avoid it)",
-                stacklevel=user_stacklevel(),
-            )
+        warn_resized(s, size, self._warned_sizes, "frames")
         index = self._index()
         flipped = self.flipped if self.flip else None
         backdrop = fused.store(self._frames, index, flipped) if size == (s, s) else None
@@ -527,16 +533,16 @@ class Backgrounds:
 
     def stats(self) -> dict[str, Any]:
         """Which cache (`"device"` or `"pool"`) and, for a pool, its counters."""
-        if self._pool is None:
+        if self._clip_pool is None:
             return {"mode": "device", "frames": self.manifest.count}
-        return self._pool.stats()
+        return self._clip_pool.stats()
 
     def close(self) -> None:
         """Stop the pool's reader (a device cache holds no thread). After it, every call but
         `state_dict`, `stats` and `close` raises a `ValueError` that says so."""
         self._closed = True
-        if self._pool is not None:
-            self._pool.close()
+        if self._clip_pool is not None:
+            self._clip_pool.close()
 
 
 def _check_whole(sources: list[Source]) -> None:

@@ -9,7 +9,6 @@ the device.
 from __future__ import annotations
 
 import os
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,36 +17,44 @@ import torch
 
 from ..core.checks import check_int
 from ..core.crops import RANDOM_CROP_SCALE
-from ..core.device import canonical, free_memory
+from ..core.device import canonical
 from ..core.env import rank_world
 from ..core.jobs import own, this_process
 from ..core.libc import trim_heap
 from ..reading.source import Source, resolve_source
-from .args import check_alpha, check_overlay_args
-from .caches import BackgroundCache, DeviceCache, StreamCache
-from .inputs import check_obs, user_stacklevel, warn_if_unit_range
-from .keyed import mix64_int, seed_key
-from .mixcache import MixedCache, pool_shares
-from .mixing import Mix
-from .ops import (
-    blend,
+from .caches.cache import BackgroundCache, DeviceCache, StreamCache
+from .caches.imagepool import ImagePool
+from .caches.mixcache import MixedCache, pool_shares
+from .caches.packset import pack_list, resolve_packs
+from .caches.plan import CachePlan, plan_cache, warn_resized
+from .draws.keyed import mix64_int, seed_key
+from .draws.mixing import Mix
+from .inputs.checks import (
+    check_alpha,
+    check_alpha_shape,
+    check_overlay_args,
+    check_overlay_obs,
+    warn_if_unit_range,
+)
+from .inputs.layouts import obs_geometry
+from .kernels.ops import (
+    blend_checked,
     crop_resample,
     crop_resize,
     flip,
+    place,
     random_crop_boxes,
     random_flip_mask,
     resize,
 )
-from .overlaystate import (
+from .kernels.pasting import composite_checked
+from .state.overlaystate import (
     check_overlay_state,
     device_state,
     load_device_state,
     pool_calls,
     process_tag,
 )
-from .packset import pack_list, resolve_packs
-from .pasting import composite
-from .pool import PoolCache, pool_size
 
 _RATIO = (3.0 / 4.0, 4.0 / 3.0)
 
@@ -56,7 +63,7 @@ _RATIO = (3.0 / 4.0, 4.0 / 3.0)
 class _DeviceState:
     """What an `Overlay` keeps per device: its cache and the generator of its draws."""
 
-    mode: str  # "device", "pool" or "stream"
+    plan: CachePlan  # "device", "pool" or "stream", and the pool's size
     cache: BackgroundCache
     generator: torch.Generator
     alpha: torch.Tensor | None = None  # the Overlay's alpha tensor, copied here once
@@ -102,7 +109,7 @@ class Overlay:
     `state_dict()` / `load_state_dict()` continue the draws exactly, in every cache mode
     (`overlaystate.py` says what a state can continue).
 
-    Arguments are checked here (`args.py`); obs are not checked for NaN or inf at each call
+    Arguments are checked here (`inputs/checks.py`); obs are not checked for NaN or inf at each call
     (that would cost a host sync per call): they blend into NaN/inf.
 
     `index.json` is read here; images are loaded on the first call. `overlay(obs)` returns the
@@ -183,9 +190,17 @@ class Overlay:
         seed = int(np.random.SeedSequence(parts).generate_state(1)[0])
         return seed, (self.seed if worker is None else seed)
 
+    def _plan(self, cache: str, device: torch.device) -> CachePlan:
+        """Device, pool or stream on `device`, and the pool's size (`caches/plan.py`)."""
+        image = self.manifest.image_bytes
+        need = self.count * image
+        return plan_cache(
+            cache, device, self.cache_fraction, need=need, item_bytes=image, pool=self.pool
+        )
+
     def _make_cache(
         self,
-        mode: str,
+        plan: CachePlan,
         device: torch.device,
         gen: torch.Generator,
         seed: int,
@@ -193,28 +208,27 @@ class Overlay:
         saved: dict[str, Any] | None = None,
     ) -> BackgroundCache:
         if self.sources is not None and self._mix is not None:
-            return self._make_mixed(mode, device, seed, shared, saved)
-        if mode == "device":
+            return self._make_mixed(plan, device, seed, shared, saved)
+        if plan.mode == "device":
             return DeviceCache(self.source, device, gen)
-        if mode == "pool":
-            size = self.pool or pool_size(
-                self.manifest, int(self.cache_fraction * free_memory(device))
-            )
+        if plan.mode == "pool":
             calls = None if saved is None else pool_calls(saved)
-            return PoolCache(self.source, device, size, self.uses, seed, shared, calls)
+            return ImagePool(self.source, device, plan.size, self.uses, seed, shared, calls)
         batch = max(1, min(self.batch_size, self.count // rank_world()[1]))
         return StreamCache(self.source, device, self.num_workers, shared, batch)
 
     def _make_mixed(
-        self, mode: str, device: torch.device, seed: int, shared: int, saved: dict[str, Any] | None
+        self,
+        plan: CachePlan,
+        device: torch.device,
+        seed: int,
+        shared: int,
+        saved: dict[str, Any] | None,
     ) -> MixedCache:
         """One cache per pack (`mixcache.py`), each drawing from seeds of its own."""
         assert self.sources is not None and self._mix is not None
         caches: list[BackgroundCache] = []
-        size = 0
-        if mode == "pool":
-            budget = int(self.cache_fraction * free_memory(device))
-            size = self.pool or pool_size(self.manifest, budget)
+        mode, size = plan.mode, plan.size
         shape = (3, self.manifest.size, self.manifest.size)
         store = None
         if mode == "device":  # every pack in one tensor: a call is one gather
@@ -228,7 +242,7 @@ class Overlay:
                 lo += source.count
             elif mode == "pool":  # (a loaded state's pool: its calls but the last: `resume`)
                 calls = None if saved is None else pool_calls(saved, k, last=False)
-                pool = PoolCache(source, device, share, self.uses, own_seed, shared + k, calls)
+                pool = ImagePool(source, device, share, self.uses, own_seed, shared + k, calls)
                 caches.append(pool)
             else:
                 batch = max(1, min(self.batch_size, source.count // rank_world()[1]))
@@ -248,18 +262,15 @@ class Overlay:
             seed, shared = self._seeds()
             generator = torch.Generator(device=device).manual_seed(seed)
             saved = self._pending.pop(str(device), None)
-            mode = self.cache if saved is None else saved["mode"]
-            if mode == "auto":
-                need = self.count * self.manifest.image_bytes
-                mode = "device" if need <= self.cache_fraction * free_memory(device) else "pool"
-            cache = self._make_cache(mode, device, generator, seed, shared, saved)
+            plan = self._plan(self.cache if saved is None else saved["mode"], device)
+            cache = self._make_cache(plan, device, generator, seed, shared, saved)
             if saved is not None:
                 try:
                     load_device_state(saved, cache, generator)
                 except BaseException:
                     cache.close()
                     raise
-            state = _DeviceState(mode, cache, generator)
+            state = _DeviceState(plan, cache, generator)
             self._states[device] = state
         return state
 
@@ -297,7 +308,7 @@ class Overlay:
         """
         devices = dict(self._pending)
         for device, state in self._states.items():
-            devices[str(device)] = device_state(state.mode, state.cache, state.generator)
+            devices[str(device)] = device_state(state.plan.mode, state.cache, state.generator)
         mix = None if self._mix is None else self._mix.state_dict()
         return {"format": "mixshard.Overlay", "version": 1, **self._mine(), "mix": mix,
                 "devices": devices}  # fmt: skip
@@ -318,7 +329,12 @@ class Overlay:
     @property
     def modes(self) -> dict[str, str]:
         """Which cache each device uses (`"device"`, `"pool"` or `"stream"`), once started."""
-        return {str(d): s.mode for d, s in self._states.items()}
+        return {str(d): s.plan.mode for d, s in self._states.items()}
+
+    @property
+    def plans(self) -> dict[str, CachePlan]:
+        """Each started device's `CachePlan` (`plan.explain()` says what it chose and why)."""
+        return {str(d): s.plan for d, s in self._states.items()}
 
     def stats(self) -> dict[str, dict[str, Any]]:
         """Per device: the cache's counters (draws; for a pool also images in and out, the
@@ -331,26 +347,18 @@ class Overlay:
         """n backgrounds at `size`: uint8 when nothing was resampled, else float 0..255."""
         state = self._state(device)
         gen = state.generator
-        imgs = state.cache.take(n, own)
         pack_size = (self.manifest.size, self.manifest.size)
         larger = size != pack_size and all(s <= p for s, p in zip(size, pack_size))
         crop = self.crop if self.crop != "auto" else (RANDOM_CROP_SCALE if larger else None)
+        if self.flip and crop is None and size == pack_size:
+            return _flipped(state.cache, n, own, device, gen)
+        imgs = state.cache.take(n, own)
         # A pack stored larger than the observations and cropped per draw is the intended
         # reference-like setup (e.g. --size 168 for 84 px obs); any other size mismatch
         # resamples every call for nothing, or upsamples, and is worth a warning.
         from_larger = crop is not None and larger
-        if size != pack_size and not from_larger and size not in self._warned_sizes:
-            warnings.warn(
-                f"mixshard: pack images are {pack_size[0]}x{pack_size[1]} but "
-                f"{size[0]}x{size[1]} were asked for; resizing on the device each "
-                + (
-                    f"call (pack with --size {size[0]} to avoid it)"
-                    if size[0] == size[1]
-                    else "call (packs are square: the whole image is resized to the frame)"
-                ),
-                stacklevel=user_stacklevel(),
-            )
-            self._warned_sizes.add(size)
+        if not from_larger:
+            warn_resized(pack_size[0], size, self._warned_sizes, "images")
         mask = random_flip_mask(n, 0.5, device, gen) if self.flip else None
         if crop is not None and not isinstance(crop, str):
             boxes = random_crop_boxes(n, pack_size[0], pack_size[1], crop, _RATIO, device, gen)
@@ -423,7 +431,11 @@ class Overlay:
             ValueError: obs not `(N, 3k, H, W)`, or channels-last; a CPU alpha or mask tensor
                 with a value out of [0, 1] or NaN.
         """
-        check_obs(obs)
+        # each check once: obs here (with a mask, as `composite` checks them), the
+        # per-call alpha's values here, its shape against N below; the kernels check nothing
+        geom = None if mask is None else obs_geometry(obs, "NCHW", mask=mask)
+        if geom is None:
+            check_overlay_obs(obs)
         if alpha is not None:  # where the caller keeps it (a CPU one before it moves)
             check_alpha(alpha, everywhere=False)
         if not self._range_checked and obs.numel():
@@ -436,9 +448,11 @@ class Overlay:
         if n == 0:
             return obs.clone()
         imgs = self._backgrounds(n, device, (h, w), own=False)
-        if mask is not None:
-            return composite(obs, imgs, mask, self._alpha(n, device, alpha))
-        return blend(obs, imgs, self._alpha(n, device, alpha))
+        weight = self._alpha(n, device, alpha)
+        check_alpha_shape(weight, n)
+        if geom is not None:
+            return composite_checked(geom, obs, imgs, mask, weight, None)
+        return blend_checked(obs, imgs, weight, None, obs.shape[1] // 3)
 
     def close(self) -> None:
         """Stop stream and pool readers and free device caches."""
@@ -447,8 +461,25 @@ class Overlay:
         self._states.clear()
 
 
+def _flipped(
+    cache: BackgroundCache, n: int, own: bool, device: torch.device, gen: torch.Generator
+) -> torch.Tensor:
+    """`n` images, each flipped with probability 1/2, the flips made where the images are put
+    (one pass) by a mix or a device cache, else after the take."""
+    if isinstance(cache, MixedCache):
+        # its packs draw from generators of their own: the flips' draws may come first
+        return cache.take(n, own, random_flip_mask(n, 0.5, device, gen))
+    if isinstance(cache, DeviceCache):
+        rows = cache.take_index(n)  # (its permutations draw first, from `gen`)
+        out = torch.empty((n, *cache.images.shape[1:]), dtype=torch.uint8, device=device)
+        place(out, cache.images, rows=rows, flipped=random_flip_mask(n, 0.5, device, gen))
+        return out
+    imgs = cache.take(n, own)
+    return flip(imgs, random_flip_mask(n, 0.5, device, gen))
+
+
 def _close_caches(states: dict[torch.device, _DeviceState]) -> None:
-    pooled = any(state.mode == "pool" for state in states.values())
+    pooled = any(state.plan.mode == "pool" for state in states.values())
     _close_sources(states)
     if pooled:  # a pool's buffers, freed now, were allocated by its threads: give them back
         trim_heap()

@@ -1,10 +1,10 @@
 """The `mixshard` command group and what its commands share: one `Error: ...` line for a
-`MixshardError` (exit 1), the `--quiet` option, the PACK argument, byte and path display."""
+`MixshardError` (exit 1), the arguments a library message names spelled as the command's own
+flags, the `--quiet` option, the PACK argument, byte and path display."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import sys
@@ -13,9 +13,7 @@ from typing import Any
 
 import click
 
-from ..core.errors import MixshardError
-
-RESUME_HINT = "rerun the same command with --resume to continue"
+from ..core.errors import RESUME, Arg, MixshardError
 
 
 def human_bytes(n: float) -> str:
@@ -27,40 +25,34 @@ def human_bytes(n: float) -> str:
     return f"{n:.1f} TB"
 
 
-# How library messages name arguments, and the flags that set them here.
-_FLAGS = (
-    ("pack again with resume=True", "rerun the same command with --resume"),
-    ("pass strict=False", "drop --strict"),
-    ("strict:", "--strict:"),
-    ("resume=True", "--resume"),
-    ("overwrite=True", "--overwrite"),
-    ("workers=1", "--workers 1"),
-    ("labels='folders'", "--labels folders"),
-    ("labels='none'", "--labels none"),
-    ("labels='auto'", "--labels auto"),
-    ("ray=...", "--ray"),
-)
+def as_flag(arg: Arg, command: click.Command | None = None) -> str:
+    """An argument a library message names, spelled as the flag of `command`'s parameter of
+    that name (default: the running command's): its first long option, and the value quoted
+    for the shell (`within='a b'` -> `--within 'a b'`, `workers=1` -> `--workers 1`); a flag
+    given True, or an argument without a value, as the option alone (`--resume`, `--ray`).
+    A name the command has no option for keeps Python's spelling (a test checks that `pack`
+    has one for each the library names)."""
+    if command is None:
+        ctx = click.get_current_context(silent=True)
+        command = ctx.command if ctx is not None else None
+    params = {p.name: p for p in command.params} if command is not None else {}
+    param = params.get(arg.name)
+    if not isinstance(param, click.Option):
+        return str(arg)
+    if param.is_flag and arg.value is False:  # `--no-x`; a flag without one: never `--x`
+        return _long(param.secondary_opts) if param.secondary_opts else str(arg)
+    flag = _long(param.opts)
+    if arg.value is ... or param.is_flag:
+        return flag
+    return f"{flag} {shlex.quote(str(arg.value))}"
 
 
-_WITHIN = re.compile(r"within=(?:'((?:[^'\\]|\\.)*)'|\"((?:[^\"\\]|\\.)*)\")")
+def _long(opts: list[str]) -> str:
+    return next((o for o in opts if o.startswith("--")), opts[0])
 
 
-def as_flags(message: str) -> str:
-    """A library message with argument names replaced by this command's flags (`within='a b'`
-    becomes `--within 'a b'`, quoted for the shell where it needs it)."""
-    for argument, flag in _FLAGS:
-        message = message.replace(argument, flag)
-    return _WITHIN.sub(lambda m: "--within " + shlex.quote(m.group(1) or m.group(2) or ""), message)
-
-
-def _repack_hint(message: str) -> str:
-    """Where a wrapper runs the command (the Makefile's dataset targets set
-    `MIXSHARD_REPACK_HINT` to their own command with `REPACK=1`), its way to replace a pack
-    stands in for `--overwrite`, which the user cannot pass there as is."""
-    hint = os.environ.get("MIXSHARD_REPACK_HINT")
-    if not hint:
-        return message
-    return message.replace("pass --overwrite", f"rerun with `{hint}`")
+def resume_hint(command: click.Command | None = None) -> str:
+    return f"rerun the same command with {as_flag(RESUME, command)} to continue"
 
 
 # What a name from the data must not print as is: control characters (a newline would start a
@@ -105,9 +97,10 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except MixshardError as exc:
-            message = _repack_hint(as_flags(str(exc)))
-            if exc.resumable and "--resume" not in message:
-                message = f"{message}; {RESUME_HINT}"
+            command = self.get_command(ctx, ctx.invoked_subcommand or "")
+            message = exc.worded(lambda arg: as_flag(arg, command))
+            if exc.resumable and all(a.name != RESUME.name for a in exc.arguments):
+                message = f"{message}; {resume_hint(command)}"
             raise click.ClickException(shown(message)) from None
         except KeyboardInterrupt:
             click.echo("Interrupted.", err=True)

@@ -1,11 +1,9 @@
-"""`mixshard pack`: the flags the library does not check, then one call of `mixshard.pack`,
-whose `ArgumentError`s are worded with these flags."""
+"""`mixshard pack`: its flags (the choices built from `core/choices.py`), then one call of
+`mixshard.pack`, which checks them all; its `ArgumentError`s are worded with these flags."""
 
 from __future__ import annotations
 
-import ast
 import os
-import shlex
 import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -25,7 +23,7 @@ from ..core.constants import (
 from ..core.errors import ArgumentError
 from ..core.stores import is_store_url
 from ..writing.run.ctrlc import CtrlC, LateInterrupt
-from .base import RESUME_HINT, PartType, as_flags, cli, human_bytes, quiet_option, shown
+from .base import PartType, as_flag, cli, human_bytes, quiet_option, resume_hint, shown
 
 PACK_OPTIONS = [
     click.option(
@@ -113,37 +111,6 @@ def pack_options(f: Callable) -> Callable:
     return f
 
 
-def _check_pack_flags(opts: dict[str, Any]) -> None:
-    """The flag combinations no pack can be run with, worded as flags."""
-    if opts["variants"] > 1 and opts["crop"] != "random":
-        raise click.UsageError("--variants > 1 needs --crop random (other crops are all the same)")
-    if opts["variants"] > opts["shard_size"]:
-        raise click.UsageError(
-            f"--variants {opts['variants']} exceeds --shard-size {opts['shard_size']}"
-        )
-    modes = [f for f in ("resume", "overwrite", "finish") if opts[f]]
-    if len(modes) > 1:
-        raise click.UsageError(f"--{modes[0]} and --{modes[1]} exclude each other; pick one")
-    if opts["part"] and (opts["overwrite"] or opts["ray"] or opts["finish"]):
-        raise click.UsageError("--part cannot be combined with --overwrite, --ray or --finish")
-    if opts["finish"] and opts["ray"]:
-        raise click.UsageError("--finish writes index.json only; drop --ray")
-
-
-def _as_flag(name: str, value: str | None) -> str:
-    """An argument a library message names (an `ArgumentError`'s field), spelled as this
-    command's flag: `every` as `--every`, `crop='full'` as `--crop full`, `clips=True` as
-    `--clips`. The flags are the command's own parameters, looked up by name."""
-    params = {p.name: p for p in click.get_current_context().command.params}
-    param = params.get(name)
-    if not isinstance(param, click.Option):
-        return name if value is None else f"{name}={value}"
-    flag = max(param.opts, key=len)
-    if value is None or param.is_flag:
-        return flag
-    return f"{flag} {shlex.quote(str(ast.literal_eval(value)))}"
-
-
 def _on_terminal(stream: Any) -> bool:
     """Whether `stream` is a terminal: not for None (a process started without stderr), a
     closed file, or a stand-in without `isatty`."""
@@ -212,7 +179,7 @@ def _pack_summary(result: Any, out: str) -> None:
         return
     for s in m.skipped[:10]:
         # a decoder's reason may quote the file's own bytes (a name, a tag): all of it escaped
-        click.echo(shown(f"skipped: {s['path']}: {as_flags(s['reason'])}"), err=True)
+        click.echo(shown(f"skipped: {s['path']}: {s['reason']}"), err=True)
     if len(m.skipped) > 10:
         click.echo(f"skipped: ... and {len(m.skipped) - 10} more (see {out}/index.json)", err=True)
     if m.clips is not None:
@@ -317,8 +284,7 @@ def _classes(classes: tuple[str, ...]) -> str:
     type=click.Choice(values(ClipList)),
     default=None,
     help="With --clips: pack only the clips of a benchmark's list, in its order "
-    "(dmcgb-video_easy, dmcgb-video_hard, dmcgb2-video_easy, dmcgb2-video_hard, davis17-train, "
-    "davis17-val); one missing is an error.",
+    f"({', '.join(values(ClipList))}); one missing is an error.",
 )
 @quiet_option
 def pack(src: str, out: str, quiet: bool, **opts: Any) -> None:
@@ -346,12 +312,11 @@ def pack(src: str, out: str, quiet: bool, **opts: Any) -> None:
     from ..writing.packing import pack as run_pack
     from ..writing.sources.archive import check_within
 
-    _check_pack_flags(opts)
     if os.path.exists(src):  # (a missing SRC is named by the pack itself)
         try:
             check_within(src, opts["within"])
-        except ValueError as exc:
-            raise click.UsageError(as_flags(str(exc))) from None
+        except ArgumentError as exc:
+            raise click.UsageError(exc.worded(as_flag)) from None
     shuffle = not opts.pop("no_shuffle")
     opts["every"] = opts["every"] or 1  # unset: every frame
     update, close = _progress_bar(quiet)
@@ -359,7 +324,7 @@ def pack(src: str, out: str, quiet: bool, **opts: Any) -> None:
         try:
             result = run_pack(src, out, shuffle=shuffle, progress=update, **opts)
         except ArgumentError as exc:  # the library's rules, worded with these flags
-            raise click.UsageError(exc.worded(_as_flag)) from None
+            raise click.UsageError(exc.worded(as_flag)) from None
         except LateInterrupt:  # while index.json was written: the pack is whole
             _interrupted_when_finished(out, part=False)
         except KeyboardInterrupt:
@@ -381,10 +346,7 @@ def _interrupted(out: str, overwrite: bool) -> NoReturn:
             err=True,
         )
     else:
-        # the Makefile's targets resume by themselves: rerunning the target is the way on
-        rerun = os.environ.get("MIXSHARD_RERUN_HINT")
-        hint = f"rerun `{rerun}` to continue" if rerun else RESUME_HINT
-        click.echo(f"Interrupted. Finished shards are kept: {hint}.", err=True)
+        click.echo(f"Interrupted. Finished shards are kept: {resume_hint()}.", err=True)
     sys.exit(130)
 
 

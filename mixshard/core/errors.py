@@ -5,19 +5,60 @@
 * Bad *data or environment* (a missing or damaged source, pack, shard or server, a full disk,
   a folder in use) raises a `MixshardError` subclass. Its message names the file or URL, says
   what was found and what is expected, and gives the fix.
-* Library messages speak of function arguments (`variants=`), never of command-line flags;
-  an `ArgumentError` names them as fields that the CLI spells as its own flags (a usage
-  error, exit 2), and the CLI turns a `MixshardError` into one `Error: ...` line (exit 1).
+* Library messages speak of function arguments, never of command-line flags, and name each
+  as data: a message is a sequence of text and `Arg`s (`OutputError("OUT is not empty; pass ",
+  Arg("resume", True), " to finish it")`). `str()` spells an `Arg` as Python does
+  (`resume=True`); the CLI spells it as the flag of its own parameter of that name
+  (`--resume`), so no caller rewrites a message and a reworded one cannot lose its flags. It
+  prints an `ArgumentError` as a usage error (exit 2) and a `MixshardError` as one
+  `Error: ...` line (exit 1).
 * `assert` is never used on input. Library code never prints; warnings use `warnings.warn`.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 
-class MixshardError(Exception):
+@dataclass(frozen=True)
+class Arg:
+    """An argument a message names: its `name`, and `value`, the value to pass (`...`: the
+    argument itself, no value). `str()` spells it as Python does: `resume=True`,
+    `within='a b'`, `every`."""
+
+    name: str
+    value: Any = ...
+
+    def __str__(self) -> str:
+        return self.name if self.value is ... else f"{self.name}={self.value!r}"
+
+
+RESUME = Arg("resume", True)
+OVERWRITE = Arg("overwrite", True)
+
+
+class Naming:
+    """An exception whose message (its `args`) is text and `Arg`s, joined by `str()`."""
+
+    args: tuple[Any, ...]
+
+    def __str__(self) -> str:
+        return self.worded(str)
+
+    def worded(self, spell: Callable[[Arg], str]) -> str:
+        """The message with each `Arg` spelled `spell(arg)` (the CLI's: as its flag)."""
+        return "".join(spell(p) if isinstance(p, Arg) else str(p) for p in self.args)
+
+    @property
+    def arguments(self) -> tuple[Arg, ...]:
+        """The arguments the message names, in its order."""
+        return tuple(p for p in self.args if isinstance(p, Arg))
+
+
+class MixshardError(Naming, Exception):
     """Base class of every error mixshard raises on bad data or environment; the CLI prints it
     as one line.
 
@@ -57,9 +98,12 @@ class ShardError(MixshardError):
 class SkippedImagesError(MixshardError):
     """`strict=True` was given and some images could not be read."""
 
-    def __init__(self, message: str, skipped: list[dict[str, str]]) -> None:
-        super().__init__(message)
+    def __init__(self, *message: str | Arg, skipped: list[dict[str, str]]) -> None:
+        super().__init__(*message)
         self.skipped = skipped
+
+    def __reduce__(self) -> tuple[Any, ...]:  # a worker's or Ray task's error, with `skipped`
+        return partial(type(self), skipped=self.skipped), self.args
 
 
 class ImageDecodeError(Exception):
@@ -78,22 +122,7 @@ class ForkedError(MixshardError):
     used in the child; make it in the child (e.g. in a DataLoader's `worker_init_fn`)."""
 
 
-class ArgumentError(ValueError):
-    """Arguments a call cannot be made with, worded once for every caller. Each argument the
-    message names is a field of `template`: `{name}` for the argument, `{name=value}` for it
-    set to a value (a Python literal). `str()` spells them as Python does (`every`,
-    `crop='full'`); `worded(spell)` as a caller's own (the command line's flags: `--every`,
-    `--crop full`), so no caller rewrites the message."""
-
-    def __init__(self, template: str) -> None:
-        self.template = template
-        super().__init__(
-            self.worded(lambda name, value: name if value is None else f"{name}={value}")
-        )
-
-    def worded(self, spell: Callable[[str, str | None], str]) -> str:
-        """The message with each field spelled `spell(name, value literal or None)`."""
-        return _FIELD.sub(lambda m: spell(m.group(1), m.group(2)), self.template)
-
-
-_FIELD = re.compile(r"\{(\w+)(?:=([^{}]*))?\}")
+class ArgumentError(Naming, ValueError):
+    """Arguments a call cannot be made with, worded once for every caller: a message of text
+    and `Arg`s, which `str()` spells as Python does (`every`, `crop='full'`) and the command
+    line as its flags (`--every`, `--crop full`)."""

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..augment.clippool import ReadAhead
+from ..augment.caches.clippool import ReadAhead
 from ..core.errors import MixshardError
 from ..core.jobs import own
 from ..reading.source import Source, resolve_source

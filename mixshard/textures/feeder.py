@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..augment.keyed import seed_key
-from ..augment.playback import PLAYBACKS, draw, positions
+from ..augment.draws.keyed import seed_key
+from ..augment.draws.playback import draw, positions
+from ..augment.inputs.checks import PLAYBACKS
 from ..reading.source import Source
 from .clipreads import ClipFrames
 from .target import FrameWriter, TextureTarget, Upload, physics_upload

@@ -26,7 +26,7 @@ from ...core.constants import (
     SHARD_SUFFIX,
     TMP_SUFFIX,
 )
-from ...core.errors import OutputError, WriteError
+from ...core.errors import OVERWRITE, RESUME, OutputError, WriteError
 from ...core.files import atomic_write, create_file, open_own, planted
 from ...core.packpath import tilde_hint
 from ..plan.packplan import PackPlan
@@ -38,8 +38,9 @@ def write_error(exc: OSError, where: Path) -> WriteError:
     """The error of a failed write into OUT (ENOSPC, EROFS, EIO), naming the file."""
     hint = "free some space, then" if exc.errno == errno.ENOSPC else "fix that, then"
     return WriteError(
-        f"cannot write {where}: {exc.strerror}; {hint} pack again with resume=True to continue "
-        "(finished shards are kept)"
+        f"cannot write {where}: {exc.strerror}; {hint} pack again with ",
+        RESUME,
+        " to continue (finished shards are kept)",
     )
 
 
@@ -72,8 +73,9 @@ def check_replaceable(out: Path) -> None:
     foreign = foreign_files(out)
     if foreign:
         raise OutputError(
-            f"overwrite=True: {out} holds files mixshard did not write ({_listing(foreign)}); "
-            "nothing was deleted. Choose an empty or new output folder"
+            OVERWRITE,
+            f": {out} holds files mixshard did not write ({_listing(foreign)}); "
+            "nothing was deleted. Choose an empty or new output folder",
         )
 
 
@@ -97,8 +99,11 @@ def prepare_out(out: Path, resume: bool) -> None:
         )
     if names and not resume:
         raise OutputError(
-            f"output folder {out} is not empty; pass resume=True to finish an interrupted pack "
-            "there or overwrite=True to replace it"
+            f"output folder {out} is not empty; pass ",
+            RESUME,
+            " to finish an interrupted pack there or ",
+            OVERWRITE,
+            " to replace it",
         )
     linked = [n for n in names if _made_afresh(n) and os.path.islink(out / n)]
     if linked:  # checked again when each file is made: this names them before any is written
@@ -224,7 +229,9 @@ def load_done(
             raise OutputError(
                 f"{out} holds an interrupted pack of another source or other options "
                 f"({path.name}{_changes(header, run)}); pack again with the same SRC and options "
-                "to resume it, or pass overwrite=True to start over"
+                "to resume it, or pass ",
+                OVERWRITE,
+                " to start over",
             )
         for line in lines[1:]:
             try:

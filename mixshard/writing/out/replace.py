@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from ...core.errors import MixshardError, OutputError
+from ...core.errors import OVERWRITE, RESUME, MixshardError, OutputError
 from ...core.files import planted
 from .outdir import check_replaceable, load_done
 from .outlock import OutLock
@@ -142,14 +142,9 @@ def replace_pack(out: Path, fingerprint: str, write: Callable[[Path, tuple[int, 
                 if staging.exists()
                 else ""
             )
-            message = (
-                str(exc)
-                .replace(" to continue (finished shards are kept)", "")
-                .replace(
-                    "pack again with resume=True", "rerun the same command with overwrite=True"
-                )
-            )
-            exc.args = (f"{message}. {given} still holds the earlier pack, unchanged{kept}",)
+            # this run goes on as it was started, with overwrite: a resume of `out` would not
+            again = tuple(OVERWRITE if part == RESUME else part for part in exc.args)
+            exc.args = (*again, f". {given} still holds the earlier pack, unchanged{kept}")
             exc.resumable = False  # a resume of `out` would not continue this run
             raise
         swap_in(staging, out)

@@ -14,7 +14,7 @@ from typing import BinaryIO
 import numpy as np
 
 from ...core.constants import TMP_SUFFIX
-from ...core.errors import SkippedImagesError
+from ...core.errors import Arg, SkippedImagesError
 from ...core.files import Flusher, create_file, fsync_dir
 from ...core.manifest import ShardInfo, dump_json, shard_from_dict, shard_to_dict
 from ..plan.packplan import PackPlan
@@ -87,9 +87,12 @@ def strict_error(skipped: list[dict[str, str]]) -> SkippedImagesError:
     shown = "; ".join(f"{s['path']} ({s['reason']})" for s in skipped[:10])
     more = f"; and {len(skipped) - 10} more" if len(skipped) > 10 else ""
     return SkippedImagesError(
-        f"strict: {len(skipped)} file(s) could not be read: {shown}{more}. Fix or remove them "
-        "(then pack again), or pass strict=False to skip them",
-        skipped,
+        Arg("strict"),
+        f": {len(skipped)} file(s) could not be read: {shown}{more}. Fix "
+        "or remove them (then pack again), or pack without ",
+        Arg("strict", True),
+        " to skip them",
+        skipped=skipped,
     )
 
 

@@ -15,7 +15,7 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-from ...core.errors import OutputError
+from ...core.errors import OVERWRITE, OutputError
 from ...core.manifest import Manifest
 from ..plan.packplan import PackPlan
 from .shardwrite import DoneShard, plan_stamps
@@ -75,8 +75,10 @@ def check_source(out: os.PathLike | str, manifest: Manifest, plan: PackPlan) -> 
         return
     raise OutputError(
         f"{out} holds a finished pack of another source: it was packed from {_shown(old)}; "
-        f"SRC is now {_shown(new)}; pass overwrite=True to replace it with a pack of SRC (the "
-        "old pack is kept until the new one is complete), or write the new pack elsewhere"
+        f"SRC is now {_shown(new)}; pass ",
+        OVERWRITE,
+        " to replace it with a pack of SRC (the "
+        "old pack is kept until the new one is complete), or write the new pack elsewhere",
     )
 
 

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ...core.constants import JOURNAL_GLOB, JOURNAL_NAME, LOCK_NAME, MANIFEST_NAME
-from ...core.errors import OutputError
+from ...core.errors import OVERWRITE, RESUME, OutputError
 from ...core.stores import Store
 from .outdir import is_ours, part_suffix
 from .shardwrite import DoneShard
@@ -277,8 +277,12 @@ class StoreOut:
             except OutputError as exc:
                 if type(exc) is not OutputError:
                     raise  # a failed write names the staging file, where it failed
-                text = str(exc).replace(str(self.staging), self.url)
-                raise OutputError(text.replace(KEPT, DELETED)) from None
+                parts = (
+                    p.replace(str(self.staging), self.url).replace(KEPT, DELETED)
+                    if isinstance(p, str) else p
+                    for p in exc.args
+                )  # fmt: skip
+                raise OutputError(*parts) from None
             if result.manifest is not None and not result.already_complete:
                 self._publish()
             return dataclasses.replace(result, out=self.url)
@@ -311,8 +315,11 @@ class StoreOut:
             names = []
         if names and not resume:
             raise OutputError(
-                f"{self.url} is not empty; pass resume=True to finish an interrupted pack there "
-                "or overwrite=True to replace it"
+                f"{self.url} is not empty; pass ",
+                RESUME,
+                " to finish an interrupted pack there or ",
+                OVERWRITE,
+                " to replace it",
             )
         self.sizes = {n: found[n][0] for n in names}
         shutil.rmtree(self.staging, ignore_errors=True)  # what a killed run left: redone

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ...core import presets
 from ...core.constants import IMAGE_EXTENSIONS, VIDEO_EXTENSIONS
-from ...core.errors import ImageDecodeError, SourceError
+from ...core.errors import Arg, ArgumentError, ImageDecodeError, SourceError
 from ...core.packpath import tilde_hint
 from ..pixels.video import probe_video
 from ..pixels.videofile import open_video
@@ -113,8 +113,9 @@ def _too_high(label: str, skipped: list[dict[str, str]]) -> SourceError | None:
     top = nested[0].split("/")[0]
     return SourceError(
         f"no clips found in {label}, but folders of frames one level down ({top}/"
-        f"{nested[0].split('/')[1]}/, ...): pack its folder {top}/ instead (as SRC, or with "
-        "within= in an archive): a clip's frames lie directly in its folder"
+        f"{nested[0].split('/')[1]}/, ...): pack its folder {top}/ instead (as SRC, or as ",
+        Arg("within"),
+        " of an archive): a clip's frames lie directly in its folder",
     )
 
 
@@ -127,7 +128,7 @@ def _list(src: str, within: str | None) -> tuple[PackInput, list[str], list[dict
         )
     if not os.path.isfile(src):
         if within is not None:
-            raise ValueError("within= picks a folder inside an archive; SRC is not one")
+            raise ArgumentError(Arg("within"), " picks a folder inside an archive; SRC is not one")
         root = Path(src)
         refuse_pack_source(root)
         if not root.is_dir():

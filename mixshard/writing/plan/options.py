@@ -23,7 +23,9 @@ from ...core.constants import (
     RESAMPLE,
     RESAMPLE_MODES,
 )
-from ...core.errors import ArgumentError
+from ...core.errors import Arg, ArgumentError
+
+CLIPS = Arg("clips", True)
 
 
 @dataclass(frozen=True)
@@ -73,14 +75,15 @@ def clip_options(
     """
     if clips:
         return ClipOptions(every, max_frames, shuffle, clip_list)
-    given = {"every": every != 1, "max_frames": max_frames is not None, "shuffle_clips": shuffle,
-             "clip_list": clip_list is not None}  # fmt: skip
-    first = next((name for name, set_ in given.items() if set_), None)
+    given = {Arg("every"): every != 1, Arg("max_frames"): max_frames is not None,
+             Arg("shuffle_clips"): shuffle, Arg("clip_list"): clip_list is not None}  # fmt: skip
+    first = next((arg for arg, set_ in given.items() if set_), None)
     if first is not None:
+        e, m, s, c = given
         raise ArgumentError(
-            f"{{{first}}} applies to clip packs only: add {{clips=True}} ({{every}}, "
-            "{max_frames}, {shuffle_clips} and {clip_list} apply to {clips=True} only)"
-        )
+            first, " applies to clip packs only: add ", CLIPS, " (", e, ", ", m, ", ", s, " and ",
+            c, " apply to ", CLIPS, " only)",
+        )  # fmt: skip
     return None
 
 
@@ -88,14 +91,15 @@ def check_clips(crop: str, variants: int, labels: str, clips: ClipOptions) -> No
     """Raise `ArgumentError` (a `ValueError`) for options no clip pack takes."""
     if crop == "random" or variants != 1:
         raise ArgumentError(
-            "{clips=True} takes {crop='center'} or {crop='full'} and one variant: a clip's "
-            f"frames share one window (got {{crop={crop!r}}}, {{variants={variants}}})"
-        )
+            CLIPS, " takes ", Arg("crop", "center"), " or ", Arg("crop", "full"), " and one "
+            "variant: a clip's frames share one window (got ", Arg("crop", crop), ", ",
+            Arg("variants", variants), ")",
+        )  # fmt: skip
     if labels != "auto":
         raise ArgumentError(
-            "{labels} does not apply to {clips=True}: a frame's label is its clip's "
-            f"(got {{labels={labels!r}}})"
-        )
+            Arg("labels"), " does not apply to ", CLIPS, ": a frame's label is its clip's (got ",
+            Arg("labels", labels), ")",
+        )  # fmt: skip
     if clips.every < 1 or (clips.max_frames is not None and clips.max_frames < 1):
         raise ValueError(
             f"every and max_frames must be >= 1, got {clips.every} and {clips.max_frames}"
@@ -133,20 +137,30 @@ def check_options(
             f"shard_size={shard_size}, seed={seed}"
         )
     if variants > 1 and crop != "random":
-        raise ValueError(f"variants={variants} needs crop='random' (other crops are all the same)")
+        raise ArgumentError(
+            Arg("variants", variants), " needs ", Arg("crop", "random"),
+            " (other crops are all the same)",
+        )  # fmt: skip
     if variants > shard_size:
-        raise ValueError(f"variants={variants} exceeds shard_size={shard_size}")
+        raise ArgumentError(Arg("variants", variants), " exceeds ", Arg("shard_size", shard_size))
 
 
 def check_modes(resume: bool, overwrite: bool, part, finish: bool, ray) -> None:
-    """Raises `ValueError` for `pack` modes that exclude each other."""
+    """Raises `ArgumentError` (a `ValueError`) for `pack` modes that exclude each other."""
     if resume and overwrite:
-        raise ValueError("resume and overwrite exclude each other; pick one")
+        raise ArgumentError(
+            Arg("resume"), " and ", Arg("overwrite"), " exclude each other; pick one"
+        )
     if finish and (resume or overwrite or part is not None or ray is not None):
-        raise ValueError("finish only writes index.json: no resume, overwrite, part or ray")
+        raise ArgumentError(
+            Arg("finish"), " only writes index.json: no ", Arg("resume"), ", ", Arg("overwrite"),
+            ", ", Arg("part"), " or ", Arg("ray"),
+        )  # fmt: skip
     if part is not None:
         k, n = part
         if n < 1 or not 0 <= k < n:
             raise ValueError(f"part must be (k, n) with 0 <= k < n, got ({k}, {n})")
         if overwrite or ray is not None:
-            raise ValueError("a job-array part cannot also overwrite or run on Ray")
+            raise ArgumentError(
+                Arg("part"), " cannot be combined with ", Arg("overwrite"), " or ", Arg("ray"),
+            )  # fmt: skip

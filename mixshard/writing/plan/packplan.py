@@ -24,7 +24,7 @@ from ...core.constants import (
     RESAMPLE,
     shard_name,
 )
-from ...core.errors import OutputError
+from ...core.errors import OVERWRITE, OutputError
 from ...core.manifest import Manifest, dump_json
 from ..sources.archive import MemberReader, PackInput
 from ..sources.scanning import ScanResult
@@ -235,7 +235,8 @@ def finished_pack(out: Path, plan: PackPlan) -> Manifest | None:
             if old.get(k) != new.get(k)
         )  # fmt: skip
         raise OutputError(
-            f"{out} holds a finished pack made with other options ({changes}); pass "
-            "overwrite=True to replace it (the old pack is kept until the new one is complete)"
+            f"{out} holds a finished pack made with other options ({changes}); pass ",
+            OVERWRITE,
+            " to replace it (the old pack is kept until the new one is complete)",
         )
     return manifest

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...core.errors import ImageDecodeError, MixshardError
+from ...core.errors import RESUME, Arg, ImageDecodeError, MixshardError
 from ..pixels.image import grey_pixels, load_image
 from ..plan.packplan import DecodeTask
 from ..sources.archive import MemberReader
@@ -34,7 +34,11 @@ if TYPE_CHECKING:
 
 WORKER_DIED = (
     "a decode worker process died (out of memory, or a crash inside an image library); "
-    "finished shards are kept: pack again with resume=True, and with workers=1 to find the file"
+    "finished shards are kept: pack again with ",
+    RESUME,
+    ", and with ",
+    Arg("workers", 1),
+    " to find the file",
 )
 
 
@@ -43,7 +47,9 @@ def cannot_start(workers: int, exc: OSError) -> MixshardError:
     OUT, so not a WriteError."""
     return MixshardError(
         f"cannot start {workers} decode worker processes: {exc.strerror}; "
-        "pack with fewer workers (workers=1 uses none)"
+        "pack with fewer workers (",
+        Arg("workers", 1),
+        " uses none)",
     )
 
 

@@ -129,7 +129,7 @@ class LocalRun:
         except OSError as exc:
             raise write_error(exc, self.builder.final if self.builder else self.out) from None
         except BrokenExecutor:  # BrokenProcessPool
-            raise PackInterrupted(WORKER_DIED) from None
+            raise PackInterrupted(*WORKER_DIED) from None
         finally:
             if self.builder is not None:
                 self.builder.abort()

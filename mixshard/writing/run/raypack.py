@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ...core.errors import MixshardError, PackInterrupted, SkippedImagesError
+from ...core.errors import Arg, MixshardError, PackInterrupted, SkippedImagesError
 from ...core.stores import is_store_url
 from ..out.shardwrite import Decoded, DoneShard, write_shard
 from ..plan.packplan import DecodeTask, PackPlan
@@ -63,7 +63,8 @@ def connect(address: str) -> Any:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise MixshardError(
             f"cannot reach the Ray cluster at {address}: {first}; check the address (`ray "
-            "status` on the head node) or pack without ray=..."
+            "status` on the head node) or pack without ",
+            Arg("ray"),
         ) from None
     return ray
 
@@ -79,7 +80,8 @@ def _probe(address: str, timeout: float = 10.0) -> None:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise MixshardError(
             f"cannot reach the Ray cluster at {address}: {reason}; check the address (`ray "
-            "status` on the head node) or pack without ray=..."
+            "status` on the head node) or pack without ",
+            Arg("ray"),
         ) from None
 
 
@@ -154,9 +156,9 @@ def _result(ray: Any, ref: Any, index: int) -> DoneShard:
     except ray.exceptions.RayTaskError as exc:
         cause = exc.cause if isinstance(exc.cause, Exception) else None
         if isinstance(cause, SkippedImagesError):
-            raise SkippedImagesError(str(cause), cause.skipped) from None
+            raise SkippedImagesError(*cause.args, skipped=cause.skipped) from None
         if isinstance(cause, MixshardError):
-            raise type(cause)(str(cause)) from None
+            raise type(cause)(*cause.args) from None
         raise PackInterrupted(f"the Ray task of shard {index} failed: {cause or exc}") from None
     except ray.exceptions.RayError as exc:
         first = str(exc).strip().splitlines()[0]

@@ -138,7 +138,7 @@ class WholeShards:
                     free.append(slot)
                     self.on_shard(self._result(future, index))
         except BrokenExecutor:  # BrokenProcessPool
-            raise PackInterrupted(WORKER_DIED) from None
+            raise PackInterrupted(*WORKER_DIED) from None
         finally:
             job.stop()  # running tasks end after their chunk and remove their partial files
             pool.shutdown(wait=True, cancel_futures=True)

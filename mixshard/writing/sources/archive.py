@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ...core.errors import ImageDecodeError, PackInterrupted, SourceError
+from ...core.errors import Arg, ArgumentError, ImageDecodeError, PackInterrupted, SourceError
 from ...core.files import create_file
 from ...core.packpath import tilde_hint
 from .archivelist import (
@@ -189,15 +189,21 @@ def check_within(src: str | os.PathLike, within: str | None) -> str:
         return ""
     if os.path.isdir(src):
         inside = Path(src) / within
-        raise ValueError(
-            f"within={within!r} picks a folder inside an archive, but SRC {src} is a folder: "
-            f"pass the folder itself as SRC ({inside}) and no within"
+        raise ArgumentError(
+            Arg("within", within),
+            f" picks a folder inside an archive, but SRC {src} is a "
+            f"folder: pass the folder itself as SRC ({inside}) and no ",
+            Arg("within"),
         )
     rel = extracted_path(within)
     if rel is None:
-        raise ValueError(
-            f"within={within!r} must be a folder inside the archive, as a relative path without "
-            "'..' (e.g. within='places365_standard/train'; within='.' is its root)"
+        raise ArgumentError(
+            Arg("within", within),
+            " must be a folder inside the archive, as a relative path without '..' (e.g. ",
+            Arg("within", "places365_standard/train"),
+            "; ",
+            Arg("within", "."),
+            " is its root)",
         )
     return rel
 

@@ -10,7 +10,7 @@ import posixpath
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from ...core.errors import SourceError
+from ...core.errors import Arg, SourceError
 from .scanning import ScanResult, classify, is_image_name, split_folders
 from .tarscan import Unusual, tar_members
 from .zipmembers import member_end, zip_kind
@@ -126,8 +126,8 @@ class _Listing:
         images = list(self.images)
         top = min(self.tops) if len(self.tops) == 1 else ""
 
-        def where(sub: str) -> str:
-            return f"within={posixpath.join(self.within, sub)!r}"
+        def where(sub: str) -> Arg:
+            return Arg("within", posixpath.join(self.within, sub))
 
         if not explicit and top and not self.loose:
             below, splits = split_folders([p.split("/", 1)[1] for p in images if "/" in p])
@@ -135,13 +135,18 @@ class _Listing:
                 pick = next((n for n in splits if n.startswith("train")), splits[0])
                 raise SourceError(
                     f"{label} holds one folder, {top}/, of dataset splits ({', '.join(splits)}): "
-                    f"pass {where(f'{top}/{pick}')} to pack one split, as if the archive had been "
-                    "extracted and that folder given"
+                    "pass ",
+                    where(f"{top}/{pick}"),
+                    " to pack one split, as if the archive had "
+                    "been extracted and that folder given",
                 )
             raise SourceError(
-                f"{label} holds one folder, {top}/: pass {where(top)} (or a folder inside it, "
-                "as if the archive had been extracted and that folder given), or within='.' to "
-                "pack the archive's root"
+                f"{label} holds one folder, {top}/: pass ",
+                where(top),
+                " (or a folder inside it, "
+                "as if the archive had been extracted and that folder given), or ",
+                Arg("within", "."),
+                " to pack the archive's root",
             )
         skipped = [{"path": p, "reason": r} for p, r in self.skipped.items()]
         return classify(label, images, skipped, sorted(self.tops), labels, where)

@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...core.constants import IMAGE_EXTENSIONS, LABEL_MODES, MANIFEST_NAME, NO_LABEL
-from ...core.errors import SourceError
+from ...core.errors import Arg, SourceError
 from ...core.packpath import packs_in, tilde_hint
 
+FOLDERS = Arg("labels", "folders")
 _DIGITS = re.compile(r"(\d+)")
 # Top-level folder names that are a dataset's splits, not its classes (train, val2017, ...).
 _SPLIT = re.compile(r"(train|training|val|valid|validation|test|testing|dev)(\d{4})?", re.I)
@@ -155,9 +156,11 @@ def _resolve_mode(src, labels: str, loose: list[str], with_images: list[str]) ->
     if loose and with_images:
         raise SourceError(
             f"{src} holds both loose images ({len(loose)}, e.g. {loose[0]}) and class "
-            f"folders ({len(with_images)}, e.g. {with_images[0]}/); pass labels='folders' "
-            "to use the class folders (loose images are then reported as skipped) or "
-            "labels='none' to pack every image as one unlabeled set"
+            f"folders ({len(with_images)}, e.g. {with_images[0]}/); pass ",
+            FOLDERS,
+            " to use the class folders (loose images are then reported as skipped) or ",
+            Arg("labels", "none"),
+            " to pack every image as one unlabeled set",
         )
     return "folders" if with_images else "none"
 
@@ -208,7 +211,7 @@ def classify(
     skipped: list[dict[str, str]],
     classes: list[str],
     labels: str,
-    where: Callable[[str], str] | None = None,
+    where: Callable[[str], str | Arg] | None = None,
 ) -> ScanResult:
     """What `scan` makes of a listing: the image paths found (relative, `/`-separated), the
     entries already reported, the top-level folder names (sorted) and the labels mode. Shared
@@ -230,12 +233,15 @@ def classify(
         return ScanResult([(p, NO_LABEL) for p in images], [], skipped, "none")
     if not with_images:
         raise SourceError(
-            f"labels='folders': {src} has no subfolders with images (a flat folder); "
-            "use labels='none' or labels='auto'"
+            FOLDERS,
+            f": {src} has no subfolders with images (a flat folder); use ",
+            Arg("labels", "none"),
+            " or ",
+            Arg("labels", "auto"),
         )
     index = {name: i for i, name in enumerate(classes)}
     items = [(p, index[p.split("/", 1)[0]]) for p in images if "/" in p]
-    skipped += [{"path": p, "reason": "outside any class folder (labels='folders')"} for p in loose]
+    skipped += [{"path": p, "reason": "a loose image outside the class folders"} for p in loose]
     reported = {s["path"] for s in skipped}
     skipped += [
         {"path": name, "reason": _no_images(name)}
@@ -289,7 +295,7 @@ def split_folders(images: list[str]) -> tuple[str, list[str]]:
 
 
 def refuse_split_folders(
-    src: str | os.PathLike, images: list[str], where: Callable[[str], str] | None = None
+    src: str | os.PathLike, images: list[str], where: Callable[[str], str | Arg] | None = None
 ) -> None:
     """A SRC one or two levels too high holds a dataset's splits (`train/`, `val/`) where
     classes belong: packing it would mix validation images into the pool, or pack train and
@@ -313,6 +319,9 @@ def refuse_split_folders(
         found = f"the top-level folders of {src} are dataset splits ({', '.join(splits)})"
         sub = pick
     raise SourceError(
-        f"{found}, not classes; pass one split as the source instead, e.g. {where(sub)} (or "
-        "pass labels='folders' if they really are classes)"
+        f"{found}, not classes; pass one split as the source instead, e.g. ",
+        where(sub),
+        " (or pass ",
+        FOLDERS,
+        " if they really are classes)",
     )
