@@ -2,7 +2,7 @@
 
 The package is laid out by side of the data flow: `core` (manifest format, constants, errors,
 file and environment helpers: imported by both sides), `writing` (scan -> decode -> shards;
-never imports torch or the reading side), `reading` (pack folders and shard URLs -> batches),
+never imports torch or the reading side), `reading` (pack folders and packs on stores -> batches),
 `augment` (the fused blend, `Overlay` and its caches). The public API is re-exported here,
 every name loaded on first use (PEP 562), so that each side imports only what it uses:
 `mixshard pack` starts without torch, and reading or blending loads no image decoder.
@@ -38,6 +38,7 @@ _LAZY: dict[str, str] = {
     "Loader": "reading.loading",
     "loader": "reading.loading",
     "ShardStream": "reading.stream",
+    "Source": "reading.source",
     "prefetch": "reading.prefetcher",
     "Overlay": "augment.overlay",
     "Backgrounds": "augment.backgrounds",
@@ -74,6 +75,7 @@ __all__ = [
     "Loader",
     "loader",
     "ShardStream",
+    "Source",
     "prefetch",
     "Overlay",
     "Backgrounds",
@@ -104,6 +106,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from .core.manifest import Manifest
     from .reading.loading import Loader, loader
     from .reading.prefetcher import prefetch
+    from .reading.source import Source
     from .reading.stream import ShardStream
     from .reading.verifying import VerifyReport, verify
     from .writing.packing import PackProgress, PackResult, pack

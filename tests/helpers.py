@@ -182,12 +182,35 @@ def serve(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
         server.server_close()
 
 
+def ranged_reply(handler: http.server.BaseHTTPRequestHandler, data: bytes) -> None:
+    """Answer `handler`'s GET with `data`, or the part its `Range: bytes=a-b` header asks for
+    (206), as a web server that serves byte ranges does."""
+    asked = handler.headers.get("Range", "")
+    if asked.startswith("bytes="):
+        first, _, last = asked[6:].partition("-")
+        start, end = int(first), min(len(data), int(last) + 1 if last else len(data))
+        handler.send_response(206)
+        handler.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
+        data = data[start:end]
+    else:
+        handler.send_response(200)
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
 def serve_folder(folder: Path) -> contextlib.AbstractContextManager[str]:
-    """A quiet static file server for `folder`."""
+    """A quiet static file server for `folder` that serves byte ranges."""
 
     class Quiet(http.server.SimpleHTTPRequestHandler):
         def log_message(self, *args):
             pass
+
+        def do_GET(self):  # noqa: N802 - the http.server API
+            path = Path(self.translate_path(self.path))
+            if not path.is_file():
+                return super().do_GET()
+            ranged_reply(self, path.read_bytes())
 
     return serve(functools.partial(Quiet, directory=str(folder)))  # type: ignore[arg-type]
 

@@ -158,8 +158,7 @@ def test_heavy_dependencies_stay_on_their_side():
 ROOMS = {
     "pack": {"pack"},
     "batches": {"pack", "batches"},
-    "urls": {"pack", "batches", "urls"},
-    "store": {"pack", "batches", "urls", "store"},
+    "store": {"pack", "batches", "store"},
 }
 
 

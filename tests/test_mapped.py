@@ -557,12 +557,12 @@ def test_the_block_order_reads_ahead_unless_the_whole_pack_is_in_memory_and_fits
 def test_the_read_plan_is_named_or_chosen(pack_dir, tmp_path):
     stream = mixshard.ShardStream(pack_dir, 8, order="global", read="mapped")
     reader = stream.reader(range(0, 2))
-    assert (reader.plan, stream.pack.mapped_shards) == ("mapped", 4)  # at open, not after warm
+    assert (reader.way, stream.pack.mapped_shards) == ("mapped", 4)  # at open, not after warm
     reader.close()
     for order, read, plan_ in (("global", "pread", "pread"), ("block", "feed", "feed")):
         stream = mixshard.ShardStream(pack_dir, 8, order=order, read=read)
         reader = stream.reader(range(0, 2))
-        assert (reader.plan, reader.reads_ahead, stream.pack.mapped_shards) == (
+        assert (reader.way, reader.reads_ahead, stream.pack.mapped_shards) == (
             plan_,
             read == "feed",
             0,

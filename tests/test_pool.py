@@ -12,7 +12,7 @@ import torch
 from helpers import make_tree, read_pack
 
 import mixshard
-from mixshard import Manifest, MixshardError, Overlay
+from mixshard import MixshardError, Overlay
 from mixshard.augment.caches.imagepool import ImagePool
 from mixshard.augment.caches.refill import RefillFeed
 from mixshard.reading.pack.local import LocalPack
@@ -307,15 +307,12 @@ def test_a_take_waiting_on_a_feed_that_is_closed_ends_with_an_error(pack_dir, mo
     assert [str(e) for e in got] == ["the refill stream of the pool was closed"]
 
 
-def test_a_device_cache_of_some_shard_files_holds_just_their_images(pack_dir):
+def test_a_list_of_shard_files_names_the_pack_folder_instead(pack_dir):
     shard = sorted(pack_dir.glob("shard-*.tar"))[0]
-    held = LocalPack(pack_dir, Manifest.load(pack_dir))
-    first = set(ids_of(torch.from_numpy(read_pack(pack_dir)[0][: held.manifest.shards[0].count])))
-    held.close()
-    ov = Overlay([str(shard)], cache="device", flip=False, alpha=1.0, seed=0)
-    out = ov(torch.zeros(64, 3, 12, 12)).round().to(torch.uint8)
-    assert ov.stats()["cpu"]["images"] == len(first) == 16
-    assert set(ids_of(out)) == first
+    with pytest.raises(MixshardError, match="^lists of shard URLs are no longer read: give the"):
+        Overlay([str(shard)], cache="device")
+    with pytest.raises(MixshardError, match=f"no longer read; give {pack_dir} "):
+        Overlay(str(shard), cache="device")
 
 
 def test_a_pool_closed_right_after_its_calls_exits_cleanly(pack_dir):

@@ -120,8 +120,8 @@ def test_sources_say_what_they_are(pack_dir):
     source = resolve_source(pack_dir / "index.json")
     assert (source.kind, source.folder, source.count) == ("folder", str(pack_dir), 96)
     assert resolve_source(source) is source
-    with pytest.raises(TypeError, match="batch_index needs a local pack folder"):
-        ShardStream([str(pack_dir / "shard-000000.tar")], 8).batch_index(0)
+    with pytest.raises(TypeError, match="a pack is a folder or a URL, got int"):
+        resolve_source(3)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="run must be >= 1, got 0"):
         ShardStream(pack_dir, 8, run=0)
 
@@ -186,8 +186,6 @@ def test_a_pool_without_room_for_one_image_says_so(pack):
 def test_stream_arguments_are_checked(pack_dir):
     with pytest.raises(ValueError, match="window must be >= 1, got 0"):
         ShardStream(pack_dir, 8, window=0)
-    with pytest.raises(TypeError, match="reader needs a local pack folder"):
-        ShardStream([str(pack_dir / "shard-000000.tar")], 8).reader(range(0, 2))
 
 
 def test_a_stream_cache_counts_its_draws(pack_dir):

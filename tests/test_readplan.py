@@ -145,7 +145,7 @@ def test_the_global_order_maps_a_cold_pack_once_its_warm_pass_ends(pack_dir, mon
     monkeypatch.setattr(local, "resident", lambda open_shard, sizes: False)  # cold at open
     stream = ShardStream(pack_dir, 8, order="global")
     reader = stream.reader(range(0, 12))
-    assert (reader.plan, stream.pack.mapped_shards) == ("pread", 0)
+    assert (reader.way, stream.pack.mapped_shards) == ("pread", 0)
     first = reader.get(0).clone()
     reader._warm.join()
     assert stream.pack.mapped_shards == 5  # whole, once the pass has read it in
@@ -165,7 +165,7 @@ def test_mapped_when_it_cannot_be_is_one_clear_error_and_auto_reads(pack_dir, mo
     with pytest.raises(MixshardError, match="read='mapped': the pack cannot be mapped here"):
         ShardStream(pack_dir, 8, order="global", read="mapped").reader(range(0, 1))
     reader = ShardStream(pack_dir, 8, order="global").reader(range(0, 1))
-    assert reader.plan == "pread"
+    assert reader.way == "pread"
     reader.close()
 
     def no_descriptor() -> int:
@@ -218,3 +218,79 @@ def test_a_batch_of_preads_in_one_call_stops_at_the_first_it_cannot_read(tmp_pat
             mapped._mapped.read_rows(frozen, np.array([0]), fds[:1], np.array([0]), 16)
     finally:
         os.close(fd)
+
+
+MB = 1 << 20
+WHY_MAPPED = "mapped when the pack is in the page cache and fits in half the memory, else "
+WORKERS_LINE = "workers: threads unless workers='process' (every pack is read by offset)"
+
+
+def plan_of(pack_mb: int, blocks: int = 200, **kw) -> plan.ReadPlan:
+    given = {"order": "auto", "read": "auto", "fits": True, "need": 0, "store": False, **kw}
+    order, read = given.pop("order"), given.pop("read")
+    return plan.make_plan(
+        order, read, blocks=blocks, window=64, pack_bytes=pack_mb * MB, memory=1000 * MB, **given
+    )
+
+
+def test_a_read_plan_says_what_it_chose_and_why(monkeypatch):
+    monkeypatch.delenv("MIXSHARD_MMAP", raising=False)
+    big = plan_of(600)
+    assert (big.order, big.read, big.drop_cache, big.store) == ("block", "auto", True, False)
+    assert big.explain().splitlines() == [
+        "order: block (the pack is larger than half the memory: sequential reads)",
+        f"read: auto ({WHY_MAPPED}runs of blocks read ahead)",
+        "page cache: blocks read are dropped again (the pack is larger than half the memory: "
+        "600 MB of 1000 MB available)",
+        WORKERS_LINE,
+    ]
+    small = plan_of(100)
+    assert small.why[:3] == (
+        "order: global (the pack fits in half the memory: a per-image permutation)",
+        f"read: auto ({WHY_MAPPED}one pread per image, mapped once the warm pass has read it in)",
+        "page cache: kept (100 MB of 1000 MB available)",
+    )
+    assert plan_of(100, blocks=14).why[0] == (
+        "order: block (one window of 64 blocks holds the whole pack (14))"
+    )
+    store = plan_of(100, fits=False, need=5, store=True)
+    assert store.why[:2] == (
+        "order: block (the store's cache cannot hold the whole pack)",
+        "read: auto (runs of blocks through the block cache (a store's pack is never mapped))",
+    )
+    asked = plan_of(100, order="block", read="pread")
+    assert asked.why[:2] == ("order: block (asked)", "read: pread (asked)")
+    monkeypatch.setenv("MIXSHARD_MMAP", "0")
+    assert (
+        plan_of(600).why[1]
+        == "read: auto (MIXSHARD_MMAP=0: no mappings; runs of blocks read ahead)"
+    )
+
+
+def test_a_read_plan_refuses_what_the_pack_cannot_use_and_picks_the_workers():
+    with pytest.raises(ValueError, match="^order must be one of auto, global, block, got 'x'$"):
+        plan_of(100, order="x")
+    with pytest.raises(ValueError, match=r"^order='global' .* give cache_limit >= 5 bytes"):
+        plan_of(100, order="global", fits=False, need=5, store=True)
+    with pytest.raises(ValueError, match="read='mapped' applies to pack folders"):
+        plan_of(100, order="block", read="mapped", store=True)
+    p = plan_of(100)
+    assert p.threads("auto") and p.threads("thread") and not p.threads("process")
+    with pytest.raises(ValueError, match="workers must be 'auto', 'thread' or 'process', got 'x'"):
+        p.threads("x")
+
+
+def test_the_stream_and_inspect_show_the_plan(tmp_path):
+    from helpers import run
+
+    pack = small_pack(tmp_path, 8, shard_size=8, block_size=4)
+    stream = ShardStream(pack, 4, order="global", read="pread")
+    stats = stream.stats()
+    assert (stats["order"], stats["read"], stats["drop_cache"]) == ("global", "pread", False)
+    assert stats["explain"] == stream.plan.explain()
+    assert stats["explain"].splitlines()[:2] == ["order: global (asked)", "read: pread (asked)"]
+    plain = run("inspect", pack).output
+    assert "reading:" not in plain
+    shown = [ln for ln in run("inspect", pack, "--plan").output.splitlines() if "reading:" in ln]
+    assert shown[0] == "reading:  order: block (one window of 64 blocks holds the whole pack (4))"
+    assert shown[-1] == f"reading:  {WORKERS_LINE}"

@@ -375,5 +375,5 @@ def test_a_store_pack_cannot_be_read_mapped(tree, s3_bucket, tmp_path):
         ShardStream(url, 4, read="mapped", cache_dir=tmp_path / "c")
     stream = ShardStream(url, 4, order="block", read="auto", cache_dir=tmp_path / "c")
     reader = stream.reader(range(0, 2))
-    assert (reader.plan, stream.pack.mapped_shards) == ("feed", 0)  # never mapped: the cache
+    assert (reader.way, stream.pack.mapped_shards) == ("feed", 0)  # never mapped: the cache
     reader.close()  # holds only the blocks fetched so far

@@ -12,7 +12,7 @@ def test_schemes_are_told_apart():
     assert url_scheme("S3://b/p") == "s3" and url_scheme("/data/p") is None
     assert url_scheme(3) is None
     assert is_store_url("s3://b/p") and is_store_url("gs://b/p")
-    assert not is_store_url("https://h/p") and not is_store_url("file:///p")
+    assert is_store_url("https://h/p") and not is_store_url("file:///p")
     assert not is_store_url("data/p") and not is_store_url("pipe:cat x.tar")
 
 
@@ -22,9 +22,9 @@ def test_an_unknown_scheme_is_an_error_not_a_folder_name():
     with pytest.raises(MixshardError) as err:
         check_location("xyz://bucket/pack")
     assert str(err.value) == (
-        "xyz://bucket/pack: mixshard cannot read or write xyz:// URLs; give a local folder, an "
-        "http(s):// or file:// URL, or an object store URL such as s3://bucket/prefix or "
-        "gs://bucket/prefix"
+        "xyz://bucket/pack: mixshard cannot read or write xyz:// URLs; give a local folder, a "
+        "file:// URL, or a pack's URL such as s3://bucket/prefix, gs://bucket/prefix or "
+        "https://host/prefix"
     )
 
 
@@ -74,3 +74,24 @@ def test_the_manifest_of_a_store_pack_is_loaded_or_named_missing(s3_bucket, tree
     found = load_manifest(store)
     assert found == Manifest.load(tmp_path / "p")
     assert found.origin == f"{s3_bucket}/p/index.json"
+
+
+def test_an_http_prefix_is_read_only_and_read_by_ranges(tmp_path):
+    from helpers import serve_folder
+
+    (tmp_path / "a.bin").write_bytes(bytes(range(256)) * 4)
+    with serve_folder(tmp_path) as base:
+        store = Store(base)
+        assert store.size("a.bin") == 1024 and store.size("none.bin") is None
+        assert store.read("a.bin", 10, 14) == bytes([10, 11, 12, 13])
+        assert store.sizes(["a.bin", "none.bin"]) == {"a.bin": 1024}
+        store.download("a.bin", tmp_path / "copy.bin")
+        assert (tmp_path / "copy.bin").read_bytes() == (tmp_path / "a.bin").read_bytes()
+        with pytest.raises(MixshardError) as err:
+            store.write("b.json", b"{}")
+        assert str(err.value) == (
+            f"{base}: an http(s):// pack is read-only (and cannot be listed); write the pack to "
+            "a folder or an object store (s3://, gs://) and serve that"
+        )
+        with pytest.raises(MixshardError, match=r"is read-only \(and cannot be listed\)"):
+            store.listing()

@@ -64,7 +64,13 @@ def verify(pack: str, quiet: bool) -> None:
 @cli.command()
 @pack_argument
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def inspect(pack: str, as_json: bool) -> None:
+@click.option(
+    "--plan",
+    "show_plan",
+    is_flag=True,
+    help="Also say how a default loader reads PACK here, and why.",
+)
+def inspect(pack: str, as_json: bool, show_plan: bool) -> None:
     """Summarise PACK: images, classes, size, crop, shards, bytes, skipped.
 
     \b
@@ -116,6 +122,11 @@ def inspect(pack: str, as_json: bool) -> None:
     click.echo(f"skipped:  {len(m.skipped)}")
     if m.clips is not None:
         click.echo(f"clips:    {_clips_line(m.clips)}")
+    if show_plan:
+        from ..reading.batches.plan import default_plan
+
+        for line in default_plan(m, is_store_url(pack)).why:
+            click.echo(f"reading:  {line}")
 
 
 def _clips_line(clips: Any) -> str:

@@ -1,15 +1,18 @@
-"""Object stores (`s3://`, `gs://`, any other fsspec protocol): the one module that talks to fsspec.
+"""Object stores (`s3://`, `gs://`, `http(s)://`, any other fsspec protocol): the one module
+that talks to fsspec.
 
-A `Store` is one pack's prefix in a bucket: objects are named relative to it (`index.json`,
-`shard-000000.tar`). fsspec and its protocol package (s3fs, gcsfs) are optional extras, imported
-on first use; a missing one is a one-line `MixshardError` saying what to install. Endpoints and
-credentials come from each ecosystem's own settings (for S3 the AWS variables and files,
-`AWS_ENDPOINT_URL` for MinIO, R2 or Ceph; for GCS the Google application credentials), never
-from mixshard's options.
+A `Store` is one pack's prefix in a bucket or on a web server: objects are named relative to it
+(`index.json`, `shard-000000.tar`). An `http(s)://` prefix is read-only and cannot be listed:
+its objects are read by `httpreads` through fsspec's HTTP file system, each answer capped at
+the bytes asked for. fsspec and its protocol package (s3fs, gcsfs, aiohttp) are optional
+extras, imported on first use; a missing one is a one-line `MixshardError` saying what to
+install. Endpoints and credentials come from each ecosystem's own settings (for S3 the AWS
+variables and files, `AWS_ENDPOINT_URL` for MinIO, R2 or Ceph; for GCS the Google application
+credentials), never from mixshard's options.
 
 `url_scheme` and `check_location` decide what a location is, for every command: a local path,
-a URL mixshard streams itself (`http(s)://`, `file://`, `pipe:`), or a store URL; a scheme that
-is none of these is an error, never a folder name.
+a `file://` URL (a local path), or a store URL; a scheme that is none of these is an error,
+never a folder name.
 
 Every call to the store has a wall-clock deadline (`deadline`): `STORE_DEADLINE` seconds plus
 one second per `STORE_MIN_RATE` bytes it moves. A store that stops answering (a frozen server,
@@ -32,12 +35,14 @@ from typing import Any
 from .constants import MANIFEST_NAME, MAX_MANIFEST_BYTES
 from .errors import ManifestError, MixshardError, ShardError
 
-STREAMED = ("http", "https", "file")  # URL schemes read by reading/urls/remote.py itself
-EXTRA_OF = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}  # scheme -> pip extra
+LOCAL = ("file",)  # the one URL scheme of a local path
+HTTP = ("http", "https")  # read by `httpreads`, through fsspec's HTTP file system
+EXTRA_OF = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "http": "http", "https": "http"}
 STORE_DEADLINE = 60.0  # seconds any store call may take, plus ...
 STORE_MIN_RATE = 256 << 10  # ... one second per this many bytes it moves
 REQUEST_TIMEOUT = 20.0  # S3: seconds a request may wait to connect or for its next bytes ...
 ATTEMPTS = 3  # ... before it is tried again (all attempts within the call's deadline)
+WRITES = ("put_file", "pipe_file", "rm_file")  # what an http(s):// prefix refuses
 STORE_CHUNK = 8 << 20  # bytes of one ranged read when an object is hashed
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 
@@ -51,10 +56,10 @@ def url_scheme(text: Any) -> str | None:
 
 
 def is_store_url(text: Any) -> bool:
-    """True for a URL of an object store (`s3://`, `gs://`, other fsspec protocols): one with a
-    scheme that is not `http(s)` or `file`."""
+    """True for a URL of a pack read through the block cache (`s3://`, `gs://`, `http(s)://`,
+    other fsspec protocols): one with a scheme other than `file`."""
     scheme = url_scheme(text)
-    return scheme is not None and scheme not in STREAMED
+    return scheme is not None and scheme not in LOCAL
 
 
 def _known_protocols() -> set[str]:
@@ -73,12 +78,12 @@ def check_location(text: Any) -> None:
             protocol.
     """
     scheme = url_scheme(text)
-    if scheme is None or scheme in STREAMED or scheme in _known_protocols():
+    if scheme is None or scheme in LOCAL or scheme in _known_protocols():
         return
     raise MixshardError(
-        f"{text}: mixshard cannot read or write {scheme}:// URLs; give a local folder, an "
-        "http(s):// or file:// URL, or an object store URL such as s3://bucket/prefix or "
-        "gs://bucket/prefix"
+        f"{text}: mixshard cannot read or write {scheme}:// URLs; give a local folder, a "
+        "file:// URL, or a pack's URL such as s3://bucket/prefix, gs://bucket/prefix or "
+        "https://host/prefix"
     )
 
 
@@ -115,13 +120,17 @@ def deadline(nbytes: int = 0) -> float:
     return STORE_DEADLINE + max(0, nbytes) / STORE_MIN_RATE
 
 
-def bounded(fs: Any, method: str, seconds: float, *args: Any, **kwargs: Any) -> Any:
+def bounded(fs: Any, method: str | Callable, seconds: float, *args: Any, **kwargs: Any) -> Any:
     """`fs.<method>(*args, **kwargs)`, ended by `TimeoutError` after `seconds`.
 
     fsspec's own sync wrapper of an asynchronous method is run through `fsspec.asyn.sync` with
     a timeout, which cancels the request in fsspec's loop; any other callable (a synchronous
     protocol, a stand-in) runs on a daemon thread, left behind when it does not return in
     time (nothing else can stop a blocking call)."""
+    if callable(method):  # a coroutine function of `httpreads`, run in fsspec's loop
+        from fsspec.asyn import sync
+
+        return sync(fs.loop, method, fs, *args, timeout=seconds, **kwargs)
     call = getattr(fs, method)
     inner = getattr(fs, "_" + method, None)  # the coroutine fsspec's wrapper would run
     loop = getattr(fs, "loop", None)
@@ -196,6 +205,7 @@ class Store:
         self.url = url.rstrip("/")
         self.fs, self.root = _filesystem(self.url)
         self.root = self.root.rstrip("/")
+        self.http = url_scheme(self.url) in HTTP  # read-only, not listed
         self._sizes: dict[str, int] = {}  # objects' sizes last seen, for whole reads' deadlines
 
     def __repr__(self) -> str:
@@ -204,6 +214,12 @@ class Store:
     def object_url(self, name: str) -> str:
         """The URL of object `name` under this prefix."""
         return f"{self.url}/{name}"
+
+    def _read_only(self) -> MixshardError:
+        return MixshardError(
+            f"{self.url}: an http(s):// pack is read-only (and cannot be listed); write the "
+            "pack to a folder or an object store (s3://, gs://) and serve that"
+        )
 
     def _path(self, name: str) -> str:
         return f"{self.root}/{name}"
@@ -216,7 +232,7 @@ class Store:
     def _call(
         self,
         name: str,
-        method: str,
+        method: str | Callable,
         nbytes: int,
         *args: Any,
         passing: tuple[type[BaseException], ...] = (),
@@ -225,9 +241,13 @@ class Store:
         """`self.fs.<method>(...)` within the deadline of a call moving `nbytes`; a failure
         is a `ShardError` naming object `name`, except the kinds in `passing` (raised as they
         are, for the caller to answer)."""
+        if self.http and method in WRITES:
+            raise self._read_only()
         seconds = deadline(nbytes)
         try:
             return bounded(self.fs, method, seconds, *args, **kwargs)
+        except ShardError:  # from `httpreads`: it names the URL and the fix
+            raise
         except passing:
             raise
         except Exception as exc:  # fsspec's protocols raise their own kinds: named in the line
@@ -236,10 +256,22 @@ class Store:
     def read(self, name: str, start: int | None = None, end: int | None = None) -> bytes:
         """Bytes `[start, end)` of object `name` (the whole object by default): one request."""
         nbytes = end - start if start is not None and end is not None else self._known(name)
+        if self.http:
+            from .httpreads import http_read  # asyncio: imported by a read over http(s) only
+
+            cap = nbytes if start is not None or name in self._sizes else MAX_MANIFEST_BYTES
+            return self._call(name, http_read, nbytes, self._path(name), start, end, cap)
         return bytes(self._call(name, "cat_file", nbytes, self._path(name), start=start, end=end))
 
     def size(self, name: str) -> int | None:
         """Bytes of object `name`, or None when there is none."""
+        if self.http:
+            from .httpreads import http_size
+
+            found = self._call(name, http_size, 0, self._path(name))
+            if found is not None:
+                self._sizes[name] = found
+            return found
         try:
             info = self._call(name, "info", 0, self._path(name), passing=(FileNotFoundError,))
         except FileNotFoundError:
@@ -249,6 +281,13 @@ class Store:
         self._sizes[name] = int(info["size"])
         return self._sizes[name]
 
+    def sizes(self, names: list[str]) -> dict[str, int]:
+        """`{name: bytes}` of those of `names` that exist: one listing, or (an `http(s)://`
+        prefix, which has none) a request for each name."""
+        if not self.http:
+            return {n: size for n, size in self.listing().items() if n in set(names)}
+        return {n: size for n in names if (size := self.size(n)) is not None}
+
     def listing(self) -> dict[str, int]:
         """`{name: bytes}` of the objects directly under the prefix (empty when there are none)."""
         return {name: size for name, (size, _) in self.objects().items()}
@@ -256,6 +295,8 @@ class Store:
     def objects(self) -> dict[str, tuple[int, str | None]]:
         """`{name: (bytes, tag)}` of the objects directly under the prefix; the tag is the
         store's version of the object (`object_tag`)."""
+        if self.http:  # what a pack written there would list first
+            raise self._read_only()
         self.fs.invalidate_cache(self.root)
         try:
             entries = self._call("", "ls", 0, self.root, detail=True, passing=(FileNotFoundError,))
@@ -287,7 +328,16 @@ class Store:
         return object_tag(self._call(name, "info", 0, self._path(name)))
 
     def download(self, name: str, local: str | Path) -> None:
-        """Copy object `name` to the local file `local`."""
+        """Copy object `name` to the local file `local` (over http(s), in ranged reads of
+        `STORE_CHUNK` bytes: never more than the object's size)."""
+        if self.http:
+            total = self.size(name)
+            if total is None:
+                raise ShardError(describe(FileNotFoundError(name), self.object_url(name)))
+            with open(local, "wb") as out:
+                for start in range(0, total, STORE_CHUNK):
+                    out.write(self.read(name, start, min(total, start + STORE_CHUNK)))
+            return
         self._call(name, "get_file", self._known(name), self._path(name), str(local))
 
     def bucket_exists(self) -> bool:

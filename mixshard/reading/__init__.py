@@ -1,2 +1,2 @@
-"""The reading side: pack folders and shard URLs -> ordered uint8 batches (plus `verify` and
+"""The reading side: pack folders and packs on stores -> ordered uint8 batches (plus `verify` and
 `preview`, which need no torch)."""

@@ -38,17 +38,17 @@ def loader(
     """A ready-to-train loader of uint8 batches from a pack.
 
     Args:
-        source: pack folder or shard URLs (see `ShardStream`).
+        source: a pack folder or a pack's URL (see `ShardStream`).
         batch_size: images per batch.
         num_workers: workers preparing batches ahead (0: made on demand in this process).
             They start on the first iteration and live until `close()`; epochs do not
-            respawn them. The batches are the same whatever the number (local packs),
+            respawn them. The batches are the same whatever the number,
             except with `nw > 1` process workers in the shuffled block order, where each
             worker reads its own blocks (`roles.py`): the batches then depend on `nw`.
         pin_memory: pin batches for fast copies to CUDA (ignored without CUDA).
         prefetch_factor: batches each worker prepares ahead (default 2).
-        workers: `"auto"` (threads for a local pack, DataLoader processes for URLs),
-            `"thread"` or `"process"`.
+        workers: `"auto"` (threads: every pack is read by offset), `"thread"` or
+            `"process"` (DataLoader worker processes).
         **stream_kw: `ShardStream` options (shuffle, infinite, seed, rank, world_size, labels,
             on_error, manifest, order, window, run).
 
@@ -71,11 +71,11 @@ class Loader:
     loader closed there has read the first batches of the next epoch (in the block order,
     their window: about `window` blocks a process worker) for nothing.
 
-    For a local pack the workers are threads of this process: reads release the GIL, and
-    handing a 5 MB batch from a DataLoader worker process to this one costs more than making
-    it (measured in scripts/bench_stream.py). With the block order, the reader's own threads
-    read whole blocks ahead straight into the batches, and `num_workers` adds nothing. For shard
-    URLs they are DataLoader worker processes, which also parse the tar stream.
+    Unless `workers="process"` the workers are threads of this process (the read plan's
+    choice, `ReadPlan.threads`): reads release the GIL, and handing a 5 MB batch from a
+    DataLoader worker process to this one costs more than making it (measured in
+    scripts/bench_stream.py). With the block order, the reader's own threads read whole blocks
+    ahead straight into the batches, and `num_workers` adds nothing.
     """
 
     def __init__(
@@ -86,16 +86,12 @@ class Loader:
         prefetch_factor: int | None,
         workers: str,
     ) -> None:
-        if workers not in ("auto", "thread", "process"):
-            raise ValueError(f"workers must be 'auto', 'thread' or 'process', got {workers!r}")
         check_int("num_workers", num_workers, 0)
         check_optional_int("prefetch_factor", prefetch_factor, 1)
         self.stream = stream
         self.infinite = stream.infinite
         self.num_workers = num_workers
-        self.threads = workers == "thread" or (workers == "auto" and stream.is_local)
-        if self.threads and not stream.is_local:
-            raise ValueError("workers='thread' needs a local pack folder")
+        self.threads = stream.plan.threads(workers)
         self._pin = pin_memory and accelerator()
         self._prefetch_factor = prefetch_factor or 2
         self.position = 0  # next batch to hand out

@@ -18,8 +18,9 @@ from ..core.errors import MixshardError, ShardError
 from ..core.layout import block_span
 from ..core.manifest import Manifest
 from ..core.packpath import pack_dir
-from ..core.stores import Store, is_store_url, load_manifest
+from ..core.stores import Store, load_manifest
 from .pack.local import LocalPack
+from .source import store_of
 
 LABEL_HEIGHT = 14
 GAP = 2
@@ -72,7 +73,7 @@ def preview_grid(
         raise ValueError(f"alpha must be in [0, 1], got {alpha}")
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
-    store = Store(str(folder)) if is_store_url(folder) else None
+    store = store_of(folder)
     manifest = load_manifest(store) if store else Manifest.load(pack_dir(folder))
     size = manifest.size
     if manifest.clips is not None:

@@ -1,40 +1,41 @@
-"""What the user passed as a pack, resolved once: a folder, a store URL (`s3://`, `gs://`),
-or shard URLs with their manifest.
+"""What the user passed as a pack, resolved once: a folder, or a pack's URL (`s3://`, `gs://`,
+`http(s)://`: a store, read by byte ranges through the block cache).
 
-`resolve_source` is the only place that asks "folder or URLs?". `ShardStream`, the caches, the
+`resolve_source` is the only place that asks "folder or store?". `ShardStream`, the caches, the
 pool and its refill feed receive the `Source` it returns (and give it to each other), so a pack
-served over HTTP has its `index.json` fetched once, and every reader agrees on what it reads.
+on a store has its `index.json` fetched once, and every reader agrees on what it reads. Shard
+URL lists, brace patterns and `pipe:` commands are refused with the pack URL that replaces them.
 """
 
 from __future__ import annotations
 
 import os
 import time
+import urllib.request
+import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..core.checks import check_optional_int
 from ..core.constants import MANIFEST_NAME
-from ..core.errors import ManifestError, ShardError
-from ..core.manifest import Manifest, ShardInfo
+from ..core.errors import ManifestError, MixshardError, ShardError
+from ..core.manifest import Manifest
 from ..core.packpath import pack_dir
-from ..core.stores import Store, check_location, is_store_url, load_manifest
+from ..core.stores import Store, check_location, is_store_url, load_manifest, url_scheme
 from .pack.local import LocalPack
 from .pack.shardfiles import FileId, FolderFiles, file_id
-from .urls.remote import is_folder, resolve_urls
 
 SWAP_TRIES = 5  # reads of a pack folder whose index.json changed while it was read
 
 
 @dataclass(frozen=True)
 class Source:
-    """A resolved pack: a `folder`; or `urls`, `(url, shard)` pairs (maybe part of a pack); or
-    a `store` URL (`s3://...`) read through a block cache in `cache_dir`, of `cache_limit`
-    bytes (None: `storepack.default_cache_dir`, `storepack.default_limit`). `ids`: a folder's
-    shards as found when its manifest was read (`consistent_pack`)."""
+    """A resolved pack: a `folder`, or a `store` URL (`s3://...`, `https://...`) read through a
+    block cache in `cache_dir`, of `cache_limit` bytes (None: `storepack.default_cache_dir`,
+    `storepack.default_limit`). `ids`: a folder's shards as found when its manifest was read
+    (`consistent_pack`)."""
 
     folder: str | None
-    urls: tuple[tuple[str, ShardInfo], ...] | None
     manifest: Manifest
     store: str | None = None
     cache_dir: str | None = None
@@ -42,52 +43,56 @@ class Source:
     ids: dict[str, FileId | ShardError] | None = field(default=None, compare=False, repr=False)
 
     @property
-    def is_folder(self) -> bool:
-        """True for a pack read by byte offset: a folder, or a store through its cache."""
-        return self.folder is not None or self.store is not None
+    def kind(self) -> str:
+        """`"folder"` or `"store"`."""
+        return "store" if self.store else "folder"
 
     @property
-    def kind(self) -> str:
-        return "store" if self.store else "folder" if self.folder is not None else "urls"
+    def location(self) -> str:
+        """The folder or the store URL, as given."""
+        return self.store or self.folder or ""
+
+    @property
+    def is_folder(self) -> bool:
+        """Deprecated: every pack is read by byte offset now (it was False for shard URLs)."""
+        warnings.warn(
+            "Source.is_folder is deprecated: every Source is read by byte offset; use "
+            "Source.kind to tell a folder from a store",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return True
 
     def open_pack(self, on_error: str = "raise") -> LocalPack:
-        """The pack opened for reading by byte offset (a store's through its block cache).
-
-        Raises:
-            TypeError: a source of shard URLs (they are streamed whole).
-        """
+        """The pack opened for reading by byte offset (a store's through its block cache)."""
         if self.store is not None:  # a `LocalPack` handed its cache as the backend
             from .store.storepack import StoreFiles
 
             files = StoreFiles(self.store, self.manifest, self.cache_dir, self.cache_limit)
             return LocalPack(files.root, self.manifest, on_error, files=files)
-        if self.folder is None:
-            raise TypeError("shard URLs are streamed, not opened by byte offset")
-        return LocalPack(self.folder, self.manifest, on_error, self.ids)
+        return LocalPack(str(self.folder), self.manifest, on_error, self.ids)
 
     @property
     def count(self) -> int:
-        """Images it holds (the manifest's, or the listed shards' for URLs)."""
-        if self.urls is None:
-            return self.manifest.count
-        return sum(shard.count for _, shard in self.urls)
+        """Images it holds."""
+        return self.manifest.count
 
 
 def resolve_source(
-    source: str | os.PathLike | list | Source,
-    manifest: str | Manifest | None = None,
+    source: str | os.PathLike | list[str] | Source,
+    manifest: Manifest | None = None,
     *,
     cache_dir: str | os.PathLike | None = None,
     cache_limit: int | None = None,
 ) -> Source:
-    """`source` (a pack folder or its `index.json`, a store URL `s3://bucket/prefix`, shard
-    URLs, brace patterns, `pipe:` commands, a list of them) as a `Source`; a `Source` is
+    """`source` (a pack folder or its `index.json`, a `file://` URL of one, or a pack's URL
+    `s3://bucket/prefix`, `gs://...`, `https://host/prefix`) as a `Source`; a `Source` is
     returned as it is (with the cache options given here, when they are). `manifest`: the
-    `Manifest` already read, or where the URLs' manifest is when not `<base>/index.json`.
+    `Manifest` already read.
 
     Raises:
-        ManifestError: the folder holds no finished pack, or the URLs' manifest cannot be read.
-        MixshardError: no URLs, or a URL whose shard the manifest does not list.
+        ManifestError: no finished pack there.
+        MixshardError: shard URLs, brace patterns or `pipe:` commands (give the pack's URL).
     """
     check_optional_int("cache_limit", cache_limit, 1)
     if isinstance(source, Source):
@@ -98,24 +103,61 @@ def resolve_source(
             cache_dir=source.cache_dir if cache_dir is None else os.fspath(cache_dir),
             cache_limit=source.cache_limit if cache_limit is None else cache_limit,
         )
-    if isinstance(source, str):
-        check_location(source)
-    if isinstance(source, str) and is_store_url(source):
-        url = source.rstrip("/")
+    given = _pack_location(source)
+    found = manifest if isinstance(manifest, Manifest) else None
+    if manifest is not None and found is None:
+        warnings.warn(
+            "manifest= as a location applied to shard URLs, which are no longer read; it is "
+            "ignored (the pack's own index.json is read)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    if is_store_url(given):
+        url = given.rstrip("/")
         if url.endswith("/" + MANIFEST_NAME):
             url = url[: -len(MANIFEST_NAME) - 1]
-        found = manifest if isinstance(manifest, Manifest) else load_manifest(Store(url))
+        found = found or load_manifest(Store(url))
         where = None if cache_dir is None else os.fspath(cache_dir)
-        return Source(None, None, found, url, where, cache_limit)
-    if not isinstance(source, list) and is_folder(source):
-        folder = os.fspath(pack_dir(source))  # the folder, or its index.json
-        if isinstance(manifest, Manifest):
-            return Source(folder, None, manifest)
-        found, ids = consistent_pack(folder)
-        return Source(folder, None, found, ids=ids)
-    given = source if isinstance(source, list) else os.fspath(source)
-    found, pairs = resolve_urls(given, manifest)
-    return Source(None, tuple(pairs), found)
+        return Source(None, found, url, where, cache_limit)
+    folder = os.fspath(pack_dir(given))  # the folder, or its index.json
+    if found is not None:
+        return Source(folder, found)
+    found, ids = consistent_pack(folder)
+    return Source(folder, found, ids=ids)
+
+
+def store_of(location: str | os.PathLike) -> Store | None:
+    """The `Store` of a pack's URL, or None for a folder (for the readers that take a location
+    and read a store their own way: `verify` whole objects, `preview` single blocks)."""
+    text = _pack_location(location)
+    return Store(text.rstrip("/")) if is_store_url(text) else None
+
+
+def _pack_location(source: object) -> str:
+    """`source` as a folder path or a pack's URL; shard URLs and their lists are refused."""
+    if isinstance(source, (list, tuple)):
+        raise MixshardError(
+            "lists of shard URLs are no longer read: give the pack's folder or its URL "
+            "(https://host/prefix, s3://bucket/prefix, gs://bucket/prefix), which holds "
+            "index.json"
+        )
+    if not isinstance(source, (str, os.PathLike)):
+        raise TypeError(f"a pack is a folder or a URL, got {type(source).__name__}")
+    text = os.fspath(source)
+    check_location(text)
+    if url_scheme(text) == "file":
+        text = urllib.request.url2pathname(text[len("file://") :])
+    if os.path.isdir(text):
+        return text
+    if text.startswith("pipe:") or "::" in text or "{" in text or text.endswith(".tar"):
+        base = text.rsplit("/", 1)[0] if "/" in text and not text.startswith("pipe:") else None
+        instead = f"give {base}" if base else "give the pack's folder or URL"
+        raise MixshardError(
+            f"{text}: shard URLs, brace patterns and pipe: commands are no longer read; "
+            f"{instead} (the folder or URL that holds index.json: a local folder, "
+            "https://host/prefix, s3://bucket/prefix or gs://bucket/prefix)"
+        )
+    return text
 
 
 def consistent_pack(folder: str | os.PathLike) -> tuple[Manifest, dict[str, FileId | ShardError]]:

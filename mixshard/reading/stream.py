@@ -1,15 +1,16 @@
-"""`ShardStream`: full, shuffled uint8 batches from a pack folder or from shard URLs.
+"""`ShardStream`: full, shuffled uint8 batches from a pack folder or a pack on a store.
 
-The stream composes an order (`order.py`: which images make batch `k`) with a reader: for a
-local pack, the read plan's (`localbatches.py`); for URLs, shards streamed in a per-epoch order
-through a shuffle buffer (`urlstream.py`). Batch `k` of a local pack is the same whoever
-makes it, so batches do not depend on the number of workers (except DataLoader workers in the
-shuffled block order, which split the reading, `roles.py`) and `state_dict()` resumes exactly.
+The stream composes an order (`order.py`: which images make batch `k`) with the read plan's
+reader (`localbatches.py`); a store's pack is read the same way, through its block cache.
+Batch `k` is the same whoever makes it, so batches do not depend on the number of workers
+(except DataLoader workers in the shuffled block order, which split the reading, `roles.py`)
+and `state_dict()` resumes exactly.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,23 +23,20 @@ from ..core.errors import MixshardError
 from ..core.manifest import Manifest
 from .batches import order as order_mod
 from .batches.localbatches import BatchReader, LocalBatches
-from .batches.plan import check_read
+from .batches.plan import WINDOW, ReadPlan, make_plan
 from .pack.local import LocalPack
 from .source import Source, resolve_source
-from .urls.urlstream import UrlBatches
 
 _STATE_VERSION = 4  # 3: block order runs; 4: records shuffle
-ORDER_CHOICES = ("auto", *order_mod.ORDERS)
 
 
 class ShardStream(IterableDataset):
     """Full, shuffled uint8 batches from a mixshard pack.
 
     Args:
-        source: a pack folder (local fast path), a pack on an object store (`s3://bucket/prefix`,
-            `gs://...`: read like a folder, its blocks fetched with ranged reads into a bounded
-            local cache), or shard URLs as webdataset takes them (brace patterns, `http(s)://`,
-            `pipe:` commands, lists) whose manifest is `<base>/index.json`.
+        source: a pack folder, or a pack's URL (`s3://bucket/prefix`, `gs://...`,
+            `https://host/prefix`: read like a folder, its blocks fetched with ranged reads
+            into a bounded local cache), or a `Source`.
         batch_size: images per batch; every batch is full.
         shuffle: a fresh order per (seed, epoch); False keeps the stored order.
         infinite: never stop (no epoch boundary, no worker respawn): what an RL run wants.
@@ -48,9 +46,8 @@ class ShardStream(IterableDataset):
         labels: yield `(images, labels)` with int64 labels.
         on_error: `"raise"` (default) or `"skip"`: skip a bad shard or block with one warning
             (a batch keeps its size: images of a bad block are replaced by others of the batch).
-        manifest: where the manifest is, when it is not `<base>/index.json` of the URLs; or
-            the `Manifest` already read (of the folder or of the URLs), not read again.
-        order: local packs: `"global"` (a per-image permutation: for packs in the page cache),
+        manifest: the `Manifest` already read, not read again.
+        order: `"global"` (a per-image permutation: for packs in the page cache),
             `"block"` (whole blocks in a random order, shuffled within windows: sequential
             I/O for packs larger than memory) or `"auto"`: block when one window holds the
             whole pack (its shuffle is then a full permutation), else global when the pack
@@ -61,8 +58,8 @@ class ShardStream(IterableDataset):
             request (4 x 5.4 MB at 84 px): large sequential reads are what a cold disk
             serves fastest. A default pack is shuffled when written, so neighbouring blocks
             are independent samples (the window is rounded up to whole runs).
-        shuffle_blocks: URLs only: blocks held in the shuffle buffer.
-        read: local packs: how images are read (`plan.py`): `"auto"` (the default) copies
+        shuffle_blocks: deprecated, ignored (it sized the shuffle buffer of shard URLs).
+        read: how images are read (`plan.py`): `"auto"` (the default) copies
             them out of mappings of the shards when the pack is in the page cache and fits in
             half the memory (the global order maps it once its warm pass has read it in),
             else reads runs of whole blocks ahead (block order) or one `pread` per image
@@ -94,85 +91,71 @@ class ShardStream(IterableDataset):
         world_size: int | None = None,
         labels: bool = False,
         on_error: str = "raise",
-        manifest: str | Manifest | None = None,
+        manifest: Manifest | None = None,
         order: str = "auto",
-        window: int = 64,
+        window: int = WINDOW,
         run: int = 4,
-        shuffle_blocks: int = 8,
+        shuffle_blocks: int | None = None,
         read: str = "auto",
         cache_dir: str | os.PathLike | None = None,
         cache_limit: int | None = None,
     ) -> None:
-        _check_args(batch_size, on_error, order, window, rank, world_size)
+        _check_args(batch_size, on_error, window, rank, world_size)
         check_int("seed", seed, 0)
-        check_int("shuffle_blocks", shuffle_blocks, 1)
+        if shuffle_blocks is not None:
+            warnings.warn(
+                "shuffle_blocks is deprecated and ignored: shard URLs are no longer streamed",
+                DeprecationWarning,
+                stacklevel=2,
+            )
         check_int("run", run, 1)
         self.batch_size, self.shuffle, self.infinite = batch_size, shuffle, infinite
         self.seed, self.labels, self.on_error = seed, labels, on_error
-        self.window, self.run, self.shuffle_blocks = window, run, shuffle_blocks
+        self.window, self.run = window, run
         self._rank, self._world = rank, world_size
         self.position = 0  # global number of the next batch to make
         self.source = resolve_source(source, manifest, cache_dir=cache_dir, cache_limit=cache_limit)
         self.manifest = self.source.manifest
-        self.pack: LocalPack | None = None
-        if self.source.is_folder:
-            self.pack = self.source.open_pack(on_error)
-            self.count = self.pack.count
-        else:
-            self.count = self.source.count
-        # blocks read from a pack this large are dropped from the page cache again
-        self.larger_than_memory = self.pack is not None and (
-            self.manifest.total_bytes > available_memory() // 2
+        self.pack: LocalPack = self.source.open_pack(on_error)
+        self.count = self.pack.count
+        self.plan: ReadPlan = make_plan(
+            order,
+            read,
+            blocks=len(self.pack.block_count),
+            window=window,
+            pack_bytes=self.manifest.total_bytes,
+            memory=available_memory(),
+            fits=self.pack.files.fits(),
+            need=self.pack.files.need,
+            store=self.source.kind == "store",
         )
-        self.order = self._resolve_order(order)
-        self._local: LocalBatches | None = None
-        self._made: LocalBatches | UrlBatches
-        if self.pack is not None:
-            check_read(read, self.order, self.source.kind == "store")
-            epochs = order_mod.EpochOrder(
-                self.order, self.pack.block_count, seed, window, shuffle, run
-            )
-            self._local = LocalBatches(
-                self.pack, epochs, batch_size, labels, self.larger_than_memory, read
-            )
-            self._made = self._local
-        else:
-            m = self.manifest
-            self._made = UrlBatches(
-                self.source.urls or (),
-                m.size,
-                m.block_size,
-                batch_size,
-                shuffle,
-                seed,
-                labels,
-                on_error,
-                self.shuffle_blocks,
-            )
+        self.order = self.plan.order
+        self.larger_than_memory = self.plan.drop_cache
+        epochs = order_mod.EpochOrder(self.order, self.pack.block_count, seed, window, shuffle, run)
+        self._local = LocalBatches(self.pack, epochs, batch_size, labels, self.plan)
 
-    def _resolve_order(self, wanted: str) -> str:
-        if self.pack is None:  # URLs: shards in a per-epoch order through a shuffle buffer
-            if wanted != "auto":
-                raise ValueError(f"order={wanted!r} applies to local pack folders, not URLs")
-            return "shards"
-        fits = self.pack.files.fits()
-        if wanted == "global" and not fits:
-            raise ValueError(
-                "order='global' reads from every block all epoch long, so it needs the whole "
-                f"pack in the cache: give cache_limit >= {self.pack.files.need} bytes, or use "
-                "order='block'"
-            )
-        if wanted != "auto":
-            return wanted
-        if len(self.pack.block_count) <= self.window:
-            return "block"  # one window is the whole pack: a full permutation, read in blocks
-        return "block" if self.larger_than_memory or not fits else "global"
+    def stats(self) -> dict[str, Any]:
+        """The read plan: `order`, `read` (as asked), `drop_cache`, and `explain`, what was
+        chosen and why (one line each)."""
+        p = self.plan
+        return {
+            "order": p.order,
+            "read": p.read,
+            "drop_cache": p.drop_cache,
+            "explain": p.explain(),
+        }
 
     # ------------------------------------------------------------------ geometry and state
     @property
     def is_local(self) -> bool:
-        """True for a pack folder, False for shard URLs."""
-        return self.pack is not None
+        """Deprecated: every pack is read by byte offset now (it was False for shard URLs)."""
+        warnings.warn(
+            "ShardStream.is_local is deprecated: every pack is read by byte offset; use "
+            "stream.source.kind to tell a folder from a store",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return True
 
     @property
     def rank_world(self) -> tuple[int, int]:
@@ -264,16 +247,12 @@ class ShardStream(IterableDataset):
 
     # ------------------------------------------------------------------ batches
     def batch_index(self, k: int) -> np.ndarray:
-        """The image numbers that make batch `k` (local packs), in batch order."""
-        if self._local is None:
-            raise TypeError("batch_index needs a local pack folder")
+        """The image numbers that make batch `k`, in batch order."""
         return self._local.batch_index(k, self.batches_per_epoch, self.rank_world[0])
 
     def reader(self, batches: range, pin: bool = False) -> BatchReader:
-        """A reader that makes the local batches `batches` (an increasing range) from any
+        """A reader that makes the batches `batches` (an increasing range) from any
         number of threads, in pinned memory if asked; close it when done."""
-        if self._local is None:
-            raise TypeError("reader needs a local pack folder")
         return self._local.reader(batches, self.batches_per_epoch, self.rank_world[0], pin)
 
     def __iter__(self) -> Iterator[Any]:
@@ -283,7 +262,7 @@ class ShardStream(IterableDataset):
         info = get_worker_info()
         wid, nw = (info.id, info.num_workers) if info is not None else (0, 1)
         rank, world = self.rank_world
-        for k, batch in self._made.batches(start, end, wid, nw, nb, rank, world):
+        for k, batch in self._local.batches(start, end, wid, nw, nb, rank, world):
             if info is None:
                 self.position = k + 1
             yield batch
@@ -294,7 +273,6 @@ class ShardStream(IterableDataset):
 def _check_args(
     batch_size: int,
     on_error: str,
-    wanted: str,
     window: int,
     rank: int | None,
     world_size: int | None,
@@ -305,8 +283,6 @@ def _check_args(
     check_optional_int("world_size", world_size, 1)
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-    if wanted not in ORDER_CHOICES:
-        raise ValueError(f"order must be one of {', '.join(ORDER_CHOICES)}, got {wanted!r}")
     if rank is not None and not 0 <= rank < (world_size or 1 << 30):
         raise ValueError(
             f"rank must be in [0, world_size), got rank={rank}, world_size={world_size}"

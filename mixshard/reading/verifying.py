@@ -20,7 +20,8 @@ from ..core.files import open_regular, sha256_of
 from ..core.layout import block_span
 from ..core.manifest import Manifest, ShardInfo
 from ..core.packpath import pack_dir
-from ..core.stores import Store, is_store_url, load_manifest
+from ..core.stores import load_manifest
+from .source import store_of
 
 
 @dataclass
@@ -132,14 +133,18 @@ def verify(
         ManifestError: `index.json` is missing or invalid.
         ShardError: the store denies access or cannot be reached.
     """
-    store = Store(str(folder)) if is_store_url(folder) else None
+    store = store_of(folder)
     if store is None:
         folder = pack_dir(folder)
         manifest = manifest or Manifest.load(folder)
         listing = dict.fromkeys(os.listdir(folder), 0)  # its names (sizes: a store's only)
     else:
         manifest = manifest or load_manifest(store)
-        listing = store.listing()
+        listing = (
+            store.sizes([shard.name for shard in manifest.shards])
+            if store.http
+            else store.listing()
+        )
     report = VerifyReport(manifest)
     listed = {s.name for s in manifest.shards}
     for name in sorted(listing):

@@ -62,8 +62,6 @@ class ClipFrames:
                 f"{m.origin} is an image pack (still images); a texture feeder plays clips: "
                 f"pack the videos or frame folders with `mixshard pack SRC OUT --clips`"
             )
-        if not src.is_folder:
-            raise ValueError("a texture feeder reads clips by byte offset: pass a pack folder")
         self.origin, self.size = m.origin, m.size
         self.names = [c.name for c in m.clips]
         self.first = np.array([c.start for c in m.clips], np.int64)

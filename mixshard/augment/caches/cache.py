@@ -13,7 +13,6 @@ import torch
 
 from ...core.device import host_empty, wants_pinned
 from ...reading.source import Source
-from ...reading.urls.remote import read_blocks
 from ..draws.keyed import mix64_int
 from .pieces import Carry, PermutationWalk
 
@@ -47,22 +46,14 @@ def read_pack_to(source: Source, images: torch.Tensor) -> None:
     pin = wants_pinned(images.device)
     host = host_empty((m.block_size, 3, m.size, m.size), torch.uint8, pin)
     pos = 0
-    if source.is_folder:
-        pack = source.open_pack()
-        try:
-            for b, count in enumerate(pack.block_count.tolist()):
-                pack.read_block(b, host.numpy().reshape(m.block_size, -1))
-                images[pos : pos + count].copy_(host[:count])
-                pos += count
-        finally:
-            pack.close()
-        return
-    for url, shard in source.urls or ():
-        for pixels, _ in read_blocks(url, shard, m.size):
-            count = len(pixels)
-            host[:count].numpy()[:] = pixels
+    pack = source.open_pack()
+    try:
+        for b, count in enumerate(pack.block_count.tolist()):
+            pack.read_block(b, host.numpy().reshape(m.block_size, -1))
             images[pos : pos + count].copy_(host[:count])
             pos += count
+    finally:
+        pack.close()
 
 
 class Permutations:

@@ -103,11 +103,6 @@ class ClipPool:
         length: np.ndarray,
     ) -> None:
         sources = source if isinstance(source, list) else [source]
-        if not all(s.is_folder for s in sources):
-            raise ValueError(
-                "cache='pool' reads clips by byte offset: pass a pack folder or a store URL, "
-                "not shard URLs (or use cache='device')"
-            )
         first, pack_of = first if isinstance(first, tuple) else (first, np.zeros_like(first))
         m = sources[0].manifest
         self.device, self.first, self.length, self.pack_of = device, first, length, pack_of

@@ -35,9 +35,7 @@ class RefillFeed:
 
         # each rank reads its share
         batch = max(1, min(REFILL_BATCH, source.count // rank_world()[1]))
-        kwargs: dict[str, Any] = (
-            {"order": "block", "window": REFILL_WINDOW} if source.is_folder else {}
-        )
+        kwargs: dict[str, Any] = {"order": "block", "window": REFILL_WINDOW}
         self._loader = loader(
             source, batch, num_workers=2, infinite=True, seed=seed, pin_memory=pin, **kwargs
         )

@@ -30,8 +30,8 @@ RECYCLED = 32  # global order: batch buffers remembered, to be used again once d
 
 
 class LocalBatches:
-    """The batches of a local pack, `(images, labels)` with `labels`; `drop_cache`: the block
-    order drops blocks from the page cache once read (a pack larger than memory)."""
+    """The batches of a local pack, `(images, labels)` with `labels`, read as `plan` says
+    (`plan.drop_cache`: the block order drops blocks from the page cache once read)."""
 
     def __init__(
         self,
@@ -39,11 +39,11 @@ class LocalBatches:
         epochs: order.EpochOrder,
         batch_size: int,
         labels: bool,
-        drop_cache: bool,
-        read: str = "auto",
+        read_plan: plan.ReadPlan,
     ) -> None:
-        self.pack, self.epochs, self.read = pack, epochs, read
-        self.batch_size, self.labels, self.drop_cache = batch_size, labels, drop_cache
+        self.pack, self.epochs, self.plan = pack, epochs, read_plan
+        self.read, self.drop_cache = read_plan.read, read_plan.drop_cache
+        self.batch_size, self.labels = batch_size, labels
 
     def batch_index(self, k: int, nb: int, rank: int) -> np.ndarray:
         """The image numbers that make batch `k` of `rank` (`nb` batches per epoch)."""
@@ -88,10 +88,10 @@ class BatchReader:
         self._warm_lock = locks.Lock()
         epochs = batches_of.epochs
         pack_bytes = self.pack.manifest.total_bytes
-        self.plan = plan.choose(
+        self.way = plan.choose(
             self.pack, epochs.kind, batches_of.read, batches_of.drop_cache, pack_bytes
         )
-        if self.plan == "feed":
+        if self.way == "feed":
             window_images = int(np.sort(self.pack.block_count)[-epochs.window :].sum())
             self._feed = BlockFeed(
                 self.pack,
@@ -106,7 +106,7 @@ class BatchReader:
                 run=epochs.run,
             )
         else:
-            if self.plan == "pread":
+            if self.way == "pread":
                 # Warm a cold pack with sequential reads, so the first epoch is not a seek
                 # storm; started once the first batch is read, which would otherwise queue
                 # behind it. Once warm, the pack is mapped if the plan allows

@@ -1,5 +1,6 @@
 """`LocalPack`: a pack read by byte offset (torch-free) through a backend that opens its shard
-files (`shardfiles.FolderFiles`, or a store's block cache, `storepack.StoreFiles`).
+files (`shardfiles.PackFiles`: a folder's `FolderFiles`, or a store's block cache,
+`storepack.StoreFiles`).
 
 Images are read straight into the caller's memory: one `pread` each or copied out of mappings
 of every shard (`mapped.py`, surviving a shard truncated under it), or runs of whole blocks
@@ -22,7 +23,7 @@ from ...core.manifest import Manifest, ShardInfo
 from .blockrun import RunPlan
 from .mapped import ShardMaps, read_rows, resident
 from .rawio import read_iov
-from .shardfiles import FileId, FolderFiles, OpenShards, warn_bad
+from .shardfiles import FileId, FolderFiles, OpenShards, PackFiles, warn_bad
 
 CHECK_LOCKS = 64  # locks striped over the blocks: a block's first read is checked once
 
@@ -50,9 +51,9 @@ class LocalPack:
         manifest: Manifest,
         on_error: str = "raise",
         ids: dict[str, FileId | ShardError] | None = None,
-        files: FolderFiles | None = None,
+        files: PackFiles | None = None,
     ) -> None:
-        self.files = FolderFiles(folder) if files is None else files
+        self.files: PackFiles = FolderFiles(folder) if files is None else files
         self.manifest = manifest
         self.on_error = on_error
         self.shards: list[ShardInfo] = []

@@ -1,6 +1,8 @@
-"""A pack folder's shard files: what identifies one, how it is opened, checked and named in
-errors (`FolderFiles`, the backend `LocalPack` reads through), and the descriptors kept open
-(`OpenShards`: opened on first use, at most `MAX_OPEN_SHARDS` once nobody holds them)."""
+"""A pack's shard files: what `LocalPack` reads them through (`PackFiles`, a protocol with two
+implementations side by side: a folder's `FolderFiles` here, a store's block cache in
+`storepack.StoreFiles`), what identifies one, how a folder's is opened, checked and named in
+errors, and the descriptors kept open (`OpenShards`: opened on first use, at most
+`MAX_OPEN_SHARDS` once nobody holds them)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, Protocol
 
 import numpy as np
 
@@ -136,11 +138,75 @@ class FeedReads:
     blocks: int
 
 
+class PackFiles(Protocol):
+    """What `LocalPack` reads a pack's shard files through: where they are (`folder`), whether
+    they may be mapped (`mappable`), whether a run of blocks is held whole (`whole_runs`), the
+    bytes a cache must hold for the whole pack (`need`), and the calls below."""
+
+    folder: Path
+    mappable: bool
+    whole_runs: bool
+    need: int
+
+    def fix(self) -> str:
+        """What a user does about a damaged shard file, ending an error message."""
+        ...
+
+    def fits(self) -> bool:
+        """Whether the whole pack can be held where it is read (a store's cache may not)."""
+        ...
+
+    def stat_shards(self, shards: tuple[ShardInfo, ...]) -> dict[str, FileId | ShardError]:
+        """Each shard's `FileId`, or the `ShardError` that says why it cannot be read."""
+        ...
+
+    def open(self, name: str, fid: FileId) -> int:
+        """A descriptor of shard `name`, which must still be the file `fid`."""
+        ...
+
+    def check_same(self, name: str, fd: int, fid: FileId) -> None:
+        """Raise when the shard behind `fd` was written to since the pack was opened."""
+        ...
+
+    def unreadable(self, name: str, exc: OSError) -> ShardError:
+        """The error for a read of shard `name` that failed with `exc`."""
+        ...
+
+    def short(self, name: str, fd: int, fid: FileId) -> NoReturn:
+        """Raise the error for a read of shard `name` that ended early."""
+        ...
+
+    def held(self, blocks: list[int]) -> contextlib.AbstractContextManager[None]:
+        """Blocks `blocks` stay readable while the context lasts."""
+        ...
+
+    def expect(self, feed: FeedReads) -> None:
+        """What a block feed will read (a store's cache fetches and evicts by it)."""
+        ...
+
+    def warm(self, files: list[tuple[Path, int]], stop: threading.Event) -> bool:
+        """Bring the shard files in ahead of reads; True once all are in."""
+        ...
+
+
+def stat_each(
+    shards: tuple[ShardInfo, ...], stat: Callable[[ShardInfo], FileId]
+) -> dict[str, FileId | ShardError]:
+    """`stat(shard)` of each shard, or the `ShardError` it raised (a bad shard is named, and
+    left out or raised by the reader as `on_error` says)."""
+    found: dict[str, FileId | ShardError] = {}
+    for shard in shards:
+        try:
+            found[shard.name] = stat(shard)
+        except ShardError as exc:
+            found[shard.name] = exc
+    return found
+
+
 class FolderFiles:
-    """The backend a `LocalPack` reads a pack folder's shard files through: each opened only as
-    a regular file of the folder and checked against its `FileId` from when the pack was
-    opened; its reads' errors name the file and the fix. A store pack's backend
-    (`storepack.StoreFiles`) is handed to `LocalPack` in its place."""
+    """A pack folder's shard files (`PackFiles`): each opened only as a regular file of the
+    folder and checked against its `FileId` from when the pack was opened; its reads' errors
+    name the file and the fix."""
 
     mappable = True  # its files may be mapped (`mapped.py`)
     whole_runs = True  # a run of blocks is held (and read) whole
@@ -153,17 +219,10 @@ class FolderFiles:
         return f"run `mixshard verify {self.folder}`, then repack or restore the file"
 
     def fits(self) -> bool:
-        """Whether the whole pack can be held where it is read (a store's cache may not)."""
         return True
 
     def stat_shards(self, shards: tuple[ShardInfo, ...]) -> dict[str, FileId | ShardError]:
-        found: dict[str, FileId | ShardError] = {}
-        for shard in shards:
-            try:
-                found[shard.name] = self.stat(shard)
-            except ShardError as exc:
-                found[shard.name] = exc
-        return found
+        return stat_each(shards, self.stat)
 
     def _open_path(self, path: Path, at_open: bool) -> int:
         """A descriptor of the regular file `path`; the error names what is wrong (`at_open`:

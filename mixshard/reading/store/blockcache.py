@@ -30,8 +30,9 @@ import numpy as np
 
 from ...core import locks
 from ...core.errors import MixshardError, ShardError
+from ...core.stores import STORE_DEADLINE as RATE_GRACE
+from ...core.stores import STORE_MIN_RATE as MIN_RATE
 from ...core.stores import Store
-from ..urls.remote import MIN_RATE, RATE_GRACE
 from . import eviction
 from .cachefiles import Pages, disk_full, footprint, open_folder, open_in, page_size, punch
 

@@ -1,4 +1,5 @@
-"""A pack on an object store (`s3://`, `gs://`), read as a local pack through a block cache.
+"""A pack on an object store (`s3://`, `gs://`, `http(s)://`), read as a local pack through a
+block cache.
 
 `StoreFiles` is the backend a `LocalPack` is handed in place of a folder's: its shard files are
 the sparse files of a `BlockCache` (`blockcache.py`) and every read first holds the blocks it
@@ -19,6 +20,7 @@ import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 from torch.utils.data import get_worker_info
@@ -27,7 +29,7 @@ from ...core import layout
 from ...core.errors import ManifestError, MixshardError, ShardError
 from ...core.manifest import Manifest, ShardInfo
 from ...core.stores import Store
-from ..pack.shardfiles import FeedReads, FileId, FolderFiles, shard_path
+from ..pack.shardfiles import FeedReads, FileId, shard_path, stat_each
 from . import eviction
 from .blockcache import BlockCache
 from .cachefiles import claim_part, existing, footprint, page_size
@@ -57,7 +59,7 @@ def check_digests(manifest: Manifest, url: str) -> list[str]:
         raise ManifestError(
             f"{url}: this pack was made by an older mixshard, whose index.json has no sha256 "
             "per block, so blocks fetched one by one cannot be checked; repack it (mixshard "
-            "pack SRC URL), or read its shards whole through http(s):// URLs"
+            "pack SRC OUT) and serve or upload the new pack"
         )
     return [str(d) for d in digests]
 
@@ -67,10 +69,11 @@ def default_limit(need: int, root: Path) -> int:
     return min(need, shutil.disk_usage(existing(root)).free // 2)
 
 
-class StoreFiles(FolderFiles):
-    """The backend a `LocalPack` reads the store pack at `url` through (see the module), its
-    cache under `cache_dir` taking at most `cache_limit` bytes of file-system pages on disk
-    (split among DataLoader workers)."""
+class StoreFiles:
+    """The store pack at `url` as `PackFiles` (see the module), its cache under `cache_dir`
+    taking at most `cache_limit` bytes of file-system pages on disk (split among DataLoader
+    workers). Its damaged files are the cache's, so its errors say to delete the cache folder
+    (its blocks are fetched again), not to verify a pack folder."""
 
     mappable = False  # a cache file holds only the blocks fetched so far
 
@@ -84,8 +87,8 @@ class StoreFiles(FolderFiles):
         self.url = url
         self.digests = check_digests(manifest, url)
         identity = hashlib.sha256(url.encode() + b"\n" + manifest.dumps()).hexdigest()[:20]
-        super().__init__(Path(cache_dir or default_cache_dir()) / identity)
-        self.root = self.folder
+        self.root = Path(cache_dir or default_cache_dir()) / identity
+        self.folder = self.root  # this process's part of it, once opened (`open_cache`)
         self.shards = [(s.name, s.bytes) for s in manifest.shards]
         self.spans = block_spans(manifest)
         self.block_bytes = int((self.spans[:, 2] - self.spans[:, 1]).sum())  # of every block
@@ -97,21 +100,25 @@ class StoreFiles(FolderFiles):
         self.whole_runs = self.limit >= self.need
         self.cache: BlockCache | None = None
         self._cache_pid = -1
-        self._listed: dict[str, int] = {}
+
+    def fix(self) -> str:
+        return (
+            f"a file of the block cache is damaged: delete the cache folder {self.root} (its "
+            "blocks are fetched again) and open the pack again"
+        )
 
     def fits(self) -> bool:
         return self.need <= self.limit
 
     def stat_shards(self, shards: tuple[ShardInfo, ...]) -> dict[str, FileId | ShardError]:
-        self._listed = Store(self.url).listing()  # one for all (issue 40: sizes were trusted)
-        try:
-            return super().stat_shards(shards)
-        finally:
-            self._listed = {}
+        """Each shard checked against the store's objects (their sizes: one listing, or a
+        request each over http(s)), never trusted from `index.json` alone."""
+        listed = Store(self.url).sizes([s.name for s in shards])
+        return stat_each(shards, lambda shard: self._stat(shard, listed))
 
-    def stat(self, shard: ShardInfo) -> FileId:
+    def _stat(self, shard: ShardInfo, listed: dict[str, int]) -> FileId:
         shard_path(self.root, shard.name)  # a plain name, or a ShardError
-        found = self._listed.get(shard.name)
+        found = listed.get(shard.name)
         if found is None:
             raise ShardError(f"shard {self.url}/{shard.name} is missing from the store; repack")
         if found != shard.bytes:
@@ -120,6 +127,12 @@ class StoreFiles(FolderFiles):
                 f"store's object is {found}; index.json does not describe this pack: repack it"
             )
         return FileId(0, 0, shard.bytes, 0)  # the cache's files are written while read
+
+    def unreadable(self, name: str, exc: OSError) -> ShardError:
+        return ShardError(f"cannot read the cache file {self.folder / name}: {exc.strerror}")
+
+    def short(self, name: str, fd: int, fid: FileId) -> NoReturn:
+        raise ShardError(f"the cache file {self.folder / name} ends early; {self.fix()}")
 
     def open_cache(self) -> BlockCache:
         if self.cache is None or self._cache_pid != os.getpid():

@@ -24,7 +24,7 @@ import numpy as np
 
 from ...core.constants import CLIP_FORMAT_VERSION, RESAMPLE
 from ...core.manifest import Clip, dump_json
-from ..sources.archive import Source
+from ..sources.archive import PackInput
 from ..sources.scanning import path_key
 from .clipsource import ClipScan, find_clips
 from .options import PackOptions
@@ -69,7 +69,7 @@ def make_clip_plan(
     clip_list: str | None = None,
     resample: str = RESAMPLE,
     grey: bool = False,
-    source: Source | None = None,
+    source: PackInput | None = None,
 ) -> PackPlan:
     """The plan of packing the clips `find_clips` found with these options."""
     options = {

@@ -25,7 +25,7 @@ from ..pixels.video import probe_video
 from ..pixels.videofile import open_video
 
 # the archive listing's own parts: a clip pack lists an archive as an image pack does
-from ..sources.archive import MemberReader, Source, _compressed, is_archive
+from ..sources.archive import MemberReader, PackInput, _compressed, is_archive
 from ..sources.archivelist import extracted_path as _norm
 from ..sources.archivelist import list_tar as _list_tar
 from ..sources.archivelist import list_zip as _list_zip
@@ -119,7 +119,7 @@ def _too_high(label: str, skipped: list[dict[str, str]]) -> SourceError | None:
     )
 
 
-def _list(src: str, within: str | None) -> tuple[Source, list[str], list[dict[str, str]]]:
+def _list(src: str, within: str | None) -> tuple[PackInput, list[str], list[dict[str, str]]]:
     """The source and its image and video files (relative), with the entries reported."""
     if os.path.isfile(src) and not is_archive(src):
         raise SourceError(
@@ -137,11 +137,11 @@ def _list(src: str, within: str | None) -> tuple[Source, list[str], list[dict[st
             files, skipped = walk(root, _is_clip_file)
         except OSError as exc:
             raise SourceError(f"cannot read source folder {src}: {exc.strerror}") from exc
-        return Source(src, MemberReader(src, "folder")), files, skipped
+        return PackInput(src, MemberReader(src, "folder")), files, skipped
     return _members(src, within)
 
 
-def _members(path: str, within: str | None) -> tuple[Source, list[str], list[dict[str, str]]]:
+def _members(path: str, within: str | None) -> tuple[PackInput, list[str], list[dict[str, str]]]:
     """A plain tar's or a zip's videos and images under `within`, listed by the image pack's
     own listing (`archive.py`), the source that reads them and the entries reported.
 
@@ -162,7 +162,7 @@ def _members(path: str, within: str | None) -> tuple[Source, list[str], list[dic
     else:
         listing, kind = _list_tar(path, rel, False, _is_clip_file), "raw"
     full = os.path.abspath(path)
-    source = Source(label, MemberReader(full, kind), dict(listing.images), full)
+    source = PackInput(label, MemberReader(full, kind), dict(listing.images), full)
     if listing.found and not listing.images:  # nothing to read: the caller says what it wants
         return source, [], [{"path": p, "reason": r} for p, r in listing.skipped.items()]
     found = listing.result(label, "none", within is not None)
@@ -174,7 +174,7 @@ def find_clips(
     within: str | None = None,
     clip_list: str | None = None,
     progress: Callable[[str, int], None] | None = None,
-) -> tuple[Source, ClipScan]:
+) -> tuple[PackInput, ClipScan]:
     """List the clips of SRC: its video files (probed) and its frame folders.
 
     Args:

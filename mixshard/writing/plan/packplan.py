@@ -26,7 +26,7 @@ from ...core.constants import (
 )
 from ...core.errors import OVERWRITE, OutputError
 from ...core.manifest import Manifest, dump_json
-from ..sources.archive import MemberReader, Source
+from ..sources.archive import MemberReader, PackInput
 from ..sources.scanning import ScanResult
 
 
@@ -86,7 +86,7 @@ class PackPlan:
     items: tuple[tuple[str, int], ...]  # (path relative to src, label), in pack order
     per_shard: int  # source images per shard
     fingerprint: str
-    source: Source | None = None  # an archive's members (None: `src` is the folder)
+    source: PackInput | None = None  # an archive's members (None: `src` is the folder)
     clips: tuple[PlannedClip, ...] | None = None  # a clip pack's clips (None: an image pack)
 
     @cached_property
@@ -188,7 +188,7 @@ def make_plan(
     shuffle: bool,
     resample: str = RESAMPLE,
     grey: bool = False,
-    source: Source | None = None,
+    source: PackInput | None = None,
 ) -> PackPlan:
     """The plan of packing what `scan` found with these options."""
     options = {

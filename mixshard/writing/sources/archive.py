@@ -135,7 +135,7 @@ class MemberReader:
 
 
 @dataclass(frozen=True)
-class Source:
+class PackInput:
     """Where a pack's images come from, resolved once by `open_source`.
 
     Attributes:
@@ -210,7 +210,7 @@ def check_within(src: str | os.PathLike, within: str | None) -> str:
 
 def open_source(
     src: str | os.PathLike, within: str | None = None, labels: str = "auto"
-) -> tuple[Source, ScanResult]:
+) -> tuple[PackInput, ScanResult]:
     """Resolve SRC (a folder, or a .tar / .tar.gz / .zip archive) and list its images.
 
     Args:
@@ -238,7 +238,7 @@ def open_source(
     rel = check_within(path, within)
     if not os.path.isfile(path):
         found = scan(path, labels)
-        return Source(path, MemberReader(path, "folder")), found
+        return PackInput(path, MemberReader(path, "folder")), found
     label = f"{path}:{rel}" if rel else path
     if path.lower().endswith(".zip"):
         listing = list_zip(path, rel)
@@ -249,10 +249,10 @@ def open_source(
     found = listing.result(label, labels, within is not None)
     # absolute: a Ray task or a forked worker may run in another folder
     full = os.path.abspath(path)
-    return Source(label, MemberReader(full, kind), dict(listing.images), full), found
+    return PackInput(label, MemberReader(full, kind), dict(listing.images), full), found
 
 
-def materialize(source: Source, out: Path, suffix: str) -> Source:
+def materialize(source: PackInput, out: Path, suffix: str) -> PackInput:
     """For a .tar.gz: copy the members the pack reads, still encoded, into one file in `out`
     (one sequential pass; gzip cannot seek), and read them from there. A member is streamed
     across in chunks, each once however many hard links read it; of one whose first bytes are
