@@ -112,7 +112,7 @@ class Loader:
         reader = self.stream.reader(range(start, 1 << 62), self._pin)
         # the block order reads ahead on its own threads: a pool would only pass batches on
         workers = 0 if reader.reads_ahead else self.num_workers
-        pool = ThreadPoolExecutor(workers) if workers else None
+        pool = ThreadPoolExecutor(workers, thread_name_prefix="mixshard-load") if workers else None
         self._stop[:] = [reader, pool]
         ahead = workers * self._prefetch_factor if pool else 0
         pending: deque[Future | Any] = deque()
