@@ -129,7 +129,6 @@ class Backgrounds:
         self.sources = resolve_packs(pack_list(source)) if mixed else [resolve_source(source)]
         self.source = self.sources[0]
         m = self.manifest = self.source.manifest
-        _check_whole(self.sources)
         if m.clips is None and playback != "loop" and not mixed:
             raise ValueError(
                 f"playback={playback!r} plays clips, but {m.origin} is an image pack (each image "
@@ -543,13 +542,3 @@ class Backgrounds:
         self._closed = True
         if self._clip_pool is not None:
             self._clip_pool.close()
-
-
-def _check_whole(sources: list[Source]) -> None:
-    """Every shard of each pack is there (a clip's frames are found by number)."""
-    for s in sources:
-        if s.count != s.manifest.count:
-            raise ValueError(
-                f"Backgrounds needs every shard of the pack ({s.manifest.count} frames); the "
-                f"shard URLs given hold {s.count}: pass the pack folder or all its shards"
-            )

@@ -73,7 +73,7 @@ class Overlay:
     """Random overlay of pack images onto frame-stacked observations.
 
     Args:
-        source: a pack folder (or shard URLs, see `ShardStream`).
+        source: a pack folder, its `index.json`, or a store URL (`s3://`, `gs://`, `http(s)://`).
         alpha: blend weight: a float, `(lo, hi)` for a uniform draw per sample, or a tensor.
         flip: flip each background horizontally with probability 1/2 (on the device).
         crop: `(lo, hi)`: a RandomResizedCrop per background with that area scale range
@@ -100,8 +100,8 @@ class Overlay:
         uses: pool: draws of each image before its slot is refilled.
         cache_dir, cache_limit: a pack on an object store (`s3://...`): its block cache's
             folder and byte limit (see `ShardStream`).
-        weights: mix several packs: `source` is then a list of packs (each a folder, URL or
-            list of one pack's shard URLs) of one image size, and each sample takes its pack by
+        weights: mix several packs: `source` is then a list of packs (each a folder or a
+            store URL) of one image size, and each sample takes its pack by
             these weights (keyed by its number in this process's samples: `mixcache.py`).
             The packs share `cache_fraction`. `set_weights` changes them at any call.
         schedule: `[(step, weights), ...]`: weights from that many calls on (`mixing.py`).
@@ -169,7 +169,6 @@ class Overlay:
         self.sources = resolve_packs(pack_list(source), **where) if mixed else None
         self.source = self.sources[0] if self.sources else resolve_source(source, **where)
         self.manifest = self.source.manifest
-        # shard URLs may hold part of the pack
         self.count = sum(s.count for s in self.sources or [self.source])
         self._mix = Mix(len(self.sources), weights, schedule) if self.sources else None
 

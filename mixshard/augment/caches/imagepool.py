@@ -47,7 +47,7 @@ class ImagePool:
     """See the module docstring.
 
     Args:
-        source: the pack (folder or URLs), resolved.
+        source: the pack (a folder or a store), resolved.
         device: where the pool lives.
         size: images in the pool (`P`), >= 1.
         uses: draws per image before it is replaced, >= 1 (`Overlay` checks both: `checks.py`).

@@ -15,16 +15,16 @@ from ...reading.source import Source, resolve_source
 
 
 def pack_list(source: Any) -> list[Any]:
-    """The packs of a mix: `source` is a list (or tuple) of packs, each a folder, a URL, a
-    resolved `Source` or a list of one pack's shard URLs.
+    """The packs of a mix: `source` is a list (or tuple) of packs, each a folder, a store
+    URL or a resolved `Source`.
 
     Raises:
         TypeError: `source` is not a list of packs.
     """
     if isinstance(source, (str, bytes, os.PathLike, Source)) or not isinstance(source, Sequence):
         raise TypeError(
-            f"with weights= the source must be a list of packs (folders, URLs or lists of "
-            f"one pack's shard URLs), got {type(source).__name__}"
+            "with weights= the source must be a list of packs (folders or store URLs), "
+            f"got {type(source).__name__}"
         )
     if len(source) == 0:
         raise ValueError("with weights= the source must hold at least one pack, got []")

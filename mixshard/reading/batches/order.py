@@ -109,25 +109,9 @@ def role_counts(epoch: int, nb: int, workers: int) -> list[int]:
 
 
 def role_batches(epoch: int, nb: int, role: int, workers: int) -> range:
-    """Remote sources: the batch positions of `epoch` that worker role `role` makes."""
+    """The batch positions of `epoch` that worker role `role` makes."""
     first = epoch * nb
     return range(first + (role - first) % workers, first + nb, workers)
-
-
-def role_span(
-    epoch: int, nb: int, rank: int, role: int, workers: int, batch: int
-) -> tuple[int, int]:
-    """`(first, length)`: the positions of epoch `epoch`'s sequence that worker role `role` of
-    `rank` reads: a contiguous part of the rank's run, one role after another."""
-    counts = role_counts(epoch, nb, workers)
-    return (rank * nb + sum(counts[:role])) * batch, counts[role] * batch
-
-
-def shard_sequence(shards: int, seed: int, epoch: int, shuffle: bool = True) -> np.ndarray:
-    """Remote sources: the order shards are streamed in, in epoch `epoch`."""
-    if not shuffle:
-        return np.arange(shards, dtype=np.int64)
-    return np.random.default_rng([seed, epoch, 7]).permutation(shards)
 
 
 class EpochOrder:
