@@ -21,14 +21,24 @@ import torch
 from ...core.checks import check_int, is_number
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
-
+_ARRAYS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "arrays.py")
+_CHECKED_SITES: set[tuple[str, str, int]] = set()  # (function, file, line) of checked calls
 
 # The most channels a frame stack is taken to have (10 RGB frames): a last dimension this
 # small next to a second dimension that is not looks like channels-last.
 SMALL_CHANNELS = 30
-
-
 LAYOUTS = ("NCHW", "NHWC")
+OVERLAY_CACHES = ("auto", "device", "pool", "stream")  # `Overlay(cache=)`
+BACKGROUNDS_CACHES = ("auto", "device", "pool")  # `Backgrounds(cache=)`
+PLAYBACKS = ("loop", "pingpong", "random")
+CLIP_ORDERS = ("random", "next", "no-repeat")
+MAX_SEED = 2**64 - 1  # a seed is one 64-bit word of the draws' key: larger ones would wrap
+MAX_SPEED = 2**31 - 1  # frames a step: `played` (int64) then lasts 2**32 steps at the most
+MAX_FIRST_ENV = 2**62  # environment numbers are int64 words of the draws' key
+STATE_KEYS = (
+    "seed", "num_envs", "first_env", "clips", "count", "playback", "speed", "clip_order",
+    "episode", "played",
+)  # fmt: skip
 
 
 def check_layout(layout: object) -> str:
@@ -133,15 +143,12 @@ def check_map(name: str, x: torch.Tensor, layout: str) -> None:
             f"{name} must be (N, H, W), (N, k, H, W) with layout='NCHW' or (N, H, W, k) with "
             f"layout='NHWC', got {shape}"
         )
-    if x.dim() == 4 and layout == "NCHW" and _looks_last(shape):
+    nchw = layout == "NCHW"
+    if x.dim() == 4 and (_looks_last(shape) if nchw else _looks_first(shape)):
+        looks = "channels-last (N, H, W, k)" if nchw else "channels-first (N, k, H, W)"
         raise ValueError(
-            f"{name} {shape} looks channels-last (N, H, W, k) but layout='NCHW' was given: "
-            f"pass layout='NHWC'"
-        )
-    if x.dim() == 4 and layout == "NHWC" and _looks_first(shape):
-        raise ValueError(
-            f"{name} {shape} looks channels-first (N, k, H, W) but layout='NHWC' was given: "
-            f"pass layout='NCHW'"
+            f"{name} {shape} looks {looks} but layout={layout!r} was given: "
+            f"pass layout={'NHWC' if nchw else 'NCHW'!r}"
         )
 
 
@@ -181,12 +188,6 @@ def user_stacklevel() -> int:
     while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE):
         frame, level = frame.f_back, level + 1
     return level
-
-
-_CHECKED_SITES: set[tuple[str, str, int]] = set()  # (function, file, line) of checked calls
-
-
-_ARRAYS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "arrays.py")
 
 
 def warn_if_unit_range_at_site(obs: torch.Tensor) -> None:
@@ -326,33 +327,6 @@ def check_alpha_out(alpha, out: torch.Tensor | None, obs: torch.Tensor) -> None:
     check_out(out, obs)
 
 
-OVERLAY_CACHES = ("auto", "device", "pool", "stream")  # `Overlay(cache=)`
-
-
-BACKGROUNDS_CACHES = ("auto", "device", "pool")  # `Backgrounds(cache=)`
-
-
-PLAYBACKS = ("loop", "pingpong", "random")
-
-
-CLIP_ORDERS = ("random", "next", "no-repeat")
-
-
-MAX_SEED = 2**64 - 1  # a seed is one 64-bit word of the draws' key: larger ones would wrap
-
-
-MAX_SPEED = 2**31 - 1  # frames a step: `played` (int64) then lasts 2**32 steps at the most
-
-
-MAX_FIRST_ENV = 2**62  # environment numbers are int64 words of the draws' key
-
-
-STATE_KEYS = (
-    "seed", "num_envs", "first_env", "clips", "count", "playback", "speed", "clip_order",
-    "episode", "played",
-)  # fmt: skip
-
-
 def check_alpha(alpha: Any, *, everywhere: bool) -> None:
     """A blend weight: a number in [0, 1], `(lo, hi)` with 0 <= lo <= hi <= 1, or a float
     tensor of 0 or 1 dimensions with weights in [0, 1] (none NaN).
@@ -395,9 +369,14 @@ def check_crop(crop: Any) -> None:
         raise ValueError(f"crop must be (lo, hi) with 0 < lo <= hi <= 1, got {crop!r}")
 
 
+def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    """`value` is one of `choices`, else a `ValueError` listing them."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+
+
 def check_cache(cache: Any, caches: tuple[str, ...] = OVERLAY_CACHES) -> None:
-    if cache not in caches:
-        raise ValueError(f"cache must be one of {', '.join(caches)}, got {cache!r}")
+    check_choice("cache", cache, caches)
 
 
 def check_cache_fraction(fraction: Any) -> None:
@@ -470,12 +449,10 @@ def check_backgrounds_args(
     if pool is not None:
         check_int("pool", pool, 1)
     check_flag("flip", flip)
-    if playback not in PLAYBACKS:
-        raise ValueError(f"playback must be one of {', '.join(PLAYBACKS)}, got {playback!r}")
+    check_choice("playback", playback, PLAYBACKS)
     check_cache(cache, BACKGROUNDS_CACHES)
     check_cache_fraction(cache_fraction)
-    if clip_order not in CLIP_ORDERS:
-        raise ValueError(f"clip_order must be one of {', '.join(CLIP_ORDERS)}, got {clip_order!r}")
+    check_choice("clip_order", clip_order, CLIP_ORDERS)
     return int(num_envs), int(frames), int(speed), int(seed)
 
 
