@@ -14,74 +14,66 @@ from __future__ import annotations
 import os
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any
 
-_LIVE: weakref.WeakSet[Lock | Condition] = weakref.WeakSet()
+_LIVE: weakref.WeakSet[_Renewed] = weakref.WeakSet()
 
 
-class Lock:
+class _Renewed:
+    """What `Lock` and `Condition` share: an inner `threading` object made by `_make`, and
+    made again in a forked child."""
+
+    __slots__ = ("_inner", "__weakref__")
+    _make: Callable[[], Any]
+
+    def __init__(self) -> None:
+        self._inner = self._make()
+        _LIVE.add(self)
+
+    def _renew(self) -> None:
+        self._inner = self._make()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        return self._inner.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self._inner.release()
+
+    def __enter__(self) -> bool:
+        return self._inner.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._inner.release()
+
+
+class Lock(_Renewed):
     """A `threading.Lock` made anew in a forked child."""
 
-    __slots__ = ("_lock", "__weakref__")
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        _LIVE.add(self)
-
-    def _renew(self) -> None:
-        self._lock = threading.Lock()
-
-    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        return self._lock.acquire(blocking, timeout)
-
-    def release(self) -> None:
-        self._lock.release()
+    __slots__ = ()
+    _make = threading.Lock
 
     def locked(self) -> bool:
-        return self._lock.locked()
-
-    def __enter__(self) -> bool:
-        return self._lock.acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        self._lock.release()
+        return self._inner.locked()
 
 
-class Condition:
+class Condition(_Renewed):
     """A `threading.Condition` (on its own lock) made anew in a forked child."""
 
-    __slots__ = ("_cond", "__weakref__")
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        _LIVE.add(self)
-
-    def _renew(self) -> None:
-        self._cond = threading.Condition()
-
-    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        return self._cond.acquire(blocking, timeout)
-
-    def release(self) -> None:
-        self._cond.release()
+    __slots__ = ()
+    _make = threading.Condition
 
     def wait(self, timeout: float | None = None) -> bool:
-        return self._cond.wait(timeout)
+        return self._inner.wait(timeout)
 
     def wait_for(self, predicate: Any, timeout: float | None = None) -> Any:
-        return self._cond.wait_for(predicate, timeout)
+        return self._inner.wait_for(predicate, timeout)
 
     def notify(self, n: int = 1) -> None:
-        self._cond.notify(n)
+        self._inner.notify(n)
 
     def notify_all(self) -> None:
-        self._cond.notify_all()
-
-    def __enter__(self) -> bool:
-        return self._cond.__enter__()
-
-    def __exit__(self, *exc: object) -> None:
-        self._cond.release()
+        self._inner.notify_all()
 
 
 def _renew_all() -> None:
