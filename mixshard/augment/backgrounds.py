@@ -476,21 +476,19 @@ class Backgrounds:
     def state_dict(self) -> dict[str, Any]:
         """The counters (episode, frames played) per environment and the seed: with the same
         pack and arguments, `load_state_dict` continues exactly."""
-        state = {
-            "seed": self.seed,
-            "num_envs": self.num_envs,
-            "first_env": self.first_env,
-            "clips": self.clips,
-            "count": self._table.frames,
-            "playback": self.playback,
-            "speed": self.speed,
-            "clip_order": self.clip_order,
-            "episode": self.episode.clone(),
-            "played": self.played.clone(),
-        }
+        state = {"seed": self.seed, **self._settings()}
+        state.update(episode=self.episode.clone(), played=self.played.clone())
         if self._mix is not None:  # the weights in force, and each environment's clip
             state.update(mixed_state(self.played, self.clip, self._mix, self._limit, self._table))
         return state
+
+    def _settings(self) -> dict[str, Any]:
+        """What a state must have been saved with (its seed aside)."""
+        return {
+            "num_envs": self.num_envs, "first_env": self.first_env, "clips": self.clips,
+            "count": self._table.frames, "playback": self.playback, "speed": self.speed,
+            "clip_order": self.clip_order,
+        }  # fmt: skip
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a `state_dict` (the seed comes from it). Every field is checked
@@ -502,15 +500,7 @@ class Backgrounds:
             MixshardError: a pool's read failed; nothing changed.
         """
         self._check_open("load_state_dict")
-        mine: dict[str, Any] = {
-            "num_envs": self.num_envs,
-            "first_env": self.first_env,
-            "clips": self.clips,
-            "count": self._table.frames,
-            "playback": self.playback,
-            "speed": self.speed,
-            "clip_order": self.clip_order,
-        }
+        mine = self._settings()
         clips, mix, limit = None, self._mix, getattr(self, "_limit", None)
         if mix is not None:
             state, new_mix, new_limit, clips = check_mixed_state(
