@@ -1,19 +1,10 @@
-"""`CachePlan`: where `Overlay` and `Backgrounds` keep the backgrounds they draw, decided once.
+"""`CachePlan`: where `Overlay` and `Backgrounds` keep the backgrounds they draw, decided once,
+so the two front objects share one rule rather than a copy each.
 
-Both front objects ask the same three questions of the pack(s) and the device: keep the whole
-pack on the device, a pool of it refilled from the disk, or (`Overlay` only) a stream read by
-loader workers; how many images (or whole clips, for `Backgrounds`) the pool holds; and whether
-that is room enough. `plan_cache` answers them from the bytes the pack needs, the bytes one
-pool item takes and `cache_fraction` of the device's free memory, read once, and returns a
-frozen `CachePlan` that says what it chose (`explain()`: the figures and the rule). The rule:
-
-- `cache="auto"`: the device when the whole pack fits in the budget, else a pool;
-- a pool holds `pool=` items when given, else as many as the budget holds (`Backgrounds`: at
-  most the pack's clips); fewer than `least` (one image; a clip per environment that may play
-  at once) is an error that says how to make room.
-
-`warn_resized` is the other rule both share: a size mismatch between the pack and the
-observations is said once per size.
+`plan_cache` picks the device (the whole pack), a pool refilled from the disk, or (`Overlay`
+only) a loader's stream, and sizes the pool, from the pack's bytes, one pool item's and
+`cache_fraction` of the free device memory; `explain()` says what it chose and why.
+`warn_resized` is the other rule both share: a pack/observation size mismatch, warned once.
 """
 
 from __future__ import annotations
@@ -78,14 +69,9 @@ def plan_cache(
 ) -> CachePlan:
     """The plan for a pack of `need` bytes whose pool would hold items of `item_bytes` each.
 
-    Args:
-        cache: `"auto"`, `"device"`, `"pool"` or `"stream"` (checked by the caller).
-        device: where the cache lives; its free memory is read once (unless `free` is given).
-        fraction: the share of the free memory the cache may use.
-        pool: items in a pool, or None for as many as the budget holds.
-        item: `"images"` (`Overlay`) or `"clips"` (`Backgrounds`), for messages and
-            `explain()`.
-        least: the fewest items a pool may hold; `most`: the most it needs (the pack's clips).
+    `cache` is checked by the caller; `free` stands for the device's free memory (else read
+    once); `pool` is the pool's items (None: as many as the budget holds), at least `least`
+    and at most `most` (the pack's clips); `item` names them ("images", "clips").
 
     Raises:
         MixshardError: a pool is chosen and fewer than `least` items fit (or were asked).
