@@ -38,10 +38,17 @@ def write_error(exc: OSError, where: Path) -> WriteError:
     """The error of a failed write into OUT (ENOSPC, EROFS, EIO), naming the file."""
     hint = "free some space, then" if exc.errno == errno.ENOSPC else "fix that, then"
     return WriteError(
-        f"cannot write {where}: {exc.strerror}; {hint} pack again with ",
-        RESUME,
+        f"cannot write {where}: {exc.strerror}; {hint} pack again with ", RESUME,
         " to continue (finished shards are kept)",
-    )
+    )  # fmt: skip
+
+
+def not_empty(where: str) -> OutputError:
+    """The error of an OUT (`where`: a folder or a store URL) that holds a pack already."""
+    return OutputError(
+        f"{where} is not empty; pass ", RESUME, " to finish an interrupted pack there or ",
+        OVERWRITE, " to replace it",
+    )  # fmt: skip
 
 
 def is_ours(name: str) -> bool:
@@ -73,10 +80,9 @@ def check_replaceable(out: Path) -> None:
     foreign = foreign_files(out)
     if foreign:
         raise OutputError(
-            OVERWRITE,
-            f": {out} holds files mixshard did not write ({_listing(foreign)}); "
+            OVERWRITE, f": {out} holds files mixshard did not write ({_listing(foreign)}); "
             "nothing was deleted. Choose an empty or new output folder",
-        )
+        )  # fmt: skip
 
 
 def prepare_out(out: Path, resume: bool) -> None:
@@ -98,13 +104,7 @@ def prepare_out(out: Path, resume: bool) -> None:
             "nothing was written. Choose an empty or new output folder"
         )
     if names and not resume:
-        raise OutputError(
-            f"output folder {out} is not empty; pass ",
-            RESUME,
-            " to finish an interrupted pack there or ",
-            OVERWRITE,
-            " to replace it",
-        )
+        raise not_empty(f"output folder {out}")
     linked = [n for n in names if _made_afresh(n) and os.path.islink(out / n)]
     if linked:  # checked again when each file is made: this names them before any is written
         raise planted(out / linked[0])
@@ -229,10 +229,8 @@ def load_done(
             raise OutputError(
                 f"{out} holds an interrupted pack of another source or other options "
                 f"({path.name}{_changes(header, run)}); pack again with the same SRC and options "
-                "to resume it, or pass ",
-                OVERWRITE,
-                " to start over",
-            )
+                "to resume it, or pass ", OVERWRITE, " to start over",
+            )  # fmt: skip
         for line in lines[1:]:
             try:
                 shard = DoneShard.from_json(line)

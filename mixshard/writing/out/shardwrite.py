@@ -87,13 +87,10 @@ def strict_error(skipped: list[dict[str, str]]) -> SkippedImagesError:
     shown = "; ".join(f"{s['path']} ({s['reason']})" for s in skipped[:10])
     more = f"; and {len(skipped) - 10} more" if len(skipped) > 10 else ""
     return SkippedImagesError(
-        Arg("strict"),
-        f": {len(skipped)} file(s) could not be read: {shown}{more}. Fix "
-        "or remove them (then pack again), or pack without ",
-        Arg("strict", True),
-        " to skip them",
-        skipped=skipped,
-    )
+        Arg("strict"), f": {len(skipped)} file(s) could not be read: {shown}{more}. Fix "
+        "or remove them (then pack again), or pack without ", Arg("strict", True),
+        " to skip them", skipped=skipped,
+    )  # fmt: skip
 
 
 class ShardBuilder:

@@ -36,9 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from ...core.constants import JOURNAL_GLOB, JOURNAL_NAME, LOCK_NAME, MANIFEST_NAME
-from ...core.errors import OVERWRITE, RESUME, OutputError
+from ...core.errors import OutputError
 from ...core.stores import Store
-from .outdir import is_ours, part_suffix
+from .outdir import is_ours, not_empty, part_suffix
 from .shardwrite import DoneShard
 
 STAGING_ENV = "MIXSHARD_STAGING"  # where shards wait for their upload (default: the user cache)
@@ -314,13 +314,7 @@ class StoreOut:
                 self.store.remove(name)
             names = []
         if names and not resume:
-            raise OutputError(
-                f"{self.url} is not empty; pass ",
-                RESUME,
-                " to finish an interrupted pack there or ",
-                OVERWRITE,
-                " to replace it",
-            )
+            raise not_empty(self.url)
         self.sizes = {n: found[n][0] for n in names}
         shutil.rmtree(self.staging, ignore_errors=True)  # what a killed run left: redone
         self.staging.mkdir(parents=True, exist_ok=True)

@@ -114,9 +114,8 @@ def _too_high(label: str, skipped: list[dict[str, str]]) -> SourceError | None:
     return SourceError(
         f"no clips found in {label}, but folders of frames one level down ({top}/"
         f"{nested[0].split('/')[1]}/, ...): pack its folder {top}/ instead (as SRC, or as ",
-        Arg("within"),
-        " of an archive): a clip's frames lie directly in its folder",
-    )
+        Arg("within"), " of an archive): a clip's frames lie directly in its folder",
+    )  # fmt: skip
 
 
 def _list(src: str, within: str | None) -> tuple[PackInput, list[str], list[dict[str, str]]]:

@@ -235,8 +235,7 @@ def finished_pack(out: Path, plan: PackPlan) -> Manifest | None:
             if old.get(k) != new.get(k)
         )  # fmt: skip
         raise OutputError(
-            f"{out} holds a finished pack made with other options ({changes}); pass ",
-            OVERWRITE,
+            f"{out} holds a finished pack made with other options ({changes}); pass ", OVERWRITE,
             " to replace it (the old pack is kept until the new one is complete)",
-        )
+        )  # fmt: skip
     return manifest

@@ -34,12 +34,9 @@ if TYPE_CHECKING:
 
 WORKER_DIED = (
     "a decode worker process died (out of memory, or a crash inside an image library); "
-    "finished shards are kept: pack again with ",
-    RESUME,
-    ", and with ",
-    Arg("workers", 1),
+    "finished shards are kept: pack again with ", RESUME, ", and with ", Arg("workers", 1),
     " to find the file",
-)
+)  # fmt: skip
 
 
 def cannot_start(workers: int, exc: OSError) -> MixshardError:
@@ -47,10 +44,8 @@ def cannot_start(workers: int, exc: OSError) -> MixshardError:
     OUT, so not a WriteError."""
     return MixshardError(
         f"cannot start {workers} decode worker processes: {exc.strerror}; "
-        "pack with fewer workers (",
-        Arg("workers", 1),
-        " uses none)",
-    )
+        "pack with fewer workers (", Arg("workers", 1), " uses none)",
+    )  # fmt: skip
 
 
 def decode_chunk(task: DecodeTask) -> list[np.ndarray | str]:

@@ -61,11 +61,7 @@ def connect(address: str) -> Any:
             ray.init(address=address, **kwargs)
     except Exception as exc:  # noqa: BLE001 - Ray raises many kinds for an unreachable cluster
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise MixshardError(
-            f"cannot reach the Ray cluster at {address}: {first}; check the address (`ray "
-            "status` on the head node) or pack without ",
-            Arg("ray"),
-        ) from None
+        raise _unreachable(address, first) from None
     return ray
 
 
@@ -78,11 +74,14 @@ def _probe(address: str, timeout: float = 10.0) -> None:
             pass
     except (OSError, ValueError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise MixshardError(
-            f"cannot reach the Ray cluster at {address}: {reason}; check the address (`ray "
-            "status` on the head node) or pack without ",
-            Arg("ray"),
-        ) from None
+        raise _unreachable(address, reason) from None
+
+
+def _unreachable(address: str, why: str) -> MixshardError:
+    return MixshardError(
+        f"cannot reach the Ray cluster at {address}: {why}; check the address (`ray status` on "
+        "the head node) or pack without ", Arg("ray"),
+    )  # fmt: skip
 
 
 def _node() -> str:

@@ -190,21 +190,16 @@ def check_within(src: str | os.PathLike, within: str | None) -> str:
     if os.path.isdir(src):
         inside = Path(src) / within
         raise ArgumentError(
-            Arg("within", within),
-            f" picks a folder inside an archive, but SRC {src} is a "
-            f"folder: pass the folder itself as SRC ({inside}) and no ",
-            Arg("within"),
-        )
+            Arg("within", within), f" picks a folder inside an archive, but SRC {src} is a "
+            f"folder: pass the folder itself as SRC ({inside}) and no ", Arg("within"),
+        )  # fmt: skip
     rel = extracted_path(within)
     if rel is None:
         raise ArgumentError(
             Arg("within", within),
             " must be a folder inside the archive, as a relative path without '..' (e.g. ",
-            Arg("within", "places365_standard/train"),
-            "; ",
-            Arg("within", "."),
-            " is its root)",
-        )
+            Arg("within", "places365_standard/train"), "; ", Arg("within", "."), " is its root)",
+        )  # fmt: skip
     return rel
 
 

@@ -135,19 +135,14 @@ class _Listing:
                 pick = next((n for n in splits if n.startswith("train")), splits[0])
                 raise SourceError(
                     f"{label} holds one folder, {top}/, of dataset splits ({', '.join(splits)}): "
-                    "pass ",
-                    where(f"{top}/{pick}"),
-                    " to pack one split, as if the archive had "
+                    "pass ", where(f"{top}/{pick}"), " to pack one split, as if the archive had "
                     "been extracted and that folder given",
-                )
+                )  # fmt: skip
             raise SourceError(
-                f"{label} holds one folder, {top}/: pass ",
-                where(top),
-                " (or a folder inside it, "
+                f"{label} holds one folder, {top}/: pass ", where(top), " (or a folder inside it, "
                 "as if the archive had been extracted and that folder given), or ",
-                Arg("within", "."),
-                " to pack the archive's root",
-            )
+                Arg("within", "."), " to pack the archive's root",
+            )  # fmt: skip
         skipped = [{"path": p, "reason": r} for p, r in self.skipped.items()]
         return classify(label, images, skipped, sorted(self.tops), labels, where)
 

@@ -156,12 +156,10 @@ def _resolve_mode(src, labels: str, loose: list[str], with_images: list[str]) ->
     if loose and with_images:
         raise SourceError(
             f"{src} holds both loose images ({len(loose)}, e.g. {loose[0]}) and class "
-            f"folders ({len(with_images)}, e.g. {with_images[0]}/); pass ",
-            FOLDERS,
+            f"folders ({len(with_images)}, e.g. {with_images[0]}/); pass ", FOLDERS,
             " to use the class folders (loose images are then reported as skipped) or ",
-            Arg("labels", "none"),
-            " to pack every image as one unlabeled set",
-        )
+            Arg("labels", "none"), " to pack every image as one unlabeled set",
+        )  # fmt: skip
     return "folders" if with_images else "none"
 
 
@@ -233,12 +231,9 @@ def classify(
         return ScanResult([(p, NO_LABEL) for p in images], [], skipped, "none")
     if not with_images:
         raise SourceError(
-            FOLDERS,
-            f": {src} has no subfolders with images (a flat folder); use ",
-            Arg("labels", "none"),
-            " or ",
-            Arg("labels", "auto"),
-        )
+            FOLDERS, f": {src} has no subfolders with images (a flat folder); use ",
+            Arg("labels", "none"), " or ", Arg("labels", "auto"),
+        )  # fmt: skip
     index = {name: i for i, name in enumerate(classes)}
     items = [(p, index[p.split("/", 1)[0]]) for p in images if "/" in p]
     skipped += [{"path": p, "reason": "a loose image outside the class folders"} for p in loose]
@@ -319,9 +314,6 @@ def refuse_split_folders(
         found = f"the top-level folders of {src} are dataset splits ({', '.join(splits)})"
         sub = pick
     raise SourceError(
-        f"{found}, not classes; pass one split as the source instead, e.g. ",
-        where(sub),
-        " (or pass ",
-        FOLDERS,
-        " if they really are classes)",
-    )
+        f"{found}, not classes; pass one split as the source instead, e.g. ", where(sub),
+        " (or pass ", FOLDERS, " if they really are classes)",
+    )  # fmt: skip
