@@ -1,10 +1,10 @@
 """What a pack was made from, recorded in `index.json` (`source`) and compared on every rerun.
 
-A finished pack was once kept whatever SRC a rerun named: a trial pack of a small archive
-stayed in place when `make places365` later ran on the full one ("nothing to do"). The record
-is cheap to make again: SRC's path (shown, not compared: a moved folder is the same source),
-the plan's fingerprint (the file list, classes and options), the number of source files, and
-their total bytes and newest mtime (for an archive: the archive file's size and mtime).
+So a rerun that names another SRC (the full archive after a trial pack of a small one) does
+not find the old pack finished ("nothing to do"). The record is cheap to make again: SRC's path
+(shown, not compared: a moved folder is the same source), the plan's fingerprint (the file
+list, classes and options), the number of source files, and their total bytes and newest mtime
+(for an archive: the archive file's size and mtime).
 """
 
 from __future__ import annotations
@@ -75,11 +75,9 @@ def check_source(out: os.PathLike | str, manifest: Manifest, plan: PackPlan) -> 
         return
     raise OutputError(
         f"{out} holds a finished pack of another source: it was packed from {_shown(old)}; "
-        f"SRC is now {_shown(new)}; pass ",
-        OVERWRITE,
-        " to replace it with a pack of SRC (the "
+        f"SRC is now {_shown(new)}; pass ", OVERWRITE, " to replace it with a pack of SRC (the "
         "old pack is kept until the new one is complete), or write the new pack elsewhere",
-    )
+    )  # fmt: skip
 
 
 def _shown(record: dict[str, Any]) -> str:
