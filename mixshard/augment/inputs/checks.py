@@ -61,10 +61,7 @@ def check_obs(obs: object) -> torch.Tensor:
     Channels-last input `(N, H, W, 3k)` is refused by shape (its H can be a multiple of 3 and
     would silently be read as H/3 frames).
     """
-    if not isinstance(obs, torch.Tensor):
-        kind = f"{type(obs).__module__}.{type(obs).__qualname__}"
-        fix = " (torch.from_numpy(obs) converts a numpy array)" if kind.startswith("numpy") else ""
-        raise TypeError(f"obs must be a torch.Tensor of shape (N, 3k, H, W), got {kind}{fix}")
+    _check_tensor(obs, "(N, 3k, H, W)")
     shape = tuple(obs.shape)
     # (H larger than the last dimension, too: a 4-channel (N, 4, 12, 12) is just a bad stack)
     if (
@@ -82,13 +79,16 @@ def check_obs(obs: object) -> torch.Tensor:
     return obs
 
 
-def _check_obs_last(obs: object) -> torch.Tensor:
-    """`obs` if it is an `(N, H, W, 3k)` or RGBA `(N, H, W, 4)` tensor, else `TypeError` /
-    `ValueError`; channels-first data declared channels-last is refused by its shape (its W
-    may be a multiple of 3 and would silently be read as W / 3 frames)."""
+def _check_tensor(obs: object, shape: str) -> None:
     if not isinstance(obs, torch.Tensor):
         kind = f"{type(obs).__module__}.{type(obs).__qualname__}"
-        raise TypeError(f"obs must be a torch.Tensor of shape (N, H, W, 3k), got {kind}")
+        fix = " (torch.from_numpy(obs) converts a numpy array)" if kind.startswith("numpy") else ""
+        raise TypeError(f"obs must be a torch.Tensor of shape {shape}, got {kind}{fix}")
+
+
+def _check_obs_last(obs: object) -> torch.Tensor:
+    """`check_obs` for NHWC `(N, H, W, 3k)` or RGBA `(N, H, W, 4)` (NCHW data refused)."""
+    _check_tensor(obs, "(N, H, W, 3k)")
     shape = tuple(obs.shape)
     if obs.dim() == 4 and _looks_first(shape):
         raise ValueError(
@@ -103,9 +103,9 @@ def _check_obs_last(obs: object) -> torch.Tensor:
 
 
 def _looks_first(shape: tuple[int, ...]) -> bool:
-    """A 4-D shape whose second dimension looks like a few channels or frames (at most 30)
-    and whose last like an image's side (more): `(N, 3, 84, 84)`, `(N, 1, 64, 64)`. (Images
-    of 30 pixels or fewer are not told apart: `obs=` catches those maps.)"""
+    """A 4-D shape whose second dimension looks like channels (at most 30) and whose last like
+    an image's side (more): `(N, 3, 84, 84)`. (Images of 30 pixels or fewer are not told
+    apart: `obs=` catches those maps.)"""
     return shape[1] <= SMALL_CHANNELS < shape[3]
 
 
@@ -133,9 +133,10 @@ def rgb_frames(obs: object, layout: str) -> tuple[torch.Tensor, int]:
     return rgb, dim
 
 
-def check_map(name: str, x: torch.Tensor, layout: str) -> None:
+def check_map(name: str, x: torch.Tensor, layout: str, obs: object = None) -> None:
     """A segmentation or depth map: `(N, H, W)`, or `(N, k, H, W)` (NCHW) or `(N, H, W, k)`
-    (NHWC); a 4-D map that looks like the other layout is refused, naming the fix."""
+    (NHWC); a 4-D map that looks like the other layout is refused, naming the fix. Given
+    `obs`, the map must fit them too (`_check_fits`)."""
     check_layout(layout)
     shape = tuple(x.shape)
     if x.dim() not in (3, 4):
@@ -150,9 +151,11 @@ def check_map(name: str, x: torch.Tensor, layout: str) -> None:
             f"{name} {shape} looks {looks} but layout={layout!r} was given: "
             f"pass layout={'NHWC' if nchw else 'NCHW'!r}"
         )
+    if obs is not None:
+        _check_fits(name, x, obs, layout)
 
 
-def check_fits(name: str, x: torch.Tensor, obs: object, layout: str) -> None:
+def _check_fits(name: str, x: torch.Tensor, obs: object, layout: str) -> None:
     """`x` (a checked map) covers the images of `obs` (same layout): the same N, H and W, and
     one frame or the obs's k."""
     rgb, dim = rgb_frames(obs, layout)
@@ -519,17 +522,22 @@ def check_state(
     return int(state["seed"]), counters[0], counters[1]
 
 
-def _counter(state: dict[str, Any], key: str, n: int, device: torch.device) -> torch.Tensor:
-    """`state[key]`: an int64 tensor `(n,)` of counts >= 0, checked, on `device`."""
+def state_tensor(state: dict[str, Any], key: str, n: int, dtype: torch.dtype) -> torch.Tensor:
+    """`state[key]` if it is a tensor of `dtype` and shape `(n,)` (one per environment)."""
     value = state[key]
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"state[{key!r}] must be a torch tensor, got {type(value).__name__}")
-    if value.dtype != torch.int64 or value.shape != (n,):
+    if value.dtype != dtype or value.shape != (n,):
         raise ValueError(
-            f"state[{key!r}] must be int64 of shape ({n},) (num_envs), got "
-            f"{value.dtype} of shape {tuple(value.shape)}"
+            f"state[{key!r}] must be {str(dtype).removeprefix('torch.')} of shape ({n},) "
+            f"(num_envs), got {value.dtype} of shape {tuple(value.shape)}"
         )
-    value = value.to(device).clone()
+    return value
+
+
+def _counter(state: dict[str, Any], key: str, n: int, device: torch.device) -> torch.Tensor:
+    """`state[key]`: an int64 tensor `(n,)` of counts >= 0, checked, on `device`."""
+    value = state_tensor(state, key, n, torch.int64).to(device).clone()
     if len(value) and int(value.min()) < 0:  # a sync on an accelerator, once per load
         raise ValueError(f"state[{key!r}] must be counts >= 0, got {int(value.min())}")
     return value

@@ -17,7 +17,7 @@ import torch
 
 from ...core.checks import is_number
 from ..inputs.arrays import same_kind
-from ..inputs.checks import check_fits, check_map
+from ..inputs.checks import check_map
 from .shared import constant, grow
 
 _INT64 = (-(1 << 63), (1 << 63) - 1)
@@ -71,9 +71,7 @@ def from_segmentation(
             "from_segmentation takes exactly one of ids (the ids to keep) and background (the "
             f"ids to replace), got {given}"
         )
-    check_map("seg", seg, layout)
-    if obs is not None:
-        check_fits("seg", seg, obs, layout)
+    check_map("seg", seg, layout, obs)
     name, values = ("ids", ids) if ids is not None else ("background", background)
     member = _members(seg, id_values(name, values), invert=background is not None)
     return grow(member, margin, layout)
@@ -121,9 +119,7 @@ def from_depth(
         )
     if not (is_number(far) and float(far) > 0):  # (NaN > 0 is false)
         raise ValueError(f"far must be a number > 0 (math.inf allowed), got {far!r}")
-    check_map("depth", depth, layout)
-    if obs is not None:
-        check_fits("depth", depth, obs, layout)
+    check_map("depth", depth, layout, obs)
     # (NaN compares false both times; inf and -inf fail one test each)
     keep = torch.gt(depth, 0).logical_and_(torch.lt(depth, float(far)))
     return grow(keep, margin, layout)

@@ -16,6 +16,7 @@ import torch
 
 from ..caches.packset import ClipTable, check_limit
 from ..draws.mixing import Mix
+from ..inputs.checks import state_tensor
 
 MIXED_KEYS = ("packs", "mix", "limit", "clip")
 _INT32 = 2**31 - 1
@@ -83,21 +84,9 @@ def check_mixed_state(
     loaded = copy.deepcopy(mix)
     loaded.load_state_dict(state["mix"])
     limit = check_limit(list(state["limit"]), table.clips)
-    clip = _int32(state, "clip", num_envs)
+    clip = state_tensor(state, "clip", num_envs, torch.int32).cpu()
     if len(clip) and (int(clip.min()) < 0 or int(clip.max()) >= len(table.first)):
         raise ValueError(f"state['clip'] must be clip numbers in [0, {len(table.first)})")
     rest = {k: v for k, v in state.items() if k not in MIXED_KEYS}
-    rest["played"] = _int32(state, "played", num_envs).to(torch.int64)
+    rest["played"] = state_tensor(state, "played", num_envs, torch.int32).to("cpu", torch.int64)
     return rest, loaded, limit, clip.to(device, torch.int64)
-
-
-def _int32(state: dict[str, Any], key: str, n: int) -> torch.Tensor:
-    value = state[key]
-    if not isinstance(value, torch.Tensor):
-        raise TypeError(f"state[{key!r}] must be a torch tensor, got {type(value).__name__}")
-    if value.dtype != torch.int32 or value.shape != (n,):
-        raise ValueError(
-            f"state[{key!r}] must be int32 of shape ({n},) (num_envs), got "
-            f"{value.dtype} of shape {tuple(value.shape)}"
-        )
-    return value.cpu()
