@@ -1,12 +1,9 @@
 """Locks that a forked child gets afresh.
 
-`os.fork` copies every lock in the state it is in at that moment. A lock that one of the
-parent's reader threads held then stays held in the child forever (that thread is not there to
-release it), and the child's first use of the object waits without end: a loader used before a
-fork hung in the child about one time in fifteen. Every lock and condition of an object a child
-may go on using is made with `Lock()` or `Condition()` here; an at-fork hook replaces each one's
-inner lock with a new, released one in the child (the child has only the forking thread, so no
-one there holds it or waits on it).
+`os.fork` copies every lock as it is: one a parent's reader thread held stays held in the
+child, where no thread will release it, and the child's first use of the object hangs. So every
+lock and condition a child may go on using is made here, and an at-fork hook gives each a new,
+released inner lock in the child (which has only the forking thread: no one holds or waits).
 """
 
 from __future__ import annotations
