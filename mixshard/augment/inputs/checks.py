@@ -61,7 +61,7 @@ def check_obs(obs: object) -> torch.Tensor:
     Channels-last input `(N, H, W, 3k)` is refused by shape (its H can be a multiple of 3 and
     would silently be read as H/3 frames).
     """
-    _check_tensor(obs, "(N, 3k, H, W)")
+    obs = check_tensor(obs, " of shape (N, 3k, H, W)")
     shape = tuple(obs.shape)
     # (H larger than the last dimension, too: a 4-channel (N, 4, 12, 12) is just a bad stack)
     if (
@@ -79,16 +79,18 @@ def check_obs(obs: object) -> torch.Tensor:
     return obs
 
 
-def _check_tensor(obs: object, shape: str) -> None:
+def check_tensor(obs: object, of: str = "") -> torch.Tensor:
+    """`obs` if it is a torch tensor, else a `TypeError` (`of` follows "torch.Tensor")."""
     if not isinstance(obs, torch.Tensor):
         kind = f"{type(obs).__module__}.{type(obs).__qualname__}"
         fix = " (torch.from_numpy(obs) converts a numpy array)" if kind.startswith("numpy") else ""
-        raise TypeError(f"obs must be a torch.Tensor of shape {shape}, got {kind}{fix}")
+        raise TypeError(f"obs must be a torch.Tensor{of}, got {kind}{fix}")
+    return obs
 
 
 def _check_obs_last(obs: object) -> torch.Tensor:
     """`check_obs` for NHWC `(N, H, W, 3k)` or RGBA `(N, H, W, 4)` (NCHW data refused)."""
-    _check_tensor(obs, "(N, H, W, 3k)")
+    obs = check_tensor(obs, " of shape (N, H, W, 3k)")
     shape = tuple(obs.shape)
     if obs.dim() == 4 and _looks_first(shape):
         raise ValueError(

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .checks import SMALL_CHANNELS, check_layout, check_weights
+from .checks import SMALL_CHANNELS, check_layout, check_tensor, check_weights
 
 
 @dataclass(frozen=True)
@@ -76,10 +76,7 @@ def obs_geometry(
         ValueError: another dtype or shape, or channels that are no whole frames.
     """
     layout = check_layout(layout)
-    if not isinstance(obs, torch.Tensor):
-        kind = f"{type(obs).__module__}.{type(obs).__qualname__}"
-        fix = " (torch.from_numpy(obs) converts a numpy array)" if kind.startswith("numpy") else ""
-        raise TypeError(f"obs must be a torch.Tensor, got {kind}{fix}")
+    obs = check_tensor(obs)
     if not (obs.dtype == torch.uint8 or obs.is_floating_point()):
         raise ValueError(f"obs must be float (0..255) or uint8, got {obs.dtype}")
     if obs.dim() != 4:
