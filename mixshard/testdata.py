@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image, ImageDraw
@@ -61,30 +62,26 @@ def pattern_image(rng: np.random.Generator, width: int, height: int, kind: str) 
     return Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8))
 
 
+# `_save_varied`'s formats, by `i % 8`: (suffix, PIL mode or None, save options); 6 and 7 are
+# RGB JPEGs of a drawn quality
+_VARIED: list[tuple[str, str | None, dict[str, Any]]] = [
+    (".png", "RGBA", {}), (".png", "L", {}), (".gif", "P", {}), (".webp", None, {"quality": 85}),
+    (".bmp", None, {}), (".JPG", "CMYK", {"quality": 90}),
+]  # fmt: skip
+
+
 def _save_varied(img: Image.Image, path_base: Path, i: int, rng: np.random.Generator) -> Path:
     """Save `img` in one of several formats and PIL modes, chosen by `i`."""
-    choice = i % 8
-    if choice == 0:
-        path = path_base.with_suffix(".png")
-        img.convert("RGBA").save(path)
-    elif choice == 1:
-        path = path_base.with_suffix(".png")
-        img.convert("L").save(path)
-    elif choice == 2:
-        path = path_base.with_suffix(".gif")
-        img.convert("P", palette=Image.Palette.ADAPTIVE).save(path)
-    elif choice == 3:
-        path = path_base.with_suffix(".webp")
-        img.save(path, quality=85)
-    elif choice == 4:
-        path = path_base.with_suffix(".bmp")
-        img.save(path)
-    elif choice == 5:
-        path = path_base.with_suffix(".JPG")
-        img.convert("CMYK").save(path, quality=90)
+    if i % 8 < len(_VARIED):
+        suffix, mode, options = _VARIED[i % 8]
     else:
-        path = path_base.with_suffix(".jpg")
-        img.save(path, quality=int(rng.integers(75, 96)))
+        suffix, mode, options = ".jpg", None, {"quality": int(rng.integers(75, 96))}
+    if mode == "P":
+        img = img.convert(mode, palette=Image.Palette.ADAPTIVE)
+    elif mode is not None:
+        img = img.convert(mode)
+    path = path_base.with_suffix(suffix)
+    img.save(path, **options)
     return path
 
 
