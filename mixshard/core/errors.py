@@ -5,13 +5,10 @@
 * Bad *data or environment* (a missing or damaged source, pack, shard or server, a full disk,
   a folder in use) raises a `MixshardError` subclass. Its message names the file or URL, says
   what was found and what is expected, and gives the fix.
-* Library messages speak of function arguments, never of command-line flags, and name each
-  as data: a message is a sequence of text and `Arg`s (`OutputError("OUT is not empty; pass ",
-  Arg("resume", True), " to finish it")`). `str()` spells an `Arg` as Python does
-  (`resume=True`); the CLI spells it as the flag of its own parameter of that name
-  (`--resume`), so no caller rewrites a message and a reworded one cannot lose its flags. It
-  prints an `ArgumentError` as a usage error (exit 2) and a `MixshardError` as one
-  `Error: ...` line (exit 1).
+* Library messages name function arguments as data, never command-line flags: a message is
+  text and `Arg`s, which `str()` spells as Python does (`resume=True`) and the CLI as its own
+  flags (`--resume`), so no caller rewrites a message. The CLI prints an `ArgumentError` as a
+  usage error (exit 2), a `MixshardError` as one `Error: ...` line (exit 1).
 * `assert` is never used on input. Library code never prints; warnings use `warnings.warn`.
 """
 
@@ -123,6 +120,5 @@ class ForkedError(MixshardError):
 
 
 class ArgumentError(Naming, ValueError):
-    """Arguments a call cannot be made with, worded once for every caller: a message of text
-    and `Arg`s, which `str()` spells as Python does (`every`, `crop='full'`) and the command
-    line as its flags (`--every`, `--crop full`)."""
+    """Arguments a call cannot be made with: a message of text and `Arg`s, worded once for
+    Python (`crop='full'`) and the command line (`--crop full`)."""
