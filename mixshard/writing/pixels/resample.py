@@ -2,36 +2,28 @@
 products, and PIL's bicubic (`bicubic.py`).
 
 Three filters (`RESAMPLE_MODES`). `"bicubic"` is PIL's `resize(..., BICUBIC, box=...)` byte for
-byte, in PIL's own fixed-point arithmetic (`bicubic.py`); the rest of this module is about the
-two bilinear ones. `"bilinear"` is PIL's `resize(..., BILINEAR, box=...)`: a
-triangle widened by the shrink factor (antialiased), taps clipped to the image, each output
-pixel's weights normalised to sum to 1. `"bilinear-no-antialias"` is the same triangle never
-widened: at most two taps an axis, at half-pixel centres (output `i` reads the input at
-`(i + 0.5) * scale - 0.5`), which is `F.interpolate(mode="bilinear", align_corners=False,
-antialias=False)` and `tf.image.resize(method="bilinear", antialias=False)`: at an edge the
-one tap left inside, normalised to 1, is their clamp to the edge pixel. They keep one float sum
-per output, so this filter does not round between the passes (below); the two passes'
-float32 sums differ from theirs in order only, so an output differs by a level at most, where
-the sum lies within float rounding of a half.
-PIL applies it with 8-bit fixed-point arithmetic in scalar C on its 4-byte-per-pixel layout;
-here it is float32 arithmetic in BLAS, and the separable passes become two matrix products.
-Like PIL, the first pass is rounded to whole levels before the second: without that the images
-come out smoother than PIL's (`scripts/bench_fidelity.py --decode` compares their detail).
-PIL runs the columns first, this the rows (cheaper here), so a pixel may differ from PIL's by a
-level or two of rounding; most are equal.
+byte (`bicubic.py`); this module is about the two bilinear ones. `"bilinear"` is PIL's
+`resize(..., BILINEAR, box=...)`: a triangle widened by the shrink factor (antialiased), taps
+clipped to the image, each output's weights normalised to sum to 1. `"bilinear-no-antialias"`
+is the same triangle never widened, at half-pixel centres: `F.interpolate(mode="bilinear",
+align_corners=False, antialias=False)` and `tf.image.resize(method="bilinear",
+antialias=False)` (at an edge the one tap left inside is their clamp); it keeps one float sum
+per output and does not round between the passes, so an output differs from theirs by a level
+at most, where the sum lies within float rounding of a half.
+PIL works in 8-bit fixed point on its 4-byte-per-pixel layout; here the separable passes are
+two float32 matrix products (BLAS). As PIL does, the first pass is rounded to whole levels
+before the second (else the images come out smoother than PIL's: `scripts/bench_fidelity.py
+--decode`); PIL runs the columns first, this the rows (cheaper here), so a pixel may differ
+from PIL's by a level or two of rounding.
 
-A dense product would waste most of its work: each output pixel has a few non-zero taps out
-of a whole row or column. So the outputs of an axis are cut into bands of `_BAND` pixels, each
-band a small dense matrix over the window of inputs it needs. The windows start at a fixed
-step, so all of them are one strided view of the input, and one `np.matmul` runs every band.
-Both passes' weights are cached per (input size, output size, window), which a centre crop of
-images of one size hits every time.
-
-Where the install had a C compiler, `_resize.c` runs the same two passes with the same
-weights, as loops over each output's non-zero taps (`_taps`): faster, as numpy's calls and
-layout copies are most of this module's time (`scripts/bench_pack.py`). Its sums add their
-terms left to right, BLAS's in its own order, so a few pixels differ by a level between the
-two; each gives the same bytes on every run.
+Each output has a few non-zero taps out of a whole row or column, so the outputs of an axis are
+cut into bands of `_BAND` pixels, each a small dense matrix over the window of inputs it needs;
+the windows start at a fixed step, so they are one strided view and one `np.matmul` runs every
+band. The weights are cached per (input size, output size, window). Where the install had a C
+compiler, `_resize.c` runs the same passes with the same weights as loops over each output's
+non-zero taps (`_taps`), without numpy's calls and layout copies; its sums add left to right,
+BLAS's in its own order, so a few pixels differ by a level between the two, each the same on
+every run.
 """
 
 from __future__ import annotations
