@@ -12,24 +12,9 @@ builds the same scene and plays the same frames from a clip pack packed at the t
 with PIL's filter (`make dmcgb2-videos`: `--clips --crop full --size 256 --resample bicubic`,
 PIL's bytes): a reset copies one frame out of the pack, as does a step (`textures.clipreads`).
 
-Its schedule, as DMC-GB2's (facts of its code, reproduced here):
-
-- one draw, when the wrapper is made: `np.random.RandomState(seed).randint(100)`, whose value
-  modulo the clip count (10 or 100) is the video index; each reset first moves it on by one, so
-  the first episode plays clip `(draw + 1) % n`;
-- the colour-video modes play video_easy's or video_hard's clips and, at every reset before the
-  environment's, rebuild the model (`reload_from_xml_string`) with the scene recoloured by
-  colour dict `draw % m` of DMC-GB2's list (`color_easy.pt` / `color_hard.pt`, m >= 100), then
-  move the colour index on: the first episode is coloured `draw % m`, it plays clip
-  `(draw + 1) % n`. The grid's colours, `self`'s and the sky's are written as DMC-GB2 writes
-  them (`f"{r} {g} {b}"` of its values), so the compiled model is its own;
-- a reset shows frame 0; each step the next, wrapping at the clip's end; the counter is set to
-  0 only by `reset()`: when the wrapped environment starts an episode by itself (a step after
-  the last), the clip and the counter carry on, as DMC-GB2's do;
-- `video_hard` makes material `grid`'s alpha 0 at every reset (the floor hidden; not
-  `color_video_hard`, whose floor DMC-GB2 leaves);
-- in `walker` and `cheetah` the box follows the torso's centre of mass (offsets x 0 / -0.05,
-  z -1.07 / 0.15) after every reset and step, before the render.
+Its schedule is DMC-GB2's: the one draw when made, the colour and clip order of the resets,
+the frame counter, the hidden floor of `video_hard` and the box that follows walker and cheetah
+(each listed in docs/migrating.md, "DMC-GB2's video modes").
 
 Other modes are DMC-GB2's own: `video_modes(ColorVideoWrapper)` makes this wrapper for the
 four video modes (the colours loaded by DMC-GB2's own `_load_colors`) and DMC-GB2's class for
