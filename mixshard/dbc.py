@@ -1,16 +1,9 @@
 """A drop-in for DBC's natural-video background (deep_bisim4control's `dmc2gym`,
 `natural_imgsource.RandomVideoSource`), its frames from a clip pack.
 
-DBC (`--img_source video`) loads its frames when the environment is made: with `total_frames`
-(its default 1,000) it shuffles the file list (python's `random.shuffle`, in place) each time
-it has gone through it, reads the files from the second of the list on (`file_i += 1`, then
-`filelist[file_i % n]`), each whole with scikit-video (FFmpeg, `-pix_fmt gray`), resizes each
-frame with `cv2.resize` (bilinear at half-pixel centres, no antialias) and keeps the first
-`total_frames` as float64 `(total_frames, h, w, 1)`; without it, every frame of every file,
-shuffled once. It draws one offset, `np.random.randint(0, total_frames)`, at construction (its
-`reset`, which dmc2gym never calls again), and each observation takes the next frame
-(`arr[loc % total_frames]`, then `loc += 1`), across episodes; dmc2gym's `_get_obs` pastes it
-where blue exceeds green and red (`b > g and b > r`, `mixshard.masks.blue_dominant`).
+DBC (`--img_source video`) decodes and resizes a shuffled list of videos into memory when the
+environment is made, draws one offset, and each observation shows the next frame where blue
+dominates (its loading order and draws are listed in docs/migrating.md, "DBC's video source").
 
 `RandomVideoSource` takes the same arguments, makes the same draws of python's and numpy's
 global generators in the same order, and plays the same frames, read from a clip pack of the
