@@ -20,9 +20,7 @@ random state's next ones. Behaviours kept because a paper's numbers come from th
 - the turn at the ends (`dcs_turn`): the first frame shows once, the last twice;
 - DMC-VB moves one frame every 10 steps, counting steps across episodes.
 
-Frames play in each clip's frame order (the pack's); DCS lists a clip's files in the file
-system's order (`Path.glob`, or `tf.io.gfile.listdir` in its first release), which is that
-order where the listing is sorted.
+Frames play in each clip's frame order (the pack's; docs/migrating.md says where DCS's differs).
 """
 
 from __future__ import annotations
