@@ -20,11 +20,8 @@ The frames are DMC-GB's own within a level: `make dmcgb-videos` packs each whole
 DMC-GB's `_interpolate_bg` (`F.interpolate`, bilinear, `align_corners=False`) rounded where
 DMC-GB truncates its floats; PyAV's decode is OpenCV's (both FFmpeg). The pack is the one for
 the observations' size (`dmcgb-video_hard-100` for 100 px observations, `make dmcgb-videos
-SIZE=100`, else `dmcgb-video_hard`). A pack of another size than the observations is an error
-naming both (resizing it again would not give DMC-GB's frames), found at construction where the
-environment has an `observation_space` of shape `(3, H, W)` (dmc2gym's), else at the first
-frame; a pack resized with PIL's antialiased filter (packs made before `resample` existed)
-plays with a warning: it differs from DMC-GB's frames by ~3 levels on average.
+SIZE=100`, else `dmcgb-video_hard`). A pack of another size is an error (resizing it again would
+not give DMC-GB's frames), one resized with another filter a warning (docs/troubleshooting.md).
 """
 
 from __future__ import annotations
