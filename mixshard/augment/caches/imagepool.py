@@ -1,16 +1,11 @@
 """A pool of pack images on the device, for packs too large to keep whole.
 
-`P` images are resident. Each call draws `n` distinct slots at random; every image is drawn
-exactly `uses` times, then its slot is refilled with the next image of the block-order stream
-(sequential reads, `refill.py`), so the disk only has to deliver `draws / uses` images per
-second and every image of the pack enters the pool once per pass. The pool fills over the
-first calls on a fixed schedule (`n` images to start, then `ceil(n / uses)` more per call), so
-the first call does not wait for `P` images; once full, the draws walk a random permutation of
-the slots (each call a uniform random set, every slot once before any twice). Refills are read
-ahead on a background thread (into pinned host memory for CUDA) and put into the pool while the
-caller works on, as jobs of the device's lane (`core/device.py`: on CUDA a side stream, on a
-CPU a writer thread); the next call's draws wait for them (a fence). When the disk falls
-behind, a call waits; `stats()` counts those waits.
+`P` images are resident, each drawn exactly `uses` times and then refilled from the block-order
+stream (`refill.py`), as docs/design.md describes; every image of the pack enters once a pass.
+The pool fills on a fixed schedule (`n` images to start, then `ceil(n / uses)` more a call).
+Refills are read ahead on a thread (into pinned host memory for CUDA) and put in as jobs of the
+device's lane (`core/device.py`: a side stream on CUDA, a writer thread on a CPU); the next
+call's draws wait for them (a fence), and `stats()` counts the waits for a disk behind.
 
 Draws depend only on the seed and the call sizes, not on timing or the device. Each call
 queues, after its refills, the next call's draws and the gather of their images into one of two
