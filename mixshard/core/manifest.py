@@ -58,7 +58,7 @@ class BlockInfo:
 
     `sha256` is the digest of the block's span (`layout.block_span`: its images and labels
     members, headers included), which lets a ranged read of one block be checked; packs made
-    before mixshard 0.3 have none (None).
+    before block digests were written have none (None).
     """
 
     key: str
