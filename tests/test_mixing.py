@@ -3,6 +3,9 @@ twin of the keyed draws; a generator's compact state (genstate)."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -11,14 +14,8 @@ from mixshard.augment.draws.keyed import keyed, keyed_np, keyed_numpy, mix64_int
 from mixshard.augment.draws.mixing import Mix, check_mix_weights, check_schedule, thresholds
 from mixshard.augment.state.genstate import MAX_TWISTS, pack_states, twist, unpack_states
 
-
-def autocorrelation(seq: np.ndarray, lags: int) -> np.ndarray:
-    """Autocorrelation of `seq` (floats) at lags 1..lags, through the FFT."""
-    x = seq - seq.mean()
-    size = 1 << int(np.ceil(np.log2(2 * len(x))))
-    f = np.fft.rfft(x, size)
-    acf = np.fft.irfft(f * np.conj(f), size)[: lags + 1]
-    return acf[1:] / acf[0]
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+from bench_mixing import autocorrelation  # noqa: E402  (the benchmark's own, at a smaller size)
 
 
 def test_keyed_np_gives_the_torch_bits():

@@ -153,12 +153,13 @@ def random_flip_mask(n: int, p: float, device, generator: torch.Generator | None
 
 def flip(imgs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Horizontally flip the images where `mask` is True (batched, no sync)."""
-    out = torch.empty_like(imgs)
-    if _compiled_place(out, imgs, None, None, mask):
-        return out
-    if imgs.device.type == "cpu":
-        return _flip_arith(imgs, mask)
-    return _flip_where(imgs, mask)
+    if imgs.device.type != "cpu":
+        return _flip_where(imgs, mask)
+    if imgs.dtype == torch.uint8:  # (the output is made only where the compiled pass runs)
+        out = torch.empty_like(imgs, memory_format=torch.contiguous_format)
+        if _compiled_place(out, imgs, None, None, mask):
+            return out
+    return _flip_arith(imgs, mask)
 
 
 def place(
