@@ -67,6 +67,34 @@ def test_the_compiled_draws_give_the_tensor_ops_bits(monkeypatch):
     assert keyed.keyed(seed_key(1), torch.tensor([5]), torch.tensor([7]), 2).item() % 2**64 == one
 
 
+@pytest.mark.parametrize("order", ["random", "next", "no-repeat"])
+@pytest.mark.parametrize("clips", [1, 2, 3, 7, 1000])
+def test_the_compiled_clip_draws_give_the_tensor_ops_bits(order, clips, monkeypatch):
+    # a CPU's clip, start and flip of a reset are one compiled loop (`_lerp.draws`); every
+    # other device runs the tensor ops: the same values, episodes negative and huge included
+    from mixshard.augment.draws import playback
+
+    if playback._lerp is None:
+        pytest.skip("mixshard.augment.kernels._lerp is not built")
+    g = torch.Generator().manual_seed(clips)
+    envs = torch.cat([torch.arange(40), torch.randint(0, 2**40, (40,), generator=g)])
+    episode = torch.cat([torch.arange(-3, 37), torch.randint(-(2**62), 2**62, (40,), generator=g)])
+    length = torch.randint(1, 600, (clips,), generator=g)
+    for key in (seed_key(clips), -(2**63)):
+        for playback_, flip in (("random", True), ("loop", False)):
+            got = playback.draw(key, envs, episode, length, playback_, flip, order)
+            alone = playback.draw_clips(key, envs, episode, clips, order)
+            with monkeypatch.context() as m:
+                m.setattr(playback, "_lerp", None)
+                want = playback.draw(key, envs, episode, length, playback_, flip, order)
+            assert [w.dtype for w in got] == [torch.int64, torch.int64, torch.bool]
+            for a, b in zip(got, want):
+                assert a.shape == b.shape and torch.equal(a, b)
+            assert torch.equal(alone, want[0])
+    assert torch.all(got[0] < clips) and torch.all(got[1] == 0) and not got[2].any()
+    assert len(torch.unique(got[0])) > min(clips, 80) // 2
+
+
 def test_loop_plays_the_drawn_clip_from_its_first_frame_and_wraps(clips):
     bg = mixshard.Backgrounds(clips, 8, frames=1, playback="loop")
     first = shown(bg)

@@ -26,6 +26,7 @@ from .keyed import below, keyed
 from .mixing import Mix
 
 _CLIP, _START, _FLIP, _FIRST, _OTHER, _PACK = 0, 1, 2, 3, 4, 5  # the streams of the draws
+_ORDER_CODES = {"random": 0, "next": 1, "no-repeat": 2}  # `_lerp.draws`' codes of the orders
 
 
 def draw_clips(
@@ -33,6 +34,8 @@ def draw_clips(
 ) -> torch.Tensor:
     """The clip of each `(env, episode)` in the order `order` (`CLIP_ORDERS`): a pure function
     of the key (the seed), the environment and the episode."""
+    if _compiled(envs, episode):
+        return _draws(key, envs, episode, clips, order)[0]
     if order == "random":
         return _free(key, envs, episode, clips)
     if order == "next" or clips <= 2:  # with 2 clips, no repeat is taking turns
@@ -69,8 +72,39 @@ def draw(
     """`(clip, start frame, flipped)` of each `(env, episode)`; `length` is every clip's frame
     count. The clip is drawn in `order`, the start for `"random"` playback (else 0), the flip
     when `flip`."""
+    if _compiled(envs, episode, length):
+        return _draws(key, envs, episode, len(length), order, (length, playback == "random", flip))
     clip = draw_clips(key, envs, episode, len(length), order)
     return clip, *_start_and_flip(key, envs, episode, clip, length, playback, flip)
+
+
+def _compiled(*tensors: torch.Tensor) -> bool:
+    """Whether the draws run in the compiled loop: on a CPU, where it is built."""
+    return _lerp is not None and all(t.device.type == "cpu" for t in tensors)
+
+
+def _draws(
+    key: int,
+    envs: torch.Tensor,
+    episode: torch.Tensor,
+    clips: int,
+    order: str,
+    then: tuple[torch.Tensor, bool, bool] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`draw_clips`, and with `then` (`length`, random start, flip) `draw`, in one compiled
+    loop (`_lerp.draws`: the tensor ops' bits; a reset was some twenty ops of a few values)."""
+    assert _lerp is not None
+    if envs.shape != episode.shape:
+        envs, episode = torch.broadcast_tensors(envs, episode)
+    e, p = envs.long().contiguous(), episode.long().contiguous()
+    clip = torch.empty(e.shape, dtype=torch.int64)
+    start, flipped = torch.zeros_like(clip), torch.zeros(e.shape, dtype=torch.bool)
+    length, random_start, flip = then if then is not None else (None, False, False)
+    length = None if length is None else length.long().contiguous()
+    out = (region(start), region(flipped), region(length)) if length is not None else (None,) * 3
+    code = _ORDER_CODES[order]
+    _lerp.draws(region(clip), region(e), region(p), *out, key, clips, code, random_start, flip)
+    return clip, start, flipped
 
 
 def _start_and_flip(

@@ -1636,6 +1636,9 @@ static PyObject *place(PyObject *Py_UNUSED(self), PyObject *args) {
 
 /* -- keyed draws ---------------------------------------------------------------------------- */
 
+/* The streams of `playback`'s draws (its _CLIP, _START, _FLIP, _FIRST, _OTHER). */
+enum { D_CLIP = 0, D_START = 1, D_FLIP = 2, D_FIRST = 3, D_OTHER = 4 };
+
 /* SplitMix64's finaliser on a word (`keyed.mix64_int`). */
 static uint64_t mix64(uint64_t z) {
     z += 0x9E3779B97F4A7C15ULL;
@@ -1711,6 +1714,76 @@ static PyObject *mixed(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* The draws of `playback.draw` for each (env[i], episode[i]) (its bits; int64 buffers, `flipped`
+ * bytes): clip[i] in `order` (0 random, 1 next, 2 no-repeat) among `clips`; where `start` is
+ * given, the start frame (random within length[clip[i]] when `random_start`, else 0) and
+ * flipped[i] (the flip word's low bit when `flip`, else 0). A reset's draws were twenty tensor
+ * ops of a few values each. */
+static inline uint64_t word(uint64_t key, uint64_t env, uint64_t episode, uint64_t stream) {
+    return mix64(mix64(mix64(env + key) + episode) + stream);
+}
+
+static inline int64_t below_n(uint64_t bits, int64_t n) {
+    return (int64_t)(((bits >> 32) * (uint64_t)n) >> 32);
+}
+
+static int64_t clip_of(uint64_t key, uint64_t e, uint64_t p, int64_t clips, int order) {
+    if (order == 0) return below_n(word(key, e, p, D_CLIP), clips);
+    if (order == 1 || clips <= 2) {
+        int64_t sum = (int64_t)((uint64_t)below_n(word(key, 0, 0, D_FIRST), clips) + e + p);
+        int64_t r = sum % clips; /* (floor division's remainder, as torch's `%`) */
+        return r < 0 ? r + clips : r;
+    }
+    int64_t own = below_n(word(key, e, p, D_CLIP), clips);
+    if (((int64_t)p) % 2 == 0) return own;
+    int64_t a = below_n(word(key, e, p - 1, D_CLIP), clips);
+    int64_t b = below_n(word(key, e, p + 1, D_CLIP), clips);
+    int64_t lo = a < b ? a : b, hi = a < b ? b : a, two = lo != hi;
+    int64_t r = below_n(word(key, e, p, D_OTHER), clips - 1 - two);
+    r += r >= lo;
+    r += (r >= hi) & two;
+    return r;
+}
+
+static PyObject *draws(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *objs[6];
+    Py_buffer bufs[6] = {{0}};
+    static const char *names[6] = {"clip", "env", "episode", "start", "flipped", "length"};
+    long long key, clips;
+    int order, random_start, flip;
+    if (!PyArg_ParseTuple(args, "OOOOOOLLiii", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
+                          &objs[5], &key, &clips, &order, &random_start, &flip))
+        return NULL;
+    if (clips < 1 || order < 0 || order > 2)
+        return PyErr_Format(PyExc_ValueError, "draws: bad clips or order (%lld, %d)", clips, order);
+    int got = 0, failed = take(objs[got++], &bufs[0], 0, 1, names[0]);
+    ssz n = bufs[0].len / 8;
+    ssz need[6] = {0, n * 8, n * 8, n * 8, n, clips * 8};
+    for (; got < 6 && !failed; got++) failed = take(objs[got], &bufs[got], need[got], got == 3 || got == 4, names[got]);
+    if (!failed && (!bufs[0].buf || !bufs[1].buf || !bufs[2].buf ||
+                    (bufs[3].buf && (!bufs[4].buf || !bufs[5].buf)))) {
+        PyErr_SetString(PyExc_ValueError, "draws: clip, env or episode is None, or start without flipped and length");
+        failed = 1;
+    }
+    if (!failed) {
+        int64_t *clip = bufs[0].buf, *start = bufs[3].buf;
+        const uint64_t *env = bufs[1].buf, *episode = bufs[2].buf;
+        uint8_t *flipped = bufs[4].buf;
+        const int64_t *length = bufs[5].buf;
+        uint64_t k = (uint64_t)key;
+        for (ssz i = 0; i < n; i++) {
+            clip[i] = clip_of(k, env[i], episode[i], clips, order);
+            if (start == NULL) continue;
+            start[i] = random_start ? below_n(word(k, env[i], episode[i], D_START), length[clip[i]]) : 0;
+            flipped[i] = flip ? (uint8_t)(word(k, env[i], episode[i], D_FLIP) & 1) : 0;
+        }
+    }
+    for (int i = 0; i < got; i++)
+        if (bufs[i].obj != NULL) PyBuffer_Release(&bufs[i]);
+    if (failed) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"composite", composite, METH_VARARGS,
      "composite(out, obs, bg, index, flipped, keep, key_source, values, ids, alpha, params): out = obs blended with its backgrounds under the keep weights (see _lerp.c)."},
@@ -1720,6 +1793,8 @@ static PyMethodDef methods[] = {
      "keyed(out, env, episode, key, stream): out = keyed.keyed's 64 bits of each (env, episode) (int64 buffers of out's length)."},
     {"mixed", mixed, METH_VARARGS,
      "mixed(out, env, episode, words, base, limit, key, stream): out = playback.mixed_clips's clips (int64 buffers)."},
+    {"draws", draws, METH_VARARGS,
+     "draws(clip, env, episode, start, flipped, length, key, clips, order, random_start, flip): playback.draw's clip, start and flip of each (env, episode)."},
     {NULL, NULL, 0, NULL},
 };
 

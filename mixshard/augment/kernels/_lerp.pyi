@@ -31,3 +31,16 @@ def keyed(out: Any, env: Any, episode: Any, key: int, stream: int) -> None: ...
 def mixed(
     out: Any, env: Any, episode: Any, words: Any, base: Any, limit: Any, key: int, stream: int
 ) -> None: ...
+def draws(
+    clip: Any,
+    env: Any,
+    episode: Any,
+    start: Any | None,
+    flipped: Any | None,
+    length: Any | None,
+    key: int,
+    clips: int,
+    order: int,
+    random_start: int,
+    flip: int,
+) -> None: ...
