@@ -2,23 +2,14 @@
 its `ColorVideoWrapper` with `mode="video_easy"`, `"video_hard"`, `"color_video_easy"` or
 `"color_video_hard"`), from clip packs.
 
-DMC-GB2 projects its videos onto a box behind the agent: it rebuilds the domain's MJCF with a
-`projector` texture (type skybox, 512 px, the model's texture 2), a material of it and a box
-site `video_screen` of that material, and at every reset decodes a whole video with OpenCV,
-resizes each frame to its `video_render_size` (256) with PIL's `Image.resize` (its default for
-RGB: bicubic, antialiased) and shrinks texture 2 to that size; at the reset and at every step it
-writes the next frame into the texture and uploads it (`mjr_uploadTexture`). This wrapper
-builds the same scene and plays the same frames from a clip pack packed at the texture's size
-with PIL's filter (`make dmcgb2-videos`: `--clips --crop full --size 256 --resample bicubic`,
-PIL's bytes): a reset copies one frame out of the pack, as does a step (`textures.clipreads`).
+DMC-GB2 projects its videos onto a box behind the agent and decodes and resizes a whole video
+at every reset. This wrapper builds the same scene and plays the same frames, with DMC-GB2's
+schedule, from a clip pack packed at the texture's size with PIL's filter (`make
+dmcgb2-videos`): a reset or a step copies one frame out of the pack (`textures.clipreads`).
+docs/migrating.md, "DMC-GB2's video modes", lists the scene, the packing and the schedule.
 
-Its schedule is DMC-GB2's: the one draw when made, the colour and clip order of the resets,
-the frame counter, the hidden floor of `video_hard` and the box that follows walker and cheetah
-(each listed in docs/migrating.md, "DMC-GB2's video modes").
-
-Other modes are DMC-GB2's own: `video_modes(ColorVideoWrapper)` makes this wrapper for the
-four video modes (the colours loaded by DMC-GB2's own `_load_colors`) and DMC-GB2's class for
-the rest (`color_easy`, `color_hard`; the geometric modes are another wrapper).
+`video_modes(ColorVideoWrapper)` makes this wrapper for the four video modes and DMC-GB2's own
+class for the rest (`color_easy`, `color_hard`; the geometric modes are another wrapper).
 """
 
 from __future__ import annotations
