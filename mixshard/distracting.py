@@ -119,11 +119,7 @@ def _dcs_names(clips: ClipFrames, dataset_videos: Any) -> list[str]:
 
 
 def _grid(model: Any, alpha: float | None) -> int | None:
-    """The id of material `grid`, whose alpha `ground_plane_alpha` sets (None: untouched).
-
-    Raises:
-        MixshardError: the model has no material `grid`.
-    """
+    """The id of material `grid`, whose alpha `ground_plane_alpha` sets (None: untouched)."""
     if alpha is None:
         return None
     raw = raw_model(model)

@@ -134,11 +134,7 @@ def recolour(materials: ET.Element, assets: dict, colors: Mapping[str, Any]) -> 
 
 
 def _only(root: ET.Element, tag: str, name: str, file: str) -> ET.Element:
-    """The one `<asset><tag>` of `root`, named `name` (as DMC-GB2 asserts).
-
-    Raises:
-        MixshardError: none, several, or another name.
-    """
+    """The one `<asset><tag>` of `root`, named `name` (as DMC-GB2 asserts)."""
     found = root.findall(f"asset/{tag}")
     if len(found) != 1 or found[0].get("name") != name:
         names = ", ".join(repr(e.get("name")) for e in found) or "none"
@@ -149,11 +145,7 @@ def _only(root: ET.Element, tag: str, name: str, file: str) -> ET.Element:
 
 
 def _nth_material(root: ET.Element, n: int, name: str | None) -> ET.Element:
-    """Material `n` of the materials file (named `name` where DMC-GB2 asserts a name).
-
-    Raises:
-        MixshardError: fewer materials, or another name.
-    """
+    """Material `n` of the materials file (named `name` where DMC-GB2 asserts a name)."""
     found = root.findall("asset/material")
     if len(found) <= n or (name is not None and found[n].get("name") != name):
         names = ", ".join(repr(e.get("name")) for e in found) or "none"
@@ -375,11 +367,7 @@ class ColorVideoWrapper:
 
 
 def _material(model: Any, name: str) -> int:
-    """The id of material `name`.
-
-    Raises:
-        MixshardError: the model has none of that name.
-    """
+    """The id of material `name`."""
     raw = raw_model(model)
     names = [raw.material(i).name for i in range(raw.nmat)]
     if name not in names:

@@ -113,11 +113,7 @@ class TextureTarget:
         self.pixels: np.ndarray = flat.reshape(height, width, 3)
 
     def _square(self, width: int, height: int, size: int) -> int:
-        """Texture `self.id` made `size` px square (`width x height` px of bytes it has).
-
-        Raises:
-            MixshardError: `size` is not positive, or more pixels than the texture has.
-        """
+        """Texture `self.id` made `size` px square (`width x height` px of bytes it has)."""
         if size < 1 or size * size > width * height:
             raise MixshardError(
                 f"texture {self.name!r} holds {width} x {height} px; it cannot be made {size} "
