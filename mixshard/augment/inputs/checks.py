@@ -547,17 +547,10 @@ def _counter(state: dict[str, Any], key: str, n: int, device: torch.device) -> t
 
 def env_mask(envs: Any, index: Any, n: int, device: torch.device, what: str) -> torch.Tensor | None:
     """Which of `n` environments a call (`what`: `"reset"`, `"step"`) is for, as a bool mask
-    on `device`, or None for all, checked.
-
-    `envs` is a mask: one entry per environment, true (or 1) for those the call is for: a
-    torch tensor or numpy array of bool, integer or float dtype, or a list (a `done` as
-    simulators hand it out). `index` lists environment numbers instead. Nothing is guessed: a
-    mask of another length, or one with values other than 0 and 1, is an error, as are
-    indices that are not integers. A bool tensor makes no host sync; the values of an integer
-    or float tensor on an accelerator are checked with one.
-
-    Raises:
-        TypeError, ValueError: what `envs` or `index` is not, named for the call `what`.
+    on `device`, or None for all, checked: `envs` a mask of one entry per environment (bool,
+    or 0/1 integers or floats: torch, numpy or a list), or `index` environment numbers. Nothing
+    is guessed (docs/design.md, "Backgrounds per environment", says why); a bool tensor makes
+    no host sync, an integer or float one on an accelerator one.
     """
     if index is not None:
         if envs is not None:
