@@ -380,10 +380,6 @@ def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
         raise ValueError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
 
 
-def check_cache(cache: Any, caches: tuple[str, ...] = OVERLAY_CACHES) -> None:
-    check_choice("cache", cache, caches)
-
-
 def check_cache_fraction(fraction: Any) -> None:
     """A share of the free device memory: a number in (0, 1]."""
     if not is_number(fraction) or not 0 < fraction <= 1:
@@ -422,7 +418,7 @@ def check_overlay_args(
     check_alpha(alpha, everywhere=True)
     check_flag("flip", flip)
     check_crop(crop)
-    check_cache(cache)
+    check_choice("cache", cache, OVERLAY_CACHES)
     check_int("num_workers", num_workers, 0)
     check_int("seed", seed, 0)
     check_cache_fraction(cache_fraction)
@@ -455,7 +451,7 @@ def check_backgrounds_args(
         check_int("pool", pool, 1)
     check_flag("flip", flip)
     check_choice("playback", playback, PLAYBACKS)
-    check_cache(cache, BACKGROUNDS_CACHES)
+    check_choice("cache", cache, BACKGROUNDS_CACHES)
     check_cache_fraction(cache_fraction)
     check_choice("clip_order", clip_order, CLIP_ORDERS)
     return int(num_envs), int(frames), int(speed), int(seed)
