@@ -29,7 +29,6 @@ from .core.presets import DAVIS17_TRAIN, DAVIS17_VAL
 from .textures.clipreads import ClipFrames
 from .textures.target import FrameWriter, TextureTarget, Upload, physics_upload, raw_model
 
-DIFFICULTY_NUM_VIDEOS = {"easy": 4, "medium": 8, "hard": None}  # DCS's suite_utils
 DMCVB_SLOWDOWN = 10  # DMC-VB's `_slowdown_video_factor`
 
 
