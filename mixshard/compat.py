@@ -1,23 +1,11 @@
-"""Drop-ins for the overlays of the visual-RL code bases: change one import (README, "Migrating").
-
-    # DMC-GB, SODA, SVEA, RL-ViGen, PIE-G, SGQN, MaDi, TLDA, maniwhere:
-    from mixshard.compat import random_overlay  # was: def random_overlay(...)
-    # SGQN, MaDi:
-    from mixshard.compat import attribution_augmentation  # was: def attribution_augmentation
-    # DMC-GB2:
-    from mixshard.compat import RandomOverlay as random_overlay  # was: class random_overlay
-    # DMC-GB's video evaluation (src/env/wrappers.py):
-    from mixshard.compat import VideoWrapper  # was: class VideoWrapper
-    # DBC's natural video (dmc2gym/natural_imgsource.py, appended at its end):
-    from mixshard.compat import RandomVideoSource  # replaces class RandomVideoSource
-    # GreenAug (GreenAugRandom, GreenAugGenerative):
-    from mixshard.compat import chroma_key  # was: from chromakey.torch import chroma_key
+"""Drop-ins for the overlays of the visual-RL code bases: change one import (docs/migrating.md
+lists the line for each code base).
 
 The pack for a dataset and `size x size` observations is `$MIXSHARD_DATA/<dataset>-<size>`
-when it exists, else `$MIXSHARD_DATA/<dataset>` (`make places365 [SIZE=96]`, `make coco`).
-A pack larger than the observations gets a fresh RandomResizedCrop (area 0.08-1, as the
-reference) per draw; one at another size is resized (warned once per size). Every function,
-alpha and mask shares one `Overlay`, so one device cache, per pack.
+when it exists, else `$MIXSHARD_DATA/<dataset>`. A pack larger than the observations gets a
+fresh RandomResizedCrop (area 0.08-1, as the reference) per draw; one at another size is resized
+(warned once per size). Every function, alpha and mask shares one `Overlay`, so one device
+cache, per pack.
 """
 
 from __future__ import annotations

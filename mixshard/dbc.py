@@ -7,20 +7,10 @@ dominates (its loading order and draws are listed in docs/migrating.md, "DBC's v
 
 `RandomVideoSource` takes the same arguments, makes the same draws of python's and numpy's
 global generators in the same order, and plays the same frames, read from a clip pack of the
-videos instead of decoded: made once by `make dbc-videos SRC=<DBC's videos> DATA=...`
-(`mixshard pack ... --clips --crop full --grey --resample bilinear-no-antialias`; `SIZE=` for
-observations of another size than 84, packed as `dbc-video-<size>`), each file of the list
-found among the pack's clips by its path. One line, at the end of
-`dmc2gym/natural_imgsource.py`:
-
-    from mixshard.compat import RandomVideoSource  # noqa: E402,F811
-
-Grey levels: DBC's are FFmpeg's grey of each decoded frame (its Y plane, full range), resized by
-`cv2.resize`; a `--grey` pack holds the same grey, resized by F.interpolate's bilinear (cv2's
-rule, in float where cv2 has 11-bit weights: within a level). Of an RGB pack the grey is made
-here with BT.601's weights (PIL's `convert("L")`), a few levels from FFmpeg's: the RGB was
-rounded from the Y plane and its chroma (`scripts/compare_dbc.py` measures both). `arr` is
-uint8 (DBC's float64 is 8x the memory); `get_image` returns float64, as DBC's.
+videos instead of decoded (`make dbc-videos`), each file of the list found among the pack's
+clips by its path. `arr` is uint8 (DBC's float64 is 8x the memory); `get_image` returns
+float64, as DBC's. docs/migrating.md has the one line, the packing and how the grey levels
+compare with DBC's.
 """
 
 from __future__ import annotations

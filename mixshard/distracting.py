@@ -9,18 +9,10 @@ benchmark reads every JPEG (DCS) or decodes the whole video (DMC-VB) of the draw
 resizes each frame to the sky texture at every reset; here a clip pack holds the frames at the
 texture's size, a reset draws and a step copies the one frame it shows out of the pack's
 mappings into the texture and uploads it (`textures.clipreads`). A smaller pack
-(`resize=True`) has each clip resized as it is read, ahead: the next episode's draws are the
-random state's next ones. Behaviours kept because a paper's numbers come from them:
-
-- the sky is the model's first skybox texture, made `width` rows high (one image on every
-  face, as DCS sets `tex_height` to 800); `ground_plane_alpha` is material `grid`'s alpha;
-- `video_alpha` blends over the sky *as it is at the reset*, which after the first episode is
-  the last frame the previous one showed (both benchmarks read the texture back at every
-  reset);
-- the turn at the ends (`dcs_turn`): the first frame shows once, the last twice;
-- DMC-VB moves one frame every 10 steps, counting steps across episodes.
-
-Frames play in each clip's frame order (the pack's; docs/migrating.md says where DCS's differs).
+(`resize=True`) has each clip resized as it is read, ahead (the next episode's draws are the
+random state's next ones). The behaviours kept because a paper's numbers come from them (the
+sky texture, `video_alpha` over the sky as it was at the reset, the turn at the ends, DMC-VB's
+slowdown, the frame order) are listed in docs/migrating.md, "The 3D video distractors".
 """
 
 from __future__ import annotations
@@ -37,7 +29,6 @@ from .core.presets import DAVIS17_TRAIN, DAVIS17_VAL
 from .textures.clipreads import ClipFrames
 from .textures.target import FrameWriter, TextureTarget, Upload, physics_upload, raw_model
 
-DIFFICULTY_NUM_VIDEOS = {"easy": 4, "medium": 8, "hard": None}  # DCS's suite_utils
 DMCVB_SLOWDOWN = 10  # DMC-VB's `_slowdown_video_factor`
 
 
@@ -127,11 +118,7 @@ def _dcs_names(clips: ClipFrames, dataset_videos: Any) -> list[str]:
 
 
 def _grid(model: Any, alpha: float | None) -> int | None:
-    """The id of material `grid`, whose alpha `ground_plane_alpha` sets (None: untouched).
-
-    Raises:
-        MixshardError: the model has no material `grid`.
-    """
+    """The id of material `grid`, whose alpha `ground_plane_alpha` sets (None: untouched)."""
     if alpha is None:
         return None
     raw = raw_model(model)

@@ -2,23 +2,14 @@
 its `ColorVideoWrapper` with `mode="video_easy"`, `"video_hard"`, `"color_video_easy"` or
 `"color_video_hard"`), from clip packs.
 
-DMC-GB2 projects its videos onto a box behind the agent: it rebuilds the domain's MJCF with a
-`projector` texture (type skybox, 512 px, the model's texture 2), a material of it and a box
-site `video_screen` of that material, and at every reset decodes a whole video with OpenCV,
-resizes each frame to its `video_render_size` (256) with PIL's `Image.resize` (its default for
-RGB: bicubic, antialiased) and shrinks texture 2 to that size; at the reset and at every step it
-writes the next frame into the texture and uploads it (`mjr_uploadTexture`). This wrapper
-builds the same scene and plays the same frames from a clip pack packed at the texture's size
-with PIL's filter (`make dmcgb2-videos`: `--clips --crop full --size 256 --resample bicubic`,
-PIL's bytes): a reset copies one frame out of the pack, as does a step (`textures.clipreads`).
+DMC-GB2 projects its videos onto a box behind the agent and decodes and resizes a whole video
+at every reset. This wrapper builds the same scene and plays the same frames, with DMC-GB2's
+schedule, from a clip pack packed at the texture's size with PIL's filter (`make
+dmcgb2-videos`): a reset or a step copies one frame out of the pack (`textures.clipreads`).
+docs/migrating.md, "DMC-GB2's video modes", lists the scene, the packing and the schedule.
 
-Its schedule is DMC-GB2's: the one draw when made, the colour and clip order of the resets,
-the frame counter, the hidden floor of `video_hard` and the box that follows walker and cheetah
-(each listed in docs/migrating.md, "DMC-GB2's video modes").
-
-Other modes are DMC-GB2's own: `video_modes(ColorVideoWrapper)` makes this wrapper for the
-four video modes (the colours loaded by DMC-GB2's own `_load_colors`) and DMC-GB2's class for
-the rest (`color_easy`, `color_hard`; the geometric modes are another wrapper).
+`video_modes(ColorVideoWrapper)` makes this wrapper for the four video modes and DMC-GB2's own
+class for the rest (`color_easy`, `color_hard`; the geometric modes are another wrapper).
 """
 
 from __future__ import annotations
@@ -143,11 +134,7 @@ def recolour(materials: ET.Element, assets: dict, colors: Mapping[str, Any]) -> 
 
 
 def _only(root: ET.Element, tag: str, name: str, file: str) -> ET.Element:
-    """The one `<asset><tag>` of `root`, named `name` (as DMC-GB2 asserts).
-
-    Raises:
-        MixshardError: none, several, or another name.
-    """
+    """The one `<asset><tag>` of `root`, named `name` (as DMC-GB2 asserts)."""
     found = root.findall(f"asset/{tag}")
     if len(found) != 1 or found[0].get("name") != name:
         names = ", ".join(repr(e.get("name")) for e in found) or "none"
@@ -158,11 +145,7 @@ def _only(root: ET.Element, tag: str, name: str, file: str) -> ET.Element:
 
 
 def _nth_material(root: ET.Element, n: int, name: str | None) -> ET.Element:
-    """Material `n` of the materials file (named `name` where DMC-GB2 asserts a name).
-
-    Raises:
-        MixshardError: fewer materials, or another name.
-    """
+    """Material `n` of the materials file (named `name` where DMC-GB2 asserts a name)."""
     found = root.findall("asset/material")
     if len(found) <= n or (name is not None and found[n].get("name") != name):
         names = ", ".join(repr(e.get("name")) for e in found) or "none"
@@ -384,11 +367,7 @@ class ColorVideoWrapper:
 
 
 def _material(model: Any, name: str) -> int:
-    """The id of material `name`.
-
-    Raises:
-        MixshardError: the model has none of that name.
-    """
+    """The id of material `name`."""
     raw = raw_model(model)
     names = [raw.material(i).name for i in range(raw.nmat)]
     if name not in names:

@@ -4,22 +4,9 @@
     envs = VectorBackgroundWrapper(envs, mixshard.Backgrounds(pack, envs.num_envs, frames=1),
                                    mask=lambda obs, info: (obs != 0).any(-1))
 
-`VectorBackgroundWrapper` wraps a `gymnasium.vector.VectorEnv` whose observations are images
-`(N, H, W, 3)` (an array, or a key of a dict observation: `key=`), `BackgroundWrapper` one
-`gymnasium.Env` of `(H, W, 3)` images. Each observation gets its environment's background (a
-`mixshard.Backgrounds`) behind the pixels the mask keeps; the clips play on at every step and
-an environment's background changes exactly where its episode does, under each of gymnasium's
-autoreset modes (`env.metadata["autoreset_mode"]`):
-
-- NEXT_STEP (the default): the step after `terminated` or `truncated` returns the reset
-  observation, and shows the next episode's first background frame;
-- SAME_STEP: the step that ends an episode returns the reset observation, with the next
-  episode's background, and `info["final_obs"]` the last one, with the ended episode's;
-- DISABLED: `reset(options={"reset_mask": mask})` resets those environments' backgrounds.
-
-A full `reset()` starts a new episode everywhere (the first one plays each environment's
-episode 0, so environment `i`'s backgrounds are `Backgrounds`' draws for (seed, i, episode)).
-`state_dict()` is the `Backgrounds`' state plus which environments reset at the next step.
+`VectorBackgroundWrapper` wraps a vector env of `(N, H, W, 3)` images, `BackgroundWrapper` one
+env of `(H, W, 3)` images. An environment's background changes exactly where its episode does,
+under each of gymnasium's autoreset modes (docs/simulators.md, "Gymnasium", says how in each).
 """
 
 from __future__ import annotations

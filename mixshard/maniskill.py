@@ -1,19 +1,12 @@
 """ManiSkill3: a background per parallel environment, where ManiSkill's green screen pastes one.
 
-ManiSkill's digital twins (`BaseDigitalTwinEnv`, `rgb_overlay_paths`) paste one static image
-behind the robot and the objects they keep, by segmentation id, the same for every parallel
-environment. `ManiSkillBackgrounds` pastes a `mixshard.Backgrounds` there instead: each
-environment its own image or clip, advanced each step, redrawn when that environment resets
-(a partial `reset(options={"env_idx": ...})`, and so `ManiSkillVectorEnv`'s autoresets)::
-
-    env = gym.make("PickCube-v1", num_envs=16, obs_mode="rgb+segmentation")
-    bg = mixshard.Backgrounds("clips/", num_envs=16, frames=1, device=env.unwrapped.device)
-    env = ManiSkillVectorEnv(ManiSkillBackgrounds(env, bg))   # autoresets SAME_STEP through it
-
-An optional extra (`pip install "mixshard[maniskill]"`); `import mixshard` never imports it,
-and this module imports neither ManiSkill nor SAPIEN: it reads the env's observations and its
-`segmentation_id_map`. Observations stay ManiSkill's: `(N, H, W, 3)` uint8 rgb and `(N, H, W,
-1)` int16 segmentation per camera under `obs["sensor_data"]`, on the env's device.
+`ManiSkillBackgrounds` pastes a `mixshard.Backgrounds` where a digital twin pastes one static
+image: each environment its own image or clip, redrawn when that environment resets
+(docs/simulators.md, "ManiSkill3", has the lines and the rules). An optional extra (`pip
+install "mixshard[maniskill]"`); `import mixshard` never imports it, and this module imports
+neither ManiSkill nor SAPIEN: it reads the env's observations and its `segmentation_id_map`.
+Observations stay ManiSkill's: `(N, H, W, 3)` uint8 rgb and `(N, H, W, 1)` int16 segmentation
+per camera under `obs["sensor_data"]`, on the env's device.
 """
 
 from __future__ import annotations

@@ -173,15 +173,10 @@ class Overlay:
         self._mix = Mix(len(self.sources), weights, schedule) if self.sources else None
 
     def _seeds(self) -> tuple[int, int]:
-        """This process's seed of the draws, and the seed of the streams it reads.
-
-        Each DDP rank draws its own backgrounds (the streams split by rank by themselves, so
-        they take the seed every rank shares). In a DataLoader worker, the draws and the
-        streams are keyed by torch's seed of that worker too (`get_worker_info().seed`: its
-        base seed, new for every epoch's workers unless they persist, plus the worker id), so
-        no two workers, and no two epochs, repeat each other's backgrounds; seeding torch in
-        the main process makes them reproducible, as torch's own worker seeds are.
-        """
+        """This process's seed of the draws, and the seed of the streams it reads: keyed by
+        the DDP rank (the streams split by rank by themselves, so they take the seed every rank
+        shares) and in a DataLoader worker by torch's seed of it, new each epoch (docs/design.md,
+        "Forked and DataLoader workers")."""
         from torch.utils.data import get_worker_info
 
         worker = get_worker_info()

@@ -12,10 +12,8 @@ from typing import Any, Literal, get_args
 Crop = Literal["center", "random", "full"]
 # where labels come from: decided from the tree; top-level subfolders are classes; none
 Labels = Literal["auto", "folders", "none"]
-# the resize filter: PIL's bilinear, antialiased when shrinking (the default); bilinear at
-# half-pixel centres without antialias, as F.interpolate(align_corners=False) and
-# tf.image.resize, which the video benchmarks (DMC-GB, DCS, DMC-VB) resize with; PIL's bicubic
-# (`Image.resize`'s default for RGB, antialiased), which DMC-GB2 resizes its videos with
+# the resize filter: PIL's bilinear (the default); bilinear without antialias, as the video
+# benchmarks resize; PIL's bicubic, as DMC-GB2 does (docs/design.md, "Resize filters")
 Resample = Literal["bilinear", "bilinear-no-antialias", "bicubic"]
 # a video benchmark's clip list, by name (`core/presets.py` holds the clips of each)
 ClipList = Literal[

@@ -1,22 +1,13 @@
 """The device seam: the one module that names `torch.cuda`.
 
 Everything above it (the prefetch ring, the pool, the caches, the loader) runs one algorithm on
-every device and asks this module only *how* to do the few things devices do differently:
-
-* a `Lane` runs jobs in order off the caller's critical path and hands back a `Fence` to wait
-  on. On CUDA the jobs are queued on a side stream (made once) after the work the caller has
-  queued so far, and a fence is an event the caller's stream waits on: the host never blocks.
-  On a CPU a job runs on the lane's thread while the caller goes on, and waiting for a fence
-  blocks until that job has ended (or, for a lane of jobs that only queue copies, inline).
-  Elsewhere (e.g. MPS) a job runs at once, inline.
-* `host_empty` allocates host memory to read into: pinned when the device wants it.
-* `move` and `move_index` put a host tensor or an index array on the device without a host
-  sync (non-blocking, from pinned memory); on a CPU they hand back the data itself.
-* `free_memory`, `canonical` and `accelerator` answer the device queries.
-
-timm's `PrefetchLoader` is the precedent: the same loop on a CPU, with a stream context that
-does nothing. torch's generic `torch.Stream`/`torch.Event` cannot record on a CPU (torch 2.x),
-hence this small seam.
+every device and asks this module only *how* to do the few things devices do differently: a
+`Lane` runs jobs in order off the caller's critical path and hands back a `Fence` to wait on
+(a side stream and an event on CUDA, a thread on a CPU, inline elsewhere); `host_empty`, `move`
+and `move_index` allocate host memory and move data without a host sync; `free_memory`,
+`canonical` and `accelerator` answer the device queries. docs/design.md, "One algorithm on
+every device", says how each device does them, and why (timm's `PrefetchLoader`: torch's
+`torch.Stream`/`torch.Event` cannot record on a CPU).
 """
 
 from __future__ import annotations

@@ -1,23 +1,8 @@
-"""Background threads and who owns them.
-
-Every thread mixshard starts (block readers and planner, cache warming, the refill feed, the
-pool's writer, the stream's threads) is a `Job` or a `JobThread`, and the object that starts it
-stops it with `own`:
-
-* `Job` runs one function on a daemon thread and keeps its error, raised by `raise_error()`
-  in the caller's thread (the one helper for "a background job that fails in the caller").
-* `JobThread` runs submitted jobs in order on such a thread (the CPU lane of `device.py`).
-* `own(owner, stop, *args)` calls `stop(*args)` once: on `close()`, when the owner is
-  garbage-collected, or at interpreter exit, newest owner first (`weakref.finalize`), so no
-  thread is left inside torch when the interpreter ends (that aborts the process). `stop`
-  must not hold the owner, and a thread's target must not either, or it is never collected.
-  A stop the collector triggers is handed to one thread of its own (the reaper) instead of
-  run where the collection happened: that may be any thread, even one inside `threading`'s
-  own locks (a thread being started), where joining a thread deadlocks; at exit the reaper's
-  queue is run in the exiting thread.
-* After `os.fork` the threads of the parent's objects do not exist in the child: their
-  finalizers do nothing there, and `check_process` raises `ForkedError` instead of waiting
-  for a thread that will never answer (`os.register_at_fork` keeps the process id).
+"""Background threads and who owns them: `Job` (one function, its error carried to the
+caller), `JobThread` (jobs run in order), and `own`, which stops a thread once: on `close()`,
+at garbage collection (on a reaper thread of its own: a join inside `threading`'s locks would
+deadlock) or at exit; a forked child raises `ForkedError` rather than wait for its parent's.
+docs/design.md, "Background threads and their owners", has the rules owners and targets keep.
 """
 
 from __future__ import annotations

@@ -3,22 +3,16 @@ that talks to fsspec.
 
 A `Store` is one pack's prefix in a bucket or on a web server: objects are named relative to it
 (`index.json`, `shard-000000.tar`). An `http(s)://` prefix is read-only and cannot be listed:
-its objects are read by `httpreads` through fsspec's HTTP file system, each answer capped at
-the bytes asked for. fsspec and its protocol package (s3fs, gcsfs, aiohttp) are optional
-extras, imported on first use; a missing one is a one-line `MixshardError` saying what to
-install. Endpoints and credentials come from each ecosystem's own settings (for S3 the AWS
-variables and files, `AWS_ENDPOINT_URL` for MinIO, R2 or Ceph; for GCS the Google application
-credentials), never from mixshard's options.
-
+its objects are read by `httpreads`. fsspec and its protocol package are optional extras,
+imported on first use (a missing one is a one-line `MixshardError` saying what to install);
+endpoints and credentials come from each ecosystem's own settings (docs/packing-to-a-store.md).
 `url_scheme` and `check_location` decide what a location is, for every command: a local path,
-a `file://` URL (a local path), or a store URL; a scheme that is none of these is an error,
-never a folder name.
+a `file://` URL (a local path), or a store URL; any other scheme is an error, never a folder.
 
-Every call to the store has a wall-clock deadline (`deadline`): `STORE_DEADLINE` seconds plus
-one second per `STORE_MIN_RATE` bytes it moves. A store that stops answering (a frozen server,
-a dead link) is a `ShardError` naming the object once it passes, never a thread waiting in
-fsspec for ever: an asynchronous protocol's call (s3fs, gcsfs) is cancelled in fsspec's loop,
-any other runs on a daemon thread that is left behind.
+Every call to the store has a wall-clock deadline (`deadline`, whose figures the same page
+gives): a store that stops answering is a `ShardError` naming the object once it passes, never
+a thread waiting in fsspec for ever: an asynchronous protocol's call (s3fs, gcsfs) is cancelled
+in fsspec's loop, any other runs on a daemon thread that is left behind.
 """
 
 from __future__ import annotations

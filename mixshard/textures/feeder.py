@@ -1,11 +1,8 @@
 """`TextureFeeder`: clips from a clip pack played in a MuJoCo texture of one environment, each
 episode's clip and first frame drawn as `Backgrounds` draws them, keyed by `(seed, environment,
 episode)` (`augment/playback.py`), for scenes whose benchmark does not dictate its own draws.
-
-An environment's draws do not depend on the other environments or on how many there are, so
-environment `e` of a vector of feeders plays the same clips whatever runs beside it. A step
-copies its frame out of the pack's mappings (`ClipFrames.frame`); a pack of another size has its
-next episode's clip read ahead, resized, as soon as an episode starts.
+A step copies its frame out of the pack's mappings; a pack of another size has its next
+episode's clip read ahead, resized (docs/design.md, "Backgrounds in MuJoCo textures").
 """
 
 from __future__ import annotations

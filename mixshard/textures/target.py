@@ -2,12 +2,10 @@
 checked against the frames' size before the first episode, written as RGB rows in place in the
 model's texture buffer and uploaded to the renderer.
 
-MuJoCo keeps every texture in one byte buffer, `tex_data` (`tex_rgb` before MuJoCo 3, as the
-Distracting Control Suite wrote), texture `i` at `tex_adr[i]`, `tex_height[i]` rows of
-`tex_width[i]` pixels of `tex_nchannel[i]` bytes. A skybox or cube texture built from one
-image per face is `6 * width` rows high; the Distracting Control Suite sets its height to its
-width, so that one square image (its first `width` rows) shows on every face, and so does
-`TextureTarget`. The renderer keeps its own copy on the GPU, which `mjr_uploadTexture` renews.
+MuJoCo keeps every texture in one byte buffer, `tex_data` (`tex_rgb` before MuJoCo 3), texture
+`i` at `tex_adr[i]`, `tex_height[i]` rows of `tex_width[i]` pixels of `tex_nchannel[i]` bytes;
+a skybox's `6 * width` rows become one square face, as DCS sets them (docs/design.md,
+"Backgrounds in MuJoCo textures"). The renderer's copy is renewed by `mjr_uploadTexture`.
 """
 
 from __future__ import annotations
@@ -113,11 +111,7 @@ class TextureTarget:
         self.pixels: np.ndarray = flat.reshape(height, width, 3)
 
     def _square(self, width: int, height: int, size: int) -> int:
-        """Texture `self.id` made `size` px square (`width x height` px of bytes it has).
-
-        Raises:
-            MixshardError: `size` is not positive, or more pixels than the texture has.
-        """
+        """Texture `self.id` made `size` px square (`width x height` px of bytes it has)."""
         if size < 1 or size * size > width * height:
             raise MixshardError(
                 f"texture {self.name!r} holds {width} x {height} px; it cannot be made {size} "

@@ -1,11 +1,8 @@
-"""`Overlay`'s cache over several packs: each sample takes its pack by weight, the images come
-from each pack's own cache (device, pool or stream, sharing the one `cache_fraction`).
-
-Sample `t` (counted per device from the first call) takes pack `Mix.pick_np(keyed(key, t))`:
-which pack a sample shows depends on its number only, not on the batch it is in. Each pack's
-cache then hands out its images in its own order; a pool's share of the budget is its pack's
-largest weight's (so each pack's pool is refilled in proportion to its weight: its images are
-drawn, and replaced after `uses` draws, at that rate).
+"""`Overlay`'s cache over several packs: sample `t` (counted per device from the first call)
+takes pack `Mix.pick_np(keyed(key, t))`, by its number, not its batch; the images come from each
+pack's own cache (device, pool or stream, sharing the one `cache_fraction`; a pool's share is
+its pack's largest weight's, so it refills at its weight's rate: docs/design.md, "Mixing packs
+and resuming").
 """
 
 from __future__ import annotations

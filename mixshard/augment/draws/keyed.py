@@ -1,15 +1,10 @@
 """Counter-based draws: random numbers that are a pure function of a key, on any device.
 
 `Backgrounds` draws each environment's clip, start frame and flip from `(seed, environment,
-episode, stream)` alone, so environment `i`'s backgrounds are the same whatever the number of
-environments and whatever the others do, and a state is restored from counters alone. A
-stateful generator (`torch.Generator`) cannot give that: its draws depend on how many numbers
-were drawn before, by anyone.
-
-The mix is SplitMix64's finaliser (Steele, Lea and Flood, 2014), a bijection of 64-bit words
-with full avalanche, written with int64 tensor ops (adds and multiplies wrap modulo 2**64, right
-shifts are masked into logical ones), so the CPU and CUDA give the same bits; the pure-Python
-`mix64_int` is its reference.
+episode, stream)` alone, which a stateful `torch.Generator` cannot give (its draws depend on
+how many numbers were drawn before, by anyone). The mix is SplitMix64's finaliser (Steele, Lea
+and Flood, 2014) on int64 tensor ops, so the CPU and CUDA give the same bits; the pure-Python
+`mix64_int` is its reference (docs/design.md, "Backgrounds per environment", says why).
 """
 
 from __future__ import annotations

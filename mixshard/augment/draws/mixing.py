@@ -1,18 +1,10 @@
 """Several packs mixed by weight: which pack each draw takes, as a pure function of its key.
 
-`Overlay` picks a pack per sample (keyed by the sample's number in this process's stream of
-samples), `Backgrounds` per episode (keyed by `(seed, environment, episode)`), both with
-`Mix.pick`: the top 32 bits of the draw's random word against the cumulative weights scaled to
-2**32. So a draw's pack depends on its key and the weights in force only, not on how many
-environments there are or which batch a sample is in; draws are independent (no period, no
-stratification: the pack sequence's autocorrelation is that of independent draws, and the
-realised share of a pack of weight `w` after `n` draws is `w` within `sqrt(w (1 - w) / n)`,
-one standard deviation: `scripts/bench_mixing.py`).
-
-The weights change with `set_weights` (a curriculum, an ADR loop) or by a schedule given up
-front: `[(step, weights), ...]`, each entry in force from its step on (the step is the number
-of `Overlay` calls, or of `Backgrounds.step` calls, made so far), until the next entry or a
-`set_weights`. The weights in force, the step and the schedule's position are the state.
+`Overlay` picks a pack per sample, `Backgrounds` per episode, both with `Mix.pick`, so a draw's
+pack depends on its key and the weights in force only. The weights change with `set_weights`
+(a curriculum, an ADR loop) or by a schedule, `[(step, weights), ...]`; the weights in force,
+the step and the schedule's position are the state. docs/design.md, "Mixing packs and
+resuming", gives the keys, the rule and how independent the draws are.
 """
 
 from __future__ import annotations

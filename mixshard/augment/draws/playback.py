@@ -1,18 +1,11 @@
 """How `Backgrounds` plays clips: each episode's draws and each frame's position, as pure
 tensor functions of the environments' counters (no state of their own, any device).
 
-Which clip an episode plays (`clip_order`) is a pure function of `(seed, environment,
-episode)` in every order, so environment `i`'s clips do not depend on `num_envs` or on the
-others, a pool can read an environment's next clip ahead, and a state is its counters:
-
-- `"random"`: independent draws (with `n` clips, `1/n` of the resets replay the clip just
-  played);
-- `"next"`: each reset plays the pack's next clip (`(index + 1) % n`, as DMC-GB's
-  `VideoWrapper` does), environment `e` starting at clip `(s + e) % n` with `s` drawn from the
-  seed, so that environments resetting together play different clips (up to `n` of them);
-- `"no-repeat"`: random draws that never replay the clip just played. Even episodes draw
-  freely; an odd episode draws among the clips other than both its neighbours' (the two
-  episodes around it, both even), which needs no history: at least 3 clips (2 alternate).
+Which clip an episode plays is a pure function of `(seed, environment, episode)` in every
+`clip_order` ("random", "next", "no-repeat"), so environment `i`'s clips do not depend on
+`num_envs` or on the others, a pool can read an environment's next clip ahead, and a state is
+its counters. docs/design.md, "Backgrounds per environment" (*Clip order*, *Positions are
+computed, not stored*), states each order's rule and each playback's.
 """
 
 from __future__ import annotations

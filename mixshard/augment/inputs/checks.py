@@ -380,10 +380,6 @@ def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
         raise ValueError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
 
 
-def check_cache(cache: Any, caches: tuple[str, ...] = OVERLAY_CACHES) -> None:
-    check_choice("cache", cache, caches)
-
-
 def check_cache_fraction(fraction: Any) -> None:
     """A share of the free device memory: a number in (0, 1]."""
     if not is_number(fraction) or not 0 < fraction <= 1:
@@ -422,7 +418,7 @@ def check_overlay_args(
     check_alpha(alpha, everywhere=True)
     check_flag("flip", flip)
     check_crop(crop)
-    check_cache(cache)
+    check_choice("cache", cache, OVERLAY_CACHES)
     check_int("num_workers", num_workers, 0)
     check_int("seed", seed, 0)
     check_cache_fraction(cache_fraction)
@@ -455,7 +451,7 @@ def check_backgrounds_args(
         check_int("pool", pool, 1)
     check_flag("flip", flip)
     check_choice("playback", playback, PLAYBACKS)
-    check_cache(cache, BACKGROUNDS_CACHES)
+    check_choice("cache", cache, BACKGROUNDS_CACHES)
     check_cache_fraction(cache_fraction)
     check_choice("clip_order", clip_order, CLIP_ORDERS)
     return int(num_envs), int(frames), int(speed), int(seed)
@@ -547,17 +543,10 @@ def _counter(state: dict[str, Any], key: str, n: int, device: torch.device) -> t
 
 def env_mask(envs: Any, index: Any, n: int, device: torch.device, what: str) -> torch.Tensor | None:
     """Which of `n` environments a call (`what`: `"reset"`, `"step"`) is for, as a bool mask
-    on `device`, or None for all, checked.
-
-    `envs` is a mask: one entry per environment, true (or 1) for those the call is for: a
-    torch tensor or numpy array of bool, integer or float dtype, or a list (a `done` as
-    simulators hand it out). `index` lists environment numbers instead. Nothing is guessed: a
-    mask of another length, or one with values other than 0 and 1, is an error, as are
-    indices that are not integers. A bool tensor makes no host sync; the values of an integer
-    or float tensor on an accelerator are checked with one.
-
-    Raises:
-        TypeError, ValueError: what `envs` or `index` is not, named for the call `what`.
+    on `device`, or None for all, checked: `envs` a mask of one entry per environment (bool,
+    or 0/1 integers or floats: torch, numpy or a list), or `index` environment numbers. Nothing
+    is guessed (docs/design.md, "Backgrounds per environment", says why); a bool tensor makes
+    no host sync, an integer or float one on an accelerator one.
     """
     if index is not None:
         if envs is not None:

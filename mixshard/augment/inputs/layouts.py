@@ -6,13 +6,8 @@ any tensor of that layout as `(N, k, C, H, W)` (a view: no permuted copy), which
 torch path and the compiled pass read. `keep_view` is the one check of a composite's mask,
 shared by `composite` and `Backgrounds.composite`.
 
-Channels per frame. Channels-first frames are RGB (C = 3), as everywhere in mixshard.
-Channels-last frames are RGB or RGBA (C = 4: the fourth channel comes back unchanged), stacked
-frame after frame along the last dimension. How many frames `(N, H, W, c)` holds is known, not
-guessed: `Backgrounds` has `frames`; for `composite`, backgrounds per frame `(N, H, W, 3k)` or a
-mask per frame `(N, H, W, k)` say k, else c = 3 or 4 is one frame and a c that only 3 or only
-4 divides is RGB or RGBA frames; a c both divide (12: four RGB frames or three RGBA ones) is
-refused with the ways to say which.
+Channels-first frames are RGB; channels-last ones RGB or RGBA, and how many frames a batch holds
+is told, not guessed (docs/design.md, "Channels-last observations and keys", has the rule).
 """
 
 from __future__ import annotations

@@ -1,14 +1,12 @@
 """`run`: a CPU's `composite` and `blend` as one pass of compiled code (`_lerp.c`).
 
-The torch path (`pasting._masked_lerp`, `ops._blend_one_pass`) is what every other device
-runs: a gather, a cast, the mask (a builder's pass), the weights and a `torch.lerp`, each a pass
-of its own. On a GPU those passes overlap; on a CPU each one's compute and memory traffic add
-to the others'. `_lerp.c` makes each output value from its inputs at once, with torch's lerp
-as its vector kernel computes it, so it gives the torch path's bytes. It reads every tensor
-through strides over (sample, frame, channel, pixel), so channels-last obs, masks and maps
-are read where they lie. Where the module is not built, or for what it does not take (obs not
-uint8 or float32, backgrounds not uint8, another device, gradients, lines wider than 4,096),
-callers run the torch path; the tests run both and compare them.
+`_lerp.c` makes each output value from its inputs at once, with torch's lerp as its vector
+kernel computes it, so it gives the torch path's bytes (`pasting._masked_lerp`,
+`ops._blend_one_pass`, what every other device runs); it reads every tensor through strides
+over (sample, frame, channel, pixel), so channels-last data are read where they lie. Where the
+module is not built, or for what it does not take (obs not uint8 or float32, backgrounds not
+uint8, another device, gradients, lines wider than 4,096), callers run the torch path.
+docs/design.md, "Backgrounds per environment" (*composite*), says why a CPU gets its own pass.
 """
 
 from __future__ import annotations

@@ -2,15 +2,9 @@
 `GreenAugRandom` and `GreenAugGenerative` call): the matte, and its composite with spill
 removal.
 
-The rule: the image (on 0..255) and the key colour go to YCbCr, `Y = 0.299 R + 0.587 G +
-0.114 B`, `Cb = (B - Y) 0.564 + 128`, `Cr = (R - Y) 0.713 + 128`, each floored; a pixel's
-distance to the key is the Euclidean distance in (Cb, Cr); the background's weight `a` is 1 up
-to `tola`, 0 from `tolb`, linear between (so the keep matte is `1 - a`). The composite
-subtracts the key colour in proportion to `a` (the spill removal) and adds the background in
-the same proportion, `obs - a * key + a * background`, clipped to the range.
-
-The colour conversion is the same float32 operations in the same order as chromakey's, so the
-floors fall on the same side for every colour (`scripts/compare_greenaug.py` runs both).
+The rule (docs/design.md, "Keep masks", states it) is chromakey's YCbCr distance with its
+floors, in the same float32 operations in the same order, so the floors fall on the same side
+for every colour (`scripts/compare_greenaug.py` runs both).
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """DMC-GB's green-screen rule as a table of every uint8 colour, for `masks.green_screen`.
 
-DMControl-GB (`src/env/wrappers.py`, `do_green_screen`) replaces a pixel when its HSV lies in
-h 100-185 degrees, s 80-255, v 70-255, with the HSV computed in Python floats (float64) from
-`r / 255.`, `g / 255.`, `b / 255.` as `colorsys` does, then scaled by 360 and 255. Where the
-exact hue or saturation sits on a bound (hue exactly 100 or 185 degrees, saturation exactly
-80) the float rounding decides, one way for some colours and the other way for others: no
-integer rewrite of the rule agrees with it on all of them (4,711 of the 16.7M colours
-differ).
-
-So the rule is evaluated once, in the same float64 operations in the same order, for every
-colour it may replace (an exact integer form of the rule, bounds included, finds them: a fifth
-of the 2**24), and kept as a bool table (16 MB) per device: a mask is then one gather, exact
-by construction and the same on every device. The table is built on the CPU (IEEE float64
-division and multiplication are correctly rounded there, as in Python) and copied to other
-devices, once per process.
+DMControl-GB's `do_green_screen` decides in Python floats, and where a colour's exact hue or
+saturation sits on a bound the float rounding decides, so no integer rewrite agrees with it on
+every colour. The rule is evaluated once, in the same float64 operations in the same order, for
+every colour it may replace (an exact integer form of the rule finds them), and kept as a bool
+table per device, built on the CPU and copied: a mask is one gather, exact by construction.
+docs/design.md, "Keep masks", gives the rule, its bounds and the figures.
 """
 
 from __future__ import annotations

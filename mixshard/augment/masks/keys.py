@@ -3,11 +3,9 @@
 `composite(obs, imgs, key)` and `Backgrounds.composite(obs, key)` take, where a mask tensor
 goes, a key: `green_screen()`, `color_key(rgb, tol)`, `from_segmentation(seg, ids)` or
 `from_depth(depth, far)`. It stands for the mask the `mixshard.masks` builder of that name
-makes, pixel for pixel. On a CPU the compiled pass (`_lerp.c`) makes it from the very pixel
-(or id, or depth) it blends, so the whole step (mask and composite) reads the observation once
-and writes no mask: a separate mask pass alone moves as many bytes as a third of the composite.
-Elsewhere (a GPU, a CPU without the compiled module), and with `margin=`, the builder makes the
-mask and the composite takes it; tests compare the two byte for byte.
+makes, pixel for pixel: the compiled pass (`_lerp.c`, on a CPU) makes it from the very value it
+blends, elsewhere and with `margin=` the builder makes the mask (docs/design.md, "Keys: the
+whole step in one pass", says why).
 
 The segmentation or depth map lies in the obs's layout: `(N, H, W)`, or `(N, k, H, W)` /
 `(N, 1, H, W)` channels-first, `(N, H, W, k)` / `(N, H, W, 1)` channels-last.

@@ -1,22 +1,10 @@
 """`Overlay.state_dict()`: per device, its generator (flips, crops, alpha; the single pack's
 permutations), its cache's position and, in a mix, the samples drawn; for the `Overlay`, the
-packs, the seed, the weights in force and which process drew.
-
-What a state can continue: the draws are split by DDP rank and by DataLoader worker (each draws
-its own stream, keyed by its rank and torch's seed of that worker, `Overlay._seeds`), and a
-stream cache's loader splits its batches by rank. A state is therefore one process's: saved in
-the main process of rank `r` of `w`, it loads there (any rank's state in the process of that
-rank, with the same world size); saved in a DataLoader worker, it loads in the worker of the
-same id, worker count and torch seed. Anything else would draw other backgrounds, and is
-refused with a `ValueError` naming what differs.
-
-A pool's state is its calls' sizes (runs of `[n, times]`): where its images sit depends on every
-call since the start, so a load makes the calls again without images (`imagepool.ImagePool._replay`,
-tens of µs a call) and reads in the images its slots hold. A pool's call sizes that change more
-than `imagepool.MAX_RUNS` times keep no state: `state_dict` says so. A mix's pools are each asked
-for one size of chunk (`MixedCache`), so their calls are one run; a load makes each pool with
-its calls but the last, then takes the last chunk again and carries what the saved run had
-left of it.
+packs, the seed, the weights in force and which process drew. A state is one process's (the
+draws are split by rank and DataLoader worker): loaded in another, it is refused with a
+`ValueError` naming what differs. A pool's state is its calls' sizes, made again on load
+(`imagepool.ImagePool._replay`). docs/design.md, "Mixing packs and resuming" (*State*,
+*Workers and ranks*), says what a state holds and can continue, and why.
 """
 
 from __future__ import annotations

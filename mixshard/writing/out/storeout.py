@@ -1,19 +1,10 @@
 """Packing into an object store (`s3://bucket/prefix`, `gs://...`, any fsspec protocol).
 
-The shards are written by the local packer into a staging folder on this machine, each one
-uploaded as soon as it is finished and then deleted there, so staging never holds more than
-the shard being written and `IN_FLIGHT + 1` finished ones. After each upload the shard's
-journal line (the local packer's: its size, sha256, blocks and source stamps, and the object's
-version as the store reports it: S3's ETag, GCS's generation) is written as an object of its
-own; a resumed run reads them back and reuses a shard whose object still has the journal's size
-and version and, read back once (`altered`), the journal's sha256: any other is packed again.
-`index.json` is uploaded last, once every shard is in the store, so a reader never sees a
-half pack.
-
-The lock is a marker object (`.mixshard-lock`, or `.mixshard-lock.part-K-of-N` for a job-array
-part) naming its holder and rewritten every `HEARTBEAT` seconds, made by an exclusive write
-(S3's `If-None-Match`); a marker whose process is gone (same host) or whose heartbeat is older
-than `STALE_AFTER` is taken over.
+The local packer writes each shard into a staging folder, the `Uploader` uploads and deletes it
+(staging stays bounded), each shard's journal line becomes an object of its own for `--resume`
+(`journaled`, `altered`), and `index.json` goes last, so a reader never sees a half pack. The
+lock is a `Marker` object with a heartbeat, taken over once its run is gone. What each step
+keeps and why is user-facing: docs/packing-to-a-store.md says it in full.
 """
 
 from __future__ import annotations

@@ -1,23 +1,7 @@
 """PIL's bicubic resize (`Image.resize(size, Image.BICUBIC, box=...)`, PIL's default for RGB
-images) reproduced byte for byte: the `"bicubic"` filter of `resample.py`.
-
-PIL's rule, as `libImaging/Resample.c` applies it to 8-bit images (Pillow 7 to 12; DMC-GB2
-pins 10.2):
-
-- the cubic convolution kernel with `a = -0.5` (support 2), widened by the shrink factor when
-  shrinking (antialiased): output `i` of the window `[lo, hi)` is centred on input
-  `lo + (i + 0.5) * scale`;
-- its taps are the inputs from `trunc(centre - support + 0.5)` to `trunc(centre + support +
-  0.5)`, clipped to the image, weighed in float64 and normalised to sum to 1, then made 22-bit
-  fixed point (`PRECISION_BITS`), each rounded half away from zero;
-- two passes, **columns first** (each row resized across), then the rows; each output is the
-  integer sum of its taps plus a half, shifted down and clipped to 0..255, so the first
-  pass's result is whole levels, clipped (the kernel's negative lobes overshoot at edges).
-
-Pillow 13 runs the rows first where the height shrinks much more than the width (Pillow's pull
-request 9549); there its bytes may differ from these by the first pass's rounding (a few
-levels). Where both axes scale alike (DMC-GB2's square videos to its square texture) every
-version's order is the same.
+images) reproduced byte for byte: the `"bicubic"` filter of `resample.py`. docs/design.md,
+"Resize filters", states PIL's rule (the kernel, its taps in 22-bit fixed point, two passes
+columns first) and where Pillow versions differ.
 
 This module computes the taps as PIL does (the same float64 operations in the same order, so
 the same integers) and runs the passes in integer arithmetic: compiled in `_resize.c`

@@ -1,20 +1,9 @@
 """Resize of decoded uint8 pixels into the stored CHW layout: bilinear as banded matrix
 products, and PIL's bicubic (`bicubic.py`).
 
-Three filters (`RESAMPLE_MODES`). `"bicubic"` is PIL's `resize(..., BICUBIC, box=...)` byte for
-byte (`bicubic.py`); this module is about the two bilinear ones. `"bilinear"` is PIL's
-`resize(..., BILINEAR, box=...)`: a triangle widened by the shrink factor (antialiased), taps
-clipped to the image, each output's weights normalised to sum to 1. `"bilinear-no-antialias"`
-is the same triangle never widened, at half-pixel centres: `F.interpolate(mode="bilinear",
-align_corners=False, antialias=False)` and `tf.image.resize(method="bilinear",
-antialias=False)` (at an edge the one tap left inside is their clamp); it keeps one float sum
-per output and does not round between the passes, so an output differs from theirs by a level
-at most, where the sum lies within float rounding of a half.
-PIL works in 8-bit fixed point on its 4-byte-per-pixel layout; here the separable passes are
-two float32 matrix products (BLAS). As PIL does, the first pass is rounded to whole levels
-before the second (else the images come out smoother than PIL's: `scripts/bench_fidelity.py
---decode`); PIL runs the columns first, this the rows (cheaper here), so a pixel may differ
-from PIL's by a level or two of rounding.
+This module is about the two bilinear filters, PIL's (antialiased) and F.interpolate's /
+tf.image.resize's without antialias; docs/design.md, "Resize filters", states each filter's
+rule and how close it comes to its reference.
 
 Each output has a few non-zero taps out of a whole row or column, so the outputs of an axis are
 cut into bands of `_BAND` pixels, each a small dense matrix over the window of inputs it needs;

@@ -1,21 +1,11 @@
 """Video files -> frames, with PyAV (`av`, which ships its own FFmpeg).
 
 Two steps, as for an image pack's files: at plan time `probe_video` counts a video's frames
-from its packets (a demux, no decode: far cheaper than decoding) and reads its rate, so
-the plan can list every frame before any pixel is made; in a decode worker `decode_frames`
-decodes a run of one clip's frames in play order and resizes each as an image is resized
-(`image.frame_pixels`). Decoding always starts at the first frame (no seeking, whose first
-frames after a keyframe depend on the codec), so a frame's pixels are the same whichever
-worker decodes it; a worker keeps its last video open so the next run of the same clip
-continues where it stopped instead of decoding again from the start. The decoder runs on one
-thread: a pack's parallelism is its worker processes, one clip each.
-
-A video that cannot be opened, has no video stream or frames, frames over PIL's pixel limit,
-holds fewer frames than its header lists (a file cut short), or whose probe ran out of its
-budget (`videofile.Budget`: data after the frames) is skipped at plan time. One that fails
-part-way through decoding, or decodes to fewer frames than its packets, has every frame of the
-failing run skipped with one reason (never a traceback). Every video, a folder's or an
-archive's, is read through a `videofile.VideoFile`, so the two give the same pack.
+from its packets (a demux, no decode) and reads its rate, so the plan lists every frame before
+any pixel is made; in a decode worker `decode_frames` decodes a run of one clip's frames in
+play order, never seeking, and resizes each as an image is resized (`image.frame_pixels`). A
+video that cannot be probed or decoded is skipped with one reason, never a traceback.
+docs/design.md, "Clip packs", says what is skipped where, and why decoding never seeks.
 """
 
 from __future__ import annotations

@@ -1,15 +1,14 @@
 """A video's bytes as PyAV reads them, the same way for a folder and for an archive: a file
 object over the file, or over the member inside a .tar (a window of the archive) or a .zip (a
 stored member's window; a compressed one inflated by `zipfile` as it is read), named as the
-file is (FFmpeg takes a hint of the format from the name's extension). Nothing is read whole
-(a 4 GB member costs what its file would), and a member is never judged by an image's first
-bytes (a video over 1 MB in an archive was skipped as "not an image PIL can read").
+file is (FFmpeg takes a hint of the format from the name's extension). Nothing is read whole,
+and a member is never judged by an image's first bytes.
 
 A probe reads through a `Budget`: it stops after `GAP_BYTES` read or `STALL_SECONDS` spent
-since its last packet (a 3-frame file followed by 4 GB of zeros, which FFmpeg's demuxer
-searches for a next packet: 40-60 s), and reports what it has read once it has run
-`QUIET_SECONDS`. `options` hold FFmpeg's own pixel limit (`max_pixels`), PIL's: no decoder,
-not even the one the probe opens, makes a frame larger than an image may be.
+since its last packet (data after the frames, which FFmpeg's demuxer searches), and reports
+what it has read once it has run `QUIET_SECONDS`. `options` hold FFmpeg's own pixel limit
+(`max_pixels`), PIL's: no decoder, not even the probe's, makes a frame larger than an image may
+be. docs/design.md, "Clip packs", says why.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """The plan of a clip pack, and its clip table once the shards are written.
 
-To the planner a clip pack is an image pack whose items have a fixed order: the frames kept
-of each clip (`every`, `max_frames`), clip after clip, never shuffled (the clips may be, seeded),
-labelled with their clip's number. A video's frame is the item `name#t` (`t` its number in the
-file), decoded in runs by `video.decode_frames`; a frame folder's frames are image files and go
-through the image path. Everything else (shards, blocks, journal, resume, workers, stores) is
-the image pack's machinery, so a clip pack is byte-identical whatever the workers.
-
-The clip table is made from what was written: a clip's frames that could not be decoded are
-left out of its count (they are reported in `skipped`, one entry per video and reason), and a
-clip left without frames is left out of the table (its name stays in `classes`, as an empty
-class folder's does, so that every frame's label is still its clip's place in `classes`).
+To the planner a clip pack is an image pack whose items have a fixed order: the frames kept of
+each clip, clip after clip, labelled with their clip's number; a video's frame is the item
+`name#t`. Everything else (shards, blocks, journal, resume, workers, stores) is the image
+pack's machinery, so a clip pack is byte-identical whatever the workers. docs/design.md, "Clip
+packs", says how frames are kept, decoded and left out of the clip table.
 """
 
 from __future__ import annotations

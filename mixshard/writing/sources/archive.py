@@ -1,18 +1,14 @@
 """The sources `pack` reads images from: a folder, or a tar / zip archive read in place.
 
 An archive is listed once (one sequential pass over a tar's headers; a zip's central
-directory) into the same `ScanResult` `scan` makes of the extracted folder (`archivelist`):
-member names are mapped to the relative paths extraction would create under `within`, and the
-folder rules (hidden entries, extensions, class folders, natural order) are the scanner's own
-(`scanning.classify`). Decode workers then read each member's bytes by its offset (a tar), by
-its index (a zip), so nothing is extracted and the pack is byte-identical to packing the
-extracted folder. A gzip stream has no random access: the members a `.tar.gz` pack needs are
-copied, still encoded, into one temporary file in OUT (`materialize`) and read from there;
-the free-space check counts that file, and a member whose first bytes are no image's is copied
-as those bytes only (`magic`). A hard link in a tar is read as the member it links to, as
-extraction makes it: the file that member wrote, or the one an earlier link resolved to.
-Each process holds one open handle of each archive (`archive_handle`), made again after a fork
-and when another file took the path.
+directory) into the same `ScanResult` `scan` makes of the extracted folder (`archivelist`,
+with the scanner's own folder rules), and decode workers read each member's bytes by its
+offset (a tar) or index (a zip): nothing is extracted, and the pack is byte-identical to
+packing the extracted folder. A `.tar.gz`'s members are copied into one file in OUT
+(`materialize`: gzip has no random access), and tar hard links read as extraction makes them
+(docs/design.md, "Hostile input on the writing side", has both rules). Each process holds one
+open handle of each archive (`archive_handle`), made again after a fork and when another file
+took the path.
 """
 
 from __future__ import annotations
