@@ -174,7 +174,7 @@ def test_a_node_that_cannot_see_out_is_named(source, local_ray, tmp_path):
 def slow_decode(task):
     """A decode that is slow on the last, short chunk of a shard: by then the shard's first
     blocks are written, so the test can kill the worker mid-shard."""
-    from mixshard.writing.run.decodepool import decode_chunk
+    from mixshard.writing.run.decodeworkers import decode_chunk
 
     if len(task.keys) < 32:
         time.sleep(0.5)

@@ -271,13 +271,13 @@ def test_overwrite_through_a_linked_out_replaces_the_pack_it_points_to(src, tmp_
 
 # --- Ctrl-C while the decode workers start (point 8) ---
 
-# Sends itself SIGINT from inside `start_pool`, as a Ctrl-C pressed while the workers are being
+# Sends itself SIGINT from inside `start_workers`, as a Ctrl-C pressed while the workers are being
 # forked, then says whether the start noticed, and how many workers are left after a bound.
 _CTRL_C_AT_START = textwrap.dedent(
     """
     import multiprocessing, os, signal, sys, time
     from concurrent.futures import ProcessPoolExecutor
-    from mixshard.writing.run import decodepool
+    from mixshard.writing.run import decodeworkers
     signal.signal(signal.SIGINT, signal.default_int_handler)  # also where pytest ignores it
 
     real = ProcessPoolExecutor._spawn_process
@@ -287,7 +287,7 @@ _CTRL_C_AT_START = textwrap.dedent(
             os.kill(os.getpid(), signal.SIGINT)
 
     # a start without Ctrl-C: the workers ignore a SIGINT of their own and go on
-    pool, _ = decodepool.start_pool(2)
+    pool, _ = decodeworkers.start_workers(2)
     for pid in list(pool._processes):
         os.kill(pid, signal.SIGINT)
     time.sleep(0.2)
@@ -297,7 +297,7 @@ _CTRL_C_AT_START = textwrap.dedent(
 
     ProcessPoolExecutor._spawn_process = spawn
     try:
-        pool, _ = decodepool.start_pool(3)
+        pool, _ = decodeworkers.start_workers(3)
         print("lost")
     except KeyboardInterrupt:
         print("interrupted")
@@ -325,15 +325,15 @@ _SLOW_PACK = textwrap.dedent(
     """
     import signal, sys, time
     signal.signal(signal.SIGINT, signal.default_int_handler)  # also where pytest ignores it
-    from mixshard.writing.run import decodepool
-    real_load, real_start = decodepool.load_image, decodepool.start_pool
+    from mixshard.writing.run import decodeworkers
+    real_load, real_start = decodeworkers.load_image, decodeworkers.start_workers
     def slow(*args, **kwargs):
         time.sleep(0.02)
         return real_load(*args, **kwargs)
     def start(*args, **kwargs):
         print("starting", flush=True)
         return real_start(*args, **kwargs)
-    decodepool.load_image, decodepool.start_pool = slow, start
+    decodeworkers.load_image, decodeworkers.start_workers = slow, start
     from mixshard.cli import cli
     cli.main(sys.argv[1:], prog_name="mixshard")
     """

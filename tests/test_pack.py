@@ -266,7 +266,7 @@ def test_worker_pixels_come_back_through_result_slots_or_pickled_the_same(
     make_tree(src, classes=("c", "d", "e"), per_class=70)  # 210 good images
     bad_images(src)  # in a/ and b/: skipped amid the good ones
     taken: list[tuple[int, list]] = []
-    real_results, real_start = localrun.slot_results, localrun.start_pool
+    real_results, real_start = localrun.slot_results, localrun.start_workers
 
     def spy(slots, slot, flags, shape):
         taken.append((slot, flags))
@@ -275,7 +275,7 @@ def test_worker_pixels_come_back_through_result_slots_or_pickled_the_same(
     monkeypatch.setattr(localrun, "slot_results", spy)
     if not shared:
         monkeypatch.setattr(
-            localrun, "start_pool", lambda w, fds=(), slots=None: real_start(w, fds, None)
+            localrun, "start_workers", lambda w, fds=(), slots=None: real_start(w, fds, None)
         )
     kw = dict(size=8, crop="random", variants=2, shard_size=100)
     pack(src, tmp_path / "one", workers=1, **kw)
@@ -307,7 +307,7 @@ def test_the_chunks_of_a_shard_are_its_items_in_turn_and_never_the_next_shards(t
 
 def test_result_slots_are_apart_and_refuse_what_does_not_fit():
     from mixshard.writing.plan.packplan import DecodeTask
-    from mixshard.writing.run.decodepool import ResultSlots, decode_to_slot
+    from mixshard.writing.run.decodeworkers import ResultSlots, decode_to_slot
 
     slots = ResultSlots(2, 10)
     slots.region(0, 10)[:] = 1

@@ -195,7 +195,7 @@ def test_workers_that_cannot_start_are_not_a_write_error(tmp_path, monkeypatch):
     def no_fork(*args, **kwargs):
         raise BlockingIOError(11, "Resource temporarily unavailable")
 
-    monkeypatch.setattr(localrun, "start_pool", no_fork)
+    monkeypatch.setattr(localrun, "start_workers", no_fork)
     src = tmp_path / "src"
     for i in range(70):  # more than one chunk of work: workers are started
         noise(src / f"{i}.png", size=(20, 20), seed=i)

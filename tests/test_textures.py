@@ -1,5 +1,5 @@
 """Clip frames in MuJoCo textures: `mixshard.textures` (the target texture, the reads ahead, the
-keyed feeder) and `mixshard.distracting` (the Distracting Control Suite's and DMC-VB's
+keyed player) and `mixshard.distracting` (the Distracting Control Suite's and DMC-VB's
 background environments from clip packs).
 
 The models are tiny MJCF scenes built here (an 8 px skybox, a `grid` material); the packs are
@@ -32,7 +32,7 @@ from mixshard.distracting import (  # noqa: E402
     dcs_turn,
     dmcvb_draw,
 )
-from mixshard.textures import TextureFeeder, TextureTarget  # noqa: E402
+from mixshard.textures import TexturePlayer, TextureTarget  # noqa: E402
 
 LENGTHS = [3, 5, 2, 4]
 SCENE = """<mujoco><asset>{sky}
@@ -318,26 +318,26 @@ def test_bad_input_is_one_clear_error_before_the_first_episode(clips, tmp_path):
         DistractingBackgroundEnv(Env(model()), clips, video_alpha=2, upload=print)
 
 
-def test_the_feeder_plays_the_keyed_clips_of_backgrounds(clips):
+def test_the_player_plays_the_keyed_clips_of_backgrounds(clips):
     uploads: list[int] = []
     bg = mixshard.Backgrounds(clips, 3, frames=1, playback="pingpong", seed=6)
-    feeders = [
-        TextureFeeder(clips, model(), upload=uploads.append, env=e, seed=6) for e in range(3)
+    players = [
+        TexturePlayer(clips, model(), upload=uploads.append, env=e, seed=6) for e in range(3)
     ]
     for _ in range(2):  # two episodes, each as Backgrounds plays it
-        for f in feeders:
+        for f in players:
             f.reset()
         for t in range(9):
             if t:
                 bg.step()
-                for f in feeders:
+                for f in players:
                     f.step()
             images = bg.images().permute(0, 2, 3, 1).numpy()
-            for e, f in enumerate(feeders):
+            for e, f in enumerate(players):
                 assert np.array_equal(f.target.pixels, images[e]), (e, t)
         bg.reset()
     assert len(uploads) == 3 * 2 * 9
-    for f in feeders:
+    for f in players:
         f.close()
     bg.close()
 
@@ -373,21 +373,30 @@ def test_dcs_suite_passes_its_arguments_to_the_drop_in(clips, tmp_path):
     env.close()
 
 
-def test_the_feeder_writes_any_square_texture_by_name(clips):
+def test_texture_feeder_is_texture_player_under_its_old_name_with_a_warning():
+    import mixshard.textures
+
+    with pytest.warns(DeprecationWarning, match="TextureFeeder is now TexturePlayer"):
+        assert mixshard.textures.TextureFeeder is TexturePlayer
+    with pytest.raises(AttributeError, match="has no attribute 'Feeder'"):
+        mixshard.textures.Feeder  # noqa: B018
+
+
+def test_the_player_writes_any_square_texture_by_name(clips):
     xml = """<mujoco><asset><texture name="screen" type="2d" builtin="flat" rgb1="1 1 1"
       width="8" height="8"/><material name="screen" texture="screen"/></asset><worldbody>
       <geom type="box" size=".1 .1 .1" material="screen"/></worldbody></mujoco>"""
     m = mujoco.MjModel.from_xml_string(xml)
     uploads: list[int] = []
-    feeder = TextureFeeder(clips, m, upload=uploads.append, texture="screen", playback="loop")
-    feeder.reset()
+    player = TexturePlayer(clips, m, upload=uploads.append, texture="screen", playback="loop")
+    player.reset()
     for t in range(6):
         frame = m.tex_data.reshape(8, 8, 3)
-        expected = (feeder.start + t) % LENGTHS[feeder.clip]
-        assert (int(frame[0, 0, 0]), int(frame[0, 0, 1])) == (feeder.clip, expected)
-        feeder.step()
+        expected = (player.start + t) % LENGTHS[player.clip]
+        assert (int(frame[0, 0, 0]), int(frame[0, 0, 1])) == (player.clip, expected)
+        player.step()
     assert uploads == [0] * 7
-    feeder.close()
+    player.close()
     import io
 
     from PIL import Image
@@ -397,7 +406,7 @@ def test_the_feeder_writes_any_square_texture_by_name(clips):
     rgba = xml.replace('builtin="flat" rgb1="1 1 1"', 'file="s.png" nchannel="4"')
     rgba_model = mujoco.MjModel.from_xml_string(rgba, {"s.png": png.getvalue()})
     with pytest.raises(MixshardError, match=r"texture 'screen' has 4 channels"):
-        TextureFeeder(clips, rgba_model, upload=print, texture="screen")
+        TexturePlayer(clips, rgba_model, upload=print, texture="screen")
 
 
 def test_on_a_dm_control_episode_the_sky_is_the_packs_frame(clips, tmp_path):

@@ -1,4 +1,4 @@
-"""The MuJoCo texture a feeder writes frames into: found by name (or the model's skybox),
+"""The MuJoCo texture a player writes frames into: found by name (or the model's skybox),
 checked against the frames' size before the first episode, written as RGB rows in place in the
 model's texture buffer and uploaded to the renderer.
 

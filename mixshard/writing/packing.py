@@ -363,7 +363,7 @@ def _run(plan, out, done, todo, part, progress, workers, ray, lock_fds, sink=Non
     on_shard = tracker.shard if sink is None else sink.start(tracker, uploaded=ray is not None)
     try:
         tracker.ctrl_c.__enter__()  # before the imports below (see `CtrlC`)
-        from .run.shardpool import WholeShards, whole_shards  # imports concurrent.futures
+        from .run.shardworkers import WholeShards, whole_shards  # imports concurrent.futures
 
         cpus = workers or usable_cpus()
         whole = ray is None and whole_shards(cpus, len(todo), plan.options["variants"])

@@ -98,7 +98,7 @@ def _offsets(length: int) -> np.ndarray:
     return np.arange(length) + 0.5  # pixel centres
 
 
-class _Plan(NamedTuple):
+class _Taps(NamedTuple):
     """Both axes of one (image size, output size, window), and the views their products use."""
 
     rows: _Axis
@@ -115,14 +115,14 @@ class _Plan(NamedTuple):
 @functools.lru_cache(maxsize=1024)
 def _plan(
     height: int, width: int, shape: tuple[int, int], box: tuple[float, ...], antialias: bool
-) -> _Plan:
+) -> _Taps:
     ya = _axis(height, shape[0], float(box[1]), float(box[3]), antialias)
     xa = _axis(width, shape[1], float(box[0]), float(box[2]), antialias)
     have = min(ya.span, height - ya.first), min(xa.span, width - xa.first)
     line = xa.span * 3 * _F32  # bytes of one row of the pass-1 input (HWC)
     tall = ya.bands * _BAND
     column = 3 * tall * _F32  # bytes of one column of the pass-2 input (all rows, channels)
-    return _Plan(
+    return _Taps(
         ya,
         xa,
         have,
@@ -158,7 +158,7 @@ class _Work(NamedTuple):
     picked: np.ndarray  # `res` seen as the CHW output
 
 
-def _work(p: _Plan) -> _Work:
+def _work(p: _Taps) -> _Work:
     """This thread's `_Work` for `p`, reused from one image to the next (a centre crop of
     images of one size uses one plan throughout). Two buffers hold the four arrays: each
     pass's result goes where the array before its input was (the columns-first copy where the

@@ -6,21 +6,21 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import BrokenExecutor, Future  # not .process: see decodepool
+from concurrent.futures import BrokenExecutor, Future  # not .process: see decodeworkers
 from typing import TYPE_CHECKING
 
 from ...core.errors import PackInterrupted
 from ..out.outdir import write_error
 from ..out.shardwrite import Decoded, DoneShard, ShardBuilder
 from ..plan.packplan import PackPlan
-from .decodepool import (
+from .decodeworkers import (
     WORKER_DIED,
     ResultSlots,
     cannot_start,
     decode_chunk,
     decode_to_slot,
     slot_results,
-    start_pool,
+    start_workers,
 )
 
 if TYPE_CHECKING:
@@ -115,7 +115,7 @@ class LocalRun:
             image_bytes = math.prod(self.image_shape)
             try:
                 slot_bytes = self.chunk * image_bytes
-                self.pool, self.slots = start_pool(
+                self.pool, self.slots = start_workers(
                     self.workers, self.close_fds, lambda: ResultSlots(ahead, slot_bytes)
                 )
             except OSError as exc:

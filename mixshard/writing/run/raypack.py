@@ -20,7 +20,7 @@ from ...core.errors import Arg, MixshardError, PackInterrupted, SkippedImagesErr
 from ...core.stores import is_store_url
 from ..out.shardwrite import Decoded, DoneShard, write_shard
 from ..plan.packplan import DecodeTask, PackPlan
-from .decodepool import decode_chunk
+from .decodeworkers import decode_chunk
 
 # what decodes a task (`decode_chunk`; a test's stand-in)
 Decode = Callable[[DecodeTask], list[Decoded]]

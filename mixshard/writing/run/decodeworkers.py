@@ -104,11 +104,11 @@ class ResultSlots:
 
 
 FORKS = sys.platform == "linux"  # whether the workers are forked (and share memory mapped before)
-_SHARED: Any = None  # in a worker: what it was forked with (`start_pool`'s `shared`)
+_SHARED: Any = None  # in a worker: what it was forked with (`start_workers`'s `shared`)
 
 
 def shared() -> Any:
-    """In a worker: the object `start_pool` made before forking it (None where spawned)."""
+    """In a worker: the object `start_workers` made before forking it (None where spawned)."""
     return _SHARED
 
 
@@ -146,7 +146,7 @@ def _init_worker(parent: int, close_fds: tuple[int, ...], shared: Any) -> None:
     leaving it orphaned."""
     global _SHARED
     _SHARED = shared
-    # Ctrl-C is the pack process's: ignored here, then unblocked (`start_pool` forked this
+    # Ctrl-C is the pack process's: ignored here, then unblocked (`start_workers` forked this
     # worker with it blocked; a Ctrl-C pending since is discarded by the "ignore")
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if hasattr(signal, "pthread_sigmask"):
@@ -163,7 +163,7 @@ def _init_worker(parent: int, close_fds: tuple[int, ...], shared: Any) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-def start_pool(
+def start_workers(
     workers: int, close_fds: tuple[int, ...] = (), shared: Callable[[], Any] | None = None
 ) -> tuple[ProcessPoolExecutor, Any]:
     """Start every worker process at once, with Ctrl-C ignored in them and `close_fds`

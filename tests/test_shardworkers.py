@@ -1,4 +1,4 @@
-"""writing/run/shardpool.py: whole shards written by the decode workers themselves."""
+"""writing/run/shardworkers.py: whole shards written by the decode workers themselves."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from helpers import bad_images, crash_chunk, files, make_tree
 
 from mixshard import Manifest, pack
 from mixshard.core.errors import MixshardError, PackInterrupted, WriteError
-from mixshard.writing.run import localrun, shardpool
-from mixshard.writing.run.shardpool import ShardJob, WholeShards, whole_shards
+from mixshard.writing.run import localrun, shardworkers
+from mixshard.writing.run.shardworkers import ShardJob, WholeShards, whole_shards
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="whole shards need forked workers")
 
@@ -33,7 +33,7 @@ def runs(monkeypatch) -> list[str]:
     """The runner each pack of the test uses, in turn."""
     used: list[str] = []
     for name in ("WholeShards", "LocalRun"):
-        module = shardpool if name == "WholeShards" else localrun
+        module = shardworkers if name == "WholeShards" else localrun
         real = getattr(module, name)
 
         def spy(*args, _real=real, _name=name, **kwargs):
@@ -102,7 +102,7 @@ def test_an_archive_packs_by_whole_shards_too(src, tmp_path, monkeypatch):
 
 
 def test_a_dead_worker_is_an_error_and_leaves_no_partial_shard(src, tmp_path, monkeypatch):
-    monkeypatch.setattr(shardpool, "decode_chunk", crash_chunk)  # forked: the workers see it
+    monkeypatch.setattr(shardworkers, "decode_chunk", crash_chunk)  # forked: the workers see it
     with pytest.raises(PackInterrupted, match="a decode worker process died"):
         pack(src, tmp_path / "out", workers=2, **KW)
     assert not [n for n in os.listdir(tmp_path / "out") if n.endswith(".partial")]
@@ -126,13 +126,13 @@ def test_a_failed_write_in_a_worker_names_the_shard(src, tmp_path, monkeypatch):
 def test_a_stopped_run_ends_its_running_tasks_without_partial_shards(src, tmp_path, monkeypatch):
     """The pack process fails (here: journalling the first shard); the other tasks stop after
     their chunk instead of writing their shards to the end."""
-    real = shardpool.decode_chunk
+    real = shardworkers.decode_chunk
 
     def slow(*args, **kwargs):
         time.sleep(0.3)  # each shard of 40 is two chunks
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(shardpool, "decode_chunk", slow)
+    monkeypatch.setattr(shardworkers, "decode_chunk", slow)
     out = tmp_path / "out"
     out.mkdir()
     plan = plan_of(src)
@@ -184,7 +184,7 @@ def test_workers_that_cannot_start_are_not_a_write_error(src, tmp_path, monkeypa
     def no_fork(*args, **kwargs):
         raise BlockingIOError(errno.EAGAIN, os.strerror(errno.EAGAIN))
 
-    monkeypatch.setattr(shardpool, "start_pool", no_fork)
+    monkeypatch.setattr(shardworkers, "start_workers", no_fork)
     with pytest.raises(MixshardError) as info:
         pack(src, tmp_path / "out", workers=2, **KW)
     assert type(info.value) is MixshardError
@@ -196,4 +196,4 @@ def test_workers_that_cannot_start_are_not_a_write_error(src, tmp_path, monkeypa
 
 def test_a_whole_shard_task_runs_only_in_a_worker_forked_with_its_job():
     with pytest.raises(RuntimeError, match="runs in a worker forked with a ShardJob"):
-        shardpool.write_whole_shard(0, 0)  # in this process: no job
+        shardworkers.write_whole_shard(0, 0)  # in this process: no job

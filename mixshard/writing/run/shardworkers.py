@@ -25,8 +25,8 @@ from ...core.errors import PackInterrupted
 from ..out.outdir import write_error
 from ..out.shardwrite import Decoded, DoneShard, plan_stamps, write_shard
 from ..plan.packplan import PackPlan
-from . import decodepool
-from .decodepool import WORKER_DIED, cannot_start, decode_chunk, start_pool
+from . import decodeworkers
+from .decodeworkers import WORKER_DIED, cannot_start, decode_chunk, start_workers
 
 PROGRESS_EVERY = 0.25  # seconds between progress reports while shards are being written
 
@@ -35,7 +35,7 @@ def whole_shards(workers: int, shards: int, variants: int) -> bool:
     """Whether a local pack hands whole shards to its workers (`WholeShards`) rather than
     chunks (`LocalRun`): forked workers, more than one, a shard each at least, one crop per
     image."""
-    return decodepool.FORKS and 1 < workers <= shards and variants == 1
+    return decodeworkers.FORKS and 1 < workers <= shards and variants == 1
 
 
 class ShardJob:
@@ -76,7 +76,7 @@ class _Stopped(Exception):
 
 def write_whole_shard(slot: int, index: int) -> DoneShard:
     """Worker task: decode and write planned shard `index` into OUT, counting in `slot`."""
-    job = decodepool.shared()
+    job = decodeworkers.shared()
     if not isinstance(job, ShardJob):
         raise RuntimeError("write_whole_shard runs in a worker forked with a ShardJob")
 
@@ -119,7 +119,7 @@ class WholeShards:
         """
         slots = 2 * self.workers  # a task waits behind each running one: no worker idles
         try:
-            pool, job = start_pool(
+            pool, job = start_workers(
                 self.workers, self.close_fds, lambda: ShardJob(self.plan, self.out, slots)
             )
         except OSError as exc:

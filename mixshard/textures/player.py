@@ -1,4 +1,4 @@
-"""`TextureFeeder`: clips from a clip pack played in a MuJoCo texture of one environment, each
+"""`TexturePlayer`: clips from a clip pack played in a MuJoCo texture of one environment, each
 episode's clip and first frame drawn as `Backgrounds` draws them, keyed by `(seed, environment,
 episode)` (`augment/playback.py`), for scenes whose benchmark does not dictate its own draws.
 A step copies its frame out of the pack's mappings; a pack of another size has its next
@@ -21,7 +21,7 @@ from .clipreads import ClipFrames
 from .target import FrameWriter, TextureTarget, Upload, physics_upload
 
 
-class TextureFeeder:
+class TexturePlayer:
     """Plays clips of `source` in texture `texture` of one environment's model.
 
     Args:
