@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from ..core.device import host_empty, wants_pinned
+from ..core.errors import MixshardError
 from .batches.plan import default_plan
 from .pack.local import LocalPack
 from .source import Source
@@ -31,9 +32,16 @@ def read_pack_into(source: Source, out: torch.Tensor) -> None:
         pack.close()
 
 
-def read_images_into(pack: LocalPack, numbers: np.ndarray, out: torch.Tensor) -> bool:
+def read_images_into(
+    pack: LocalPack, numbers: np.ndarray, out: np.ndarray | torch.Tensor, damaged: str
+) -> None:
     """Images `numbers` of `pack` into `out[:len(numbers)]` (uint8, contiguous host memory).
-    False when one lies in a damaged block."""
+
+    Raises:
+        MixshardError: `damaged`, when one lies in a damaged block (a pack opened to skip them).
+    """
     n = len(numbers)
-    bad = pack.read_images(numbers, out[:n].numpy().reshape(n, -1))
-    return bad is None or not bad.any()
+    rows = out.numpy() if isinstance(out, torch.Tensor) else out
+    bad = pack.read_images(numbers, rows[:n].reshape(n, -1))
+    if bad is not None and bad.any():
+        raise MixshardError(damaged)

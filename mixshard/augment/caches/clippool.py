@@ -281,6 +281,6 @@ def _read_clip(
     start, count, pack = int(first[clip]), int(length[clip]), packs[int(pack_of[clip])]
     m = pack.manifest
     host = host_empty((count, 3, m.size, m.size), torch.uint8, pin)
-    if not read_images_into(pack, np.arange(start, start + count), host):
-        raise MixshardError(f"clip {clip} of {m.origin} has frames in a damaged block")
+    damaged = f"clip {clip} of {m.origin} has frames in a damaged block"
+    read_images_into(pack, np.arange(start, start + count), host, damaged)
     return host

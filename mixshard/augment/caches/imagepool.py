@@ -33,7 +33,6 @@ import numpy as np
 import torch
 
 from ...core.device import Fence, Lane, host_empty, move, move_index, wants_pinned
-from ...core.errors import MixshardError
 from ...core.jobs import own
 from ...reading.buffers import read_images_into
 from ...reading.source import Source
@@ -303,8 +302,8 @@ def read_images_to(source: Source, numbers: np.ndarray, images: torch.Tensor) ->
     try:
         for lo in range(0, len(numbers), 1024):
             part = numbers[lo : lo + 1024]
-            if not read_images_into(pack, part, host):
-                raise MixshardError(f"a pool's image lies in a damaged block of {m.origin}")
+            damaged = f"a pool's image lies in a damaged block of {m.origin}"
+            read_images_into(pack, part, host, damaged)
             images[lo : lo + len(part)].copy_(host[: len(part)])
     finally:
         pack.close()
