@@ -87,8 +87,9 @@ class ClipFrames:
         Raises:
             ShardError, MixshardError: a damaged or changed shard.
         """
-        damaged = f"frame {image} of {self.origin} lies in a damaged block"
-        read_images_into(self._pack, np.array([image]), self._scratch, damaged)
+        bad = self._pack.read_images(np.array([image]), self._scratch)
+        if bad is not None and bad.any():  # (not `read_images_into`: one frame a step)
+            raise MixshardError(f"frame {image} of {self.origin} lies in a damaged block")
         planes = self._scratch.reshape(3, self.size, self.size)
         np.stack((planes[0], planes[1], planes[2]), axis=-1, out=out)  # 2x torch's permute copy
         return out
