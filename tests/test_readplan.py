@@ -222,6 +222,10 @@ def test_a_batch_of_preads_in_one_call_stops_at_the_first_it_cannot_read(tmp_pat
 
 MB = 1 << 20
 WHY_MAPPED = "mapped when the pack is in the page cache and fits in half the memory, else "
+WHOLE_LINE = (
+    "whole pack (a device cache): every block once, in stored order, through one host buffer "
+    "(`buffers.read_pack_into`), the page cache as above"
+)
 WORKERS_LINE = "workers: threads unless workers='process' (every pack is read by offset)"
 
 
@@ -242,6 +246,7 @@ def test_a_read_plan_says_what_it_chose_and_why(monkeypatch):
         f"read: auto ({WHY_MAPPED}runs of blocks read ahead)",
         "page cache: blocks read are dropped again (the pack is larger than half the memory: "
         "600 MB of 1000 MB available)",
+        WHOLE_LINE,
         WORKERS_LINE,
     ]
     small = plan_of(100)

@@ -146,6 +146,8 @@ def make_plan(
         f"{half})"
         if drop
         else f"page cache: kept ({half})",
+        "whole pack (a device cache): every block once, in stored order, through one host "
+        "buffer (`buffers.read_pack_into`), the page cache as above",
         "workers: threads unless workers='process' (every pack is read by offset)",
     )
     return ReadPlan(chosen, read, drop, store, lines)

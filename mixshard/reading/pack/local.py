@@ -286,10 +286,10 @@ class LocalPack:
         """The block of each image number."""
         return np.searchsorted(self.block_start, index, side="right") - 1
 
-    def read_block(self, b: int, out: np.ndarray) -> bool:
+    def read_block(self, b: int, out: np.ndarray, drop_cache: bool = False) -> bool:
         """Read block `b`'s images into `out[:count]` (a C-contiguous uint8 array of rows of
-        one image each), as a run of one block (`scatter_run`). Returns False when the block
-        is bad and skipped.
+        one image each), as a run of one block (`scatter_run`, `drop_cache` as there). Returns
+        False when the block is bad and skipped.
 
         Raises:
             ValueError: `out` is not C-contiguous or has no room for the block's images.
@@ -299,7 +299,7 @@ class LocalPack:
         if not out.flags.c_contiguous or out.nbytes < count * size:
             raise ValueError(f"out must be C-contiguous with room for {count} images of {size} B")
         addresses = out.ctypes.data + np.arange(count, dtype=np.uint64) * np.uint64(size)
-        result = self.scatter_run([b], [addresses])[0]
+        result = self.scatter_run([b], [addresses], drop_cache)[0]
         if isinstance(result, ShardError):
             raise result
         return result
