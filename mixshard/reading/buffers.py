@@ -1,7 +1,6 @@
-"""Reads into a caller's buffer for the readers that are not batches: the whole pack (a device
-cache, a clip pack's frames) and chosen images (a clip's frames, a pool's images), through the
-pack reader the batches use; the whole pack with the page-cache decision of the source's
-`ReadPlan`, whose `explain()` says how a whole pack is read."""
+"""Reads into a caller's buffer for the readers that are not batches (a device cache, a clip
+pool, a video's frames), through the pack reader the batches use and, for a whole pack, the
+page-cache decision of the source's `ReadPlan`."""
 
 from __future__ import annotations
 
@@ -33,15 +32,13 @@ def read_pack_into(source: Source, out: torch.Tensor) -> None:
 
 
 def read_images_into(
-    pack: LocalPack, numbers: np.ndarray, out: np.ndarray | torch.Tensor, damaged: str
+    pack: LocalPack, numbers: np.ndarray, out: np.ndarray | torch.Tensor, damaged: str | None
 ) -> None:
     """Images `numbers` of `pack` into `out[:len(numbers)]` (uint8, contiguous host memory).
-
-    Raises:
-        MixshardError: `damaged`, when one lies in a damaged block (a pack opened to skip them).
-    """
+    An image of a damaged block (a pack opened to skip them, which warns) raises `MixshardError`
+    with the message `damaged`, or with `damaged` None is left as `out` held it."""
     n = len(numbers)
     rows = out.numpy() if isinstance(out, torch.Tensor) else out
     bad = pack.read_images(numbers, rows[:n].reshape(n, -1))
-    if bad is not None and bad.any():
+    if damaged is not None and bad is not None and bad.any():
         raise MixshardError(damaged)
