@@ -68,7 +68,7 @@ class ClipFrames:
         self.first = np.array([c.start for c in m.clips], np.int64)
         self.length = np.array([c.count for c in m.clips], np.int64)
         self._pack = src.open_pack()
-        self._pack.map_all(resident_only=False)  # (where it cannot be mapped: one pread a step)
+        self._pack.map_all()  # (where it cannot be mapped: one pread a step)
         self._scratch = np.empty((1, m.image_bytes), np.uint8)
         self._asks: dict[int, tuple[np.ndarray, int, bool]] = {}
         self._done: dict[int, torch.Tensor | BaseException] = {}
