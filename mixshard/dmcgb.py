@@ -37,6 +37,7 @@ from .core.constants import DEFAULT_SIZE, RESAMPLE_MODES
 from .core.errors import MixshardError
 from .core.presets import check_clip_pack
 from .datasets import pack_folder
+from .reading.buffers import read_images_into
 from .reading.source import resolve_source
 
 MODES = ("video_easy", "video_hard")
@@ -114,7 +115,8 @@ class VideoWrapper:
         start, count = self._clips[self._index]
         m = self._pack.manifest
         out = np.empty((count, 3, m.size, m.size), np.uint8)
-        self._pack.read_images(np.arange(start, start + count), out)
+        # a damaged block raises (`ShardError`); a pack opened to skip plays its frames unread
+        read_images_into(self._pack, np.arange(start, start + count), out, None)
         self._frames = torch.from_numpy(out)
 
     def reset(self) -> Any:

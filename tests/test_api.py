@@ -176,6 +176,32 @@ def test_the_rooms_of_reading_import_only_downwards():
     assert seen == set(ROOMS)
 
 
+# What the rest of mixshard may import of `reading/`: its entry points, never the rooms that
+# read bytes (`pack/`, `store/`) or their readers; `batches.plan` for `mixshard inspect`, which
+# shows the plan a default stream of a pack starts from. A pack is opened through its `Source`
+# and read into a buffer through `buffers`.
+READING_ENTRIES = {
+    "buffers", "loading", "prefetcher", "preview", "source", "stream", "verifying",
+    "batches.plan",
+}  # fmt: skip
+PACK_READERS = {"LocalPack", "StoreFiles", "BlockCache", "read_rows", "ShardMaps", "FolderFiles"}
+
+
+def test_outside_reading_packs_are_read_only_through_its_entry_points():
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE).as_posix()
+        if rel.startswith("reading/"):
+            continue
+        for name in imports_of(path, annotations=True):
+            parts = name.split(".")
+            if parts[:2] != ["mixshard", "reading"] or len(parts) < 3:
+                continue
+            inner = ".".join(parts[2:])
+            assert parts[-1] not in PACK_READERS, f"{rel} imports {name}"
+            entry = any(inner == e or inner.startswith(e + ".") for e in READING_ENTRIES)
+            assert entry, f"{rel} imports {name}"
+
+
 # The rooms of `writing/`, each importing only the rooms before it (besides `core/`): what SRC
 # holds knows no pixels, a file's pixels no plan, the plan no output, the output no runner;
 # only `packing` (`pack`), above them all, imports every room.

@@ -182,3 +182,29 @@ def test_the_cache_drops_by_its_policy(tmp_path, shard, policy, kept):
         assert np.flatnonzero(cache.present).tolist() == kept
     finally:
         cache.close()
+
+
+def test_one_checked_fetch_names_the_object_the_block_and_the_fix(shard):
+    from mixshard.core.errors import ShardError
+    from mixshard.reading.store.blockcache import fetch_block
+
+    store = MemoryStore(shard[: BLOCK * 2 + 100])
+    digest = hashlib.sha256(shard[BLOCK : 2 * BLOCK]).hexdigest()
+    assert fetch_block(store, "s.tar", (BLOCK, 2 * BLOCK), digest, 1) == shard[BLOCK : 2 * BLOCK]
+    assert fetch_block(store, "s.tar", (0, BLOCK), None, 0) == shard[:BLOCK]  # size only
+    fix = (
+        "; the pack changed after its index.json was read, or is damaged: run `mixshard verify "
+        "mem://pack` and open the pack again (repack it or restore the object if verify fails)"
+    )
+    with pytest.raises(ShardError) as err:
+        fetch_block(store, "s.tar", (0, BLOCK), digest, 0)
+    assert str(err.value) == (
+        f"mem://pack/s.tar: block 0 (bytes 0-{BLOCK}) is not as its sha256 in index.json says{fix}"
+    )
+    with pytest.raises(ShardError) as err:
+        fetch_block(store, "s.tar", (2 * BLOCK, 3 * BLOCK), None, 2)
+    assert str(err.value) == (
+        f"mem://pack/s.tar: block 2 (bytes {2 * BLOCK}-{3 * BLOCK}) came back as 100 bytes (the "
+        f"object is shorter than index.json says){fix}"
+    )
+    assert store.reads == [(BLOCK, 2 * BLOCK), (0, BLOCK), (0, BLOCK), (2 * BLOCK, 3 * BLOCK)]

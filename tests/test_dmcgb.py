@@ -231,3 +231,32 @@ def test_observations_that_are_not_uint8_are_refused_as_dmcgb_refuses_them(data,
     passthrough = VideoWrapper(GreenEnv(), "train", seed=0)  # no green screen: no check
     passthrough.env.frame = bad[0]
     assert passthrough.reset() is not None and passthrough.reset().dtype == np.int32
+
+
+def test_a_damaged_block_raises_and_a_pack_opened_to_skip_plays_on(data, tmp_path, monkeypatch):
+    """The default pack raises the damaged block's `ShardError`; one opened with
+    `on_error="skip"` warns once and plays the clip, its unread frames as they were."""
+    import shutil
+
+    from mixshard.core import layout
+
+    shutil.copytree(data, tmp_path / "data")
+    folder = tmp_path / "data" / "dmcgb-video_easy"
+    m = mixshard.Manifest.load(folder)
+    first = m.clips[1].start  # the first reset plays clip 1
+    starts = np.cumsum([0] + [b.count for s in m.shards for b in s.blocks])
+    shard, block = [(s, b) for s in m.shards for b in s.blocks][
+        int(np.searchsorted(starts, first, side="right")) - 1
+    ]
+    with open(folder / shard.name, "r+b") as f:
+        f.seek(block.offset - layout.images_header_len(block.count, m.size))
+        f.write(b"XXXX")
+    monkeypatch.setenv("MIXSHARD_DATA", str(tmp_path / "data"))
+    with pytest.raises(mixshard.ShardError, match=f"block {block.key}: "):
+        VideoWrapper(GreenEnv(), "video_easy", seed=0).reset()
+    env = VideoWrapper(GreenEnv(), "video_easy", seed=0)
+    env._pack = env._source.open_pack("skip")
+    with pytest.warns(RuntimeWarning, match=f"block {block.key}: "):
+        obs = env.reset()
+    assert obs.shape == (3, SIZE, SIZE) and len(env._frames) == FRAMES[1]
+    assert env.step(0)[3] == {"step": 1}

@@ -91,14 +91,14 @@ def test_a_pack_is_mapped_whole_or_not_at_all(pack_dir, monkeypatch):
     monkeypatch.setattr(mapped, "_mmap", third_fails)
     monkeypatch.setattr(mapped, "_munmap", lambda a, n: unmapped.append(n) or 0)
     pack = open_pack(pack_dir)
-    assert not pack.map_all(resident_only=False)
+    assert not pack.map_all()
     assert pack.mapped_shards == 0 and len(unmapped) == 2  # the two made are undone
     index = np.random.default_rng(7).permutation(96)
     out = np.empty((96, 3, 8, 8), np.uint8)
     assert pack.read_images(index, out) is None
     assert np.array_equal(out, images[index])
     monkeypatch.undo()
-    assert pack.map_all(resident_only=False) and pack.map_all(resident_only=True)
+    assert pack.map_all() and pack.map_all(plan.MISSES_ALLOWED)
     assert pack.mapped_shards == 4
     out[:] = 0
     assert pack.read_images(index, out) is None
@@ -533,7 +533,7 @@ def test_the_block_order_reads_ahead_unless_the_whole_pack_is_in_memory_and_fits
 
     asked.clear()
     with monkeypatch.context() as patch:  # a few misses allowed: mapped, the holes read ahead
-        patch.setattr(mapped, "MISSES_ALLOWED", 0.25)  # 2 of the 8 samples
+        patch.setattr(plan, "MISSES_ALLOWED", 0.25)  # 2 of the 8 samples
         patch.setattr(mapped, "cache_misses", lambda fd, size, most: asked.append(most) or 1)
         patch.setattr(mapped.os, "posix_fadvise", advise)
         assert reads_ahead(pack_dir) == (True, 0)  # a third miss: no

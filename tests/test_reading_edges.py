@@ -194,3 +194,47 @@ def test_a_stream_cache_counts_its_draws(pack_dir):
         ov(torch.full((n, 3, 8, 8), 100.0))
     assert ov.stats() == {"cpu": {"mode": "stream", "draws": 11}}
     ov.close()
+
+
+def test_the_whole_pack_is_read_into_a_buffer_with_the_plans_page_cache_rule(pack_dir, monkeypatch):
+    from mixshard.reading import buffers
+    from mixshard.reading.batches import plan
+
+    source = resolve_source(pack_dir)
+    drops: list[bool] = []
+    real = LocalPack.read_block
+
+    def read_block(self, b, out, drop_cache=False):
+        drops.append(drop_cache)
+        return real(self, b, out, drop_cache)
+
+    monkeypatch.setattr(LocalPack, "read_block", read_block)
+    out = torch.zeros((source.count, 3, 8, 8), dtype=torch.uint8)
+    buffers.read_pack_into(source, out)
+    assert np.array_equal(out.numpy(), expected(pack_dir, np.arange(source.count)))
+    assert len(drops) == 12 and not any(drops)  # 96 images in blocks of 8, in the page cache
+    monkeypatch.setattr(plan, "available_memory", lambda: source.manifest.total_bytes)
+    assert plan.default_plan(source.manifest, False).why[3].startswith("whole pack (a device")
+    drops.clear()
+    buffers.read_pack_into(source, out)
+    assert len(drops) == 12 and all(drops)  # larger than half the memory: dropped again
+
+
+def test_chosen_images_are_read_into_a_buffer_and_a_damaged_one_is_named(pack_dir, tmp_path):
+    from mixshard.reading.buffers import read_images_into
+
+    pack = LocalPack(pack_dir, mixshard.Manifest.load(pack_dir))
+    out = torch.zeros((4, 3, 8, 8), dtype=torch.uint8)
+    read_images_into(pack, np.array([3, 50, 2]), out, "never")
+    assert np.array_equal(out[:3].numpy(), expected(pack_dir, [3, 50, 2]))
+    assert not out[3].any()
+    bad = tmp_path / "pack"
+    shutil.copytree(pack_dir, bad)
+    m = mixshard.Manifest.load(bad)
+    block = m.shards[0].blocks[0]
+    with open(bad / m.shards[0].name, "r+b") as f:
+        f.seek(block.offset - layout.images_header_len(block.count, m.size))
+        f.write(b"XXXX")
+    skipping = LocalPack(bad, m, on_error="skip")
+    with pytest.warns(RuntimeWarning), pytest.raises(mixshard.MixshardError, match="^clip 0 !$"):
+        read_images_into(skipping, np.array([9, 1]), np.empty((2, 192), np.uint8), "clip 0 !")

@@ -79,7 +79,7 @@ def test_a_batch_reads_the_stored_images_either_way(pack_dir, read):
         pytest.skip("_mapped.c was not built")
     images = read_pack(pack_dir)[0]
     pack = LocalPack(pack_dir, mixshard.Manifest.load(pack_dir))
-    assert pack.map_all(resident_only=False) == (read == "mapped") or read == "pread"
+    assert pack.map_all() == (read == "mapped") or read == "pread"
     if read == "pread":
         pack.close()
     index = np.random.default_rng(3).permutation(N)[:52]
@@ -111,7 +111,7 @@ def test_a_shard_cut_short_or_copied_over_is_named_either_way(pack_dir, tmp_path
             next(it)
     pack = LocalPack(folder, mixshard.Manifest.load(folder))
     if read == "mapped":
-        assert pack.map_all(resident_only=False)
+        assert pack.map_all()
     pack.read_images(np.arange(N), np.empty((N, 3, 8, 8), np.uint8))  # every block checked
     shard = folder / pack.shards[4].name
     shard.write_bytes(shard.read_bytes()[: int(pack.block_offset[-1]) + 10])  # a new file
@@ -142,7 +142,7 @@ def test_a_skipped_bad_block_gives_the_same_batches_mapped_or_read(tmp_path, pac
 
 @needs_mapping
 def test_the_global_order_maps_a_cold_pack_once_its_warm_pass_ends(pack_dir, monkeypatch):
-    monkeypatch.setattr(local, "resident", lambda open_shard, sizes: False)  # cold at open
+    monkeypatch.setattr(local, "resident", lambda open_shard, sizes, share: False)  # cold at open
     stream = ShardStream(pack_dir, 8, order="global")
     reader = stream.reader(range(0, 12))
     assert (reader.way, stream.pack.mapped_shards) == ("pread", 0)
@@ -221,7 +221,14 @@ def test_a_batch_of_preads_in_one_call_stops_at_the_first_it_cannot_read(tmp_pat
 
 
 MB = 1 << 20
-WHY_MAPPED = "mapped when the pack is in the page cache and fits in half the memory, else "
+WHY_MAPPED = (
+    "mapped when the pack is in the page cache (at most 1% of a sample of its bytes out, those "
+    "asked for ahead) and fits in half the memory, else "
+)
+WHOLE_LINE = (
+    "whole pack (a device cache): every block once, in stored order, through one host buffer "
+    "(`buffers.read_pack_into`), the page cache as above"
+)
 WORKERS_LINE = "workers: threads unless workers='process' (every pack is read by offset)"
 
 
@@ -242,6 +249,7 @@ def test_a_read_plan_says_what_it_chose_and_why(monkeypatch):
         f"read: auto ({WHY_MAPPED}runs of blocks read ahead)",
         "page cache: blocks read are dropped again (the pack is larger than half the memory: "
         "600 MB of 1000 MB available)",
+        WHOLE_LINE,
         WORKERS_LINE,
     ]
     small = plan_of(100)

@@ -117,21 +117,28 @@ def test_the_preview_command_over_a_store(packed, tmp_path):
     assert np.array_equal(np.asarray(Image.open(out)), np.asarray(want))
 
 
-def test_preview_refuses_a_block_that_changed(packed):
-    url, _ = packed
+def test_preview_refuses_a_block_that_changed_as_the_block_cache_does(
+    packed, tmp_path, monkeypatch
+):
+    url, local = packed
     store = Store(url)
     for name in store.listing():
         if name.startswith("shard-"):
             data = bytearray(store.read(name))
             data[700] ^= 0xFF  # inside the first block's images
             store.write(name, bytes(data))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     with pytest.raises(ShardError) as err:
         preview_grid(url, 18)
+    b = Manifest.load(local).shards[0].blocks[0]  # packed as the store's
+    start, end = block_span(b.offset, b.labels_offset, b.count, 8)
     assert str(err.value) == (
-        f"{url}/shard-000000.tar changed after it was packed: block 00000000 is not what "
-        f"index.json says (size or sha256); repack with `mixshard pack SRC {url} --overwrite` "
-        "(or restore the object)"
+        f"{url}/shard-000000.tar: block 0 (bytes {start}-{end}) is not as its sha256 in "
+        "index.json says; the pack changed after its index.json was read, or is damaged: run "
+        f"`mixshard verify {url}` and open the pack again (repack it or restore the object if "
+        "verify fails)"
     )
+    assert not (tmp_path / "xdg").exists()  # a block shown is kept nowhere
 
 
 def test_a_missing_object_in_preview_is_one_line(packed):

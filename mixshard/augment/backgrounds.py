@@ -27,8 +27,8 @@ import numpy as np
 import torch
 
 from ..core.device import canonical, move_index
+from ..reading.buffers import read_pack_into
 from ..reading.source import Source, resolve_source
-from .caches.cache import read_pack_to
 from .caches.clippool import ClipPool
 from .caches.packset import check_limit, clip_table, pack_list, resolve_packs
 from .caches.plan import CachePlan, plan_cache, warn_resized
@@ -242,7 +242,7 @@ class Backgrounds:
             shape = (table.frames, 3, m.size, m.size)
             self._frames = torch.empty(shape, dtype=torch.uint8, device=self.device)
             for source, lo in zip(self.sources, table.first[table.base]):
-                read_pack_to(source, self._frames[lo : lo + source.manifest.count])
+                read_pack_into(source, self._frames[lo : lo + source.manifest.count])
             self._clip_pool: ClipPool | None = None
             return
         where = (table.local, table.pack_of)

@@ -72,10 +72,10 @@ class Loader:
     their window: about `window` blocks a process worker) for nothing.
 
     Unless `workers="process"` the workers are threads of this process (the read plan's
-    choice, `ReadPlan.threads`): reads release the GIL, and handing a 5 MB batch from a
-    DataLoader worker process to this one costs more than making it (measured in
-    scripts/bench_stream.py). With the block order, the reader's own threads read whole blocks
-    ahead straight into the batches, and `num_workers` adds nothing.
+    choice, `ReadPlan.threads`): reads release the GIL, and handing a batch from a DataLoader
+    worker process to this one costs more than making it. With the block order, the reader's
+    own threads read whole blocks ahead straight into the batches, and `num_workers` adds
+    nothing.
     """
 
     def __init__(

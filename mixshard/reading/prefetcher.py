@@ -8,10 +8,9 @@ job of the device's lane (`core/device.py`): on CUDA queued on a side stream wit
 slot is overwritten only once the consumer's work on the batch it held is done), and the
 consumer's stream waits on the job's fence before it sees the slot; on a CPU the batch is
 already where it goes and the ring hands it on as it is. Buffers are reused, so device memory
-stays flat (timm's PrefetchLoader allocated per batch and grew:
-huggingface/pytorch-image-models#2781); a buffer is replaced only when a batch of another
-shape or dtype arrives, and buffers are allocated on the consumer's stream, so the caching
-allocator never hands one out again while queued work may still read it.
+stays flat (not allocated per batch); a buffer is replaced only when a batch of another shape
+or dtype arrives, and buffers are allocated on the consumer's stream, so the caching allocator
+never hands one out again while queued work may still read it.
 """
 
 from __future__ import annotations

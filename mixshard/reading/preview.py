@@ -1,26 +1,27 @@
 """`mixshard preview`: a PNG grid of pack images, optionally blended over an observation.
 
 Read-only and torch-free: images are read from the shards with `pread` (from an object store:
-a ranged read of each block shown, checked against the block's sha256), the blend is the same
-`(1 - alpha) * obs + alpha * image`, rounded half up, that `mixshard.blend` gives uint8 obs.
+each block shown fetched and checked as the block cache fetches it, `fetch_block`, and kept
+nowhere), the blend is the same `(1 - alpha) * obs + alpha * image`, rounded half up, that
+`mixshard.blend` gives uint8 obs.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 
 import numpy as np
-from PIL import Image, ImageDraw, ImageFont, ImageOps, UnidentifiedImageError
+from PIL import Image, ImageDraw, ImageOps, UnidentifiedImageError
 
-from ..core.errors import MixshardError, ShardError
+from ..core.errors import MixshardError
 from ..core.layout import block_span
 from ..core.manifest import Manifest
 from ..core.packpath import pack_dir
 from ..core.stores import Store, load_manifest
 from .pack.local import LocalPack
 from .source import store_of
+from .store.blockcache import fetch_block
 
 LABEL_HEIGHT = 14
 GAP = 2
@@ -132,28 +133,29 @@ def _strips(images: np.ndarray, rows: list[tuple[str, int]], size: int) -> Image
     width = STRIP_FRAMES * (tile + GAP) + GAP
     grid = Image.new("RGB", (width, len(rows) * (row_h + GAP) + GAP), "white")
     draw = ImageDraw.Draw(grid)
-    font = ImageFont.load_default()
     at = 0
     for r, (name, cols) in enumerate(rows):
         y = GAP + r * (row_h + GAP)
-        label = name
-        while label and draw.textlength(label, font=font) > width - 2:
-            label = label[:-1]
-        draw.text((GAP + 1, y + 1), label, fill="black", font=font)
+        _label(draw, name, (GAP + 1, y + 1), width - 2)
         for c in range(cols):
-            tile_img = Image.fromarray(images[at + c]).resize(
-                (tile, tile), Image.Resampling.NEAREST
-            )
-            grid.paste(tile_img, (GAP + c * (tile + GAP), y + LABEL_HEIGHT))
+            img = Image.fromarray(images[at + c]).resize((tile, tile), Image.Resampling.NEAREST)
+            grid.paste(img, (GAP + c * (tile + GAP), y + LABEL_HEIGHT))
         at += cols
     return grid
+
+
+def _label(draw: ImageDraw.ImageDraw, text: str, at: tuple[int, int], width: int) -> None:
+    """`text` drawn at `at` in the default font, cut to `width` pixels."""
+    while text and draw.textlength(text) > width:
+        text = text[:-1]
+    draw.text(at, text, fill="black")
 
 
 def _store_rows(
     store: Store, manifest: Manifest, index: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Images (NCHW) and labels of the pack images `index` (sorted), one checked ranged read
-    per block that holds any of them."""
+    """Images (NCHW) and labels of the pack images `index` (sorted), one checked fetch per
+    block that holds any of them."""
     blocks = [(s.name, b) for s in manifest.shards for b in s.blocks]
     starts = np.cumsum([0] + [b.count for _, b in blocks])[:-1]
     which = np.searchsorted(starts, index, side="right") - 1
@@ -163,13 +165,7 @@ def _store_rows(
     for k in np.unique(which):
         name, b = blocks[k]
         start, end = block_span(b.offset, b.labels_offset, b.count, size)
-        data = store.read(name, start, end)
-        if len(data) != end - start or (b.sha256 and hashlib.sha256(data).hexdigest() != b.sha256):
-            raise ShardError(
-                f"{store.object_url(name)} changed after it was packed: block {b.key} is not "
-                f"what index.json says (size or sha256); repack with `mixshard pack SRC "
-                f"{store.url} --overwrite` (or restore the object)"
-            )
+        data = fetch_block(store, name, (start, end), b.sha256 or None, int(k))
         pixels = manifest.channels * size * size * b.count
         block = np.frombuffer(data, np.uint8, pixels, b.offset - start)
         rows = np.nonzero(which == k)[0]
@@ -188,14 +184,10 @@ def _grid(images: np.ndarray, names: list[str] | None, size: int) -> Image.Image
     cell_h = tile + (LABEL_HEIGHT if names else 0)
     grid = Image.new("RGB", (cols * (tile + GAP) + GAP, rows * (cell_h + GAP) + GAP), "white")
     draw = ImageDraw.Draw(grid)
-    font = ImageFont.load_default()
     for k, img in enumerate(images):
         r, c = divmod(k, cols)
         x, y = GAP + c * (tile + GAP), GAP + r * (cell_h + GAP)
         grid.paste(Image.fromarray(img).resize((tile, tile), Image.Resampling.NEAREST), (x, y))
         if names:
-            label = names[k]
-            while label and draw.textlength(label, font=font) > tile:
-                label = label[:-1]
-            draw.text((x + 1, y + tile + 1), label, fill="black", font=font)
+            _label(draw, names[k], (x + 1, y + tile + 1), tile)
     return grid

@@ -59,12 +59,9 @@ class ShardStream(IterableDataset):
             serves fastest. A default pack is shuffled when written, so neighbouring blocks
             are independent samples (the window is rounded up to whole runs).
         shuffle_blocks: deprecated, ignored (it sized the shuffle buffer of shard URLs).
-        read: how images are read (`plan.py`): `"auto"` (the default) copies
-            them out of mappings of the shards when the pack is in the page cache and fits in
-            half the memory (the global order maps it once its warm pass has read it in),
-            else reads runs of whole blocks ahead (block order) or one `pread` per image
-            (global order); `"mapped"`, `"feed"` (block order) or `"pread"` name one. The
-            batches are the same whichever is used.
+        read: how images are read: `"auto"` (the default: the read plan chooses, `plan.py`,
+            and `stats()["explain"]` says what and why), or `"mapped"`, `"feed"` (block order)
+            or `"pread"`. The batches are the same whichever is used.
         cache_dir: store URLs: the block cache's folder (default `~/.cache/mixshard`, or
             `$XDG_CACHE_HOME/mixshard`); its files are keyed by the pack's identity.
         cache_limit: store URLs: bytes the cache takes on disk at most, each block counted
@@ -138,12 +135,7 @@ class ShardStream(IterableDataset):
         """The read plan: `order`, `read` (as asked), `drop_cache`, and `explain`, what was
         chosen and why (one line each)."""
         p = self.plan
-        return {
-            "order": p.order,
-            "read": p.read,
-            "drop_cache": p.drop_cache,
-            "explain": p.explain(),
-        }
+        return dict(order=p.order, read=p.read, drop_cache=p.drop_cache, explain=p.explain())
 
     # ------------------------------------------------------------------ geometry and state
     @property

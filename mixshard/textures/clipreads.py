@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from ..augment.caches.clippool import ReadAhead
 from ..core.errors import MixshardError
 from ..core.jobs import own
+from ..reading.buffers import read_images_into
 from ..reading.source import Source, resolve_source
 
 _CHUNK = 16  # frames resized at once (float32 at 800 px: 7.7 MB a frame)
@@ -67,7 +68,7 @@ class ClipFrames:
         self.first = np.array([c.start for c in m.clips], np.int64)
         self.length = np.array([c.count for c in m.clips], np.int64)
         self._pack = src.open_pack()
-        self._pack.map_all(resident_only=False)  # (where it cannot be mapped: one pread a step)
+        self._pack.map_all()  # (where it cannot be mapped: one pread a step)
         self._scratch = np.empty((1, m.image_bytes), np.uint8)
         self._asks: dict[int, tuple[np.ndarray, int, bool]] = {}
         self._done: dict[int, torch.Tensor | BaseException] = {}
@@ -87,7 +88,7 @@ class ClipFrames:
             ShardError, MixshardError: a damaged or changed shard.
         """
         bad = self._pack.read_images(np.array([image]), self._scratch)
-        if bad is not None and bad.any():
+        if bad is not None and bad.any():  # (not `read_images_into`: one frame a step)
             raise MixshardError(f"frame {image} of {self.origin} lies in a damaged block")
         planes = self._scratch.reshape(3, self.size, self.size)
         np.stack((planes[0], planes[1], planes[2]), axis=-1, out=out)  # 2x torch's permute copy
@@ -140,9 +141,7 @@ class ClipFrames:
                 return torch.empty(0, dtype=torch.uint8)
             frames, want, floor = asks[ticket]
             chw = torch.empty((len(frames), 3, size, size), dtype=torch.uint8)
-            bad = pack.read_images(frames, chw.numpy().reshape(len(frames), -1))
-            if bad is not None and bad.any():
-                raise MixshardError(f"frames of {origin} lie in a damaged block")
+            read_images_into(pack, frames, chw, f"frames of {origin} lie in a damaged block")
             if want != size:
                 return resized(chw, want, floor)
             return chw.permute(0, 2, 3, 1).contiguous()

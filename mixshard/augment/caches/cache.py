@@ -11,7 +11,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from ...core.device import host_empty, wants_pinned
+from ...core.device import wants_pinned
+from ...reading.buffers import read_pack_into
 from ...reading.source import Source
 from ..draws.keyed import mix64_int
 from .pieces import Carry, PermutationWalk
@@ -36,24 +37,6 @@ class BackgroundCache(Protocol):
         """Stop any reader thread or worker (the images go when the cache is dropped); a
         second call does nothing."""
         ...
-
-
-def read_pack_to(source: Source, images: torch.Tensor) -> None:
-    """Copy every image of `source` into `images` (a uint8 tensor of that many images on any
-    device), block by block in stored order: sequential reads into one host buffer (pinned for
-    CUDA), bounded host memory."""
-    m = source.manifest
-    pin = wants_pinned(images.device)
-    host = host_empty((m.block_size, 3, m.size, m.size), torch.uint8, pin)
-    pos = 0
-    pack = source.open_pack()
-    try:
-        for b, count in enumerate(pack.block_count.tolist()):
-            pack.read_block(b, host.numpy().reshape(m.block_size, -1))
-            images[pos : pos + count].copy_(host[:count])
-            pos += count
-    finally:
-        pack.close()
 
 
 class Permutations:
@@ -97,7 +80,7 @@ class DeviceCache:
             shape = (self.count, 3, m.size, m.size)
             images = torch.empty(shape, dtype=torch.uint8, device=device)
         self.images = images
-        read_pack_to(source, self.images)
+        read_pack_into(source, self.images)
         self.perms = Permutations(self.count, device, generator, epoch_seed)
         self._walk = PermutationWalk(self.count, self.perms, distinct=False)
         self.draws = 0

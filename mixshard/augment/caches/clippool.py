@@ -33,6 +33,7 @@ import torch
 from ...core.device import host_empty, move, wants_pinned
 from ...core.errors import MixshardError
 from ...core.jobs import Job, check_process, own
+from ...reading.buffers import read_images_into
 from ...reading.source import Source
 
 Read = Callable[[int], torch.Tensor]  # a clip's frames in host memory
@@ -274,12 +275,12 @@ def _read_clip(
     packs: list[Any], where: tuple[np.ndarray, np.ndarray, np.ndarray], pin: bool, clip: int
 ) -> torch.Tensor:
     """Clip `clip`'s frames in host memory (pinned for CUDA): consecutive pack images, so
-    sequential reads. `where`: each clip's first frame, length and pack."""
+    sequential reads (`buffers.read_images_into`). `where`: each clip's first frame, length
+    and pack."""
     first, length, pack_of = where
     start, count, pack = int(first[clip]), int(length[clip]), packs[int(pack_of[clip])]
     m = pack.manifest
     host = host_empty((count, 3, m.size, m.size), torch.uint8, pin)
-    bad = pack.read_images(np.arange(start, start + count), host.numpy().reshape(count, -1))
-    if bad is not None and bad.any():
-        raise MixshardError(f"clip {clip} of {m.origin} has frames in a damaged block")
+    damaged = f"clip {clip} of {m.origin} has frames in a damaged block"
+    read_images_into(pack, np.arange(start, start + count), host, damaged)
     return host

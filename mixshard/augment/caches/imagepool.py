@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...core.device import Fence, Lane, move, move_index, wants_pinned
-from ...core.errors import MixshardError
+from ...core.device import Fence, Lane, host_empty, move, move_index, wants_pinned
 from ...core.jobs import own
+from ...reading.buffers import read_images_into
 from ...reading.source import Source
 from .pieces import PermutationWalk
 from .refill import RefillFeed
@@ -286,21 +286,20 @@ class _Positions:
 
 def read_images_to(source: Source, numbers: np.ndarray, images: torch.Tensor) -> None:
     """The pack's images `numbers` into `images[:len(numbers)]`, in chunks of bounded host
-    memory.
+    memory (`buffers.read_images_into`).
 
     Raises:
         MixshardError: one lies in a damaged block.
     """
     m = source.manifest
+    host = host_empty((min(len(numbers), 1024), 3, m.size, m.size), torch.uint8, False)
     pack = source.open_pack()
     try:
         for lo in range(0, len(numbers), 1024):
             part = numbers[lo : lo + 1024]
-            host = np.empty((len(part), 3, m.size, m.size), np.uint8)
-            bad = pack.read_images(part, host.reshape(len(part), -1))
-            if bad is not None and bad.any():
-                raise MixshardError(f"a pool's image lies in a damaged block of {m.origin}")
-            images[lo : lo + len(part)].copy_(torch.from_numpy(host))
+            damaged = f"a pool's image lies in a damaged block of {m.origin}"
+            read_images_into(pack, part, host, damaged)
+            images[lo : lo + len(part)].copy_(host[: len(part)])
     finally:
         pack.close()
 

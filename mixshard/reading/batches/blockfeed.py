@@ -139,11 +139,9 @@ class BlockFeed:
         needs a block of the run: it would have been read with that batch.)"""
         run = order.run_of(b // self._run, self._run, len(self.pack.block_count))
         # Only the run's blocks that feed a batch of ours, and of a block only the span of
-        # images that do: where the part of the epoch of a worker process or rank starts or
-        # ends inside the run, the blocks wholly on the other side are the other's (reading
-        # the whole run there made four process workers read 1.4x the pack an epoch, issue
-        # 40), and the block the cut falls in is read by both sides, each its own images
-        # (read whole by both, it cost a block a seam: 1.07-1.25x the pack, issue 46).
+        # images that do: where a worker's or rank's part of the epoch starts or ends inside
+        # the run, the blocks wholly on the other side are the other's, and the block the cut
+        # falls in is read by both sides, each its own images (the pack read once an epoch).
         places: dict[int, tuple[np.ndarray, list]] = {}
         for x in run:
             if reads.state[x] == NOT_READ:

@@ -2,15 +2,12 @@
 
 `ReadPlan` is made by the stream from its source and options: the order (`"global"`, a
 per-image permutation; `"block"`, whole blocks in windows), the way bytes reach memory
-(`"mapped"`: copied out of mappings of the shards, a pack in the page cache that fits in half
-the available memory, either order; `"feed"`: the block order's runs read ahead; `"pread"`: the
-global order, mapped once its warm pass has read in a pack that fits), whether blocks read are
-dropped from the page cache again (a pack larger than half the memory), and threads or
-processes for the loader's workers. `read="auto"` is resolved per reader as it opens (`choose`:
-whether the pack is in the page cache then); a caller (a test) may name one; the batches are
-the same. `explain()` says what was chosen and why. The environment variable `MIXSHARD_MMAP=0`
-keeps `"auto"` off the mappings (docs/design.md lists every variable mixshard reads; the why of
-the plan: "One read plan").
+(`"mapped"`, `"feed"`, `"pread"`), whether blocks read are dropped from the page cache again,
+how a whole pack is read into a buffer (`buffers.py`), and threads or processes for the
+loader's workers; `explain()` says what was chosen and why. `read="auto"` is resolved per
+reader as it opens (`choose`: whether the pack is in the page cache then); a caller may name
+one; the batches are the same. `MIXSHARD_MMAP=0` keeps `"auto"` off the mappings
+(docs/design.md, "One read plan").
 """
 
 from __future__ import annotations
@@ -29,6 +26,9 @@ READS = ("auto", "mapped", "feed", "pread")
 ORDERS = ("auto", "global", "block")
 WORKERS = ("auto", "thread", "process")
 MAP_SHARE = 0.5  # a pack is mapped when its bytes are at most this share of the available memory
+# ... and `"auto"` maps it when at most this share of a sample of its bytes is out of the page
+# cache (reclaimed pages leave holes; a fault per hole reads it; the holes are asked for ahead)
+MISSES_ALLOWED = 0.01
 
 
 def check_read(read: str, order: str, store: bool) -> None:
@@ -64,7 +64,7 @@ def choose(pack: LocalPack, order: str, read: str, drop_cache: bool, pack_bytes:
     """The plan of a reader opening now: `"mapped"`, `"feed"` or `"pread"`. `"mapped"` maps the
     pack here (named: whatever its page-cache state; raises MixshardError when it cannot be)."""
     if read == "mapped":
-        if not can_map(pack_bytes) or not pack.map_all(resident_only=False):
+        if not can_map(pack_bytes) or not pack.map_all():
             raise MixshardError(
                 "read='mapped': the pack cannot be mapped here (the _mapped extension was not "
                 "built, or the pack takes more than half the available memory); use "
@@ -73,7 +73,7 @@ def choose(pack: LocalPack, order: str, read: str, drop_cache: bool, pack_bytes:
         return read
     if read != "auto":
         return read
-    if not drop_cache and maps_allowed(pack_bytes) and pack.map_all(resident_only=True):
+    if not drop_cache and maps_allowed(pack_bytes) and pack.map_all(MISSES_ALLOWED):
         return "mapped"
     return "feed" if order == "block" else "pread"
 
@@ -146,6 +146,8 @@ def make_plan(
         f"{half})"
         if drop
         else f"page cache: kept ({half})",
+        "whole pack (a device cache): every block once, in stored order, through one host "
+        "buffer (`buffers.read_pack_into`), the page cache as above",
         "workers: threads unless workers='process' (every pack is read by offset)",
     )
     return ReadPlan(chosen, read, drop, store, lines)
@@ -191,6 +193,6 @@ def _read_why(read: str, order: str, store: bool) -> str:
         return f"MIXSHARD_MMAP=0: no mappings; {fallback}"
     then = "" if order == "block" else ", mapped once the warm pass has read it in"
     return (
-        "mapped when the pack is in the page cache and fits in half the memory, else "
-        f"{fallback}{then}"
+        f"mapped when the pack is in the page cache (at most {MISSES_ALLOWED:.0%} of a sample of "
+        f"its bytes out, those asked for ahead) and fits in half the memory, else {fallback}{then}"
     )

@@ -1,12 +1,12 @@
 """The plan of one read of consecutive blocks of a shard: which bytes of the span go where.
 
-A cold pack is read fastest in large sequential requests: random 5 MB reads run at about half
-a disk's sequential rate. The block order keeps runs of consecutive blocks together
-(`order.block_sequence(run=...)`), and a run is read with one scattered `preadv` over the whole
-span from its first block's `.npy` header to its last block's labels: each image to the row it
-takes in a batch, each block's images header and labels into scratch memory (checked there on
-a block's first read: no separate small reads), and the tar headers, padding and keys between
-them into one junk area. Pure arithmetic on the manifest's offsets; no I/O here.
+A cold pack is read fastest in large sequential requests. The block order keeps runs of
+consecutive blocks together (`order.block_sequence(run=...)`), and a run is read with one
+scattered `preadv` over the whole span from its first block's `.npy` header to its last block's
+labels: each image to the row it takes in a batch, each block's images header and labels into
+scratch memory (checked there on a block's first read: no separate small reads), and the tar
+headers, padding and keys between them into one junk area. Pure arithmetic on the manifest's
+offsets; no I/O here.
 """
 
 from __future__ import annotations

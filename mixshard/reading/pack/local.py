@@ -243,7 +243,7 @@ class LocalPack:
         """Images `first`, `first + 1`, ... of block `b` (one per address of `addresses`,
         uint64) in one scattered read, without the rest of the block: where the parts of an
         epoch of two worker processes meet inside a block, each reads only its own images
-        (every image of the pack is read once an epoch; issue 46). The block's headers and
+        (every image of the pack is read once an epoch). The block's headers and
         labels are checked first, on its first read (two small reads). `drop_cache` as in
         `scatter_run`. Returns True, False (bad and skipped) or the `ShardError` naming it.
 
@@ -286,10 +286,10 @@ class LocalPack:
         """The block of each image number."""
         return np.searchsorted(self.block_start, index, side="right") - 1
 
-    def read_block(self, b: int, out: np.ndarray) -> bool:
+    def read_block(self, b: int, out: np.ndarray, drop_cache: bool = False) -> bool:
         """Read block `b`'s images into `out[:count]` (a C-contiguous uint8 array of rows of
-        one image each), as a run of one block (`scatter_run`). Returns False when the block
-        is bad and skipped.
+        one image each), as a run of one block (`scatter_run`, `drop_cache` as there). Returns
+        False when the block is bad and skipped.
 
         Raises:
             ValueError: `out` is not C-contiguous or has no room for the block's images.
@@ -299,7 +299,7 @@ class LocalPack:
         if not out.flags.c_contiguous or out.nbytes < count * size:
             raise ValueError(f"out must be C-contiguous with room for {count} images of {size} B")
         addresses = out.ctypes.data + np.arange(count, dtype=np.uint64) * np.uint64(size)
-        result = self.scatter_run([b], [addresses])[0]
+        result = self.scatter_run([b], [addresses], drop_cache)[0]
         if isinstance(result, ShardError):
             raise result
         return result
@@ -411,19 +411,19 @@ class LocalPack:
         if not self.files.warm(files, stop):
             self._warming = False
         elif then_map:
-            self.map_all(resident_only=False)
+            self.map_all()
 
-    def map_all(self, resident_only: bool) -> bool:
-        """Map every shard (or none, `mapped.py`); with `resident_only`, only when the pack is
-        in the page cache. Returns True when every shard is mapped: any batch is then copied
-        out of the mappings (`read_images`)."""
+    def map_all(self, misses: float | None = None) -> bool:
+        """Map every shard (or none, `mapped.py`); with a share of `misses`, only when at most
+        that share of the pack is out of the page cache (`mapped.resident`). Returns True when
+        every shard is mapped: any batch is then copied out of the mappings (`read_images`)."""
         if self.mapped_shards == len(self.shards):
             return True
         if not self.files.mappable:
             return False
         sizes = [shard.bytes for shard in self.shards]
         try:
-            if resident_only and not resident(self._open_checked, sizes):
+            if misses is not None and not resident(self._open_checked, sizes, misses):
                 return False
             return self._maps.map_all(self._open_checked, sizes)
         except MixshardError:  # read with `pread`, which names what is wrong

@@ -1,29 +1,20 @@
 """Reads out of memory mappings of a pack's shards, where it is safe (and a batch's `pread`s in
 one call, `read_rows`).
 
-A batch of the global order is one image from each of 256 random places. Read with `pread` the
-kernel does per-page work for every image: on the 2-core VMs this was measured
-on, two reader threads spent ~9 µs of system time per 21 KB image. Out of a mapping it is one
-memcpy per image in user space (`_mapped.c`), in the batch's order: on a 4.2 GB pack in the page
-cache 1.36x the reads over a fresh process's first pass (its page faults map the pages: 2 MB a
-fault where the page cache holds 2 MB folios, as `MADV_HUGEPAGE` asks) and 1.6x after
-(docs/benchmarks.md).
+A batch of the global order is one image from each of 256 random places: read with `pread`,
+the kernel does per-page work for every image; out of a mapping it is one memcpy per image in
+user space (`_mapped.c`), in the batch's order (docs/benchmarks.md has the figures).
 
 A mapping is only safe because of how the copy is made: a shard truncated or copied over while
 mapped (or a disk error paging it in) raises SIGBUS on the access, which would end the process;
-`_mapped.copy_rows` catches that fault and the reader raises `ShardError` naming the shard,
-as a short `pread` does. A shard rewritten in place is noticed as before, by the identity check
-after each batch (`LocalPack._check_same`). Where the extension was not built (no C compiler at
-install), nothing is mapped.
+`_mapped.copy_rows` catches that fault and the reader raises `ShardError` naming the shard, as
+a short `pread` does. A shard rewritten in place is noticed by the identity check after each
+batch (`LocalPack._check_same`). Where the extension was not built, nothing is mapped.
 
-A pack is mapped whole or not at all, and only when it is in the page cache and fits in half
-the available memory (`plan.py` decides): a fault on a page not in the cache reads
-it synchronously, one at a time, where `pread`s queue hundreds at once, so a cold shard or a
-pack larger than memory stays on `pread`. Mappings share the page cache's pages: they add no
-memory, though the pages a process has touched count in its RSS (as shared file pages).
-
-Either order's reader maps a pack it finds in the page cache when it opens; the global order
-maps it again once its warm pass has read it in. Its batches are the same either way.
+A pack is mapped whole or not at all, when the read plan says (`plan.py`: in the page cache and
+within half the available memory; a fault on a page not in the cache reads it synchronously,
+one at a time, where `pread`s queue hundreds at once). Mappings share the page cache's pages:
+they add no memory, though the pages a process has touched count in its RSS.
 """
 
 from __future__ import annotations
@@ -49,16 +40,9 @@ try:  # compiled at install where there was a C compiler
 except ImportError:  # pragma: no cover - an install without a compiler
     _mapped = None
 
-# the block order maps a pack when at most this share of its sampled bytes is out of the page
-# cache (pages reclaimed one by one leave holes: 0.9% of the pages, 2.3% of the samples seen on
-# a 4.2 GB pack, whose first mapped pass then ran at 80k images/s: a fault per hole reads it)
-MISSES_ALLOWED = 0.01
 
-
-# The mappings are made with libc's mmap, not Python's `mmap.mmap`: that one keeps a duplicate
-# of the descriptor for the mapping's life, so a mapped pack of 1,100 shards held 1,100
-# descriptors on top of the open-shard cache and ran out under `ulimit -n 1024` (issue 40).
-# A mapping needs no descriptor once made.
+# libc's mmap, not Python's `mmap.mmap`, which keeps a duplicate of the descriptor for the
+# mapping's life (a pack of many shards would run out of descriptors); a mapping needs none.
 _mmap = libc.function(
     "mmap",
     ctypes.c_void_p,
@@ -78,11 +62,9 @@ def read_rows(
     out: np.ndarray, rows: np.ndarray, fds: np.ndarray, offsets: np.ndarray, size: int
 ) -> int:
     """Read `size` bytes at `offsets[j]` of descriptor `fds[j]` into row `rows[j]` of `out`
-    (C-contiguous), for every `j`, in one call with the GIL released (`_mapped.read_rows`;
-    rows not in the page cache are all asked for before one is waited for): returns how many
-    were read before one ended short or failed (all: `len(rows)`), which the caller reads
-    again with `pread` to raise the error that names it. 0 where the extension was not
-    built."""
+    (C-contiguous), for every `j`, in one call with the GIL released (`_mapped.read_rows`).
+    Returns how many were read before one ended short or failed (0 where the extension was
+    not built): the caller reads the rest with `pread`, which raises the error naming it."""
     if _mapped is None:
         return 0
     rows, fds, offsets = (np.ascontiguousarray(a, np.int64) for a in (rows, fds, offsets))
@@ -111,13 +93,13 @@ def _unmap(regions: dict[int, tuple[int, int]]) -> None:
             _munmap(address, length)
 
 
-def resident(open_shard: Callable[[int], int], sizes: list[int]) -> bool:
+def resident(open_shard: Callable[[int], int], sizes: list[int], share: float) -> bool:
     """Whether a pack whose shard `i` is `sizes[i]` bytes of `open_shard(i)` (a descriptor,
     closed here before the next is opened: a pack may have more shards than this process may
-    open) is in the page cache: at most `MISSES_ALLOWED` of a sample of its bytes out of it
-    (`warming.cache_misses`). The pages still out are asked for ahead (`WILLNEED`); a copy
-    that gets there first reads them."""
-    allowed = int(MISSES_ALLOWED * sum(cache_samples(size) for size in sizes))
+    open) is in the page cache: at most `share` of a sample of its bytes out of it
+    (`warming.cache_misses`; the plan's `MISSES_ALLOWED`). The pages still out are asked for
+    ahead (`WILLNEED`); a copy that gets there first reads them."""
+    allowed = int(share * sum(cache_samples(size) for size in sizes))
     missed = 0
     for slot, size in enumerate(sizes):
         fd = open_shard(slot)

@@ -1,9 +1,8 @@
 """One `preadv` that scatters a run of equal-sized records to arbitrary addresses.
 
-`os.preadv` takes a Python buffer object per destination; a block of 256 images scattered
-over the batches they feed would need 256 of them per read, built and torn down while holding
-the GIL, which cost more than the read itself on two cores. Here the `iovec` array is built
-with numpy and `preadv` is called through ctypes, which releases the GIL for the call.
+`os.preadv` takes a Python buffer object per destination, built and torn down under the GIL
+for every image of a block. Here the `iovec` array is built with numpy and `preadv` is called
+through ctypes, which releases the GIL for the call.
 
 The caller must keep every destination alive and writable until the call returns.
 """

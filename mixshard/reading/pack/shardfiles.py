@@ -263,7 +263,6 @@ class FolderFiles:
         return found
 
     def open(self, name: str, fid: FileId) -> int:
-        """A descriptor of shard `name`, which must still be the file `fid`."""
         fd = self._open_path(self.folder / name, at_open=False)
         if not fid.matches(os.fstat(fd)):
             os.close(fd)
@@ -279,7 +278,6 @@ class FolderFiles:
         )
 
     def check_same(self, name: str, fd: int, fid: FileId) -> None:
-        """Raise when the shard behind `fd` was written to since the pack was opened."""
         if not fid.matches(os.fstat(fd)):
             raise self.changed(name)
 
@@ -287,14 +285,12 @@ class FolderFiles:
         return ShardError(f"cannot read shard {self.folder / name}: {exc.strerror}")
 
     def short(self, name: str, fd: int, fid: FileId) -> NoReturn:
-        """A read ended early: the file changed, or was truncated."""
         self.check_same(name, fd, fid)
         raise ShardError(f"shard {self.folder / name} ends early (truncated); {self.fix()}")
 
     @contextlib.contextmanager
     def held(self, blocks: list[int]) -> Iterator[None]:
-        """Blocks `blocks` stay readable until the block ends (a folder's always are)."""
-        yield
+        yield  # a folder's blocks are always readable
 
     def expect(self, feed: FeedReads) -> None:
         """What a block feed will read (a store's cache fetches and evicts by it)."""

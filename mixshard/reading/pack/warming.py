@@ -2,11 +2,9 @@
 
 The shards are read one after the other in chunks asked of the kernel ahead
 (`posix_fadvise(WILLNEED)`: no copy into this process), with at most `WARM_IN_FLIGHT` chunks
-asked for and not yet read. Asking for the whole pack at once queues gigabytes in front of every
-read a loader makes meanwhile (measured: the first pass of the global order at half the
-sequential rate that way, three quarters paced). A chunk is no larger than the kernel reads of
-one `WILLNEED` (`read_whole`): it drops the rest, and a chunk whose last byte had arrived was
-then mostly still on disk (72% of a pack warmed in 32 MB chunks at 8 MB of read-ahead).
+asked for and not yet read: asking for the whole pack at once would queue gigabytes in front of
+every read a loader makes meanwhile. A chunk is no larger than the kernel reads of one
+`WILLNEED` (`read_whole`), which drops the rest.
 
 `cache_misses` tells how much of a file is already there, from a sample of its pages.
 """

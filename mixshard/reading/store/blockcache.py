@@ -205,8 +205,7 @@ class BlockCache:
         slot, start, end = (int(x) for x in self.spans[b])
         name = self.shards[slot][0]
         try:
-            data = self.store.read(name, start, end)
-            self._check(b, data)
+            data = fetch_block(self.store, name, (start, end), self.digests[b], b)
             try:
                 fd = self.open(name, os.O_WRONLY)
                 try:
@@ -240,21 +239,6 @@ class BlockCache:
             self._inflight.pop(b, None)
             self._cond.notify_all()
             self._pump()
-
-    def _check(self, b: int, data: bytes) -> None:
-        slot, start, end = (int(x) for x in self.spans[b])
-        url = self.store.object_url(self.shards[slot][0])
-        fix = (
-            "the pack changed after its index.json was read, or is damaged: run `mixshard "
-            f"verify {self.store.url}` and open the pack again (repack it if verify fails)"
-        )
-        if len(data) != end - start:
-            raise ShardError(
-                f"{url}: bytes {start}-{end} of block {b} came back as {len(data)} bytes "
-                f"(the object is shorter than index.json says); {fix}"
-            )
-        if hashlib.sha256(data).hexdigest() != self.digests[b]:
-            raise ShardError(f"{url}: block {b} (bytes {start}-{end}) is not as sha256 in {fix}")
 
     def _recheck(self, b: int) -> bool:
         """A block found on disk from an earlier run: its span hashed again."""
@@ -360,6 +344,27 @@ class BlockCache:
             self._closed = True
             self._cond.notify_all()
         self._release()
+
+
+def fetch_block(
+    store: Store, name: str, span: tuple[int, int], digest: str | None, block: int
+) -> bytes:
+    """Bytes `span` (start, end) of object `name`, the pack's block `block`, in one ranged read
+    checked against `digest` (its sha256; None: its size only) before anyone uses them: what
+    the block cache and `preview` fetch. Raises `ShardError` naming the object, block and fix."""
+    start, end = span
+    data = store.read(name, start, end)
+    if len(data) != end - start:
+        problem = f"came back as {len(data)} bytes (the object is shorter than index.json says)"
+    elif digest is not None and hashlib.sha256(data).hexdigest() != digest:
+        problem = "is not as its sha256 in index.json says"
+    else:
+        return data
+    raise ShardError(
+        f"{store.object_url(name)}: block {block} (bytes {start}-{end}) {problem}; the pack "
+        f"changed after its index.json was read, or is damaged: run `mixshard verify "
+        f"{store.url}` and open the pack again (repack it or restore the object if verify fails)"
+    )
 
 
 def _let_go(pool: ThreadPoolExecutor, lock_fd: int | None, folders: list[int]) -> None:
