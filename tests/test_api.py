@@ -244,6 +244,37 @@ def test_the_rooms_of_augment_import_only_downwards():
     check_rooms("augment", AUGMENT_ROOMS, {"core", "reading"}, top)
 
 
+# The names with one meaning each (docs/design.md, "Module layout"): every class of the package
+# named for a plan, a pool or a feed, and every module.
+NAMED = {
+    "Plan": {"ReadPlan", "CachePlan", "PackPlan", "PlannedClip"},
+    "Pool": {"ImagePool", "ClipPool"},
+    "Feed": {"BlockFeed", "FeedReads"},
+}
+NAMED_MODULES = {
+    "plan": {"reading/batches/plan.py", "augment/caches/plan.py", "writing/plan/packplan.py"},
+    "pool": {"augment/caches/imagepool.py", "augment/caches/clippool.py"},
+    "feed": {"reading/batches/blockfeed.py"},
+}
+
+
+def test_plan_pool_and_feed_name_one_thing_each():
+    classes: dict[str, set[str]] = {word: set() for word in NAMED}
+    modules: dict[str, set[str]] = {word: set() for word in NAMED_MODULES}
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE).as_posix()
+        for word in modules:
+            if word in path.stem and path.stem != "__init__":
+                modules[word].add(rel)
+        for node in ast.walk(ast.parse(path.read_text())):
+            for word in classes:
+                if isinstance(node, ast.ClassDef) and word.lower() in node.name.lower():
+                    classes[word].add(node.name)
+    modules["plan"] -= {"writing/plan/clipplan.py"}  # (the clips' PackPlan, in the plan room)
+    assert classes == NAMED
+    assert modules == NAMED_MODULES
+
+
 def test_torch_cuda_is_named_in_the_device_seam_only():
     for path in PACKAGE.rglob("*.py"):
         rel = path.relative_to(PACKAGE).as_posix()

@@ -90,7 +90,7 @@ def test_many_reader_threads_over_a_small_cache_all_finish(tmp_path, shard):
     cache = make_cache(tmp_path, shard, 8, delay=0.002)
     rng = np.random.default_rng(1)
     epochs = [rng.permutation(BLOCKS) for _ in range(3)]
-    cache.plan(lambda e: epochs[e] if e < len(epochs) else np.zeros(0, np.int64), 0)
+    cache.schedule(lambda e: epochs[e] if e < len(epochs) else np.zeros(0, np.int64), 0)
     runs = [epochs[e][i : i + 4].tolist() for e in range(3) for i in range(0, BLOCKS, 4)]
     errors: list[BaseException] = []
     bad: list[list[int]] = []
@@ -152,7 +152,7 @@ def test_fetching_ahead_costs_no_fetch_belady_would_not_make(tmp_path, shard, ki
     )
     cache = make_cache(tmp_path, shard, BLOCKS // 2)
     try:
-        cache.plan(lambda e: orders[e] if e < 3 else np.zeros(0, np.int64), 0)
+        cache.schedule(lambda e: orders[e] if e < 3 else np.zeros(0, np.int64), 0)
         for e in range(3):
             for b in orders[e].tolist():
                 cache.hold([b])
@@ -174,7 +174,7 @@ def test_the_cache_drops_by_its_policy(tmp_path, shard, policy, kept):
     # recently used one (1)
     cache = make_cache(tmp_path, shard, 2, policy=policy)
     try:
-        cache.plan(lambda e: np.array([0, 1, 0, 2, 1]) if e == 0 else np.zeros(0, np.int64), 0)
+        cache.schedule(lambda e: np.array([0, 1, 0, 2, 1]) if e == 0 else np.zeros(0, np.int64), 0)
         for b in (0, 1, 0, 2):
             cache.hold([b])
             cache.release([b])

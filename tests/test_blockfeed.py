@@ -244,11 +244,11 @@ def test_read_block_refuses_an_out_too_small_or_not_contiguous(pack_dir):
 
 def test_a_run_plan_covers_its_span_once_in_file_order():
     from mixshard.core import layout
-    from mixshard.reading.pack.blockrun import RunPlan
+    from mixshard.reading.pack.blockrun import RunLayout
 
     size, counts = 8, [8, 8, 5]
     offsets = [640, 640 + 8000, 640 + 16000]
-    plan = RunPlan.of(offsets, counts, size)
+    plan = RunLayout.of(offsets, counts, size)
     assert plan.start == 640 - layout.images_header_len(8, size)
     last_labels = layout.labels_offset_for(offsets[-1], 5, size) + 4 * 5
     assert plan.length == last_labels - plan.start
@@ -262,7 +262,7 @@ def test_a_run_plan_covers_its_span_once_in_file_order():
     assert int(iov[:, 1].sum()) == plan.length
     assert iov[iov[:, 1] == 192, 0].tolist() == np.concatenate(addresses).tolist()
     with pytest.raises(ValueError, match="overlap or decrease"):
-        RunPlan.of([8640, 640], [8, 8], size)
+        RunLayout.of([8640, 640], [8, 8], size)
 
 
 def test_runs_are_read_whole_in_one_request_each_and_give_exact_batches(pack_dir, monkeypatch):

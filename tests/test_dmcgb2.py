@@ -313,7 +313,7 @@ def test_an_image_pack_is_refused_as_an_image_pack(tmp_path):
     for i in range(3):
         Image.new("RGB", (8, 8), (i, 0, 0)).save(tmp_path / "src" / f"{i}.png")
     pack(tmp_path / "src", tmp_path / "images", size=8, workers=1, resample="bicubic")
-    with pytest.raises(MixshardError, match="is an image pack .still images.; a texture feeder"):
+    with pytest.raises(MixshardError, match="is an image pack .still images.; a texture player"):
         wrapped(tmp_path / "images")
 
 

@@ -15,7 +15,7 @@ from helpers import make_tree
 
 import mixshard
 from mixshard.augment.caches.imagepool import ImagePool
-from mixshard.augment.caches.refill import RefillFeed
+from mixshard.augment.caches.refill import Refill
 
 CYCLES = 30
 
@@ -64,7 +64,7 @@ print(f"{rss_anon_mb() - base:.0f} {threads()}")
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
 def test_pools_made_and_dropped_give_their_memory_back(pack_dir):
-    # Before: a lambda over the pool (its draws) and the refill feed's bound method (its
+    # Before: a lambda over the pool (its draws) and the refill's bound method (its
     # carry) made cycles, so each dropped Overlay kept ~25 MB (its pool, the reader's
     # batches and queue) until a full collection: +743 MB after 30 of these.
     done = subprocess.run(
@@ -85,7 +85,7 @@ def test_a_dropped_pool_is_freed_by_reference_counting(pack_dir):
         overlay(torch.zeros(4, 3, 84, 84))
         overlay.close()
         del overlay
-        alive = [o for o in gc.get_objects() if type(o) in (ImagePool, RefillFeed)]
+        alive = [o for o in gc.get_objects() if type(o) in (ImagePool, Refill)]
         assert alive == []
     finally:
         gc.enable()

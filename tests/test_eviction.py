@@ -92,7 +92,7 @@ class Planned(FolderFiles):
     """A folder's backend that keeps the plan a store's cache gets (`StoreFiles.expect`)."""
 
     def expect(self, feed) -> None:
-        self.uses_of = eviction.feed_plan(feed)
+        self.uses_of = eviction.future_uses(feed)
 
 
 class Recording(LocalPack):

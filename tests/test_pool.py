@@ -14,7 +14,7 @@ from helpers import make_tree, read_pack
 import mixshard
 from mixshard import MixshardError, Overlay
 from mixshard.augment.caches.imagepool import ImagePool
-from mixshard.augment.caches.refill import RefillFeed
+from mixshard.augment.caches.refill import Refill
 from mixshard.reading.pack.local import LocalPack
 from mixshard.reading.source import resolve_source
 
@@ -64,8 +64,8 @@ def test_each_image_is_drawn_exactly_uses_times_and_enters_once_per_pass(pack_di
     stats = pool.stats()
     assert stats["draws"] == 60 * n and stats["entered"] == len(entries)
     assert stats["retired"] == stats["entered"] - filled
-    # entries follow the refill feed: block order over the whole pack, each image once a pass
-    feed = RefillFeed(resolve_source(str(pack_dir)), 4, False)
+    # entries follow the refill: block order over the whole pack, each image once a pass
+    feed = Refill(resolve_source(str(pack_dir)), 4, False)
     expected = ids_of(torch.cat(feed.take(len(entries))))
     feed.close()
     assert entries == expected
@@ -91,7 +91,7 @@ def test_realised_uses_per_retired_image(pack_dir):
         left[bytes(pool.images[s].numpy())] += int(pool.left[s])
     stats = pool.stats()
     # draws of every image = uses x its entries - what its pooled copies have left
-    feed = RefillFeed(resolve_source(str(pack_dir)), 1, False)
+    feed = Refill(resolve_source(str(pack_dir)), 1, False)
     entries = Counter(ids_of(torch.cat(feed.take(stats["entered"]))))
     feed.close()
     for image, entered in entries.items():
@@ -103,14 +103,14 @@ def test_realised_uses_per_retired_image(pack_dir):
 
 
 def test_refill_feed_pieces_follow_the_stream_across_batches(pack_dir):
-    """`take` hands out pieces of the feed's batches (no copy): whatever the request sizes,
+    """`take` hands out pieces of the refill's batches (no copy): whatever the request sizes,
     the pieces hold m images each time and join up into the stream taken in one go."""
-    feed = RefillFeed(resolve_source(str(pack_dir)), 2, False)
+    feed = Refill(resolve_source(str(pack_dir)), 2, False)
     pieces = [feed.take(m) for m in (3, 7, 1, 16, 5, 30)]
     feed.close()
     assert [sum(len(p) for p in ps) for ps in pieces] == [3, 7, 1, 16, 5, 30]
     assert max(len(ps) for ps in pieces) > 1  # some request spans batches
-    whole = RefillFeed(resolve_source(str(pack_dir)), 2, False)
+    whole = Refill(resolve_source(str(pack_dir)), 2, False)
     expected = ids_of(torch.cat(whole.take(62)))
     whole.close()
     assert ids_of(torch.cat([p for ps in pieces for p in ps])) == expected
@@ -207,9 +207,7 @@ def test_each_rank_refills_from_its_share_of_the_stream(pack_dir, monkeypatch):
         obs = torch.zeros(8, 3, 12, 12)
         got = [set(ids_of(ov(obs).round().to(torch.uint8))) for _ in range(2)]  # 16 = a pass
         ov.close()
-        feed = RefillFeed(
-            resolve_source(str(pack_dir)), 5, False
-        )  # the shared seed, this rank's share
+        feed = Refill(resolve_source(str(pack_dir)), 5, False)  # the shared seed, this rank's share
         expected = ids_of(torch.cat(feed.take(16)))
         feed.close()
         assert got == [set(expected[:8]), set(expected[8:])]
@@ -232,7 +230,7 @@ def test_a_failed_refill_stream_fails_every_later_call(pack_dir, monkeypatch):
         return Broken()
 
     monkeypatch.setattr(loading, "loader", broken)
-    feed = RefillFeed(resolve_source(str(pack_dir)), 0, False)
+    feed = Refill(resolve_source(str(pack_dir)), 0, False)
     assert torch.cat(feed.take(4)).shape == (4, 3, 12, 12)
     for _ in range(2):  # the reader thread has ended: raised again, never a wait
         with pytest.raises(mixshard.ShardError, match="shard-000001.tar: damaged"):
@@ -289,7 +287,7 @@ def test_a_take_waiting_on_a_feed_that_is_closed_ends_with_an_error(pack_dir, mo
         return Silent()
 
     monkeypatch.setattr(loading, "loader", silent)
-    feed = RefillFeed(resolve_source(str(pack_dir)), 0, False)
+    feed = Refill(resolve_source(str(pack_dir)), 0, False)
     got: list[BaseException] = []
 
     def take() -> None:

@@ -238,7 +238,7 @@ def test_remote_workers_cover_once_and_are_deterministic(pack_dir, request, ids,
 
 def _loader_threads() -> set[int]:
     """Threads that make batches: a pool's (global order), a block feed's (block order)."""
-    makers = ("mixshard-load", "mixshard-read", "mixshard-plan")
+    makers = ("mixshard-load", "mixshard-read", "mixshard-walk")
     return {t.ident for t in threading.enumerate() if t.name.startswith(makers)}
 
 

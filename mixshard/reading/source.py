@@ -2,7 +2,7 @@
 `http(s)://`: a store, read by byte ranges through the block cache).
 
 `resolve_source` is the only place that asks "folder or store?". `ShardStream`, the caches, the
-pool and its refill feed receive the `Source` it returns (and give it to each other), so a pack
+pool and its refill receive the `Source` it returns (and give it to each other), so a pack
 on a store has its `index.json` fetched once, and every reader agrees on what it reads. Shard
 URL lists, brace patterns and `pipe:` commands are refused with the pack URL that replaces them.
 """

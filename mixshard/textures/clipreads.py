@@ -1,4 +1,4 @@
-"""A clip pack opened for texture feeders: its clip table, and its frames in the texture's
+"""A clip pack opened for texture players: its clip table, and its frames in the texture's
 layout (rows of RGB pixels, HWC), one at a step or a whole clip read ahead.
 
 At the texture's size, a step copies its one frame out of the pack's read-only mappings (every
@@ -45,7 +45,7 @@ def resized(chw: torch.Tensor, size: int, floor: bool) -> torch.Tensor:
 
 
 class ClipFrames:
-    """A clip pack opened for texture feeders (see the module docstring).
+    """A clip pack opened for texture players (see the module docstring).
 
     Args:
         source: a clip pack (`mixshard pack SRC OUT --clips`): a folder, a store URL or a
@@ -60,7 +60,7 @@ class ClipFrames:
         m = self.manifest = src.manifest
         if m.clips is None:
             raise MixshardError(
-                f"{m.origin} is an image pack (still images); a texture feeder plays clips: "
+                f"{m.origin} is an image pack (still images); a texture player plays clips: "
                 f"pack the videos or frame folders with `mixshard pack SRC OUT --clips`"
             )
         self.origin, self.size = m.origin, m.size
@@ -99,7 +99,7 @@ class ClipFrames:
         when the pack is not `size` px: `resized`); returns the ticket to `take` them by."""
         self._ticket += 1
         self._asks[self._ticket] = (np.asarray(frames, np.int64), size, floor)
-        if not self._readers:  # (a feeder of frames at the pack's size never needs it)
+        if not self._readers:  # (a player of frames at the pack's size never needs it)
             self._readers.append(ReadAhead(self._read))
         self._readers[0].ask(self._ticket)
         return self._ticket
@@ -133,7 +133,7 @@ class ClipFrames:
 
     @property
     def _read(self) -> Callable[[int], torch.Tensor]:
-        # the thread holds these, not `self`: a feeder nobody closed is still collected
+        # the thread holds these, not `self`: a player nobody closed is still collected
         asks, pack, size, origin = self._asks, self._pack, self.size, self.origin
 
         def read(ticket: int) -> torch.Tensor:

@@ -32,7 +32,7 @@ from ...core.jobs import own
 from ...reading.buffers import read_images_into
 from ...reading.source import Source
 from .pieces import PermutationWalk
-from .refill import RefillFeed
+from .refill import Refill
 
 _WORDS = (torch.int64, torch.int32, torch.int16, torch.uint8)
 MAX_RUNS = 64  # runs of call sizes a pool's state keeps (8-12 bytes each)
@@ -46,8 +46,8 @@ class ImagePool:
         device: where the pool lives.
         size: images in the pool (`P`), >= 1.
         uses: draws per image before it is replaced, >= 1 (`Overlay` checks both: `checks.py`).
-        seed: seed of the draws (and of the refill order, unless `feed_seed`).
-        feed_seed: seed of the refill order: the same on every DDP rank, which the refill
+        seed: seed of the draws (and of the refill order, unless `refill_seed`).
+        refill_seed: seed of the refill order: the same on every DDP rank, which the refill
             stream then splits between the ranks.
         calls: a loaded state's calls (`state_dict`): the pool continues after them.
     """
@@ -59,7 +59,7 @@ class ImagePool:
         size: int,
         uses: int,
         seed: int,
-        feed_seed: int | None = None,
+        refill_seed: int | None = None,
         calls: list[list[int]] | None = None,
     ) -> None:
         manifest = source.manifest
@@ -71,11 +71,11 @@ class ImagePool:
         # divides it: torch's CPU index_put_ costs per element (4x less in int64 than uint8)
         self.word = next(d for d in _WORDS if manifest.image_bytes % d.itemsize == 0)
         replay = None if not calls else self._replay(calls, seed)
-        feed_seed = seed if feed_seed is None else feed_seed
+        refill_seed = seed if refill_seed is None else refill_seed
         start = 0 if replay is None else replay.entered  # (images the replay wrote)
-        self.feed = RefillFeed(source, feed_seed, wants_pinned(device), start)
-        # at exit too, before the feed's own finalizer (finalizers run newest first)
-        self._closer = own(self, _stop_pool, self.feed, self.lane)
+        self.refill = Refill(source, refill_seed, wants_pinned(device), start)
+        # at exit too, before the refill's own finalizer (finalizers run newest first)
+        self._closer = own(self, _stop_pool, self.refill, self.lane)
         if replay is not None:
             try:
                 self._continue(replay, source)
@@ -84,7 +84,7 @@ class ImagePool:
                 raise
 
     def _setup(self, size: int, uses: int, device: torch.device, seed: int) -> None:
-        """The bookkeeping of a pool of `size` slots (no images, no feed)."""
+        """The bookkeeping of a pool of `size` slots (no images, no refill)."""
         self.size, self.uses, self.device = size, uses, device
         self.left = np.zeros(self.size, np.int64)  # draws left per slot
         self.filled = 0  # slots 0 .. filled-1 hold images
@@ -111,7 +111,7 @@ class ImagePool:
         replay = ImagePool.__new__(ImagePool)
         replay._setup(self.size, self.uses, torch.device("cpu"), seed)
         replay.images = torch.zeros((self.size, 1), dtype=torch.int64)
-        replay.word, replay.feed = torch.int64, _Positions()  # type: ignore[assignment]
+        replay.word, replay.refill = torch.int64, _Positions()  # type: ignore[assignment]
         replay.lane = Lane(torch.device("cpu"), threaded=False)
         for n, times in calls:
             for _ in range(times):
@@ -128,7 +128,7 @@ class ImagePool:
         self._walk.restart(replay._walk.perm, replay._walk.cursor)
         self.last_slots = replay.last_slots
         positions = replay.images[: self.filled, 0].numpy()
-        read_images_to(source, self.feed.numbers(positions), self.images)
+        read_images_to(source, self.refill.numbers(positions), self.images)
         if replay._predrawn is not None:
             filled, slots, _ = replay._predrawn
             self._buffers = [torch.empty_like(self.images[: len(slots)]) for _ in range(2)]
@@ -153,7 +153,7 @@ class ImagePool:
         return {"calls": [list(c) for c in self.calls], "draws": self.draws}
 
     def _put(self, slots: np.ndarray) -> None:
-        """Mark `slots` for the feed's next images; they are written by the next job queued
+        """Mark `slots` for the refill's next images; they are written by the next job queued
         (`wait` or the end of the call), after the draws queued so far."""
         if len(slots) == 0:
             return
@@ -162,14 +162,14 @@ class ImagePool:
         self._writes.append(slots)
 
     def _write(self, writes: list[np.ndarray]) -> None:
-        """(A lane job.) The feed's next images into the slots `writes`, with torch's
+        """(A lane job.) The refill's next images into the slots `writes`, with torch's
         index_put_ on word views: on a CPU it lets go of the GIL while it copies, so the
         caller's blend is not kept waiting for it (numpy's row assignment keeps it)."""
         if not writes:
             return
         slots = writes[0] if len(writes) == 1 else np.concatenate(writes)
         pool = self._words(self.images)
-        for where, part in _by_piece(slots, self.feed.take(len(slots))):
+        for where, part in _by_piece(slots, self.refill.take(len(slots))):
             index = move_index(where, self.device)
             pool.index_put_((index,), self._words(move(part, self.device)))
 
@@ -264,8 +264,8 @@ class ImagePool:
             "entered": self.entered,
             "retired": self.retired,
             "uses_per_image": self.draws / self.entered if self.entered else 0.0,
-            "waits": self.feed.waits,
-            "wait_seconds": round(self.feed.wait_seconds, 3),
+            "waits": self.refill.waits,
+            "wait_seconds": round(self.refill.wait_seconds, 3),
         }
 
     def close(self) -> None:
@@ -274,7 +274,7 @@ class ImagePool:
 
 
 class _Positions:
-    """A replay's refill feed: each "image" is its position in the stream (int64 `(m, 1)`)."""
+    """A replay's refill: each "image" is its position in the stream (int64 `(m, 1)`)."""
 
     def __init__(self) -> None:
         self.at = 0
@@ -312,6 +312,6 @@ def _by_piece(slots: np.ndarray, parts: list[torch.Tensor]) -> Iterator[tuple[np
         lo += len(part)
 
 
-def _stop_pool(feed: RefillFeed, lane: Lane) -> None:
-    feed.close()  # first: a job waiting on a closed feed ends with an error
+def _stop_pool(refill: Refill, lane: Lane) -> None:
+    refill.close()  # first: a job waiting on a closed refill ends with an error
     lane.close()

@@ -1,4 +1,4 @@
-"""Two ways of handing out a sequence in pieces, shared by the caches, the pool and its feed."""
+"""Two ways of handing out a sequence in pieces, shared by the caches, the pool and its refill."""
 
 from __future__ import annotations
 

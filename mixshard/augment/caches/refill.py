@@ -25,7 +25,7 @@ REFILL_AHEAD = 8  # refill batches read ahead
 REFILL_WINDOW = 8  # blocks shuffled together in the refill stream (the pool itself shuffles)
 
 
-class RefillFeed:
+class Refill:
     """Images of a pack in block order, endlessly, read ahead on a background thread."""
 
     def __init__(self, source: Source, seed: int, pin: bool, start: int = 0) -> None:
@@ -47,15 +47,15 @@ class RefillFeed:
             self._loader.load_state_dict(saved)
         self._queue: queue.Queue = queue.Queue(REFILL_AHEAD)
         # through a weak reference: `Carry(self._next)` made a cycle, which kept a dropped
-        # feed (and the batches in its queue) until the next full garbage collection
+        # refill (and the batches in its queue) until the next full garbage collection
         me = weakref.ref(self)
         self._carry: Carry[torch.Tensor] = Carry(lambda: _next_of(me))
         self._stop = threading.Event()
         self.waits, self.wait_seconds = 0, 0.0
-        # the thread holds the loader, the queue and the event, not the feed: a feed nobody
+        # the thread holds the loader, the queue and the event, not the refill: a refill nobody
         # closed is stopped when collected, or at interpreter exit (`core/jobs.py`)
-        feed = functools.partial(_feed, self._loader, self._queue, self._stop)
-        self._job = Job(feed, "mixshard-refill")
+        job = functools.partial(_queue_batches, self._loader, self._queue, self._stop)
+        self._job = Job(job, "mixshard-refill")
         self._closer = own(self, _stop_reading, self._stop, self._loader, self._job)
         if skip:
             self._carry.take(skip)
@@ -72,7 +72,7 @@ class RefillFeed:
         return out
 
     def _next(self) -> torch.Tensor:
-        check_process(self._job.pid, "the pool's refill feed")
+        check_process(self._job.pid, "the pool's refill")
         try:
             return self._queue.get_nowait()
         except queue.Empty:
@@ -97,7 +97,7 @@ class RefillFeed:
                     raise MixshardError("the refill stream of the pool ended") from None
 
     def take(self, m: int) -> list[torch.Tensor]:
-        """The next `m` images, as consecutive pieces of the feed's batches (host memory,
+        """The next `m` images, as consecutive pieces of the refill's batches (host memory,
         pinned when asked): not copied into one tensor, which would cost a fresh allocation
         and a copy per refill."""
         return self._carry.take(m)
@@ -107,16 +107,16 @@ class RefillFeed:
         self._closer()
 
 
-def _next_of(feed: weakref.ref[RefillFeed]) -> torch.Tensor:
-    """`feed()._next()`: the feed is alive while its `take` runs."""
-    alive = feed()
+def _next_of(refill: weakref.ref[Refill]) -> torch.Tensor:
+    """`refill()._next()`: the refill is alive while its `take` runs."""
+    alive = refill()
     if alive is None:
         raise MixshardError("the refill stream of the pool was closed")
     return alive._next()
 
 
-def _feed(reader: Any, into: queue.Queue, stop: threading.Event) -> None:
-    """(The feed's job.) Queue the reader's batches until it ends or `stop` is set."""
+def _queue_batches(reader: Any, into: queue.Queue, stop: threading.Event) -> None:
+    """(The refill's job.) Queue the reader's batches until it ends or `stop` is set."""
     for batch in reader:
         while not stop.is_set():
             try:

@@ -1,13 +1,13 @@
 """Whole blocks read ahead for the block order, straight into the batches they feed.
 
-The batches a reader will make are known in advance (`order.py`), and so is where each image
-of a block goes: which batch, which row. A planner thread walks the batches in order; the first
-time a batch needs a block, reader threads read it (with the rest of its run) in one `preadv`
-whose buffers are the rows its images take in every batch of this feed (images of other ranks
-or workers, and those left over, go to a scratch row; a block whose first or last images are
-another's is read alone, only the span of ours). Each image is copied once, from the
+The batches a reader will make are known in advance (`order.py`), and so is where each image of
+a block goes: which batch, which row. A walker thread goes through the batches in order; the
+first time a batch needs a block, reader threads read it (with the rest of its run) in one
+`preadv` whose buffers are the rows its images take in every batch of this feed (images of
+other ranks or workers, and those left over, go to a scratch row; a block whose first or last
+images are another's is read alone, only the span of ours). Each image is copied once, from the
 page cache into the batch handed out, and no Python object is made per image. Memory is about
-one and a half windows of images (the batches planned ahead, half a window, and those a
+one and a half windows of images (the batches laid out ahead, half a window, and those a
 window's blocks feed), whatever the size of the pack.
 """
 
@@ -47,7 +47,7 @@ class BlockFeed:
     """Makes the batches `batches` (an increasing range, maybe endless), taken in that order
     from any number of threads, out of whole blocks read ahead. `sequence_of(epoch)`: the
     epoch's sequence and its inverse; `per_epoch` batches a rank (a block is read once an
-    epoch); at most `ahead` batches planned beyond those taken; `threads` reads in flight keep
+    epoch); at most `ahead` batches laid out beyond those taken; `threads` reads in flight keep
     a disk busy; a run of `run` blocks is read with one request; `drop_cache`: packs larger
     than memory."""
 
@@ -76,7 +76,7 @@ class BlockFeed:
         self._batches = batches
         self._drop_cache, self._pin, self._run = drop_cache, pin, run
         self._sink = np.empty(self._image_bytes, np.uint8)  # images no batch of ours takes
-        # the epoch being planned: its number, sequence, inverse and reads
+        # the epoch being laid out: its number, sequence, inverse and reads
         self._epoch, self._reads = -1, _EpochReads(0)
         self._sequence = self._inverse = np.zeros(0, np.int64)
         self._seen = np.zeros(len(pack.block_count), bool)  # scratch: the blocks of a batch
@@ -87,7 +87,7 @@ class BlockFeed:
         self._buffers: dict[int, tuple[torch.Tensor, int, np.ndarray | None]] = {}
         self._recycler = Recycler(batch_size, self._image_bytes, keep=4 * ahead + 16)
         self._any_bad = False  # a read failed or found a bad block: batches check theirs
-        self._plans: dict[int, tuple[np.ndarray, np.ndarray, _EpochReads]] = {}
+        self._laid: dict[int, tuple[np.ndarray, np.ndarray, _EpochReads]] = {}
         self._ahead = ahead
         self._cond = locks.Condition()
         self._stop = False
@@ -98,16 +98,16 @@ class BlockFeed:
             FeedReads(sequence_of, per_epoch, rank, batch_size, batches, run, pack.block_of, blocks)
         )
         self._readers = [Job(self._read_all, f"mixshard-read-{i}") for i in range(threads)]
-        self._planner = Job(self._plan_all, "mixshard-plan")
+        self._walker = Job(self._walk_all, "mixshard-walk")
         # the threads hold the feed until closed: by its reader, or at interpreter exit
         self._closer = own(self, self._shut)
 
-    # ------------------------------------------------------------------ planner side
-    def _plan_all(self) -> None:
+    # ------------------------------------------------------------------ walker side
+    def _walk_all(self) -> None:
         try:
             for k in self._batches:
                 with self._cond:
-                    while len(self._plans) >= self._ahead and not self._stop:
+                    while len(self._laid) >= self._ahead and not self._stop:
                         self._cond.wait()
                     if self._stop:
                         return
@@ -125,7 +125,7 @@ class BlockFeed:
                     if reads.state[b] == NOT_READ:  # not read with an earlier one of its run
                         self._start(k, b, reads)
                 with self._cond:
-                    self._plans[k] = (index, blocks, reads)
+                    self._laid[k] = (index, blocks, reads)
                     self._cond.notify_all()
         except BaseException as exc:  # noqa: BLE001 - handed to the consumers
             with self._cond:
@@ -258,15 +258,15 @@ class BlockFeed:
             ShardError: a block it needs could not be read (with `on_error="raise"`).
             ForkedError: the feed was made in another process (before a fork).
         """
-        check_process(self._planner.pid, "a block feed")
+        check_process(self._walker.pid, "a block feed")
         with self._cond:
-            while k not in self._plans:
+            while k not in self._laid:
                 if self._error is not None:
                     raise self._error
                 if self._stop:
                     raise MixshardError("the block reader was closed")
                 self._cond.wait()
-            index, blocks, reads = self._plans.pop(k)
+            index, blocks, reads = self._laid.pop(k)
             images, _, buffer = self._buffers.pop(k)
             self._cond.notify_all()
             while (reads.state[blocks] < DONE).any():
@@ -286,7 +286,7 @@ class BlockFeed:
 
     def stats(self) -> dict[str, int]:
         """Counters: batch buffers made (the others were used again), and the blocks of the
-        epoch being planned by the state of their read."""
+        epoch being laid out by the state of their read."""
         with self._cond:
             state = np.bincount(self._reads.state, minlength=FAILED + 1).tolist()
         names = ("not_read", "reading", "done", "bad", "failed")
@@ -296,7 +296,7 @@ class BlockFeed:
         }
 
     def close(self) -> None:
-        """Stop planning and reading; returns once the reads in flight end (those queued end as
+        """Stop walking and reading; returns once the reads in flight end (those queued end as
         errors, for anyone waiting). Nothing in a forked child (the threads are not there)."""
         self._closer()
 
@@ -304,7 +304,7 @@ class BlockFeed:
         with self._cond:
             self._stop = True
             self._cond.notify_all()
-        self._planner.join()  # it queues no read after this
+        self._walker.join()  # it queues no read after this
         for _ in self._readers:
             self._jobs.put(None)  # after every queued read
         for thread in self._readers:

@@ -125,7 +125,7 @@ class BatchReader:
 
     @property
     def feed(self) -> BlockFeed | None:
-        """The block order's feed (its counters), or None (another plan)."""
+        """The block order's feed (its counters), or None (another way of reading)."""
         return self._feed
 
     def get(self, k: int, pin: bool | None = None) -> Any:

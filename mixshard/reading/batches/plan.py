@@ -61,7 +61,7 @@ def maps_allowed(pack_bytes: int) -> bool:
 
 
 def choose(pack: LocalPack, order: str, read: str, drop_cache: bool, pack_bytes: int) -> str:
-    """The plan of a reader opening now: `"mapped"`, `"feed"` or `"pread"`. `"mapped"` maps the
+    """The way a reader opening now reads: `"mapped"`, `"feed"` or `"pread"`. `"mapped"` maps the
     pack here (named: whatever its page-cache state; raises MixshardError when it cannot be)."""
     if read == "mapped":
         if not can_map(pack_bytes) or not pack.map_all():

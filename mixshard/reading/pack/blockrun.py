@@ -1,4 +1,4 @@
-"""The plan of one read of consecutive blocks of a shard: which bytes of the span go where.
+"""The layout of one read of consecutive blocks of a shard: which bytes of the span go where.
 
 A cold pack is read fastest in large sequential requests. The block order keeps runs of
 consecutive blocks together (`order.block_sequence(run=...)`), and a run is read with one
@@ -19,7 +19,7 @@ from ...core import layout
 
 
 @dataclass(frozen=True)
-class RunPlan:
+class RunLayout:
     """Where the bytes of a run's span go: the span is `length` bytes at file offset `start`
     (the first block's images header); per block, `heads` and `labels` hold the `(offset,
     length)` in the scratch of its images `.npy` header and of its labels `.npy` (header and
@@ -36,8 +36,8 @@ class RunPlan:
     segments: tuple[tuple[str, int, int], ...]
 
     @classmethod
-    def of(cls, offsets: list[int], counts: list[int], size: int) -> RunPlan:
-        """The plan for blocks of `counts` images of side `size` at `offsets` (one shard)."""
+    def of(cls, offsets: list[int], counts: list[int], size: int) -> RunLayout:
+        """The layout for blocks of `counts` images of side `size` at `offsets` (one shard)."""
         image_bytes = 3 * size * size
         segments: list[tuple[str, int, int]] = []
         heads, labels = [], []

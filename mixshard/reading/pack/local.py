@@ -20,7 +20,7 @@ import numpy as np
 from ...core import layout, locks
 from ...core.errors import MixshardError, ShardError
 from ...core.manifest import Manifest, ShardInfo
-from .blockrun import RunPlan
+from .blockrun import RunLayout
 from .mapped import ShardMaps, read_rows, resident
 from .rawio import read_iov
 from .shardfiles import FileId, FolderFiles, OpenShards, PackFiles, warn_bad
@@ -214,17 +214,17 @@ class LocalPack:
             raise ValueError("a run of blocks must lie in one shard")
         if len(blocks) > 1 and not self.files.whole_runs:  # a block at a time
             return [self.scatter_run([b], [a], drop_cache)[0] for b, a in zip(blocks, addresses)]
-        plan = RunPlan.of(
+        layout = RunLayout.of(
             self.block_offset[blocks].tolist(),
             self.block_count[blocks].tolist(),
             self.manifest.size,
         )
-        scratch = np.empty(plan.scratch_bytes, np.uint8)
-        iov = plan.iov(addresses, scratch.ctypes.data, self.manifest.image_bytes)
-        self._read_span(slot, blocks, iov, plan.start, plan.length, drop_cache)
+        scratch = np.empty(layout.scratch_bytes, np.uint8)
+        iov = layout.iov(addresses, scratch.ctypes.data, self.manifest.image_bytes)
+        self._read_span(slot, blocks, iov, layout.start, layout.length, drop_cache)
         results: list[bool | ShardError] = []
         for j, b in enumerate(blocks):
-            (h, hn), (lo, ln) = plan.heads[j], plan.labels[j]
+            (h, hn), (lo, ln) = layout.heads[j], layout.labels[j]
             try:
                 with self._check_locks[b % CHECK_LOCKS]:
                     if not self._checked[b]:

@@ -84,7 +84,7 @@ class BlockCache:
         self._holding: dict[int, set[int]] = {}
         self._tickets = itertools.count()
         self._starved: set[int] = set()  # tickets of reads waiting for room
-        self.planned = False
+        self.scheduled = False
         self._pool = ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="mixshard-fetch")
         self._closed = False
         # the part folder is let go (its lock, its folders) on close(), when collected, or at
@@ -119,12 +119,12 @@ class BlockCache:
             if entry.isdigit() and int(entry) < n:
                 self.present[int(entry)] = True
 
-    # ------------------------------------------------------------------ planning
-    def plan(self, uses_of: Callable[[int], np.ndarray] | None, first: int) -> None:
+    # ------------------------------------------------------------------ scheduling
+    def schedule(self, uses_of: Callable[[int], np.ndarray] | None, first: int) -> None:
         """The reader's sequence of block reads from epoch `first` on (`eviction.Schedule`)."""
         with self._cond:
             self._schedule = eviction.Schedule(uses_of, len(self.spans), first)
-            self.planned = uses_of is not None
+            self.scheduled = uses_of is not None
             self._pump()
 
     def _victim(self, before: int | None, keep: set[int]) -> int | None:

@@ -115,7 +115,7 @@ def feed_uses(
     return np.array(out, np.int64)
 
 
-def feed_plan(feed: FeedReads, workers: int = 1) -> Callable[[int], np.ndarray]:
+def future_uses(feed: FeedReads, workers: int = 1) -> Callable[[int], np.ndarray]:
     """`uses_of(epoch)`: the blocks a block feed (`feed`, of a process worker of `workers`
     when more than 1) reads in `epoch`, in the order it reads them (`feed_uses`)."""
 

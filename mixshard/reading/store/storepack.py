@@ -177,14 +177,14 @@ class StoreFiles:
         """The cache fetches ahead, and evicts, by the blocks the feed will read, in the order
         it reads them (a process worker's role: its part of each later epoch too)."""
         info = get_worker_info()
-        uses_of = eviction.feed_plan(feed, info.num_workers if info is not None else 1)
-        self.open_cache().plan(uses_of, feed.batches.start // feed.per_epoch)
+        uses_of = eviction.future_uses(feed, info.num_workers if info is not None else 1)
+        self.open_cache().schedule(uses_of, feed.batches.start // feed.per_epoch)
 
     def warm(self, files: list[tuple[Path, int]], stop: threading.Event) -> bool:
         """The global order (no block feed): fetch every block ahead, in stored order."""
         cache = self.open_cache()
-        if not cache.planned:
-            cache.plan(lambda epoch: np.arange(len(self.spans)), 0)
+        if not cache.scheduled:
+            cache.schedule(lambda epoch: np.arange(len(self.spans)), 0)
         return False
 
     def __getstate__(self) -> dict:
