@@ -17,6 +17,7 @@ __version__ = "0.2.0"
 
 # name -> the submodule that defines it
 _LAZY: dict[str, str] = {
+    "Arg": "core.errors",
     "ForkedError": "core.errors",
     "ManifestError": "core.errors",
     "MixshardError": "core.errors",
@@ -54,6 +55,7 @@ _MODULES: dict[str, str] = {
 }
 
 __all__ = [
+    "Arg",
     "ForkedError",
     "Manifest",
     "ManifestError",
@@ -93,6 +95,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from .augment.kernels.pasting import composite
     from .augment.overlay import Overlay
     from .core.errors import (
+        Arg,
         ForkedError,
         ManifestError,
         MixshardError,

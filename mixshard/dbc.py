@@ -28,6 +28,7 @@ from .core.clips import Clip
 from .core.constants import RESAMPLE_MODES
 from .core.errors import ManifestError, MixshardError
 from .datasets import pack_folder
+from .reading.buffers import read_images_into
 from .reading.source import resolve_source
 from .writing.pixels.image import grey_pixels
 
@@ -94,7 +95,8 @@ class RandomVideoSource:
         """The frames of `fname` as DBC keeps them: uint8 `(n, h, w, 1)` grey, or RGB."""
         clip = self._by_file[fname]
         rgb = np.empty((clip.count, 3, self._size, self._size), np.uint8)
-        self._pack.read_images(np.arange(clip.start, clip.start + clip.count), rgb)
+        numbers = np.arange(clip.start, clip.start + clip.count)
+        read_images_into(self._pack, numbers, rgb, f"{fname}: its clip holds a damaged block")
         if self._grey:  # the grey in every channel
             return np.ascontiguousarray(rgb[:, :1].transpose(0, 2, 3, 1))
         return grey(rgb) if self.grayscale else np.ascontiguousarray(rgb.transpose(0, 2, 3, 1))

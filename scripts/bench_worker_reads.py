@@ -5,7 +5,7 @@ so the kernel counts them) and gives `read_chars` (`/proc/self/io` `rchar`: ever
 `read`/`pread`/`preadv` returned, to any file or pipe) of that process over the epochs, read
 once its DataLoader workers are joined: the kernel adds a reaped child's counts to its
 parent's, so this is the whole tree. Beside it, the bytes read from the shard files alone
-(counted in `LocalPack`'s two read paths, in shared memory the forked workers inherit); the
+(counted in `PackReader`'s two read paths, in shared memory the forked workers inherit); the
 rest is imports, pipes and `/proc`. Two ways of reading an epoch:
 
 * `stream`: `DataLoader(ShardStream(...), num_workers=w)`, a finite stream: the workers stop
@@ -65,11 +65,11 @@ def rchar() -> int:
 
 
 def count_shard_reads():
-    """A counter (shared with forked workers) of the bytes `LocalPack` reads from shards."""
-    from mixshard.reading.pack import local
+    """A counter (shared with forked workers) of the bytes `PackReader` reads from shards."""
+    from mixshard.reading.pack import reader as pack_reader
 
     count = multiprocessing.Value("q", 0)
-    read_iov, pread = local.read_iov, local.LocalPack._pread
+    read_iov, pread = pack_reader.read_iov, pack_reader.PackReader._pread
 
     def counted_iov(fd, iov, offset):
         got = read_iov(fd, iov, offset)
@@ -82,7 +82,7 @@ def count_shard_reads():
         with count.get_lock():
             count.value += len(buf)
 
-    local.read_iov, local.LocalPack._pread = counted_iov, counted_pread
+    pack_reader.read_iov, pack_reader.PackReader._pread = counted_iov, counted_pread
     return count
 
 

@@ -39,6 +39,11 @@ def test_every_error_users_see_is_exported():
     assert raised >= {"ForkedError", "PackInterrupted", "WriteError", "MixshardError"}
     assert raised <= set(mixshard.__all__)
     assert all(getattr(mixshard, name) is getattr(errors, name) for name in raised)
+    # what an error's `arguments` holds is exported with it
+    assert mixshard.Arg is errors.Arg
+    assert mixshard.MixshardError("give ", mixshard.Arg("resume", True)).arguments == (
+        mixshard.Arg("resume", True),
+    )
 
 
 def test_the_design_doc_lists_every_exported_name_but_the_errors():
@@ -184,7 +189,7 @@ READING_ENTRIES = {
     "buffers", "loading", "prefetcher", "preview", "source", "stream", "verifying",
     "batches.plan",
 }  # fmt: skip
-PACK_READERS = {"LocalPack", "StoreFiles", "BlockCache", "read_rows", "ShardMaps", "FolderFiles"}
+PACK_READERS = {"PackReader", "StoreFiles", "BlockCache", "read_rows", "ShardMaps", "FolderFiles"}
 
 
 def test_outside_reading_packs_are_read_only_through_its_entry_points():

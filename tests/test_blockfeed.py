@@ -18,7 +18,7 @@ import mixshard
 from mixshard import MixshardError, ShardStream
 from mixshard.reading.batches.recycle import Recycler
 from mixshard.reading.pack import rawio
-from mixshard.reading.pack.local import LocalPack
+from mixshard.reading.pack.reader import PackReader
 
 # the test packs are in the page cache: without this the block order copies out of mappings
 pytestmark = pytest.mark.usefixtures("block_feed")
@@ -154,7 +154,7 @@ def test_a_recycler_forgets_beyond_keep():
 
 def test_batches_held_are_never_overwritten_and_dropped_ones_are_reused(pack_dir):
     stream = ShardStream(pack_dir, 8, order="block", window=2, infinite=True)
-    pack = LocalPack(pack_dir, stream.manifest)
+    pack = PackReader(pack_dir, stream.manifest)
     reader = stream.reader(range(0, 200))
     kept = {}
     for k in range(200):
@@ -172,13 +172,13 @@ def test_batches_held_are_never_overwritten_and_dropped_ones_are_reused(pack_dir
 def test_closing_with_reads_queued_ends_the_waiters(pack_dir, monkeypatch):
     """Every batch someone waits for when the reader closes is either made (right) or an
     error: planned ones whose reads were still queued, and ones not planned yet."""
-    scatter = LocalPack.scatter_run
+    scatter = PackReader.scatter_run
 
     def slow(self, b, addresses, drop_cache=False):
         time.sleep(0.2)
         return scatter(self, b, addresses, drop_cache)
 
-    monkeypatch.setattr(LocalPack, "scatter_run", slow)
+    monkeypatch.setattr(PackReader, "scatter_run", slow)
     stream = ShardStream(pack_dir, 8, order="block", window=20, run=1)
     nb = stream.batches_per_epoch
     reader = stream.reader(range(0, nb))
@@ -205,7 +205,7 @@ def test_closing_with_reads_queued_ends_the_waiters(pack_dir, monkeypatch):
     errors = [k for k, v in made.items() if isinstance(v, str)]
     assert made[nb - 1] == "the block reader was closed"  # never planned
     assert {made[k] for k in errors} == {"the block reader was closed"}
-    pack = LocalPack(pack_dir, stream.manifest)
+    pack = PackReader(pack_dir, stream.manifest)
     for k in set(made) - set(errors):
         assert np.array_equal(made[k].numpy(), pack.gather(stream.batch_index(k)))
 
@@ -217,7 +217,7 @@ def test_batches_sharing_an_address_slot_get_their_own_rows(pack_dir, monkeypatc
 
     monkeypatch.setattr(blockfeed, "ADDRESS_SLOTS", 4)
     stream = ShardStream(pack_dir, 2, order="block", window=4)
-    pack = LocalPack(pack_dir, stream.manifest)
+    pack = PackReader(pack_dir, stream.manifest)
     got = list(stream)
     assert len(got) == 80
     for k, images in enumerate(got):
@@ -226,7 +226,7 @@ def test_batches_sharing_an_address_slot_get_their_own_rows(pack_dir, monkeypatc
 
 def test_read_block_refuses_an_out_too_small_or_not_contiguous(pack_dir):
     """`read_block` writes by address now: a buffer without room is refused, not overrun."""
-    pack = LocalPack(pack_dir, mixshard.Manifest.load(pack_dir))
+    pack = PackReader(pack_dir, mixshard.Manifest.load(pack_dir))
     size = pack.manifest.image_bytes
     message = f"out must be C-contiguous with room for 8 images of {size} B"
     with pytest.raises(ValueError, match=message):
@@ -267,15 +267,15 @@ def test_a_run_plan_covers_its_span_once_in_file_order():
 
 def test_runs_are_read_whole_in_one_request_each_and_give_exact_batches(pack_dir, monkeypatch):
     calls = []
-    scatter = LocalPack.scatter_run
+    scatter = PackReader.scatter_run
 
     def counted(self, blocks, addresses, drop_cache=False):
         calls.append(list(blocks))
         return scatter(self, blocks, addresses, drop_cache)
 
-    monkeypatch.setattr(LocalPack, "scatter_run", counted)
+    monkeypatch.setattr(PackReader, "scatter_run", counted)
     stream = ShardStream(pack_dir, 8, order="block", window=8, run=4, labels=True)
-    pack = LocalPack(pack_dir, stream.manifest)
+    pack = PackReader(pack_dir, stream.manifest)
     got = list(stream)
     assert len(got) == 20
     for k, (images, labels) in enumerate(got):
@@ -304,7 +304,7 @@ def test_a_bad_block_inside_a_run_is_skipped_alone(pack_dir, tmp_path):
     with pytest.warns(RuntimeWarning, match="skipping a bad block"):
         stream = ShardStream(bad, 8, order="block", window=8, run=4, on_error="skip")
         got = list(stream)
-    good = LocalPack(pack_dir, m)
+    good = PackReader(pack_dir, m)
     bad_ids = set(range(8, 16))
     for k, images in enumerate(got):
         index = stream.batch_index(k)

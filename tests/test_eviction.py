@@ -9,7 +9,7 @@ import pytest
 from mixshard.core.manifest import Manifest
 from mixshard.reading.batches import order
 from mixshard.reading.batches.blockfeed import BlockFeed
-from mixshard.reading.pack.local import LocalPack
+from mixshard.reading.pack.reader import PackReader
 from mixshard.reading.pack.shardfiles import FolderFiles
 from mixshard.reading.store import eviction
 from mixshard.reading.store.eviction import NEVER, STRIDE, Schedule
@@ -95,7 +95,7 @@ class Planned(FolderFiles):
         self.uses_of = eviction.future_uses(feed)
 
 
-class Recording(LocalPack):
+class Recording(PackReader):
     """A local pack that records the blocks its feed reads, in order."""
 
     read: list[int] = []

@@ -21,7 +21,7 @@ from mixshard.core.errors import ShardError
 from mixshard.reading import stream as stream_mod
 from mixshard.reading.batches import plan
 from mixshard.reading.pack import mapped, warming
-from mixshard.reading.pack.local import LocalPack
+from mixshard.reading.pack.reader import PackReader
 
 needs_mapping = pytest.mark.skipif(mapped._mapped is None, reason="_mapped.c was not built")
 
@@ -31,11 +31,11 @@ def pack_dir(pack96):
     return pack96
 
 
-def open_pack(folder) -> LocalPack:
-    return LocalPack(folder, mixshard.Manifest.load(folder))
+def open_pack(folder) -> PackReader:
+    return PackReader(folder, mixshard.Manifest.load(folder))
 
 
-def warmed(folder) -> LocalPack:
+def warmed(folder) -> PackReader:
     """A pack after its warm pass, mapped as the read plan `"auto"` maps it."""
     pack = open_pack(folder)
     pack.warm(threading.Event(), plan.maps_after_warm("auto", pack.manifest.total_bytes))

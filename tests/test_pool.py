@@ -15,7 +15,7 @@ import mixshard
 from mixshard import MixshardError, Overlay
 from mixshard.augment.caches.imagepool import ImagePool
 from mixshard.augment.caches.refill import Refill
-from mixshard.reading.pack.local import LocalPack
+from mixshard.reading.pack.reader import PackReader
 from mixshard.reading.source import resolve_source
 
 M = 40  # images in the pack
@@ -138,13 +138,13 @@ def test_calls_larger_than_the_pool(pack_dir):
 
 
 def test_a_slow_disk_makes_calls_wait_and_is_counted(pack_dir, monkeypatch, block_feed):
-    scatter_run = LocalPack.scatter_run
+    scatter_run = PackReader.scatter_run
 
     def slow(self, blocks, addresses, drop_cache=False):
         time.sleep(0.05 * len(blocks))
         return scatter_run(self, blocks, addresses, drop_cache)
 
-    monkeypatch.setattr(LocalPack, "scatter_run", slow)
+    monkeypatch.setattr(PackReader, "scatter_run", slow)
     pool = ImagePool(resolve_source(str(pack_dir)), CPU, 40, 1, seed=0)
     for _ in range(6):
         pool.take(8)

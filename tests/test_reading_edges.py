@@ -1,4 +1,4 @@
-"""The local reader off its happy path: descriptor eviction, pickling, unreadable shards, runs
+"""The pack reader off its happy path: descriptor eviction, pickling, unreadable shards, runs
 that cross a shard, bad buffers; and the block feed's own refusals."""
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ import mixshard
 from mixshard.core import layout
 from mixshard.reading.batches import order
 from mixshard.reading.batches.blockfeed import BlockFeed
-from mixshard.reading.pack import local, shardfiles
-from mixshard.reading.pack.local import LocalPack
+from mixshard.reading.pack import reader as pack_reader
+from mixshard.reading.pack import shardfiles
+from mixshard.reading.pack.reader import PackReader
 from mixshard.reading.source import resolve_source
 from mixshard.reading.stream import ShardStream
 
@@ -28,7 +29,7 @@ def pack_dir(pack96):
 
 @pytest.fixture()
 def pack(pack_dir):
-    return LocalPack(pack_dir, mixshard.Manifest.load(pack_dir))
+    return PackReader(pack_dir, mixshard.Manifest.load(pack_dir))
 
 
 def expected(pack_dir, index):
@@ -56,7 +57,7 @@ def test_a_read_error_names_the_shard(pack, monkeypatch):
     def broken(fd, iov, offset):
         raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(local, "read_iov", broken)
+    monkeypatch.setattr(pack_reader, "read_iov", broken)
     with pytest.raises(mixshard.ShardError, match=r"cannot read shard .*shard-000000.tar: Input/o"):
         pack.read_block(0, np.empty((8, 192), np.uint8))
 
@@ -84,8 +85,8 @@ def test_a_damaged_block_read_alone_or_gathered_is_an_error(pack_dir, tmp_path):
         f.seek(block.offset - layout.images_header_len(block.count, m.size))
         f.write(b"XXXX")
     with pytest.raises(mixshard.ShardError, match="block 00000000"):
-        LocalPack(bad, m).read_block(0, np.empty((8, 192), np.uint8))
-    skipping = LocalPack(bad, m, on_error="skip")
+        PackReader(bad, m).read_block(0, np.empty((8, 192), np.uint8))
+    skipping = PackReader(bad, m, on_error="skip")
     with pytest.warns(RuntimeWarning, match="skipping a bad block"):
         mask = skipping.read_images(np.array([1, 9]), np.empty((2, 3, 8, 8), np.uint8))
     assert mask.tolist() == [True, False]
@@ -202,13 +203,13 @@ def test_the_whole_pack_is_read_into_a_buffer_with_the_plans_page_cache_rule(pac
 
     source = resolve_source(pack_dir)
     drops: list[bool] = []
-    real = LocalPack.read_block
+    real = PackReader.read_block
 
     def read_block(self, b, out, drop_cache=False):
         drops.append(drop_cache)
         return real(self, b, out, drop_cache)
 
-    monkeypatch.setattr(LocalPack, "read_block", read_block)
+    monkeypatch.setattr(PackReader, "read_block", read_block)
     out = torch.zeros((source.count, 3, 8, 8), dtype=torch.uint8)
     buffers.read_pack_into(source, out)
     assert np.array_equal(out.numpy(), expected(pack_dir, np.arange(source.count)))
@@ -223,7 +224,7 @@ def test_the_whole_pack_is_read_into_a_buffer_with_the_plans_page_cache_rule(pac
 def test_chosen_images_are_read_into_a_buffer_and_a_damaged_one_is_named(pack_dir, tmp_path):
     from mixshard.reading.buffers import read_images_into
 
-    pack = LocalPack(pack_dir, mixshard.Manifest.load(pack_dir))
+    pack = PackReader(pack_dir, mixshard.Manifest.load(pack_dir))
     out = torch.zeros((4, 3, 8, 8), dtype=torch.uint8)
     read_images_into(pack, np.array([3, 50, 2]), out, "never")
     assert np.array_equal(out[:3].numpy(), expected(pack_dir, [3, 50, 2]))
@@ -235,6 +236,6 @@ def test_chosen_images_are_read_into_a_buffer_and_a_damaged_one_is_named(pack_di
     with open(bad / m.shards[0].name, "r+b") as f:
         f.seek(block.offset - layout.images_header_len(block.count, m.size))
         f.write(b"XXXX")
-    skipping = LocalPack(bad, m, on_error="skip")
+    skipping = PackReader(bad, m, on_error="skip")
     with pytest.warns(RuntimeWarning), pytest.raises(mixshard.MixshardError, match="^clip 0 !$"):
         read_images_into(skipping, np.array([9, 1]), np.empty((2, 192), np.uint8), "clip 0 !")

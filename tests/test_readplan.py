@@ -1,4 +1,4 @@
-"""The read plan (`reading/batches/plan.py`): whichever way a reader reads a local pack (copied
+"""The read plan (`reading/batches/plan.py`): whichever way a reader reads a pack folder (copied
 out of mappings, one `pread` per image, whole blocks read ahead), the same batches, the same
 errors.
 The behaviours once pinned for the deleted in-memory copy and io_uring paths run here against
@@ -21,8 +21,9 @@ from helpers import copy_pack, read_pack, small_pack
 import mixshard
 from mixshard import MixshardError, ShardError, ShardStream
 from mixshard.reading.batches import plan
-from mixshard.reading.pack import local, mapped
-from mixshard.reading.pack.local import LocalPack
+from mixshard.reading.pack import mapped
+from mixshard.reading.pack import reader as pack_reader
+from mixshard.reading.pack.reader import PackReader
 
 N = 96
 READS = ["mapped", "pread"]
@@ -78,7 +79,7 @@ def test_a_batch_reads_the_stored_images_either_way(pack_dir, read):
     if read == "mapped" and mapped._mapped is None:
         pytest.skip("_mapped.c was not built")
     images = read_pack(pack_dir)[0]
-    pack = LocalPack(pack_dir, mixshard.Manifest.load(pack_dir))
+    pack = PackReader(pack_dir, mixshard.Manifest.load(pack_dir))
     assert pack.map_all() == (read == "mapped") or read == "pread"
     if read == "pread":
         pack.close()
@@ -109,7 +110,7 @@ def test_a_shard_cut_short_or_copied_over_is_named_either_way(pack_dir, tmp_path
     with pytest.raises(ShardError, match="shard-000002.tar changed after the pack was opened"):
         for _ in range(12):  # every image within an epoch
             next(it)
-    pack = LocalPack(folder, mixshard.Manifest.load(folder))
+    pack = PackReader(folder, mixshard.Manifest.load(folder))
     if read == "mapped":
         assert pack.map_all()
     pack.read_images(np.arange(N), np.empty((N, 3, 8, 8), np.uint8))  # every block checked
@@ -142,7 +143,8 @@ def test_a_skipped_bad_block_gives_the_same_batches_mapped_or_read(tmp_path, pac
 
 @needs_mapping
 def test_the_global_order_maps_a_cold_pack_once_its_warm_pass_ends(pack_dir, monkeypatch):
-    monkeypatch.setattr(local, "resident", lambda open_shard, sizes, share: False)  # cold at open
+    cold = lambda open_shard, sizes, share: False  # noqa: E731 (cold at open)
+    monkeypatch.setattr(pack_reader, "resident", cold)
     stream = ShardStream(pack_dir, 8, order="global")
     reader = stream.reader(range(0, 12))
     assert (reader.way, stream.pack.mapped_shards) == ("pread", 0)

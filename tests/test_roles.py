@@ -99,16 +99,16 @@ def test_a_run_split_between_two_workers_is_read_only_where_each_needs_it(
     # A worker whose part of the epoch starts or ends inside a run of 4 blocks read the whole
     # run (issue 40: 1.5x the pack an epoch with four workers on a 25-block pack). Now each
     # seam between two parts shares one block at most: the one the cut falls in.
-    from mixshard.reading.pack.local import LocalPack
+    from mixshard.reading.pack.reader import PackReader
 
     read: list[int] = []
-    scatter_run = LocalPack.scatter_run
+    scatter_run = PackReader.scatter_run
 
     def counted(self, blocks, *args, **kwargs):
         read.extend(blocks)
         return scatter_run(self, blocks, *args, **kwargs)
 
-    monkeypatch.setattr(LocalPack, "scatter_run", counted)
+    monkeypatch.setattr(PackReader, "scatter_run", counted)
     stream = ShardStream(pack_dir, 12, order="block", seed=2)  # parts cut inside runs
     nb = stream.batches_per_epoch
     images = []

@@ -20,7 +20,7 @@ from helpers import copy_pack, free_port, make_tree, read_pack, serve_folder, sm
 import mixshard
 from mixshard import ManifestError, MixshardError, ShardError, ShardStream
 from mixshard.reading import stream as stream_module
-from mixshard.reading.pack.local import LocalPack
+from mixshard.reading.pack.reader import PackReader
 
 N = 96  # images; a multiple of world_size * batch_size for world sizes 1-4 and batch 8
 PATTERN = "shard-{000000..000004}.tar"
@@ -413,7 +413,7 @@ def test_a_bad_block_is_found_when_read(tmp_path, pack_dir, ids, kind):
 def test_reader_threads_check_a_block_once(tmp_path, pack_dir, monkeypatch):
     """Eight threads reading one bad block at once: one check, one warning."""
     from mixshard.core import layout
-    from mixshard.reading.pack.local import LocalPack
+    from mixshard.reading.pack.reader import PackReader
 
     bad = copy_pack(pack_dir, tmp_path / "copy")
     data = bytearray((bad / "shard-000001.tar").read_bytes())
@@ -428,7 +428,7 @@ def test_reader_threads_check_a_block_once(tmp_path, pack_dir, monkeypatch):
         return problem(*args)
 
     monkeypatch.setattr(layout, "header_problem", slow)
-    pack = LocalPack(bad, mixshard.Manifest.load(bad), on_error="skip")
+    pack = PackReader(bad, mixshard.Manifest.load(bad), on_error="skip")
     block = int(np.flatnonzero(pack.block_shard == 1)[0])
     out = np.empty((8, pack.manifest.image_bytes), np.uint8)
     results: list[bool] = []
@@ -451,7 +451,7 @@ def test_reader_threads_check_a_block_once(tmp_path, pack_dir, monkeypatch):
 
 
 def test_a_pack_is_warmed_once(pack_dir, monkeypatch):
-    from mixshard.reading.pack.local import LocalPack
+    from mixshard.reading.pack.reader import PackReader
 
     asked = []
     real = os.posix_fadvise
@@ -461,7 +461,7 @@ def test_a_pack_is_warmed_once(pack_dir, monkeypatch):
         return real(fd, offset, length, advice)
 
     monkeypatch.setattr(os, "posix_fadvise", fadvise)
-    pack = LocalPack(pack_dir, mixshard.Manifest.load(pack_dir))
+    pack = PackReader(pack_dir, mixshard.Manifest.load(pack_dir))
     stop = threading.Event()
     stop.set()
     pack.warm(stop)  # stopped before the first shard: the next reader warms it again
@@ -497,7 +497,7 @@ def test_warming_asks_for_chunks_in_order_with_few_in_flight(pack_dir, monkeypat
     monkeypatch.setattr(os, "posix_fadvise", fadvise)
     monkeypatch.setattr(os, "pread", pread)
     fds_before = len(os.listdir("/proc/self/fd"))
-    pack = local.LocalPack(pack_dir, mixshard.Manifest.load(pack_dir))
+    pack = local.PackReader(pack_dir, mixshard.Manifest.load(pack_dir))
     pack.warm(threading.Event())
     asks = [e[1:] for e in events if e[0] == "ask"]
     expected = [
@@ -600,7 +600,7 @@ def test_a_thread_workers_connection_error_is_not_called_a_dead_process(pack_dir
     def reset(self, index, out):
         raise ConnectionResetError("peer reset")
 
-    monkeypatch.setattr(LocalPack, "read_images", reset)
+    monkeypatch.setattr(PackReader, "read_images", reset)
     loader = mixshard.loader(pack_dir, 8, num_workers=2, workers="thread")
     with pytest.raises(ConnectionResetError, match="peer reset"):
         next(iter(loader))

@@ -23,8 +23,8 @@ from torch.utils.data import DataLoader
 
 from mixshard import Manifest, ShardError, ShardStream
 from mixshard.core import layout
-from mixshard.reading.pack import local
-from mixshard.reading.pack.local import LocalPack
+from mixshard.reading.pack import reader as pack_reader
+from mixshard.reading.pack.reader import PackReader
 
 BATCH = 14  # 240 images: 17 batches; the parts of 2 and of 4 workers end inside blocks
 
@@ -41,7 +41,7 @@ def shard_bytes_read(monkeypatch, block_feed):
     if multiprocessing.get_start_method() != "fork":
         pytest.skip("the counter reaches the workers by fork")
     count = multiprocessing.Value("q", 0)
-    read_iov, pread = local.read_iov, local.LocalPack._pread
+    read_iov, pread = pack_reader.read_iov, pack_reader.PackReader._pread
 
     def counted_iov(fd, iov, offset):
         got = read_iov(fd, iov, offset)
@@ -54,8 +54,8 @@ def shard_bytes_read(monkeypatch, block_feed):
         with count.get_lock():
             count.value += len(buf)
 
-    monkeypatch.setattr(local, "read_iov", counted_iov)
-    monkeypatch.setattr(local.LocalPack, "_pread", counted_pread)
+    monkeypatch.setattr(pack_reader, "read_iov", counted_iov)
+    monkeypatch.setattr(pack_reader.PackReader, "_pread", counted_pread)
     return count
 
 
@@ -89,7 +89,7 @@ def test_each_image_is_read_once_by_the_process_tree(seam_pack, shard_bytes_read
         assert read <= read_alone, (workers, read, read_alone, pack_bytes)
 
 
-def _part(pack: LocalPack, b: int, first: int, n: int) -> tuple[object, np.ndarray]:
+def _part(pack: PackReader, b: int, first: int, n: int) -> tuple[object, np.ndarray]:
     """`scatter_part` of images `first .. first + n` of block `b` into rows 1 .. n of a fresh
     array (row 0 and the last row stay zero: nothing is written outside the part)."""
     size = pack.manifest.image_bytes
@@ -100,7 +100,7 @@ def _part(pack: LocalPack, b: int, first: int, n: int) -> tuple[object, np.ndarr
 
 def test_a_part_of_a_block_is_its_images_and_a_bad_block_is_said(seam_pack, tmp_path):
     m = Manifest.load(seam_pack)
-    pack = LocalPack(seam_pack, m)
+    pack = PackReader(seam_pack, m)
     result, out = _part(pack, 5, 7, 9)
     assert result is True
     start = int(pack.block_start[5])
@@ -113,14 +113,14 @@ def test_a_part_of_a_block_is_its_images_and_a_bad_block_is_said(seam_pack, tmp_
     with open(bad / m.shards[0].name, "r+b") as f:  # damage block 5's images header
         f.seek(block.offset - layout.images_header_len(block.count, m.size))
         f.write(b"XXXXXX")
-    result, _ = _part(LocalPack(bad, m), 5, 7, 9)
+    result, _ = _part(PackReader(bad, m), 5, 7, 9)
     assert isinstance(result, ShardError) and "block 00000005" in str(result)
     with pytest.warns(RuntimeWarning, match="skipping a bad block"):
-        assert _part(LocalPack(bad, m, on_error="skip"), 5, 7, 9)[0] is False
+        assert _part(PackReader(bad, m, on_error="skip"), 5, 7, 9)[0] is False
 
     cut = tmp_path / "cut"
     shutil.copytree(seam_pack, cut)
-    opened = LocalPack(cut, m)
+    opened = PackReader(cut, m)
     assert _part(opened, 5, 7, 9)[0] is True  # checked: the next read is of images only
     os.truncate(cut / m.shards[0].name, block.offset + 10 * m.image_bytes)  # under the reader
     with pytest.raises(ShardError, match="shard-000000.tar"):

@@ -9,19 +9,23 @@ import click
 
 from ..core.errors import MixshardError
 from ..core.packpath import pack_dir
-from ..core.stores import is_store_url
 from .base import cli, human_bytes, pack_argument, quiet_option, shown, shown_json
+
+
+def _store_of(pack: str) -> Any:
+    """The store PACK names, or None for a folder (`reading/source.py` asks which)."""
+    from ..reading.source import store_of
+
+    return store_of(pack)
 
 
 def _manifest(pack: str) -> Any:
     """The manifest of PACK: a folder, its index.json, or an object store URL."""
     from ..core.manifest import Manifest
+    from ..core.stores import load_manifest
 
-    if is_store_url(pack):
-        from ..core.stores import Store, load_manifest
-
-        return load_manifest(Store(pack))
-    return Manifest.load(pack)
+    store = _store_of(pack)
+    return load_manifest(store) if store else Manifest.load(pack)
 
 
 @cli.command()
@@ -54,7 +58,7 @@ def verify(pack: str, quiet: bool) -> None:
         return
     for name, problem in report.problems.items():
         click.echo(shown(f"BAD {name}: {problem}"))
-    folder = pack if is_store_url(pack) else pack_dir(pack)
+    folder = pack if _store_of(pack) else pack_dir(pack)
     raise MixshardError(
         f"{len(report.problems)} bad shard file(s) in {folder}; repack with `mixshard pack SRC "
         f"{folder} --overwrite` (or restore the files)"
@@ -125,7 +129,7 @@ def inspect(pack: str, as_json: bool, show_plan: bool) -> None:
     if show_plan:
         from ..reading.batches.plan import default_plan
 
-        for line in default_plan(m, is_store_url(pack)).why:
+        for line in default_plan(m, _store_of(pack) is not None).why:
             click.echo(f"reading:  {line}")
 
 

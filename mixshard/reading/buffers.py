@@ -10,7 +10,7 @@ import torch
 from ..core.device import host_empty, wants_pinned
 from ..core.errors import MixshardError
 from .batches.plan import default_plan
-from .pack.local import LocalPack
+from .pack.reader import PackReader
 from .source import Source
 
 
@@ -32,7 +32,7 @@ def read_pack_into(source: Source, out: torch.Tensor) -> None:
 
 
 def read_images_into(
-    pack: LocalPack, numbers: np.ndarray, out: np.ndarray | torch.Tensor, damaged: str | None
+    pack: PackReader, numbers: np.ndarray, out: np.ndarray | torch.Tensor, damaged: str | None
 ) -> None:
     """Images `numbers` of `pack` into `out[:len(numbers)]` (uint8, contiguous host memory).
     An image of a damaged block (a pack opened to skip them, which warns) raises `MixshardError`

@@ -20,7 +20,7 @@ from ..core.checks import check_int, check_optional_int
 from ..core.device import accelerator
 from ..core.errors import MixshardError
 from ..core.jobs import own, this_process
-from .batches.localbatches import BatchReader
+from .batches.packbatches import BatchReader
 from .source import Source
 from .stream import ShardStream
 

@@ -19,7 +19,7 @@ from ..core.layout import block_span
 from ..core.manifest import Manifest
 from ..core.packpath import pack_dir
 from ..core.stores import Store, load_manifest
-from .pack.local import LocalPack
+from .pack.reader import PackReader
 from .source import store_of
 from .store.blockcache import fetch_block
 
@@ -87,7 +87,7 @@ def preview_grid(
     if store:
         nchw, labels = _store_rows(store, manifest, index)
     else:
-        pack = LocalPack(pack_dir(folder), manifest)
+        pack = PackReader(pack_dir(folder), manifest)
         try:
             nchw, labels = pack.gather(index), pack.labels(index)
         finally:

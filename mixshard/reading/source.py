@@ -22,7 +22,7 @@ from ..core.errors import ManifestError, MixshardError, ShardError
 from ..core.manifest import Manifest
 from ..core.packpath import pack_dir
 from ..core.stores import Store, check_location, is_store_url, load_manifest, url_scheme
-from .pack.local import LocalPack
+from .pack.reader import PackReader
 from .pack.shardfiles import FileId, FolderFiles, file_id
 
 SWAP_TRIES = 5  # reads of a pack folder whose index.json changed while it was read
@@ -63,14 +63,14 @@ class Source:
         )
         return True
 
-    def open_pack(self, on_error: str = "raise") -> LocalPack:
+    def open_pack(self, on_error: str = "raise") -> PackReader:
         """The pack opened for reading by byte offset (a store's through its block cache)."""
-        if self.store is not None:  # a `LocalPack` handed its cache as the backend
+        if self.store is not None:  # a `PackReader` handed its cache as the backend
             from .store.storepack import StoreFiles
 
             files = StoreFiles(self.store, self.manifest, self.cache_dir, self.cache_limit)
-            return LocalPack(files.root, self.manifest, on_error, files=files)
-        return LocalPack(str(self.folder), self.manifest, on_error, self.ids)
+            return PackReader(files.root, self.manifest, on_error, files=files)
+        return PackReader(str(self.folder), self.manifest, on_error, self.ids)
 
     @property
     def count(self) -> int:

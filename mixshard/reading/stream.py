@@ -1,7 +1,7 @@
 """`ShardStream`: full, shuffled uint8 batches from a pack folder or a pack on a store.
 
 The stream composes an order (`order.py`: which images make batch `k`) with the read plan's
-reader (`localbatches.py`); a store's pack is read the same way, through its block cache.
+reader (`packbatches.py`); a store's pack is read the same way, through its block cache.
 Batch `k` is the same whoever makes it, so batches do not depend on the number of workers
 (except DataLoader workers in the shuffled block order, which split the reading, `roles.py`)
 and `state_dict()` resumes exactly.
@@ -22,9 +22,9 @@ from ..core.env import available_memory, rank_world
 from ..core.errors import MixshardError
 from ..core.manifest import Manifest
 from .batches import order as order_mod
-from .batches.localbatches import BatchReader, LocalBatches
+from .batches.packbatches import BatchReader, PackBatches
 from .batches.plan import WINDOW, ReadPlan, make_plan
-from .pack.local import LocalPack
+from .pack.reader import PackReader
 from .source import Source, resolve_source
 
 _STATE_VERSION = 4  # 3: block order runs; 4: records shuffle
@@ -113,7 +113,7 @@ class ShardStream(IterableDataset):
         self.position = 0  # global number of the next batch to make
         self.source = resolve_source(source, manifest, cache_dir=cache_dir, cache_limit=cache_limit)
         self.manifest = self.source.manifest
-        self.pack: LocalPack = self.source.open_pack(on_error)
+        self.pack: PackReader = self.source.open_pack(on_error)
         self.count = self.pack.count
         self.plan: ReadPlan = make_plan(
             order,
@@ -129,7 +129,7 @@ class ShardStream(IterableDataset):
         self.order = self.plan.order
         self.larger_than_memory = self.plan.drop_cache
         epochs = order_mod.EpochOrder(self.order, self.pack.block_count, seed, window, shuffle, run)
-        self._local = LocalBatches(self.pack, epochs, batch_size, labels, self.plan)
+        self._batches_of = PackBatches(self.pack, epochs, batch_size, labels, self.plan)
 
     def stats(self) -> dict[str, Any]:
         """The read plan: `order`, `read` (as asked), `drop_cache`, and `explain`, what was
@@ -240,12 +240,12 @@ class ShardStream(IterableDataset):
     # ------------------------------------------------------------------ batches
     def batch_index(self, k: int) -> np.ndarray:
         """The image numbers that make batch `k`, in batch order."""
-        return self._local.batch_index(k, self.batches_per_epoch, self.rank_world[0])
+        return self._batches_of.batch_index(k, self.batches_per_epoch, self.rank_world[0])
 
     def reader(self, batches: range, pin: bool = False) -> BatchReader:
         """A reader that makes the batches `batches` (an increasing range) from any
         number of threads, in pinned memory if asked; close it when done."""
-        return self._local.reader(batches, self.batches_per_epoch, self.rank_world[0], pin)
+        return self._batches_of.reader(batches, self.batches_per_epoch, self.rank_world[0], pin)
 
     def __iter__(self) -> Iterator[Any]:
         nb = self.batches_per_epoch
@@ -254,7 +254,7 @@ class ShardStream(IterableDataset):
         info = get_worker_info()
         wid, nw = (info.id, info.num_workers) if info is not None else (0, 1)
         rank, world = self.rank_world
-        for k, batch in self._local.batches(start, end, wid, nw, nb, rank, world):
+        for k, batch in self._batches_of.batches(start, end, wid, nw, nb, rank, world):
             if info is None:
                 self.position = k + 1
             yield batch

@@ -2,7 +2,7 @@
 layout (rows of RGB pixels, HWC), one at a step or a whole clip read ahead.
 
 At the texture's size, a step copies its one frame out of the pack's read-only mappings (every
-shard mapped when the pack is opened, `LocalPack.map_all`: a copy from the page cache, no
+shard mapped when the pack is opened, `PackReader.map_all`: a copy from the page cache, no
 `read` call, no decode) and interleaves its planes into the texture (`frame`): a reset draws
 and copies one frame, whatever the clip's length, and no process holds more than the frame it
 shows (the page cache holds the pack once for every process). A pack of another size is

@@ -23,7 +23,7 @@ from ...core import locks
 from ...core.device import host_empty
 from ...core.errors import MixshardError
 from ...core.jobs import Job, check_process, own
-from ..pack.local import LocalPack
+from ..pack.reader import PackReader
 from ..pack.shardfiles import FeedReads
 from . import order
 from .recycle import Recycler
@@ -53,7 +53,7 @@ class BlockFeed:
 
     def __init__(
         self,
-        pack: LocalPack,
+        pack: PackReader,
         sequence_of: Callable[[int], tuple[np.ndarray, np.ndarray]],
         per_epoch: int,
         rank: int,

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from ...core.env import available_memory
 from ...core.errors import MixshardError
 from ...core.manifest import Manifest
-from ..pack.local import LocalPack
 from ..pack.mapped import mapping_built
+from ..pack.reader import PackReader
 
 WINDOW = 64  # blocks whose images the block order shuffles together, unless told
 READS = ("auto", "mapped", "feed", "pread")
@@ -60,7 +60,7 @@ def maps_allowed(pack_bytes: int) -> bool:
     return os.environ.get("MIXSHARD_MMAP") != "0" and can_map(pack_bytes)
 
 
-def choose(pack: LocalPack, order: str, read: str, drop_cache: bool, pack_bytes: int) -> str:
+def choose(pack: PackReader, order: str, read: str, drop_cache: bool, pack_bytes: int) -> str:
     """The way a reader opening now reads: `"mapped"`, `"feed"` or `"pread"`. `"mapped"` maps the
     pack here (named: whatever its page-cache state; raises MixshardError when it cannot be)."""
     if read == "mapped":

@@ -53,7 +53,7 @@ class RoleOrder(order.EpochOrder):
 def role_batches(
     batches_of: Any, start: int, end: int | None, wid: int, nw: int, nb: int, rank: int, world: int
 ) -> Iterator[tuple[int, Any]]:
-    """`(position, batch)` for worker `wid` of `nw` (a `LocalBatches` in the block order):
+    """`(position, batch)` for worker `wid` of `nw` (a `PackBatches` in the block order):
     the positions `start + wid`, `+ nw`, ..., each made from its role's part of the epoch."""
     mine = copy.copy(batches_of)  # the same batches, from the roles' epoch sequences
     mine.epochs = RoleOrder(batches_of.epochs, nb, world, nw, batches_of.batch_size)

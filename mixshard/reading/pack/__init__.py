@@ -1,1 +1,2 @@
-"""Bytes at offsets: a local pack's shard files opened, read, mapped and warmed; no policy."""
+"""Bytes at offsets: a pack's shard files (a folder's, or a store cache's) opened, read,
+mapped and warmed; no policy."""

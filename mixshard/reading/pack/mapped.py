@@ -9,7 +9,7 @@ A mapping is only safe because of how the copy is made: a shard truncated or cop
 mapped (or a disk error paging it in) raises SIGBUS on the access, which would end the process;
 `_mapped.copy_rows` catches that fault and the reader raises `ShardError` naming the shard, as
 a short `pread` does. A shard rewritten in place is noticed by the identity check after each
-batch (`LocalPack._check_same`). Where the extension was not built, nothing is mapped.
+batch (`PackReader._check_same`). Where the extension was not built, nothing is mapped.
 
 A pack is mapped whole or not at all, when the read plan says (`plan.py`: in the page cache and
 within half the available memory; a fault on a page not in the cache reads it synchronously,

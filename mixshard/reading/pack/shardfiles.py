@@ -1,4 +1,4 @@
-"""A pack's shard files: what `LocalPack` reads them through (`PackFiles`, a protocol with two
+"""A pack's shard files: what `PackReader` reads them through (`PackFiles`, a protocol with two
 implementations side by side: a folder's `FolderFiles` here, a store's block cache in
 `storepack.StoreFiles`), what identifies one, how a folder's is opened, checked and named in
 errors, and the descriptors kept open (`OpenShards`: opened on first use, at most
@@ -139,7 +139,7 @@ class FeedReads:
 
 
 class PackFiles(Protocol):
-    """What `LocalPack` reads a pack's shard files through: where they are (`folder`), whether
+    """What `PackReader` reads a pack's shard files through: where they are (`folder`), whether
     they may be mapped (`mappable`), whether a run of blocks is held whole (`whole_runs`), the
     bytes a cache must hold for the whole pack (`need`), and the calls below."""
 

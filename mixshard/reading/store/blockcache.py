@@ -2,7 +2,7 @@
 
 A block is fetched with one ranged read (`core/stores.py`), checked against its `sha256` in
 `index.json` before it is kept or served, and written at its offset into a sparse shard file,
-so `LocalPack` reads it as a local pack (`storepack.py`); a file `have/<block>` marks it kept
+so `PackReader` reads it as a folder's (`storepack.py`); a file `have/<block>` marks it kept
 (one found from an earlier run is hashed again before this process serves it). Fetches run
 ahead of the reader on threads, in the order it will read (`eviction.Schedule`); at the limit,
 the block needed furthest in the future is dropped (its span punched out). A block being read

@@ -1,7 +1,7 @@
-"""A pack on an object store (`s3://`, `gs://`, `http(s)://`), read as a local pack through a
+"""A pack on an object store (`s3://`, `gs://`, `http(s)://`), read as a folder is, through a
 block cache.
 
-`StoreFiles` is the backend a `LocalPack` is handed in place of a folder's: its shard files are
+`StoreFiles` is the backend a `PackReader` is handed in place of a folder's: its shard files are
 the sparse files of a `BlockCache` (`blockcache.py`) and every read first holds the blocks it
 touches, so the orders, the rank split and `state_dict` resume are the local ones. A block feed
 tells it the blocks it will read (`expect`): the cache fetches ahead and evicts by them.

@@ -1,8 +1,8 @@
-"""The batches of a stream over a local pack: single images copied out of mappings of its
-shards or read one by one (`mapped.py`, either order), or whole blocks read ahead (block order,
-`blockfeed.py`), as the read plan chooses once per reader (`plan.py`).
+"""The batches of a stream over a pack (a folder or a store's cache): single images copied out of
+mappings of its shards or read one by one (`mapped.py`, either order), or whole blocks read
+ahead (block order, `blockfeed.py`), as the read plan chooses once per reader (`plan.py`).
 
-Batch `k` is the same whoever makes it (`order.py`), so `LocalBatches` makes any batch from
+Batch `k` is the same whoever makes it (`order.py`), so `PackBatches` makes any batch from
 any number of threads or processes; `BatchReader` makes a range of them, reading ahead.
 """
 
@@ -20,7 +20,7 @@ from ...core import locks
 from ...core.device import host_empty, pinned
 from ...core.errors import MixshardError
 from ...core.jobs import Job, check_process, own, this_process
-from ..pack.local import LocalPack
+from ..pack.reader import PackReader
 from . import order, plan
 from .blockfeed import BlockFeed
 from .recycle import Recycler
@@ -29,13 +29,13 @@ from .roles import role_batches
 RECYCLED = 32  # global order: batch buffers remembered, to be used again once dropped
 
 
-class LocalBatches:
-    """The batches of a local pack, `(images, labels)` with `labels`, read as `plan` says
+class PackBatches:
+    """The batches of a pack, `(images, labels)` with `labels`, read as `plan` says
     (`plan.drop_cache`: the block order drops blocks from the page cache once read)."""
 
     def __init__(
         self,
-        pack: LocalPack,
+        pack: PackReader,
         epochs: order.EpochOrder,
         batch_size: int,
         labels: bool,
@@ -72,11 +72,11 @@ class LocalBatches:
 
 
 class BatchReader:
-    """Makes the batches `batches` of a `LocalBatches`, from any number of threads, in pinned
+    """Makes the batches `batches` of a `PackBatches`, from any number of threads, in pinned
     memory if asked; close it when done."""
 
     def __init__(
-        self, batches_of: LocalBatches, batches: range, nb: int, rank: int, pin: bool = False
+        self, batches_of: PackBatches, batches: range, nb: int, rank: int, pin: bool = False
     ) -> None:
         self.source = batches_of
         self.pack = batches_of.pack

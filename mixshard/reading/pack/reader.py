@@ -1,4 +1,4 @@
-"""`LocalPack`: a pack read by byte offset (torch-free) through a backend that opens its shard
+"""`PackReader`: a pack read by byte offset (torch-free) through a backend that opens its shard
 files (`shardfiles.PackFiles`: a folder's `FolderFiles`, or a store's block cache,
 `storepack.StoreFiles`).
 
@@ -28,9 +28,10 @@ from .shardfiles import FileId, FolderFiles, OpenShards, PackFiles, warn_bad
 CHECK_LOCKS = 64  # locks striped over the blocks: a block's first read is checked once
 
 
-class LocalPack:
-    """A pack folder opened for random access. Image `i` is the `i`-th image of the usable
-    shards (bad ones skipped with `on_error="skip"`), in stored order. Thread-safe.
+class PackReader:
+    """A pack opened for random access (a folder, or a store through its block cache). Image
+    `i` is the `i`-th image of the usable shards (bad ones skipped with `on_error="skip"`), in
+    stored order. Thread-safe.
 
     Each shard's identity (device, inode, size, mtime) is recorded when the pack is opened and
     checked whenever its file is opened or read; it travels with the object when pickled, so a
