@@ -134,12 +134,10 @@ class Flusher:
     `fdatasync` on the flusher's thread (at most one running and one queued; a later one
     covers every earlier write). The thread waits on the disk and costs no CPU time.
 
-    On the VM this was measured on, an `fsync` costs ~1.5 ms per MB written since the last
-    one even when the pages were already written out (the host flushes its own cache): 77 ms
-    at the end of a 42 MB shard, against ~13 ms (the last block's flush) and an `fsync` of
-    0.3 ms with background flushes (strace of `pack` on 2,000 photos). `close()` raises the
-    first error a background flush met: after a failed `fdatasync` the kernel may not report
-    it again to the `fsync` that follows, so it must not be lost here.
+    An `fsync` costs in proportion to what was written since the last one, even when the pages
+    were already written out (docs/benchmarks.md, "Packing": a shard's closing `fsync`).
+    `close()` raises the first error a background flush met: after a failed `fdatasync` the
+    kernel may not report it again to the `fsync` that follows, so it must not be lost here.
     """
 
     def __init__(self, fd: int) -> None:
