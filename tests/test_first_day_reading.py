@@ -52,9 +52,10 @@ def test_4_a_folder_of_packs_lists_them(data):
 def test_4_a_shard_file_names_its_pack_folder(data):
     res = run("verify", data / "coco" / "shard-000000.tar")
     assert res.exit_code == 1
-    assert res.output == (
-        f"Error: {data}/coco/shard-000000.tar is a shard file of the pack {data}/coco; pass the "
-        f"pack folder {data}/coco (or its index.json)\n"
+    assert res.output == (  # (the library's words: reading/source.py asks what PACK is)
+        f"Error: {data}/coco/shard-000000.tar: shard URLs, brace patterns and pipe: commands are "
+        f"no longer read; give {data}/coco (the folder or URL that holds index.json: a local "
+        "folder, https://host/prefix, s3://bucket/prefix or gs://bucket/prefix)\n"
     )
 
 

@@ -113,7 +113,7 @@ def test_a_run_split_between_two_workers_is_read_only_where_each_needs_it(
     nb = stream.batches_per_epoch
     images = []
     for wid in range(workers):  # what each worker process makes, one after another here
-        for _, batch in stream._local.batches(0, nb, wid, workers, nb, 0, 1):
+        for _, batch in stream._batches_of.batches(0, nb, wid, workers, nb, 0, 1):
             images += [bytes(image.numpy()) for image in torch.as_tensor(batch)]
     assert len(images) == len(set(images)) == nb * 12 == 636  # 4 left over
     blocks = len(stream.pack.block_count)

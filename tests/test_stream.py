@@ -476,7 +476,7 @@ def test_warming_asks_for_chunks_in_order_with_few_in_flight(pack_dir, monkeypat
     """The whole pack asked for at once would queue it all in front of the loader's reads:
     chunks are asked for in file order, at most WARM_IN_FLIGHT not yet read, and every
     descriptor is closed after."""
-    from mixshard.reading.pack import local, warming
+    from mixshard.reading.pack import reader, warming
 
     monkeypatch.setattr(warming, "WARM_CHUNK", 4096)
     monkeypatch.setattr(warming, "WARM_IN_FLIGHT", 2)
@@ -497,7 +497,7 @@ def test_warming_asks_for_chunks_in_order_with_few_in_flight(pack_dir, monkeypat
     monkeypatch.setattr(os, "posix_fadvise", fadvise)
     monkeypatch.setattr(os, "pread", pread)
     fds_before = len(os.listdir("/proc/self/fd"))
-    pack = local.PackReader(pack_dir, mixshard.Manifest.load(pack_dir))
+    pack = reader.PackReader(pack_dir, mixshard.Manifest.load(pack_dir))
     pack.warm(threading.Event())
     asks = [e[1:] for e in events if e[0] == "ask"]
     expected = [
