@@ -76,7 +76,8 @@ def test_dropping_read_blocks_from_the_page_cache_keeps_the_data(pack_dir, pack)
     assert np.array_equal(out.reshape(8, 3, 8, 8), expected(pack_dir, np.arange(32, 40)))
 
 
-def test_a_damaged_block_read_alone_or_gathered_is_an_error(pack_dir, tmp_path):
+def damaged_copy(pack_dir, tmp_path):
+    """A copy of the pack whose first block's images header is overwritten, and its manifest."""
     bad = tmp_path / "pack"
     shutil.copytree(pack_dir, bad)
     m = mixshard.Manifest.load(bad)
@@ -84,6 +85,11 @@ def test_a_damaged_block_read_alone_or_gathered_is_an_error(pack_dir, tmp_path):
     with open(bad / m.shards[0].name, "r+b") as f:
         f.seek(block.offset - layout.images_header_len(block.count, m.size))
         f.write(b"XXXX")
+    return bad, m
+
+
+def test_a_damaged_block_read_alone_or_gathered_is_an_error(pack_dir, tmp_path):
+    bad, m = damaged_copy(pack_dir, tmp_path)
     with pytest.raises(mixshard.ShardError, match="block 00000000"):
         PackReader(bad, m).read_block(0, np.empty((8, 192), np.uint8))
     skipping = PackReader(bad, m, on_error="skip")
@@ -229,13 +235,7 @@ def test_chosen_images_are_read_into_a_buffer_and_a_damaged_one_is_named(pack_di
     read_images_into(pack, np.array([3, 50, 2]), out, "never")
     assert np.array_equal(out[:3].numpy(), expected(pack_dir, [3, 50, 2]))
     assert not out[3].any()
-    bad = tmp_path / "pack"
-    shutil.copytree(pack_dir, bad)
-    m = mixshard.Manifest.load(bad)
-    block = m.shards[0].blocks[0]
-    with open(bad / m.shards[0].name, "r+b") as f:
-        f.seek(block.offset - layout.images_header_len(block.count, m.size))
-        f.write(b"XXXX")
+    bad, m = damaged_copy(pack_dir, tmp_path)
     skipping = PackReader(bad, m, on_error="skip")
     with pytest.warns(RuntimeWarning), pytest.raises(mixshard.MixshardError, match="^clip 0 !$"):
         read_images_into(skipping, np.array([9, 1]), np.empty((2, 192), np.uint8), "clip 0 !")
