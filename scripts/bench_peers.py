@@ -29,8 +29,9 @@ Cells, each in a fresh process:
          and FFCV's compilation are in it (each warm cell reports its own first epoch's seconds:
          that cost with the files in the cache). Not evicted again inside the process: pages a
          loader has mapped stay (mixshard maps the shards its warm job has read)
-`--rounds` rounds, libraries alternated in each cell (the order rotated every round); each figure
-is the median of the rounds' images/s, and mixshard/peer is the median of the per-round ratios.
+`--rounds` rounds, libraries alternated in each cell (the order rotated every round, and reversed
+every other cycle of rotations: `round_order`); each figure is the median of the rounds'
+images/s, and mixshard/peer is the median of the per-round ratios.
 `--baseline DIR` adds another checkout of mixshard (a worktree of an older commit, its C modules
 built) as one more library, "base", reading the same pack in the same rounds: whether a lead over
 a peer held since then, measured in one run (the peers' own figures move with the machine).
@@ -383,6 +384,15 @@ def version(lib: str) -> str:
         return "?"
 
 
+def round_order(libs: list[str], r: int) -> list[str]:
+    """The libraries' order in round `r`: rotated each round, and reversed every other cycle
+    of rotations, so that no library always runs right after the same one (a cold cell reads
+    the page cache and memory its predecessor left: a fixed neighbour leans the cold medians)."""
+    n = len(libs)
+    turn = libs[r % n :] + libs[: r % n]
+    return turn[::-1] if (r // n) % 2 else turn
+
+
 def run_rounds(
     args: argparse.Namespace, libs: list[str], folders: dict[str, Path]
 ) -> tuple[dict, dict]:
@@ -391,7 +401,7 @@ def run_rounds(
     rates: dict[str, dict[str, list[float]]] = {c: {lib: [] for lib in libs} for c in CELLS}
     firsts: dict[str, dict[str, list[float]]] = {c: {lib: [] for lib in libs} for c in CELLS}
     for r in range(args.rounds):
-        turn = libs[r % len(libs) :] + libs[: r % len(libs)]
+        turn = round_order(libs, r)
         for kind in CELLS:
             workers = {"warm1": 0, "warm2": 2, "cold": args.cold_workers}[kind]
             for lib in turn:
