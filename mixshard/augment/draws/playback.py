@@ -134,8 +134,8 @@ def mixed_clips(
     bits pick the pack by the weights in force (`Mix.pick`), its low 32 bits a clip among that
     pack's first `limit` (uniform, as `below`), numbered in the packs' one table (`base`:
     each pack's first clip)."""
-    tensors = (envs, episode, base, limit)
-    if _lerp is not None and all(t.device.type == "cpu" for t in tensors):  # one loop
+    if _compiled(envs, episode, base, limit):  # one loop
+        assert _lerp is not None
         e, p = (t.long().contiguous() for t in torch.broadcast_tensors(envs, episode))
         out = torch.empty(e.shape, dtype=torch.int64)
         words = np.ascontiguousarray(mix.words)

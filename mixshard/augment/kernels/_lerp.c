@@ -1647,6 +1647,16 @@ static uint64_t mix64(uint64_t z) {
     return z ^ (z >> 31);
 }
 
+/* `keyed.keyed`'s 64 bits of (env, episode) in `stream`, and `keyed.below`'s integer in [0, n)
+ * from their top 32 bits. */
+static inline uint64_t word(uint64_t key, uint64_t env, uint64_t episode, uint64_t stream) {
+    return mix64(mix64(mix64(env + key) + episode) + stream);
+}
+
+static inline int64_t below_n(uint64_t bits, int64_t n) {
+    return (int64_t)(((bits >> 32) * (uint64_t)n) >> 32);
+}
+
 /* out[i] = keyed(key, env[i], episode[i], stream) (`keyed.keyed`'s bits, int64 words): a reset
  * of a few environments on a CPU was some forty tensor ops of a few values each. */
 static PyObject *keyed(PyObject *Py_UNUSED(self), PyObject *args) {
@@ -1665,7 +1675,7 @@ static PyObject *keyed(PyObject *Py_UNUSED(self), PyObject *args) {
         uint64_t *out = bufs[0].buf;
         const uint64_t *env = bufs[1].buf, *episode = bufs[2].buf;
         for (ssz i = 0; i < n; i++)
-            out[i] = mix64(mix64(mix64(env[i] + (uint64_t)key) + episode[i]) + (uint64_t)stream);
+            out[i] = word((uint64_t)key, env[i], episode[i], (uint64_t)stream);
     } else if (!PyErr_Occurred())
         PyErr_SetString(PyExc_ValueError, "keyed: env or episode is None");
     for (int i = 0; i < 3; i++)
@@ -1699,12 +1709,12 @@ static PyObject *mixed(PyObject *Py_UNUSED(self), PyObject *args) {
     if (!failed) {
         int64_t *out = bufs[0].buf;
         const uint64_t *env = bufs[1].buf, *episode = bufs[2].buf;
-        const int64_t *word = bufs[3].buf, *base = bufs[4].buf, *limit = bufs[5].buf;
+        const int64_t *edge = bufs[3].buf, *base = bufs[4].buf, *limit = bufs[5].buf;
         for (ssz i = 0; i < n; i++) {
-            uint64_t b = mix64(mix64(mix64(env[i] + (uint64_t)key) + episode[i]) + (uint64_t)stream);
+            uint64_t b = word((uint64_t)key, env[i], episode[i], (uint64_t)stream);
             int64_t top = (int64_t)(b ^ 0x8000000000000000ULL);
             ssz pack = 0;
-            for (ssz w = 0; w < words; w++) pack += word[w] <= top;
+            for (ssz w = 0; w < words; w++) pack += edge[w] <= top;
             out[i] = base[pack] + (int64_t)(((b & 0xFFFFFFFFULL) * (uint64_t)limit[pack]) >> 32);
         }
     }
@@ -1719,14 +1729,6 @@ static PyObject *mixed(PyObject *Py_UNUSED(self), PyObject *args) {
  * given, the start frame (random within length[clip[i]] when `random_start`, else 0) and
  * flipped[i] (the flip word's low bit when `flip`, else 0). A reset's draws were twenty tensor
  * ops of a few values each. */
-static inline uint64_t word(uint64_t key, uint64_t env, uint64_t episode, uint64_t stream) {
-    return mix64(mix64(mix64(env + key) + episode) + stream);
-}
-
-static inline int64_t below_n(uint64_t bits, int64_t n) {
-    return (int64_t)(((bits >> 32) * (uint64_t)n) >> 32);
-}
-
 static int64_t clip_of(uint64_t key, uint64_t e, uint64_t p, int64_t clips, int order) {
     if (order == 0) return below_n(word(key, e, p, D_CLIP), clips);
     if (order == 1 || clips <= 2) {
