@@ -310,7 +310,7 @@ def test_verify_and_inspect_describe_a_clip_pack(video_pack):
 
 
 def test_preview_draws_a_strip_of_evenly_spaced_frames_per_clip(video_pack, tmp_path):
-    from mixshard.reading.preview import GAP, LABEL_HEIGHT
+    from mixshard.cli.sheet import GAP, LABEL_HEIGHT
 
     png = tmp_path / "p.png"
     res = run("preview", video_pack, "-o", png)

@@ -8,7 +8,7 @@ from helpers import make_tree, noise, run, solid
 from PIL import Image
 
 import mixshard
-from mixshard.reading.preview import GAP, LABEL_HEIGHT, preview_grid
+from mixshard.cli.sheet import GAP, LABEL_HEIGHT, preview_grid
 
 
 @pytest.fixture(scope="module")

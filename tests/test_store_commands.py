@@ -14,7 +14,7 @@ from mixshard import Manifest, pack
 from mixshard.core.errors import ShardError
 from mixshard.core.layout import block_span
 from mixshard.core.stores import Store
-from mixshard.reading.preview import preview_grid
+from mixshard.cli.sheet import preview_grid
 from mixshard.reading.verifying import verify
 from mixshard.writing.out import storeout
 

@@ -194,7 +194,7 @@ def preview(pack: str, output: str, count: int, seed: int, obs: str | None, alph
       mixshard preview data/places365_standard -o grid.png -n 16 --seed 3
       mixshard preview data/coco -o blended.png --obs frame.png --alpha 0.5
     """
-    from ..reading.preview import preview_grid
+    from .sheet import preview_grid
 
     suffix = os.path.splitext(output)[1].lower()
     if suffix not in _GRID_FORMATS:
