@@ -91,7 +91,7 @@ class ImagePool:
         self.rng = np.random.default_rng([seed, 5])
         # a full pool's draws: pieces of permutations of its slots
         # (a bound method, not a lambda over self: that made a cycle, so a dropped pool kept
-        # its images until the next full garbage collection, ~23 MB a pool in issue 40)
+        # its images until the next full garbage collection, ~23 MB a pool)
         self._walk = PermutationWalk(self.size, partial(self.rng.permutation, self.size), True)
         self.draws = self.entered = self.retired = 0
         self.last_slots = np.zeros(0, np.int64)  # the slots the last call drew, in draw order

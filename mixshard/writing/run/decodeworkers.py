@@ -176,7 +176,7 @@ def start_workers(
     SIGINT is blocked (not ignored) in this thread while they start: a child starts with it
     blocked until its initializer ignores it, and a Ctrl-C that comes meanwhile is held for
     this process, which gets it once they are all up (KeyboardInterrupt, the pool shut down).
-    Ignoring it instead lost a Ctrl-C pressed then ~3 times in 40 with 8 workers (issue 40).
+    Ignoring it instead lost a Ctrl-C pressed then ~3 times in 40 with 8 workers.
 
     Raises:
         KeyboardInterrupt: Ctrl-C came while the workers started (the pool is shut down).
