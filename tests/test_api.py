@@ -286,6 +286,17 @@ def test_plan_pool_and_feed_name_one_thing_each():
     assert modules == NAMED_MODULES
 
 
+def test_every_thread_is_started_by_core_jobs():
+    # pools of threads (`ThreadPoolExecutor`) are shut down by their owners; a single thread
+    # is a `Job` or a `JobThread`, whose errors reach the caller (docs/design.md)
+    started = [
+        path.relative_to(PACKAGE).as_posix()
+        for path in PACKAGE.rglob("*.py")
+        if "threading.Thread(" in path.read_text() and path.name != "jobs.py"
+    ]
+    assert started == []
+
+
 def test_torch_cuda_is_named_in_the_device_seam_only():
     for path in PACKAGE.rglob("*.py"):
         rel = path.relative_to(PACKAGE).as_posix()

@@ -123,7 +123,7 @@ def test_a_stopped_uploader_drops_what_is_queued_and_waits_for_the_upload_under_
     wait_for(lambda: uploader.cancelled)
     release.set()
     stopper.join()
-    assert recorded == [0] and not uploader.thread.is_alive()
+    assert recorded == [0] and not uploader.thread.alive
     uploader.stop()  # a stopped one: nothing to wait for
     assert recorded == [0]
 

@@ -180,8 +180,9 @@ class Job:
         if self.error is not None:
             raise self.error
 
-    def join(self, timeout: float = CLOSE_TIMEOUT) -> None:
-        """Wait for the job to end (not from its own thread, not for one never started)."""
+    def join(self, timeout: float | None = CLOSE_TIMEOUT) -> None:
+        """Wait for the job to end, at most `timeout` seconds (None: however long its own
+        deadlines take); not from its own thread, not for one never started."""
         if self.started and self._thread is not threading.current_thread():
             self._thread.join(timeout=timeout)
 

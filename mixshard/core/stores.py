@@ -21,13 +21,13 @@ import contextlib
 import inspect
 import os
 import re
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from .constants import MANIFEST_NAME, MAX_MANIFEST_BYTES
 from .errors import ManifestError, MixshardError, ShardError
+from .jobs import Job
 
 LOCAL = ("file",)  # the one URL scheme of a local path
 HTTP = ("http", "https")  # read by `httpreads`, through fsspec's HTTP file system
@@ -137,23 +137,13 @@ def bounded(fs: Any, method: str | Callable, seconds: float, *args: Any, **kwarg
 
 
 def _on_thread(call: Callable[[], Any], seconds: float) -> Any:
-    box: dict[str, Any] = {}
-    done = threading.Event()
-
-    def run() -> None:
-        try:
-            box["value"] = call()
-        except BaseException as exc:  # re-raised in the caller
-            box["error"] = exc
-        finally:
-            done.set()
-
-    threading.Thread(target=run, name="mixshard-store-call", daemon=True).start()
-    if not done.wait(seconds):
+    answer: list[Any] = []
+    job = Job(lambda: answer.append(call()), "mixshard-store-call")
+    job.join(seconds)
+    if job.alive:
         raise TimeoutError(f"no answer within {seconds} s")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+    job.raise_error()
+    return answer[0]
 
 
 def describe(exc: BaseException, url: str, seconds: float | None = None) -> str:

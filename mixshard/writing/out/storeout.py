@@ -28,6 +28,7 @@ from typing import Any
 
 from ...core.constants import JOURNAL_GLOB, JOURNAL_NAME, LOCK_NAME, MANIFEST_NAME
 from ...core.errors import OutputError
+from ...core.jobs import Job
 from ...core.stores import Store
 from .outdir import is_ours, not_empty, part_suffix
 from .shardwrite import DoneShard
@@ -92,7 +93,7 @@ class Marker:
             "command": _command(),
         }
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._thread: Job | None = None
 
     def _read(self, name: str) -> dict | None:
         try:
@@ -129,8 +130,7 @@ class Marker:
         back = self._read(self.name)
         if back is None or back.get("token") != self.holder["token"]:
             raise self._busy(back or {})
-        self._thread = threading.Thread(target=self._beat, name="mixshard-marker", daemon=True)
-        self._thread.start()
+        self._thread = Job(self._beat, "mixshard-marker")
 
     def _beat(self) -> None:
         while not self._stop.wait(HEARTBEAT):
@@ -183,8 +183,7 @@ class Uploader:
         self.queue: queue.Queue[DoneShard | None] = queue.Queue(maxsize=IN_FLIGHT)
         self.error: BaseException | None = None
         self.cancelled = False
-        self.thread = threading.Thread(target=self._loop, name="mixshard-upload", daemon=True)
-        self.thread.start()
+        self.thread = Job(self._loop, "mixshard-upload")
 
     def submit(self, shard: DoneShard) -> None:
         """Queue a finished shard (waits while `IN_FLIGHT` do); raises an upload's error."""
@@ -216,15 +215,15 @@ class Uploader:
     def drain(self) -> None:
         """Wait for every queued upload; raises the first upload error."""
         self.queue.put(None)
-        self.thread.join()
+        self.thread.join(None)  # as long as the uploads' own store deadlines
         self._check()
 
     def stop(self) -> None:
         """Drop what is queued and wait for the upload under way (after a failure)."""
-        if self.thread.is_alive():
+        if self.thread.alive:
             self.cancelled = True
             self.queue.put(None)
-            self.thread.join()
+            self.thread.join(None)
 
 
 class StoreOut:

@@ -16,7 +16,6 @@ import mmap
 import os
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...core.errors import RESUME, Arg, ImageDecodeError, MixshardError
+from ...core.jobs import Job
 from ..pixels.image import grey_pixels, load_image
 from ..plan.packplan import DecodeTask
 from ..sources.archive import MemberReader
@@ -160,7 +160,7 @@ def _init_worker(parent: int, close_fds: tuple[int, ...], shared: Any) -> None:
             time.sleep(0.5)
         os._exit(1)
 
-    threading.Thread(target=watch, daemon=True).start()
+    Job(watch, "mixshard-parent-watch")
 
 
 def start_workers(
