@@ -27,7 +27,14 @@ import numpy as np
 from .core.errors import MixshardError
 from .core.presets import DAVIS17_TRAIN, DAVIS17_VAL
 from .textures.clipreads import ClipFrames
-from .textures.target import FrameWriter, TextureTarget, Upload, physics_upload, raw_model
+from .textures.target import (
+    FrameWriter,
+    TextureTarget,
+    Upload,
+    find_material,
+    physics_upload,
+    raw_model,
+)
 
 DMCVB_SLOWDOWN = 10  # DMC-VB's `_slowdown_video_factor`
 
@@ -121,14 +128,8 @@ def _grid(model: Any, alpha: float | None) -> int | None:
     """The id of material `grid`, whose alpha `ground_plane_alpha` sets (None: untouched)."""
     if alpha is None:
         return None
-    raw = raw_model(model)
-    names = [raw.material(i).name for i in range(raw.nmat)]
-    if "grid" not in names:
-        raise MixshardError(
-            f"the model has no material 'grid' for ground_plane_alpha={alpha} (its materials: "
-            f"{', '.join(repr(n) for n in names) or 'none'}); pass ground_plane_alpha=None"
-        )
-    return names.index("grid")
+    why = f"whose alpha ground_plane_alpha={alpha} sets"
+    return find_material(model, "grid", why, "; pass ground_plane_alpha=None")
 
 
 class _SkyVideoEnv:

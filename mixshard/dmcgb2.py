@@ -27,7 +27,14 @@ from .core.errors import MixshardError
 from .core.presets import select_clips
 from .datasets import pack_folder
 from .textures.clipreads import ClipFrames
-from .textures.target import FrameWriter, TextureTarget, Upload, physics_upload, raw_model
+from .textures.target import (
+    FrameWriter,
+    TextureTarget,
+    Upload,
+    find_material,
+    physics_upload,
+    raw_model,
+)
 
 MODES = ("video_easy", "video_hard", "color_video_easy", "color_video_hard")
 COLORS_AT_LEAST = 100  # DMC-GB2 asserts its colour lists hold at least 100
@@ -286,7 +293,9 @@ class ColorVideoWrapper:
         target = TextureTarget(raw, SCREEN_TEXTURE, self._video_render_size)
         raw.tex_width[SCREEN_TEXTURE], raw.tex_height[SCREEN_TEXTURE] = own
         self._writer = FrameWriter(target, self._upload, 1.0)
-        self._grid = _material(physics.model, "grid") if self._mode == "video_hard" else None
+        self._grid = None
+        if self._mode == "video_hard":
+            self._grid = find_material(physics.model, "grid", "whose alpha video_hard sets to 0")
 
     def reset(self) -> Any:
         """Recolour (colour-video modes: the model rebuilt with the next colours), reset the
@@ -364,18 +373,6 @@ class ColorVideoWrapper:
         if name.startswith("__") or name == "_env":
             raise AttributeError(name)
         return getattr(self._env, name)
-
-
-def _material(model: Any, name: str) -> int:
-    """The id of material `name`."""
-    raw = raw_model(model)
-    names = [raw.material(i).name for i in range(raw.nmat)]
-    if name not in names:
-        raise MixshardError(
-            f"the model has no material {name!r}, whose alpha video_hard sets to 0 (its "
-            f"materials: {', '.join(map(repr, names)) or 'none'})"
-        )
-    return names.index(name)
 
 
 def _videos(mode: str) -> str:

@@ -38,6 +38,21 @@ def texture_names(model: Any) -> list[str]:
     return [raw.texture(i).name for i in range(raw.ntex)]
 
 
+def find_material(model: Any, name: str, why: str, fix: str = "") -> int:
+    """The id of material `name`, which the caller changes `why` (the error says it, then `fix`).
+
+    Raises:
+        MixshardError: the model has no such material (its materials are named).
+    """
+    raw = raw_model(model)
+    names = [raw.material(i).name for i in range(raw.nmat)]
+    if name not in names:
+        raise MixshardError(
+            f"the model has no material {name!r}, {why} (its materials: {_listed(names)}){fix}"
+        )
+    return names.index(name)
+
+
 def find_texture(model: Any, name: str | int | None) -> int:
     """The id of texture `name` (a name, or an id as a benchmark hard-codes it), or of the
     model's first skybox texture when `name` is None.
