@@ -1,11 +1,6 @@
-"""The block cache's files on disk (`blockcache.py`): its folders, opened without following a
-link, the pages a block takes, and holes punched where blocks are dropped.
-
-The cache is `cache_dir/<pack identity>/part-N/` (one part per process, held by an `flock` on
-its `lock` file) with the sparse shard files and a `have/` folder of one empty file per block
-kept. A link planted at any of these (the identity folder, a part, `have`, a file) is refused
-with `planted`'s error: folders are opened with `O_NOFOLLOW | O_DIRECTORY`, files relative to
-their folder's descriptor with `O_NOFOLLOW` (`O_EXCL` when new), so no target is written.
+"""The block cache's files on disk (`blockcache.py`): its part folders (one per process), opened
+without following a link, the pages a block takes, and holes punched where blocks are dropped.
+The layout, and why: docs/design.md, "Which blocks a store's cache keeps".
 """
 
 from __future__ import annotations
@@ -15,6 +10,7 @@ import ctypes
 import errno
 import fcntl
 import os
+import shutil
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -116,16 +112,10 @@ def open_folder(path: Path) -> int:
 
 
 def open_in(folder: int, name: str, flags: int, where: Path) -> int:
-    """Open the regular file `name` in the folder `folder` (a descriptor) without following a
-    link: `O_CREAT` tries `O_EXCL` first (a new file), then opens the one there."""
+    """Open the regular file `name` in the folder `folder` (a descriptor, `where`) without
+    following a link (`O_NOFOLLOW` refuses one even with `O_CREAT`)."""
     try:
-        if flags & os.O_CREAT:
-            try:
-                fd = os.open(name, flags | os.O_EXCL | _NOFOLLOW, 0o644, dir_fd=folder)
-            except FileExistsError:
-                fd = os.open(name, (flags & ~os.O_CREAT) | _NOFOLLOW, dir_fd=folder)
-        else:
-            fd = os.open(name, flags | _NOFOLLOW, dir_fd=folder)
+        fd = os.open(name, flags | _NOFOLLOW, 0o644, dir_fd=folder)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise planted(where / name) from None
@@ -162,8 +152,7 @@ def disk_full(folder: Path, b: int, exc: OSError, used: int, limit: int) -> Mixs
     """The error of a write of block `b` into the part `folder` that found the disk full."""
     cache_dir = folder.parent.parent
     try:
-        disk = os.statvfs(folder)
-        free = f"{disk.f_bavail * disk.f_frsize} bytes"
+        free = f"{shutil.disk_usage(folder).free} bytes"
     except OSError:
         free = "unknown"
     return MixshardError(
