@@ -1,16 +1,9 @@
-"""A bounded local cache of the blocks of a pack on an object store.
-
-A block is fetched with one ranged read (`core/stores.py`), checked against its `sha256` in
-`index.json` before it is kept or served, and written at its offset into a sparse shard file,
-so `PackReader` reads it as a folder's (`storepack.py`); a file `have/<block>` marks it kept
-(one found from an earlier run is hashed again before this process serves it). Fetches run
-ahead of the reader on threads, in the order it will read (`eviction.Schedule`); at the limit,
-the block needed furthest in the future is dropped (its span punched out). A block being read
-is never dropped, and the bytes kept plus those being fetched, counted by the file-system pages
-they touch (`cachefiles.footprint`), never pass the limit.
-
-One process owns a part folder (`part-N`, held with an `flock`), so two processes never drop
-each other's blocks; a later run takes a free part again and finds its blocks there.
+"""A bounded local cache of the blocks of a pack on an object store, in this process's part
+folder (`cachefiles.py`; docs/design.md, "Which blocks a store's cache keeps"). Each block is
+fetched by one checked ranged read (`fetch_block`) on threads ahead of the reader, in the order
+it will read (`eviction.Schedule`); at the limit, the block needed furthest ahead is dropped. A
+block being read is never dropped, and the pages of the blocks kept and being fetched
+(`cachefiles.footprint`) never pass the limit.
 """
 
 from __future__ import annotations
@@ -22,7 +15,7 @@ import itertools
 import os
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -55,8 +48,8 @@ class BlockCache:
         digests: list[str],
         folder: Path,
         limit: int,
-        policy: str = "future",
-        lock_fd: int | None = None,
+        policy: str,
+        lock_fd: int,
     ) -> None:
         self.store, self.shards, self.folder = store, shards, folder
         self.spans, self.digests, self.limit, self.policy = spans, digests, limit, policy
@@ -67,21 +60,16 @@ class BlockCache:
         self.checked = np.zeros(n, bool)  # ... and checked by this process
         self.pins = np.zeros(n, np.int64)
         self._last = np.full(n, -1, np.int64)  # per block, the clock of its last use (-1: never)
-        self.used = 0  # bytes of present blocks and of fetches in flight
         self.fetched_bytes = 0
         self.fetches = 0
-        # bytes fetched per epoch of the read they were fetched for (fetched ahead: of the
-        # use fetched for): what a benchmark counts per epoch, whenever the fetch ran
-        self.fetched_for: dict[int, int] = {}
-        self._for: dict[int, int] = {}  # block being fetched -> epoch of its use
+        self.fetched_for: dict[int, int] = {}  # bytes fetched per epoch of the use fetched for
         self._clock = 0
-        self._inflight: dict[int, tuple[Future, float]] = {}
+        # block being fetched -> (its fetch, when it started, the epoch of the use it is for)
+        self._inflight: dict[int, tuple[Future, float, int]] = {}
         self._cond = locks.Condition()
         self._schedule = eviction.Schedule(None, n)
         self._unknown = eviction.Schedule(None, n)  # what the "lru" policy knows of the future
-        # the reads waiting for their blocks: ticket -> blocks; the oldest one may drop the
-        # blocks of younger ones (so one always gets its blocks, never a livelock)
-        self._holding: dict[int, set[int]] = {}
+        self._holding: dict[int, set[int]] = {}  # ticket -> blocks of each read waiting for them
         self._tickets = itertools.count()
         self._starved: set[int] = set()  # tickets of reads waiting for room
         self.scheduled = False
@@ -96,7 +84,7 @@ class BlockCache:
         except BaseException:
             self._release()
             raise
-        self.used = int(self.sizes[self.present].sum())
+        self.used = int(self.sizes[self.present].sum())  # bytes kept and being fetched
         with self._cond:
             self._make_room(0, demand=True)
         self.peak = self.used  # the most bytes kept and being fetched at once
@@ -104,17 +92,13 @@ class BlockCache:
     def _open_files(self, shards: list[tuple[str, int]], n: int) -> None:
         """Open the part's folders (its files are opened relative to them, never through a
         link), make the sparse shard files, find the blocks an earlier run kept."""
-        self._dir = open_folder(self.folder)
-        self._folders.append(self._dir)
-        self._have = open_folder(self.folder / "have")
-        self._folders.append(self._have)
+        self._folders.append(open_folder(self.folder))
+        self._folders.append(open_folder(self.folder / "have"))
+        self._dir, self._have = self._folders
         for name, size in shards:
-            fd = open_in(self._dir, name, os.O_RDWR | os.O_CREAT, self.folder)
-            try:
+            with self._file(name, os.O_RDWR | os.O_CREAT) as fd:
                 if os.fstat(fd).st_size != size:
                     os.ftruncate(fd, size)
-            finally:
-                os.close(fd)
         for entry in os.listdir(self._have):
             if entry.isdigit() and int(entry) < n:
                 self.present[int(entry)] = True
@@ -128,9 +112,8 @@ class BlockCache:
             self._pump()
 
     def _victim(self, before: int | None, keep: set[int]) -> int | None:
-        """A present, unpinned block not in `keep` to drop (None: none to drop now), by the
-        cache's policy (`eviction.belady_victim`; `"lru"`, for the benchmark's comparison: the
-        same with no future known, which leaves the least recently used)."""
+        """A present block, neither pinned, fetched nor in `keep`, to drop (None: none now):
+        `eviction.belady_victim`, with no future known for `"lru"` (the least recently used)."""
         busy = self.pins > 0
         busy[list(self._inflight)] = True
         future = self._unknown if self.policy == "lru" else self._schedule
@@ -139,13 +122,9 @@ class BlockCache:
     def _make_room(
         self, size: int, demand: bool, before: int | None = None, own: set[int] | None = None
     ) -> bool:
-        """Drop blocks until `size` more bytes fit; False when that cannot be done now.
-
-        Blocks a read waits for stay. Only `own`, the blocks of the oldest read waiting, may
-        take younger reads' blocks, and only when nothing else can go, not even once the reads
-        under way are done (blocks pinned are read locally and let go soon; taking a younger
-        read's blocks makes it fetch them again): never its own (dropping them to fetch each
-        other was a livelock once)."""
+        """Drop blocks until `size` more bytes fit; False when that cannot be done now. Blocks a
+        read waits for stay, but for `own`, the oldest waiting read's: it takes a younger read's
+        (never its own) once nothing else can go and nothing is pinned or fetched."""
         held = set().union(*self._holding.values())
         while self.used + size > self.limit:
             victim = self._victim(None if demand else before, held)
@@ -167,15 +146,20 @@ class BlockCache:
         """Free block `b`'s bytes, and its edge pages where no kept block shares them."""
         lo, hi = self.pages.hole(b, lambda c: bool(self.present[c]) or c in self._inflight)
         if hi > lo:
-            fd = self.open(self.shards[int(self.spans[b, 0])][0], os.O_RDWR)
-            try:
+            with self._file(self.shards[int(self.spans[b, 0])][0], os.O_RDWR) as fd:
                 punch(fd, lo, hi - lo)
-            finally:
-                os.close(fd)
 
     def open(self, name: str, flags: int = os.O_RDONLY) -> int:
         """A descriptor of the cache file of shard `name` (never through a link)."""
         return open_in(self._dir, name, flags, self.folder)
+
+    @contextlib.contextmanager
+    def _file(self, name: str, flags: int) -> Iterator[int]:
+        fd = self.open(name, flags)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
 
     def _pump(self) -> None:
         """Start fetches of the blocks needed next, as far as the limit and the threads allow."""
@@ -195,10 +179,10 @@ class BlockCache:
             self._start(b, t)
 
     def _start(self, b: int, t: int) -> None:
-        self._for[b] = t // eviction.STRIDE
         self.used += int(self.sizes[b])
         self.peak = max(self.peak, self.used)
-        self._inflight[b] = (self._pool.submit(self._fetch, b), time.monotonic())
+        future = self._pool.submit(self._fetch, b)
+        self._inflight[b] = (future, time.monotonic(), t // eviction.STRIDE)
 
     # ------------------------------------------------------------------ fetching
     def _fetch(self, b: int) -> None:
@@ -207,13 +191,10 @@ class BlockCache:
         try:
             data = fetch_block(self.store, name, (start, end), self.digests[b], b)
             try:
-                fd = self.open(name, os.O_WRONLY)
-                try:
+                with self._file(name, os.O_WRONLY) as fd:
                     done = 0  # a short write (a disk filling up) goes on until it raises
                     while done < len(data):
                         done += os.pwrite(fd, memoryview(data)[done:], start + done)
-                finally:
-                    os.close(fd)
                 os.close(
                     open_in(self._have, str(b), os.O_WRONLY | os.O_CREAT, self.folder / "have")
                 )
@@ -225,7 +206,6 @@ class BlockCache:
             with self._cond:
                 self.used -= int(self.sizes[b])
                 self._inflight.pop(b, None)  # a reader waiting has the future: it raises
-                self._for.pop(b, None)
                 with contextlib.suppress(OSError, MixshardError):
                     self._punch(b)  # what a write cut short left
                 self._cond.notify_all()
@@ -234,25 +214,21 @@ class BlockCache:
             self.present[b] = self.checked[b] = True
             self.fetched_bytes += len(data)
             self.fetches += 1
-            epoch = self._for.pop(b, -1)
+            epoch = self._inflight.pop(b)[2]  # still there: `_wait` lets go of done fetches only
             self.fetched_for[epoch] = self.fetched_for.get(epoch, 0) + len(data)
-            self._inflight.pop(b, None)
             self._cond.notify_all()
             self._pump()
 
     def _recheck(self, b: int) -> bool:
         """A block found on disk from an earlier run: its span hashed again."""
         slot, start, end = (int(x) for x in self.spans[b])
-        fd = self.open(self.shards[slot][0], os.O_RDONLY)
-        try:
+        with self._file(self.shards[slot][0], os.O_RDONLY) as fd:
             data = os.pread(fd, end - start, start)
-        finally:
-            os.close(fd)
         return hashlib.sha256(data).hexdigest() == self.digests[b]
 
     def _wait(self, b: int) -> None:
-        """Wait for block `b`'s fetch, under the minimum-rate rule (`remote.py`)."""
-        future, started = self._inflight[b]
+        """Wait for block `b`'s fetch, under the stores' minimum-rate rule (`core/stores.py`)."""
+        future, started, _ = self._inflight[b]
         deadline = started + RATE_GRACE + int(self.sizes[b]) / MIN_RATE
         self._cond.release()
         try:
@@ -350,8 +326,8 @@ def fetch_block(
     store: Store, name: str, span: tuple[int, int], digest: str | None, block: int
 ) -> bytes:
     """Bytes `span` (start, end) of object `name`, the pack's block `block`, in one ranged read
-    checked against `digest` (its sha256; None: its size only) before anyone uses them: what
-    the block cache and `preview` fetch. Raises `ShardError` naming the object, block and fix."""
+    checked against `digest` (its sha256; None: its size only) before anyone uses them (the
+    cache's and `preview`'s fetch). Raises `ShardError` naming the object, block and fix."""
     start, end = span
     data = store.read(name, start, end)
     if len(data) != end - start:
@@ -367,9 +343,7 @@ def fetch_block(
     )
 
 
-def _let_go(pool: ThreadPoolExecutor, lock_fd: int | None, folders: list[int]) -> None:
+def _let_go(pool: ThreadPoolExecutor, lock_fd: int, folders: list[int]) -> None:
     pool.shutdown(wait=False, cancel_futures=True)
-    for fd in folders:
+    for fd in [*folders, lock_fd]:
         os.close(fd)
-    if lock_fd is not None:
-        os.close(lock_fd)
