@@ -1,12 +1,10 @@
 """Which cached block to drop, and what the future holds: pure bookkeeping, no I/O.
 
-The read order is a pure function of (seed, epoch, rank) (`order.py`), so the blocks a reader
-of a store pack will need are known for this epoch and the next: the full cache
-(`blockcache.py`) drops the one whose next use is furthest away (Belady's rule, optimal for a
-known sequence; LRU re-fetches a whole pack each epoch when it holds half of it). Time is a
-use's place in that sequence: `epoch * STRIDE + i` for the `i`-th block read in `epoch`. The
-sequence must be the one the reader follows (`feed_uses`, `feed_batches`), or the rule chooses
-by a wrong future: docs/design.md, "Which blocks a store's cache keeps".
+The read order is a pure function (`order.py`), so the blocks a store pack's reader will read
+are known for this epoch and the next: the full cache (`blockcache.py`) drops the one needed
+furthest ahead (Belady's rule), by the sequence the reader follows (`feed_uses`,
+`feed_batches`): docs/design.md, "Which blocks a store's cache keeps". Time is a use's place in
+that sequence: `epoch * STRIDE + i` for the `i`-th block read in `epoch`.
 """
 
 from __future__ import annotations
@@ -37,10 +35,8 @@ def belady_victim(
     Belady's rule picks the block whose next use is furthest, counted from `before`, the time
     of the use a block is fetched ahead for (None: a read waiting now); ties go to the least
     recently used (`last`), then the lowest number. None when that block cannot go yet: a
-    busy block is used later (let go soon), or, fetching ahead, it is read before `before`.
-    Dropping another one instead, needed sooner, costs a fetch that waiting saves (a cache of
-    a few blocks re-fetched every block it held, each epoch, when reads ahead dropped the
-    blocks the next epoch starts with)."""
+    busy block is used later (let go soon), or, fetching ahead, it or one needed later is read
+    before `before` (to go once read); dropping one needed sooner costs a fetch waiting saves."""
     mine = np.zeros(len(busy), bool)
     mine[list(keep)] = True
     busy = busy & ~mine
@@ -155,14 +151,13 @@ class Schedule:
     def _extend(self, last_epoch: int) -> None:
         if self._uses_of is None:
             return
-        for e in range(self._first, last_epoch + 1):
-            if e not in self._epochs:
-                uses = np.asarray(self._uses_of(e), np.int64)
-                self._epochs[e], self._low[e] = uses, 0
-                for i, b in enumerate(uses.tolist()):
-                    self._pending[b].append(e * STRIDE + i)
-                for b in np.unique(uses).tolist():
-                    self._mirror(b)
+        for e in range(self._first, last_epoch + 1):  # epochs not known yet
+            uses = np.asarray(self._uses_of(e), np.int64)
+            self._epochs[e], self._low[e] = uses, 0
+            for i, b in enumerate(uses.tolist()):
+                self._pending[b].append(e * STRIDE + i)
+            for b in np.unique(uses).tolist():
+                self._mirror(b)
         self._first = max(self._first, last_epoch + 1)
         for e in [e for e in self._epochs if e < self.now // STRIDE - 1]:
             del self._epochs[e], self._low[e]
