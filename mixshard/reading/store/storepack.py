@@ -1,14 +1,8 @@
 """A pack on an object store (`s3://`, `gs://`, `http(s)://`), read as a folder is, through a
-block cache.
-
-`StoreFiles` is the backend a `PackReader` is handed in place of a folder's: its shard files are
-the sparse files of a `BlockCache` (`blockcache.py`) and every read first holds the blocks it
-touches, so the orders, the rank split and `state_dict` resume are the local ones. A block feed
-tells it the blocks it will read (`expect`): the cache fetches ahead and evicts by them.
-
-The cache lives under `cache_dir/<pack identity>/`, a digest of the URL and of `index.json`
-(which holds every block's sha256): a changed pack never meets the old one's bytes. Each
-process opens its own part on its first read, with its share of the byte limit.
+block cache: `StoreFiles`, the backend a `PackReader` is handed in place of a folder's, so the
+orders, the rank split and `state_dict` resume are the local ones. Its shard files are a
+`BlockCache`'s (`blockcache.py`) and every read first holds the blocks it touches; a block
+feed tells it the blocks it will read (`expect`), which the cache fetches ahead and evicts by.
 """
 
 from __future__ import annotations
@@ -70,10 +64,11 @@ def default_limit(need: int, root: Path) -> int:
 
 
 class StoreFiles:
-    """The store pack at `url` as `PackFiles` (see the module), its cache under `cache_dir`
+    """The store pack at `url` as `PackFiles`, its cache under `cache_dir/<pack identity>/`
     taking at most `cache_limit` bytes of file-system pages on disk (split among DataLoader
-    workers). Its damaged files are the cache's, so its errors say to delete the cache folder
-    (its blocks are fetched again), not to verify a pack folder."""
+    workers, each opening its own part on its first read). Its damaged files are the cache's,
+    so its errors say to delete the cache folder (its blocks are fetched again), not to verify
+    a pack folder."""
 
     mappable = False  # a cache file holds only the blocks fetched so far
 
@@ -95,9 +90,7 @@ class StoreFiles:
         # ... and what they take in the cache's files, page by page: the limit that holds them
         self.need = int(footprint(self.spans, page_size(self.root)).sum())
         self.limit = default_limit(self.need, self.root) if cache_limit is None else cache_limit
-        # a cache that cannot keep the whole pack holds a run a block at a time (a run held
-        # whole takes its room at once: 4 blocks were all a small cache kept)
-        self.whole_runs = self.limit >= self.need
+        self.whole_runs = self.fits()  # else a run is held a block at a time (docs/design.md)
         self.cache: BlockCache | None = None
         self._cache_pid = -1
 
