@@ -15,7 +15,7 @@ import itertools
 import os
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -27,7 +27,7 @@ from ...core.stores import STORE_DEADLINE as RATE_GRACE
 from ...core.stores import STORE_MIN_RATE as MIN_RATE
 from ...core.stores import Store
 from . import eviction
-from .cachefiles import Pages, disk_full, footprint, open_folder, open_in, page_size, punch
+from .cachefiles import Pages, closing_fd, disk_full, open_folder, open_in, page_size, punch
 
 FETCH_THREADS = 8  # ranged reads in flight at once
 AHEAD = 256  # uses of the schedule looked at for prefetching
@@ -54,7 +54,7 @@ class BlockCache:
         self.store, self.shards, self.folder = store, shards, folder
         self.spans, self.digests, self.limit, self.policy = spans, digests, limit, policy
         self.pages = Pages(spans, page_size(folder))
-        self.sizes = footprint(spans, self.pages.page)  # what each block costs on disk
+        self.sizes = self.pages.sizes
         n = len(spans)
         self.present = np.zeros(n, bool)  # on disk, in this folder
         self.checked = np.zeros(n, bool)  # ... and checked by this process
@@ -86,7 +86,7 @@ class BlockCache:
             raise
         self.used = int(self.sizes[self.present].sum())  # bytes kept and being fetched
         with self._cond:
-            self._make_room(0, demand=True)
+            self._make_room(0)
         self.peak = self.used  # the most bytes kept and being fetched at once
 
     def _open_files(self, shards: list[tuple[str, int]], n: int) -> None:
@@ -96,7 +96,7 @@ class BlockCache:
         self._folders.append(open_folder(self.folder / "have"))
         self._dir, self._have = self._folders
         for name, size in shards:
-            with self._file(name, os.O_RDWR | os.O_CREAT) as fd:
+            with closing_fd(self.open(name, os.O_RDWR | os.O_CREAT)) as fd:
                 if os.fstat(fd).st_size != size:
                     os.ftruncate(fd, size)
         for entry in os.listdir(self._have):
@@ -119,15 +119,14 @@ class BlockCache:
         future = self._unknown if self.policy == "lru" else self._schedule
         return eviction.belady_victim(future, self.present, busy, keep, self._last, before)
 
-    def _make_room(
-        self, size: int, demand: bool, before: int | None = None, own: set[int] | None = None
-    ) -> bool:
-        """Drop blocks until `size` more bytes fit; False when that cannot be done now. Blocks a
-        read waits for stay, but for `own`, the oldest waiting read's: it takes a younger read's
-        (never its own) once nothing else can go and nothing is pinned or fetched."""
+    def _make_room(self, size: int, before: int | None = None, own: set[int] | None = None) -> bool:
+        """Drop blocks until `size` more bytes fit, for the use at `before` (None: a read now);
+        False when that cannot be done now. Blocks a read waits for stay, but for `own`, the
+        oldest waiting read's: it takes a younger read's (never its own) once nothing else can
+        go and nothing is pinned or fetched."""
         held = set().union(*self._holding.values())
         while self.used + size > self.limit:
-            victim = self._victim(None if demand else before, held)
+            victim = self._victim(before, held)
             if victim is None and own is not None and not self.pins.any() and not self._inflight:
                 victim = self._victim(None, own)
             if victim is None:
@@ -146,20 +145,12 @@ class BlockCache:
         """Free block `b`'s bytes, and its edge pages where no kept block shares them."""
         lo, hi = self.pages.hole(b, lambda c: bool(self.present[c]) or c in self._inflight)
         if hi > lo:
-            with self._file(self.shards[int(self.spans[b, 0])][0], os.O_RDWR) as fd:
+            with closing_fd(self.open(self.shards[int(self.spans[b, 0])][0], os.O_RDWR)) as fd:
                 punch(fd, lo, hi - lo)
 
     def open(self, name: str, flags: int = os.O_RDONLY) -> int:
         """A descriptor of the cache file of shard `name` (never through a link)."""
         return open_in(self._dir, name, flags, self.folder)
-
-    @contextlib.contextmanager
-    def _file(self, name: str, flags: int) -> Iterator[int]:
-        fd = self.open(name, flags)
-        try:
-            yield fd
-        finally:
-            os.close(fd)
 
     def _pump(self) -> None:
         """Start fetches of the blocks needed next, as far as the limit and the threads allow."""
@@ -174,7 +165,7 @@ class BlockCache:
                 continue
             if self.policy == "lru" and self.used + int(self.sizes[b]) > self.limit:
                 return  # LRU drops blocks only for a read that waits (fetched ahead: no room)
-            if not self._make_room(int(self.sizes[b]), demand=False, before=t):
+            if not self._make_room(int(self.sizes[b]), before=t):
                 return  # everything kept is needed sooner than this block
             self._start(b, t)
 
@@ -191,7 +182,7 @@ class BlockCache:
         try:
             data = fetch_block(self.store, name, (start, end), self.digests[b], b)
             try:
-                with self._file(name, os.O_WRONLY) as fd:
+                with closing_fd(self.open(name, os.O_WRONLY)) as fd:
                     done = 0  # a short write (a disk filling up) goes on until it raises
                     while done < len(data):
                         done += os.pwrite(fd, memoryview(data)[done:], start + done)
@@ -222,7 +213,7 @@ class BlockCache:
     def _recheck(self, b: int) -> bool:
         """A block found on disk from an earlier run: its span hashed again."""
         slot, start, end = (int(x) for x in self.spans[b])
-        with self._file(self.shards[slot][0], os.O_RDONLY) as fd:
+        with closing_fd(self.open(self.shards[slot][0], os.O_RDONLY)) as fd:
             data = os.pread(fd, end - start, start)
         return hashlib.sha256(data).hexdigest() == self.digests[b]
 
@@ -276,8 +267,8 @@ class BlockCache:
         it waits for the network."""
         blocks = list(when)
         while True:
-            # only the oldest read drops blocks (any but those being read); younger ones take
-            # free room or wait, so reads never drop each other's blocks in turn
+            # only the oldest read drops blocks; younger ones take free room or wait, so reads
+            # never drop each other's blocks in turn (`_make_room`)
             oldest = ticket == min(self._holding)
             waiting = False
             for b in blocks:
@@ -291,7 +282,7 @@ class BlockCache:
                 if not self.present[b] and b not in self._inflight:
                     size = int(self.sizes[b])
                     room = self.used + size <= self.limit
-                    if self._make_room(size, True, own=set(blocks)) if oldest else room:
+                    if self._make_room(size, own=self._holding[ticket]) if oldest else room:
                         self._start(b, when[b])
                     else:
                         waiting = True

@@ -12,7 +12,7 @@ import fcntl
 import os
 import shutil
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -56,11 +56,12 @@ def footprint(spans: np.ndarray, page: int) -> np.ndarray:
 
 
 class Pages:
-    """The file-system pages of the blocks (`spans` rows `(slot, start, end)`): which bytes
-    dropping a block frees, so that what `footprint` charged for it is given back."""
+    """The file-system pages of the blocks (`spans` rows `(slot, start, end)`): what keeping one
+    costs (`sizes`), and what dropping one frees (`hole`)."""
 
     def __init__(self, spans: np.ndarray, page: int) -> None:
         self.spans, self.page = spans, page
+        self.sizes = footprint(spans, page)  # what keeping each block costs on disk
         self.order = np.lexsort((spans[:, 1], spans[:, 0]))  # file order: shard, then offset
         self.rank = np.empty(len(spans), np.int64)
         self.rank[self.order] = np.arange(len(spans))
@@ -126,6 +127,15 @@ def open_in(folder: int, name: str, flags: int, where: Path) -> int:
     return fd
 
 
+@contextlib.contextmanager
+def closing_fd(fd: int) -> Iterator[int]:
+    """`fd`, closed when the block ends."""
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
 def claim_part(root: Path) -> tuple[Path, int]:
     """A part folder of `root` no other process holds: `(folder, fd of its held lock)`; a link
     at `root`, a part or a file in it raises `planted`'s MixshardError."""
@@ -133,12 +143,8 @@ def claim_part(root: Path) -> tuple[Path, int]:
     os.close(open_folder(root))
     for n in range(1 << 10):
         folder = root / f"part-{n}"
-        part = open_folder(folder)
-        try:
-            os.close(open_folder(folder / "have"))
+        with closing_fd(open_folder(folder)) as part:
             fd = open_in(part, "lock", os.O_RDWR | os.O_CREAT, folder)
-        finally:
-            os.close(part)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

@@ -200,19 +200,17 @@ class Schedule:
             self._extend(t // STRIDE + 1)
         return t
 
-    def _to_come(self, t: int, b: int) -> bool:
-        pending = self._pending[b]
-        return bool(pending) and t >= pending[0]
-
     def upcoming(self) -> Iterator[tuple[int, int]]:
-        """`(time, block)` of the uses still to come, in time order."""
+        """`(time, block)` of the uses still to come, in time order: a use is to come when it is
+        not before its block's next use (`_head`)."""
+        head = self._head
         for e in sorted(self._epochs):
             uses = self._epochs[e]
             i = self._low[e]
-            while i < len(uses) and not self._to_come(e * STRIDE + i, int(uses[i])):
+            while i < len(uses) and e * STRIDE + i < head[uses[i]]:
                 i += 1
             self._low[e] = i
             for j in range(i, len(uses)):
                 t, b = e * STRIDE + j, int(uses[j])
-                if self._to_come(t, b):
+                if t >= head[b]:
                     yield t, b

@@ -46,18 +46,6 @@ def block_spans(manifest: Manifest) -> np.ndarray:
     return np.array(rows, np.int64).reshape(-1, 3)
 
 
-def check_digests(manifest: Manifest, url: str) -> list[str]:
-    """Every block's sha256; a pack made before blocks had one is refused."""
-    digests = [b.sha256 for shard in manifest.shards for b in shard.blocks]
-    if any(d is None for d in digests):
-        raise ManifestError(
-            f"{url}: this pack was made by an older mixshard, whose index.json has no sha256 "
-            "per block, so blocks fetched one by one cannot be checked; repack it (mixshard "
-            "pack SRC OUT) and serve or upload the new pack"
-        )
-    return [str(d) for d in digests]
-
-
 def default_limit(need: int, root: Path) -> int:
     """`need` (the whole pack's blocks on disk), or half the free space there if less."""
     return min(need, shutil.disk_usage(existing(root)).free // 2)
@@ -80,7 +68,14 @@ class StoreFiles:
         cache_limit: int | None,
     ) -> None:
         self.url = url
-        self.digests = check_digests(manifest, url)
+        digests = [b.sha256 for shard in manifest.shards for b in shard.blocks]
+        if any(d is None for d in digests):  # a pack made before blocks had one
+            raise ManifestError(
+                f"{url}: this pack was made by an older mixshard, whose index.json has no sha256 "
+                "per block, so blocks fetched one by one cannot be checked; repack it (mixshard "
+                "pack SRC OUT) and serve or upload the new pack"
+            )
+        self.digests = [str(d) for d in digests]
         identity = hashlib.sha256(url.encode() + b"\n" + manifest.dumps()).hexdigest()[:20]
         self.root = Path(cache_dir or default_cache_dir()) / identity
         self.folder = self.root  # this process's part of it, once opened (`open_cache`)
