@@ -1,9 +1,6 @@
-"""A bounded local cache of the blocks of a pack on an object store, in this process's part
-folder (`cachefiles.py`; docs/design.md, "Which blocks a store's cache keeps"). Each block is
-fetched by one checked ranged read (`fetch_block`) on threads ahead of the reader, in the order
-it will read (`eviction.Schedule`); at the limit, the block needed furthest ahead is dropped. A
-block being read is never dropped, and the pages of the blocks kept and being fetched
-(`cachefiles.footprint`) never pass the limit.
+"""A bounded local cache of the blocks of a pack on an object store, each fetched by one checked
+ranged read (`fetch_block`) ahead of the reader, in the order it will read, and dropped by its
+next use (docs/design.md, "Which blocks a store's cache keeps").
 """
 
 from __future__ import annotations
@@ -36,9 +33,10 @@ _FULL = (errno.ENOSPC, errno.EDQUOT)
 
 class BlockCache:
     """The blocks of one pack (`spans`: per block, `(shard slot, start, end)`; `digests`: the
-    sha256 of each) fetched from `store` into the part `folder`, held by `lock_fd` (both from
-    `claim_part`), keeping at most `limit` bytes on disk (`footprint`); `policy`: `"future"`
-    (Belady) or `"lru"`."""
+    sha256 of each) fetched from `store` on threads into the part `folder`, held by `lock_fd`
+    (both from `claim_part`). At most `limit` bytes of pages are kept or being fetched (`Pages`)
+    and a block being read is never dropped; at the limit the block to go is chosen by `policy`
+    (`"future"`: Belady's rule, `eviction.Schedule`; `"lru"`)."""
 
     def __init__(
         self,
@@ -103,7 +101,6 @@ class BlockCache:
             if entry.isdigit() and int(entry) < n:
                 self.present[int(entry)] = True
 
-    # ------------------------------------------------------------------ scheduling
     def schedule(self, uses_of: Callable[[int], np.ndarray] | None, first: int) -> None:
         """The reader's sequence of block reads from epoch `first` on (`eviction.Schedule`)."""
         with self._cond:
@@ -175,7 +172,6 @@ class BlockCache:
         future = self._pool.submit(self._fetch, b)
         self._inflight[b] = (future, time.monotonic(), t // eviction.STRIDE)
 
-    # ------------------------------------------------------------------ fetching
     def _fetch(self, b: int) -> None:
         slot, start, end = (int(x) for x in self.spans[b])
         name = self.shards[slot][0]
@@ -236,7 +232,6 @@ class BlockCache:
             if self._inflight.get(b, (None,))[0] is future and future.done():
                 del self._inflight[b]
 
-    # ------------------------------------------------------------------ the reader's side
     def hold(self, blocks: list[int]) -> None:
         """Make `blocks` present and checked, and keep them until `release`: fetched now if no
         fetch ahead brought them. Raises the `ShardError` of a failed fetch or check."""

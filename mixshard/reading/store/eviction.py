@@ -1,16 +1,15 @@
 """Which cached block to drop, and what the future holds: pure bookkeeping, no I/O.
 
-The read order is a pure function (`order.py`), so the blocks a store pack's reader will read
-are known for this epoch and the next: the full cache (`blockcache.py`) drops the one needed
-furthest ahead (Belady's rule), by the sequence the reader follows (`feed_uses`,
-`feed_batches`): docs/design.md, "Which blocks a store's cache keeps". Time is a use's place in
-that sequence: `epoch * STRIDE + i` for the `i`-th block read in `epoch`.
+A reader's order is a pure function (`order.py`): the full cache drops the block needed furthest
+ahead in the sequence the reader follows (`feed_uses`, `feed_batches`; docs/design.md, "Which
+blocks a store's cache keeps"). Time is a use's place in it: `epoch * STRIDE + i` for the
+`i`-th block read in `epoch`.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -60,12 +59,9 @@ def belady_victim(
 
 
 def feed_batches(batches: range, per_epoch: int, epoch: int, workers: int = 1) -> range:
-    """The batches of `epoch` (`per_epoch` a rank) that a block feed over `batches` makes.
-
-    A process worker of `workers > 1` in the shuffled block order makes one contiguous part of
-    each epoch, its role's, with a feed per epoch (`roles.py`): its `batches` lie in one epoch
-    with step 1, and for a later epoch this is its role's part of that one, which its next
-    feed will make."""
+    """The batches of `epoch` (`per_epoch` a rank) that a block feed over `batches` makes. A
+    process worker (`workers > 1`) makes its role's part of each epoch, one feed an epoch
+    (`roles.py`): `batches` in one epoch with step 1; for a later epoch, its role's part."""
     lo, hi = epoch * per_epoch, (epoch + 1) * per_epoch
     first_epoch = batches.start // per_epoch
     if workers > 1 and batches.step == 1 and epoch > first_epoch:
@@ -82,29 +78,26 @@ def feed_batches(batches: range, per_epoch: int, epoch: int, workers: int = 1) -
     return range(start, min(hi, batches.stop), batches.step)
 
 
-def feed_uses(
-    sequence: np.ndarray,
-    firsts: Iterable[int],
-    batch_size: int,
-    block_of: Callable[[np.ndarray], np.ndarray],
-    blocks: int,
-    run: int = 1,
-) -> np.ndarray:
-    """The blocks of one epoch in the order a block feed reads them: batch after batch (each
-    batch's images `sequence[first : first + batch_size]`), its blocks not read yet in
-    ascending order, each with the rest of its run (`order.run_of`) that feeds these batches."""
-    parts = [block_of(sequence[f : f + batch_size]) for f in firsts]
+def feed_uses(feed: FeedReads, epoch: int, workers: int = 1) -> np.ndarray:
+    """The blocks a block feed (`feed`, of a process worker of `workers` when more than 1)
+    reads in `epoch`, in the order it reads them: batch after batch (`feed_batches`), its
+    blocks not read yet in ascending order, each with the rest of its run (`order.run_of`)
+    that feeds these batches."""
+    sequence, size = feed.sequence_of(epoch)[0], feed.batch_size
+    ks = feed_batches(feed.batches, feed.per_epoch, epoch, workers)
+    firsts = [order.batch_span(k, feed.per_epoch, feed.rank, size)[1] for k in ks]
+    parts = [feed.block_of(sequence[f : f + size]) for f in firsts]
     if not parts:
         return np.zeros(0, np.int64)
-    ours = np.zeros(blocks, bool)
+    ours = np.zeros(feed.blocks, bool)
     ours[np.concatenate(parts)] = True
-    read = np.zeros(blocks, bool)
+    read = np.zeros(feed.blocks, bool)
     out: list[int] = []
     for part in parts:
         for b in np.unique(part).tolist():
             if read[b]:
                 continue
-            for x in order.run_of(b // run, run, blocks):
+            for x in order.run_of(b // feed.run, feed.run, feed.blocks):
                 if not read[x] and ours[x]:
                     read[x] = True
                     out.append(x)
@@ -112,17 +105,8 @@ def feed_uses(
 
 
 def future_uses(feed: FeedReads, workers: int = 1) -> Callable[[int], np.ndarray]:
-    """`uses_of(epoch)`: the blocks a block feed (`feed`, of a process worker of `workers`
-    when more than 1) reads in `epoch`, in the order it reads them (`feed_uses`)."""
-
-    def uses_of(epoch: int) -> np.ndarray:
-        ks = feed_batches(feed.batches, feed.per_epoch, epoch, workers)
-        size = feed.batch_size
-        firsts = [order.batch_span(k, feed.per_epoch, feed.rank, size)[1] for k in ks]
-        sequence = feed.sequence_of(epoch)[0]
-        return feed_uses(sequence, firsts, size, feed.block_of, feed.blocks, feed.run)
-
-    return uses_of
+    """`uses_of(epoch)`: `feed_uses` of `feed` (of a process worker of `workers`) in `epoch`."""
+    return lambda epoch: feed_uses(feed, epoch, workers)
 
 
 class Schedule:

@@ -1,8 +1,6 @@
-"""A pack on an object store (`s3://`, `gs://`, `http(s)://`), read as a folder is, through a
-block cache: `StoreFiles`, the backend a `PackReader` is handed in place of a folder's, so the
-orders, the rank split and `state_dict` resume are the local ones. Its shard files are a
-`BlockCache`'s (`blockcache.py`) and every read first holds the blocks it touches; a block
-feed tells it the blocks it will read (`expect`), which the cache fetches ahead and evicts by.
+"""A pack on an object store (`s3://`, `gs://`, `http(s)://`), read as a folder is: `StoreFiles`,
+the backend a `PackReader` is handed in place of a folder's, so the orders, the rank split and
+`state_dict` resume are the local ones.
 """
 
 from __future__ import annotations
@@ -52,11 +50,11 @@ def default_limit(need: int, root: Path) -> int:
 
 
 class StoreFiles:
-    """The store pack at `url` as `PackFiles`, its cache under `cache_dir/<pack identity>/`
-    taking at most `cache_limit` bytes of file-system pages on disk (split among DataLoader
-    workers, each opening its own part on its first read). Its damaged files are the cache's,
-    so its errors say to delete the cache folder (its blocks are fetched again), not to verify
-    a pack folder."""
+    """The store pack at `url` as `PackFiles`: its shard files are a `BlockCache`'s under
+    `cache_dir/<pack identity>/`, taking at most `cache_limit` bytes of pages on disk (split
+    among DataLoader workers, each opening its own part on its first read), and every read
+    first holds the blocks it touches. Its damaged files are the cache's, so its errors say to
+    delete the cache folder (its blocks are fetched again), not to verify a pack folder."""
 
     mappable = False  # a cache file holds only the blocks fetched so far
 
