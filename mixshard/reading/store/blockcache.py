@@ -117,10 +117,9 @@ class BlockCache:
         return eviction.belady_victim(future, self.present, busy, keep, self._last, before)
 
     def _make_room(self, size: int, before: int | None = None, own: set[int] | None = None) -> bool:
-        """Drop blocks until `size` more bytes fit, for the use at `before` (None: a read now);
-        False when that cannot be done now. Blocks a read waits for stay, but for `own`, the
-        oldest waiting read's: it takes a younger read's (never its own) once nothing else can
-        go and nothing is pinned or fetched."""
+        """Drop blocks until `size` more bytes fit for the use at `before` (None: a read now);
+        False when that cannot be done now. Blocks reads wait for stay, but the oldest read's
+        (`own`) take a younger read's once nothing else can go and nothing is pinned or fetched."""
         held = set().union(*self._holding.values())
         while self.used + size > self.limit:
             victim = self._victim(before, held)
@@ -262,8 +261,7 @@ class BlockCache:
         it waits for the network."""
         blocks = list(when)
         while True:
-            # only the oldest read drops blocks; younger ones take free room or wait, so reads
-            # never drop each other's blocks in turn (`_make_room`)
+            # only the oldest read drops blocks, so reads never drop each other's in turn
             oldest = ticket == min(self._holding)
             waiting = False
             for b in blocks:

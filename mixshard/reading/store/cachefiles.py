@@ -63,8 +63,7 @@ class Pages:
         self.spans, self.page = spans, page
         self.sizes = footprint(spans, page)  # what keeping each block costs on disk
         self.order = np.lexsort((spans[:, 1], spans[:, 0]))  # file order: shard, then offset
-        self.rank = np.empty(len(spans), np.int64)
-        self.rank[self.order] = np.arange(len(spans))
+        self.rank = np.argsort(self.order)  # block -> its place in file order (the inverse)
 
     def hole(self, b: int, kept: Callable[[int], bool]) -> tuple[int, int]:
         """`(start, end)` to punch when block `b` is dropped: its span, widened to whole pages

@@ -112,11 +112,8 @@ def future_uses(feed: FeedReads, workers: int = 1) -> Callable[[int], np.ndarray
 class Schedule:
     """Follows one reader, from `first_epoch` on, along its known sequence of block reads:
     `uses_of(epoch)`, the blocks it reads in that epoch in order, the first epoch's from where
-    the reader starts (None: nothing is known; every next use is `NEVER`: LRU).
-
-    Reads may come slightly out of order (reader threads): a read takes its block's earliest
-    use still to come. Not thread-safe: its owner holds a lock.
-    """
+    the reader starts (None: nothing is known; every next use is `NEVER`: LRU). Reads may come
+    slightly out of order (reader threads: `take`). Not thread-safe: its owner holds a lock."""
 
     def __init__(
         self, uses_of: Callable[[int], np.ndarray] | None, blocks: int, first_epoch: int = 0
@@ -172,8 +169,8 @@ class Schedule:
         return NEVER
 
     def take(self, b: int) -> int:
-        """Block `b` is being read now: its next use is taken. Returns the use's time (`now`
-        for a read the schedule did not foresee)."""
+        """Block `b` is being read now: its earliest use still to come is taken. Returns the
+        use's time (`now` for a read the schedule did not foresee)."""
         pending = self._pending[b]
         if not pending:
             return self.now  # a read the schedule did not foresee

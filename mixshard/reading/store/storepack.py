@@ -80,8 +80,7 @@ class StoreFiles:
         self.shards = [(s.name, s.bytes) for s in manifest.shards]
         self.spans = block_spans(manifest)
         self.block_bytes = int((self.spans[:, 2] - self.spans[:, 1]).sum())  # of every block
-        # ... and what they take in the cache's files, page by page: the limit that holds them
-        self.need = int(footprint(self.spans, page_size(self.root)).sum())
+        self.need = int(footprint(self.spans, page_size(self.root)).sum())  # ... their pages
         self.limit = default_limit(self.need, self.root) if cache_limit is None else cache_limit
         self.whole_runs = self.fits()  # else a run is held a block at a time (docs/design.md)
         self.cache: BlockCache | None = None
@@ -140,9 +139,8 @@ class StoreFiles:
         return self.cache
 
     def open(self, name: str, fid: FileId) -> int:
-        cache = self.open_cache()
         try:
-            return cache.open(name)  # never through a link
+            return self.open_cache().open(name)  # never through a link
         except OSError as exc:
             path = self.folder / name
             raise ShardError(f"cannot open the cache file {path}: {exc.strerror}") from None
@@ -174,6 +172,4 @@ class StoreFiles:
         return False
 
     def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state["cache"], state["_cache_pid"] = None, -1
-        return state
+        return {**self.__dict__, "cache": None, "_cache_pid": -1}  # each process opens its own
