@@ -1,16 +1,6 @@
-"""A bounded local cache of the blocks of a pack on an object store.
-
-A block is fetched with one ranged read (`core/stores.py`), checked against its `sha256` in
-`index.json` before it is kept or served, and written at its offset into a sparse shard file,
-so `PackReader` reads it as a folder's (`storepack.py`); a file `have/<block>` marks it kept
-(one found from an earlier run is hashed again before this process serves it). Fetches run
-ahead of the reader on threads, in the order it will read (`eviction.Schedule`); at the limit,
-the block needed furthest in the future is dropped (its span punched out). A block being read
-is never dropped, and the bytes kept plus those being fetched, counted by the file-system pages
-they touch (`cachefiles.footprint`), never pass the limit.
-
-One process owns a part folder (`part-N`, held with an `flock`), so two processes never drop
-each other's blocks; a later run takes a free part again and finds its blocks there.
+"""A bounded local cache of the blocks of a pack on an object store, each fetched by one checked
+ranged read (`fetch_block`) ahead of the reader, in the order it will read, and dropped by its
+next use (docs/design.md, "Which blocks a store's cache keeps").
 """
 
 from __future__ import annotations
@@ -34,7 +24,7 @@ from ...core.stores import STORE_DEADLINE as RATE_GRACE
 from ...core.stores import STORE_MIN_RATE as MIN_RATE
 from ...core.stores import Store
 from . import eviction
-from .cachefiles import Pages, disk_full, footprint, open_folder, open_in, page_size, punch
+from .cachefiles import Pages, closing_fd, disk_full, open_folder, open_in, page_size, punch
 
 FETCH_THREADS = 8  # ranged reads in flight at once
 AHEAD = 256  # uses of the schedule looked at for prefetching
@@ -43,9 +33,10 @@ _FULL = (errno.ENOSPC, errno.EDQUOT)
 
 class BlockCache:
     """The blocks of one pack (`spans`: per block, `(shard slot, start, end)`; `digests`: the
-    sha256 of each) fetched from `store` into the part `folder`, held by `lock_fd` (both from
-    `claim_part`), keeping at most `limit` bytes on disk (`footprint`); `policy`: `"future"`
-    (Belady) or `"lru"`."""
+    sha256 of each) fetched from `store` on threads into the part `folder`, held by `lock_fd`
+    (both from `claim_part`). At most `limit` bytes of pages are kept or being fetched (`Pages`)
+    and a block being read is never dropped; at the limit the block to go is chosen by `policy`
+    (`"future"`: Belady's rule, `eviction.Schedule`; `"lru"`)."""
 
     def __init__(
         self,
@@ -55,33 +46,28 @@ class BlockCache:
         digests: list[str],
         folder: Path,
         limit: int,
-        policy: str = "future",
-        lock_fd: int | None = None,
+        policy: str,
+        lock_fd: int,
     ) -> None:
         self.store, self.shards, self.folder = store, shards, folder
         self.spans, self.digests, self.limit, self.policy = spans, digests, limit, policy
         self.pages = Pages(spans, page_size(folder))
-        self.sizes = footprint(spans, self.pages.page)  # what each block costs on disk
+        self.sizes = self.pages.sizes
         n = len(spans)
         self.present = np.zeros(n, bool)  # on disk, in this folder
         self.checked = np.zeros(n, bool)  # ... and checked by this process
         self.pins = np.zeros(n, np.int64)
         self._last = np.full(n, -1, np.int64)  # per block, the clock of its last use (-1: never)
-        self.used = 0  # bytes of present blocks and of fetches in flight
         self.fetched_bytes = 0
         self.fetches = 0
-        # bytes fetched per epoch of the read they were fetched for (fetched ahead: of the
-        # use fetched for): what a benchmark counts per epoch, whenever the fetch ran
-        self.fetched_for: dict[int, int] = {}
-        self._for: dict[int, int] = {}  # block being fetched -> epoch of its use
+        self.fetched_for: dict[int, int] = {}  # bytes fetched per epoch of the use fetched for
         self._clock = 0
-        self._inflight: dict[int, tuple[Future, float]] = {}
+        # block being fetched -> (its fetch, when it started, the epoch of the use it is for)
+        self._inflight: dict[int, tuple[Future, float, int]] = {}
         self._cond = locks.Condition()
         self._schedule = eviction.Schedule(None, n)
         self._unknown = eviction.Schedule(None, n)  # what the "lru" policy knows of the future
-        # the reads waiting for their blocks: ticket -> blocks; the oldest one may drop the
-        # blocks of younger ones (so one always gets its blocks, never a livelock)
-        self._holding: dict[int, set[int]] = {}
+        self._holding: dict[int, set[int]] = {}  # ticket -> blocks of each read waiting for them
         self._tickets = itertools.count()
         self._starved: set[int] = set()  # tickets of reads waiting for room
         self.scheduled = False
@@ -96,30 +82,25 @@ class BlockCache:
         except BaseException:
             self._release()
             raise
-        self.used = int(self.sizes[self.present].sum())
+        self.used = int(self.sizes[self.present].sum())  # bytes kept and being fetched
         with self._cond:
-            self._make_room(0, demand=True)
+            self._make_room(0)
         self.peak = self.used  # the most bytes kept and being fetched at once
 
     def _open_files(self, shards: list[tuple[str, int]], n: int) -> None:
         """Open the part's folders (its files are opened relative to them, never through a
         link), make the sparse shard files, find the blocks an earlier run kept."""
-        self._dir = open_folder(self.folder)
-        self._folders.append(self._dir)
-        self._have = open_folder(self.folder / "have")
-        self._folders.append(self._have)
+        self._folders.append(open_folder(self.folder))
+        self._folders.append(open_folder(self.folder / "have"))
+        self._dir, self._have = self._folders
         for name, size in shards:
-            fd = open_in(self._dir, name, os.O_RDWR | os.O_CREAT, self.folder)
-            try:
+            with closing_fd(self.open(name, os.O_RDWR | os.O_CREAT)) as fd:
                 if os.fstat(fd).st_size != size:
                     os.ftruncate(fd, size)
-            finally:
-                os.close(fd)
         for entry in os.listdir(self._have):
             if entry.isdigit() and int(entry) < n:
                 self.present[int(entry)] = True
 
-    # ------------------------------------------------------------------ scheduling
     def schedule(self, uses_of: Callable[[int], np.ndarray] | None, first: int) -> None:
         """The reader's sequence of block reads from epoch `first` on (`eviction.Schedule`)."""
         with self._cond:
@@ -128,27 +109,20 @@ class BlockCache:
             self._pump()
 
     def _victim(self, before: int | None, keep: set[int]) -> int | None:
-        """A present, unpinned block not in `keep` to drop (None: none to drop now), by the
-        cache's policy (`eviction.belady_victim`; `"lru"`, for the benchmark's comparison: the
-        same with no future known, which leaves the least recently used)."""
+        """A present block, neither pinned, fetched nor in `keep`, to drop (None: none now):
+        `eviction.belady_victim`, with no future known for `"lru"` (the least recently used)."""
         busy = self.pins > 0
         busy[list(self._inflight)] = True
         future = self._unknown if self.policy == "lru" else self._schedule
         return eviction.belady_victim(future, self.present, busy, keep, self._last, before)
 
-    def _make_room(
-        self, size: int, demand: bool, before: int | None = None, own: set[int] | None = None
-    ) -> bool:
-        """Drop blocks until `size` more bytes fit; False when that cannot be done now.
-
-        Blocks a read waits for stay. Only `own`, the blocks of the oldest read waiting, may
-        take younger reads' blocks, and only when nothing else can go, not even once the reads
-        under way are done (blocks pinned are read locally and let go soon; taking a younger
-        read's blocks makes it fetch them again): never its own (dropping them to fetch each
-        other was a livelock once)."""
+    def _make_room(self, size: int, before: int | None = None, own: set[int] | None = None) -> bool:
+        """Drop blocks until `size` more bytes fit for the use at `before` (None: a read now);
+        False when that cannot be done now. Blocks reads wait for stay, but the oldest read's
+        (`own`) take a younger read's once nothing else can go and nothing is pinned or fetched."""
         held = set().union(*self._holding.values())
         while self.used + size > self.limit:
-            victim = self._victim(None if demand else before, held)
+            victim = self._victim(before, held)
             if victim is None and own is not None and not self.pins.any() and not self._inflight:
                 victim = self._victim(None, own)
             if victim is None:
@@ -167,11 +141,8 @@ class BlockCache:
         """Free block `b`'s bytes, and its edge pages where no kept block shares them."""
         lo, hi = self.pages.hole(b, lambda c: bool(self.present[c]) or c in self._inflight)
         if hi > lo:
-            fd = self.open(self.shards[int(self.spans[b, 0])][0], os.O_RDWR)
-            try:
+            with closing_fd(self.open(self.shards[int(self.spans[b, 0])][0], os.O_RDWR)) as fd:
                 punch(fd, lo, hi - lo)
-            finally:
-                os.close(fd)
 
     def open(self, name: str, flags: int = os.O_RDONLY) -> int:
         """A descriptor of the cache file of shard `name` (never through a link)."""
@@ -190,30 +161,26 @@ class BlockCache:
                 continue
             if self.policy == "lru" and self.used + int(self.sizes[b]) > self.limit:
                 return  # LRU drops blocks only for a read that waits (fetched ahead: no room)
-            if not self._make_room(int(self.sizes[b]), demand=False, before=t):
+            if not self._make_room(int(self.sizes[b]), before=t):
                 return  # everything kept is needed sooner than this block
             self._start(b, t)
 
     def _start(self, b: int, t: int) -> None:
-        self._for[b] = t // eviction.STRIDE
         self.used += int(self.sizes[b])
         self.peak = max(self.peak, self.used)
-        self._inflight[b] = (self._pool.submit(self._fetch, b), time.monotonic())
+        future = self._pool.submit(self._fetch, b)
+        self._inflight[b] = (future, time.monotonic(), t // eviction.STRIDE)
 
-    # ------------------------------------------------------------------ fetching
     def _fetch(self, b: int) -> None:
         slot, start, end = (int(x) for x in self.spans[b])
         name = self.shards[slot][0]
         try:
             data = fetch_block(self.store, name, (start, end), self.digests[b], b)
             try:
-                fd = self.open(name, os.O_WRONLY)
-                try:
+                with closing_fd(self.open(name, os.O_WRONLY)) as fd:
                     done = 0  # a short write (a disk filling up) goes on until it raises
                     while done < len(data):
                         done += os.pwrite(fd, memoryview(data)[done:], start + done)
-                finally:
-                    os.close(fd)
                 os.close(
                     open_in(self._have, str(b), os.O_WRONLY | os.O_CREAT, self.folder / "have")
                 )
@@ -225,7 +192,6 @@ class BlockCache:
             with self._cond:
                 self.used -= int(self.sizes[b])
                 self._inflight.pop(b, None)  # a reader waiting has the future: it raises
-                self._for.pop(b, None)
                 with contextlib.suppress(OSError, MixshardError):
                     self._punch(b)  # what a write cut short left
                 self._cond.notify_all()
@@ -234,25 +200,21 @@ class BlockCache:
             self.present[b] = self.checked[b] = True
             self.fetched_bytes += len(data)
             self.fetches += 1
-            epoch = self._for.pop(b, -1)
+            epoch = self._inflight.pop(b)[2]  # still there: `_wait` lets go of done fetches only
             self.fetched_for[epoch] = self.fetched_for.get(epoch, 0) + len(data)
-            self._inflight.pop(b, None)
             self._cond.notify_all()
             self._pump()
 
     def _recheck(self, b: int) -> bool:
         """A block found on disk from an earlier run: its span hashed again."""
         slot, start, end = (int(x) for x in self.spans[b])
-        fd = self.open(self.shards[slot][0], os.O_RDONLY)
-        try:
+        with closing_fd(self.open(self.shards[slot][0], os.O_RDONLY)) as fd:
             data = os.pread(fd, end - start, start)
-        finally:
-            os.close(fd)
         return hashlib.sha256(data).hexdigest() == self.digests[b]
 
     def _wait(self, b: int) -> None:
-        """Wait for block `b`'s fetch, under the minimum-rate rule (`remote.py`)."""
-        future, started = self._inflight[b]
+        """Wait for block `b`'s fetch, under the stores' minimum-rate rule (`core/stores.py`)."""
+        future, started, _ = self._inflight[b]
         deadline = started + RATE_GRACE + int(self.sizes[b]) / MIN_RATE
         self._cond.release()
         try:
@@ -269,7 +231,6 @@ class BlockCache:
             if self._inflight.get(b, (None,))[0] is future and future.done():
                 del self._inflight[b]
 
-    # ------------------------------------------------------------------ the reader's side
     def hold(self, blocks: list[int]) -> None:
         """Make `blocks` present and checked, and keep them until `release`: fetched now if no
         fetch ahead brought them. Raises the `ShardError` of a failed fetch or check."""
@@ -300,8 +261,7 @@ class BlockCache:
         it waits for the network."""
         blocks = list(when)
         while True:
-            # only the oldest read drops blocks (any but those being read); younger ones take
-            # free room or wait, so reads never drop each other's blocks in turn
+            # only the oldest read drops blocks, so reads never drop each other's in turn
             oldest = ticket == min(self._holding)
             waiting = False
             for b in blocks:
@@ -315,7 +275,7 @@ class BlockCache:
                 if not self.present[b] and b not in self._inflight:
                     size = int(self.sizes[b])
                     room = self.used + size <= self.limit
-                    if self._make_room(size, True, own=set(blocks)) if oldest else room:
+                    if self._make_room(size, own=self._holding[ticket]) if oldest else room:
                         self._start(b, when[b])
                     else:
                         waiting = True
@@ -350,8 +310,8 @@ def fetch_block(
     store: Store, name: str, span: tuple[int, int], digest: str | None, block: int
 ) -> bytes:
     """Bytes `span` (start, end) of object `name`, the pack's block `block`, in one ranged read
-    checked against `digest` (its sha256; None: its size only) before anyone uses them: what
-    the block cache and `preview` fetch. Raises `ShardError` naming the object, block and fix."""
+    checked against `digest` (its sha256; None: its size only) before anyone uses them (the
+    cache's and `preview`'s fetch). Raises `ShardError` naming the object, block and fix."""
     start, end = span
     data = store.read(name, start, end)
     if len(data) != end - start:
@@ -367,9 +327,7 @@ def fetch_block(
     )
 
 
-def _let_go(pool: ThreadPoolExecutor, lock_fd: int | None, folders: list[int]) -> None:
+def _let_go(pool: ThreadPoolExecutor, lock_fd: int, folders: list[int]) -> None:
     pool.shutdown(wait=False, cancel_futures=True)
-    for fd in folders:
+    for fd in [*folders, lock_fd]:
         os.close(fd)
-    if lock_fd is not None:
-        os.close(lock_fd)

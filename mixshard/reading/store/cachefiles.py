@@ -1,11 +1,6 @@
-"""The block cache's files on disk (`blockcache.py`): its folders, opened without following a
-link, the pages a block takes, and holes punched where blocks are dropped.
-
-The cache is `cache_dir/<pack identity>/part-N/` (one part per process, held by an `flock` on
-its `lock` file) with the sparse shard files and a `have/` folder of one empty file per block
-kept. A link planted at any of these (the identity folder, a part, `have`, a file) is refused
-with `planted`'s error: folders are opened with `O_NOFOLLOW | O_DIRECTORY`, files relative to
-their folder's descriptor with `O_NOFOLLOW` (`O_EXCL` when new), so no target is written.
+"""The block cache's files on disk (`blockcache.py`): its part folders (one per process), opened
+without following a link, the pages a block takes, and holes punched where blocks are dropped.
+The layout, and why: docs/design.md, "Which blocks a store's cache keeps".
 """
 
 from __future__ import annotations
@@ -15,8 +10,9 @@ import ctypes
 import errno
 import fcntl
 import os
+import shutil
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -60,14 +56,14 @@ def footprint(spans: np.ndarray, page: int) -> np.ndarray:
 
 
 class Pages:
-    """The file-system pages of the blocks (`spans` rows `(slot, start, end)`): which bytes
-    dropping a block frees, so that what `footprint` charged for it is given back."""
+    """The file-system pages of the blocks (`spans` rows `(slot, start, end)`): what keeping one
+    costs (`sizes`), and what dropping one frees (`hole`)."""
 
     def __init__(self, spans: np.ndarray, page: int) -> None:
         self.spans, self.page = spans, page
+        self.sizes = footprint(spans, page)  # what keeping each block costs on disk
         self.order = np.lexsort((spans[:, 1], spans[:, 0]))  # file order: shard, then offset
-        self.rank = np.empty(len(spans), np.int64)
-        self.rank[self.order] = np.arange(len(spans))
+        self.rank = np.argsort(self.order)  # block -> its place in file order (the inverse)
 
     def hole(self, b: int, kept: Callable[[int], bool]) -> tuple[int, int]:
         """`(start, end)` to punch when block `b` is dropped: its span, widened to whole pages
@@ -116,16 +112,10 @@ def open_folder(path: Path) -> int:
 
 
 def open_in(folder: int, name: str, flags: int, where: Path) -> int:
-    """Open the regular file `name` in the folder `folder` (a descriptor) without following a
-    link: `O_CREAT` tries `O_EXCL` first (a new file), then opens the one there."""
+    """Open the regular file `name` in the folder `folder` (a descriptor, `where`) without
+    following a link (`O_NOFOLLOW` refuses one even with `O_CREAT`)."""
     try:
-        if flags & os.O_CREAT:
-            try:
-                fd = os.open(name, flags | os.O_EXCL | _NOFOLLOW, 0o644, dir_fd=folder)
-            except FileExistsError:
-                fd = os.open(name, (flags & ~os.O_CREAT) | _NOFOLLOW, dir_fd=folder)
-        else:
-            fd = os.open(name, flags | _NOFOLLOW, dir_fd=folder)
+        fd = os.open(name, flags | _NOFOLLOW, 0o644, dir_fd=folder)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise planted(where / name) from None
@@ -136,6 +126,15 @@ def open_in(folder: int, name: str, flags: int, where: Path) -> int:
     return fd
 
 
+@contextlib.contextmanager
+def closing_fd(fd: int) -> Iterator[int]:
+    """`fd`, closed when the block ends."""
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
 def claim_part(root: Path) -> tuple[Path, int]:
     """A part folder of `root` no other process holds: `(folder, fd of its held lock)`; a link
     at `root`, a part or a file in it raises `planted`'s MixshardError."""
@@ -143,12 +142,8 @@ def claim_part(root: Path) -> tuple[Path, int]:
     os.close(open_folder(root))
     for n in range(1 << 10):
         folder = root / f"part-{n}"
-        part = open_folder(folder)
-        try:
-            os.close(open_folder(folder / "have"))
+        with closing_fd(open_folder(folder)) as part:
             fd = open_in(part, "lock", os.O_RDWR | os.O_CREAT, folder)
-        finally:
-            os.close(part)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -162,8 +157,7 @@ def disk_full(folder: Path, b: int, exc: OSError, used: int, limit: int) -> Mixs
     """The error of a write of block `b` into the part `folder` that found the disk full."""
     cache_dir = folder.parent.parent
     try:
-        disk = os.statvfs(folder)
-        free = f"{disk.f_bavail * disk.f_frsize} bytes"
+        free = f"{shutil.disk_usage(folder).free} bytes"
     except OSError:
         free = "unknown"
     return MixshardError(

@@ -1,18 +1,15 @@
 """Which cached block to drop, and what the future holds: pure bookkeeping, no I/O.
 
-The read order is a pure function of (seed, epoch, rank) (`order.py`), so the blocks a reader
-of a store pack will need are known for this epoch and the next: the full cache
-(`blockcache.py`) drops the one whose next use is furthest away (Belady's rule, optimal for a
-known sequence; LRU re-fetches a whole pack each epoch when it holds half of it). Time is a
-use's place in that sequence: `epoch * STRIDE + i` for the `i`-th block read in `epoch`. The
-sequence must be the one the reader follows (`feed_uses`, `feed_batches`), or the rule chooses
-by a wrong future: docs/design.md, "Which blocks a store's cache keeps".
+A reader's order is a pure function (`order.py`): the full cache drops the block needed furthest
+ahead in the sequence the reader follows (`feed_uses`, `feed_batches`; docs/design.md, "Which
+blocks a store's cache keeps"). Time is a use's place in it: `epoch * STRIDE + i` for the
+`i`-th block read in `epoch`.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -37,10 +34,8 @@ def belady_victim(
     Belady's rule picks the block whose next use is furthest, counted from `before`, the time
     of the use a block is fetched ahead for (None: a read waiting now); ties go to the least
     recently used (`last`), then the lowest number. None when that block cannot go yet: a
-    busy block is used later (let go soon), or, fetching ahead, it is read before `before`.
-    Dropping another one instead, needed sooner, costs a fetch that waiting saves (a cache of
-    a few blocks re-fetched every block it held, each epoch, when reads ahead dropped the
-    blocks the next epoch starts with)."""
+    busy block is used later (let go soon), or, fetching ahead, it or one needed later is read
+    before `before` (to go once read); dropping one needed sooner costs a fetch waiting saves."""
     mine = np.zeros(len(busy), bool)
     mine[list(keep)] = True
     busy = busy & ~mine
@@ -64,12 +59,9 @@ def belady_victim(
 
 
 def feed_batches(batches: range, per_epoch: int, epoch: int, workers: int = 1) -> range:
-    """The batches of `epoch` (`per_epoch` a rank) that a block feed over `batches` makes.
-
-    A process worker of `workers > 1` in the shuffled block order makes one contiguous part of
-    each epoch, its role's, with a feed per epoch (`roles.py`): its `batches` lie in one epoch
-    with step 1, and for a later epoch this is its role's part of that one, which its next
-    feed will make."""
+    """The batches of `epoch` (`per_epoch` a rank) that a block feed over `batches` makes. A
+    process worker (`workers > 1`) makes its role's part of each epoch, one feed an epoch
+    (`roles.py`): `batches` in one epoch with step 1; for a later epoch, its role's part."""
     lo, hi = epoch * per_epoch, (epoch + 1) * per_epoch
     first_epoch = batches.start // per_epoch
     if workers > 1 and batches.step == 1 and epoch > first_epoch:
@@ -86,29 +78,26 @@ def feed_batches(batches: range, per_epoch: int, epoch: int, workers: int = 1) -
     return range(start, min(hi, batches.stop), batches.step)
 
 
-def feed_uses(
-    sequence: np.ndarray,
-    firsts: Iterable[int],
-    batch_size: int,
-    block_of: Callable[[np.ndarray], np.ndarray],
-    blocks: int,
-    run: int = 1,
-) -> np.ndarray:
-    """The blocks of one epoch in the order a block feed reads them: batch after batch (each
-    batch's images `sequence[first : first + batch_size]`), its blocks not read yet in
-    ascending order, each with the rest of its run (`order.run_of`) that feeds these batches."""
-    parts = [block_of(sequence[f : f + batch_size]) for f in firsts]
+def feed_uses(feed: FeedReads, epoch: int, workers: int = 1) -> np.ndarray:
+    """The blocks a block feed (`feed`, of a process worker of `workers` when more than 1)
+    reads in `epoch`, in the order it reads them: batch after batch (`feed_batches`), its
+    blocks not read yet in ascending order, each with the rest of its run (`order.run_of`)
+    that feeds these batches."""
+    sequence, size = feed.sequence_of(epoch)[0], feed.batch_size
+    ks = feed_batches(feed.batches, feed.per_epoch, epoch, workers)
+    firsts = [order.batch_span(k, feed.per_epoch, feed.rank, size)[1] for k in ks]
+    parts = [feed.block_of(sequence[f : f + size]) for f in firsts]
     if not parts:
         return np.zeros(0, np.int64)
-    ours = np.zeros(blocks, bool)
+    ours = np.zeros(feed.blocks, bool)
     ours[np.concatenate(parts)] = True
-    read = np.zeros(blocks, bool)
+    read = np.zeros(feed.blocks, bool)
     out: list[int] = []
     for part in parts:
         for b in np.unique(part).tolist():
             if read[b]:
                 continue
-            for x in order.run_of(b // run, run, blocks):
+            for x in order.run_of(b // feed.run, feed.run, feed.blocks):
                 if not read[x] and ours[x]:
                     read[x] = True
                     out.append(x)
@@ -116,27 +105,15 @@ def feed_uses(
 
 
 def future_uses(feed: FeedReads, workers: int = 1) -> Callable[[int], np.ndarray]:
-    """`uses_of(epoch)`: the blocks a block feed (`feed`, of a process worker of `workers`
-    when more than 1) reads in `epoch`, in the order it reads them (`feed_uses`)."""
-
-    def uses_of(epoch: int) -> np.ndarray:
-        ks = feed_batches(feed.batches, feed.per_epoch, epoch, workers)
-        size = feed.batch_size
-        firsts = [order.batch_span(k, feed.per_epoch, feed.rank, size)[1] for k in ks]
-        sequence = feed.sequence_of(epoch)[0]
-        return feed_uses(sequence, firsts, size, feed.block_of, feed.blocks, feed.run)
-
-    return uses_of
+    """`uses_of(epoch)`: `feed_uses` of `feed` (of a process worker of `workers`) in `epoch`."""
+    return lambda epoch: feed_uses(feed, epoch, workers)
 
 
 class Schedule:
     """Follows one reader, from `first_epoch` on, along its known sequence of block reads:
     `uses_of(epoch)`, the blocks it reads in that epoch in order, the first epoch's from where
-    the reader starts (None: nothing is known; every next use is `NEVER`: LRU).
-
-    Reads may come slightly out of order (reader threads): a read takes its block's earliest
-    use still to come. Not thread-safe: its owner holds a lock.
-    """
+    the reader starts (None: nothing is known; every next use is `NEVER`: LRU). Reads may come
+    slightly out of order (reader threads: `take`). Not thread-safe: its owner holds a lock."""
 
     def __init__(
         self, uses_of: Callable[[int], np.ndarray] | None, blocks: int, first_epoch: int = 0
@@ -155,14 +132,13 @@ class Schedule:
     def _extend(self, last_epoch: int) -> None:
         if self._uses_of is None:
             return
-        for e in range(self._first, last_epoch + 1):
-            if e not in self._epochs:
-                uses = np.asarray(self._uses_of(e), np.int64)
-                self._epochs[e], self._low[e] = uses, 0
-                for i, b in enumerate(uses.tolist()):
-                    self._pending[b].append(e * STRIDE + i)
-                for b in np.unique(uses).tolist():
-                    self._mirror(b)
+        for e in range(self._first, last_epoch + 1):  # epochs not known yet
+            uses = np.asarray(self._uses_of(e), np.int64)
+            self._epochs[e], self._low[e] = uses, 0
+            for i, b in enumerate(uses.tolist()):
+                self._pending[b].append(e * STRIDE + i)
+            for b in np.unique(uses).tolist():
+                self._mirror(b)
         self._first = max(self._first, last_epoch + 1)
         for e in [e for e in self._epochs if e < self.now // STRIDE - 1]:
             del self._epochs[e], self._low[e]
@@ -193,8 +169,8 @@ class Schedule:
         return NEVER
 
     def take(self, b: int) -> int:
-        """Block `b` is being read now: its next use is taken. Returns the use's time (`now`
-        for a read the schedule did not foresee)."""
+        """Block `b` is being read now: its earliest use still to come is taken. Returns the
+        use's time (`now` for a read the schedule did not foresee)."""
         pending = self._pending[b]
         if not pending:
             return self.now  # a read the schedule did not foresee
@@ -205,19 +181,17 @@ class Schedule:
             self._extend(t // STRIDE + 1)
         return t
 
-    def _to_come(self, t: int, b: int) -> bool:
-        pending = self._pending[b]
-        return bool(pending) and t >= pending[0]
-
     def upcoming(self) -> Iterator[tuple[int, int]]:
-        """`(time, block)` of the uses still to come, in time order."""
+        """`(time, block)` of the uses still to come, in time order: a use is to come when it is
+        not before its block's next use (`_head`)."""
+        head = self._head
         for e in sorted(self._epochs):
             uses = self._epochs[e]
             i = self._low[e]
-            while i < len(uses) and not self._to_come(e * STRIDE + i, int(uses[i])):
+            while i < len(uses) and e * STRIDE + i < head[uses[i]]:
                 i += 1
             self._low[e] = i
             for j in range(i, len(uses)):
                 t, b = e * STRIDE + j, int(uses[j])
-                if self._to_come(t, b):
+                if t >= head[b]:
                     yield t, b

@@ -1,14 +1,6 @@
-"""A pack on an object store (`s3://`, `gs://`, `http(s)://`), read as a folder is, through a
-block cache.
-
-`StoreFiles` is the backend a `PackReader` is handed in place of a folder's: its shard files are
-the sparse files of a `BlockCache` (`blockcache.py`) and every read first holds the blocks it
-touches, so the orders, the rank split and `state_dict` resume are the local ones. A block feed
-tells it the blocks it will read (`expect`): the cache fetches ahead and evicts by them.
-
-The cache lives under `cache_dir/<pack identity>/`, a digest of the URL and of `index.json`
-(which holds every block's sha256): a changed pack never meets the old one's bytes. Each
-process opens its own part on its first read, with its share of the byte limit.
+"""A pack on an object store (`s3://`, `gs://`, `http(s)://`), read as a folder is: `StoreFiles`,
+the backend a `PackReader` is handed in place of a folder's, so the orders, the rank split and
+`state_dict` resume are the local ones.
 """
 
 from __future__ import annotations
@@ -52,28 +44,17 @@ def block_spans(manifest: Manifest) -> np.ndarray:
     return np.array(rows, np.int64).reshape(-1, 3)
 
 
-def check_digests(manifest: Manifest, url: str) -> list[str]:
-    """Every block's sha256; a pack made before blocks had one is refused."""
-    digests = [b.sha256 for shard in manifest.shards for b in shard.blocks]
-    if any(d is None for d in digests):
-        raise ManifestError(
-            f"{url}: this pack was made by an older mixshard, whose index.json has no sha256 "
-            "per block, so blocks fetched one by one cannot be checked; repack it (mixshard "
-            "pack SRC OUT) and serve or upload the new pack"
-        )
-    return [str(d) for d in digests]
-
-
 def default_limit(need: int, root: Path) -> int:
     """`need` (the whole pack's blocks on disk), or half the free space there if less."""
     return min(need, shutil.disk_usage(existing(root)).free // 2)
 
 
 class StoreFiles:
-    """The store pack at `url` as `PackFiles` (see the module), its cache under `cache_dir`
-    taking at most `cache_limit` bytes of file-system pages on disk (split among DataLoader
-    workers). Its damaged files are the cache's, so its errors say to delete the cache folder
-    (its blocks are fetched again), not to verify a pack folder."""
+    """The store pack at `url` as `PackFiles`: its shard files are a `BlockCache`'s under
+    `cache_dir/<pack identity>/`, taking at most `cache_limit` bytes of pages on disk (split
+    among DataLoader workers, each opening its own part on its first read), and every read
+    first holds the blocks it touches. Its damaged files are the cache's, so its errors say to
+    delete the cache folder (its blocks are fetched again), not to verify a pack folder."""
 
     mappable = False  # a cache file holds only the blocks fetched so far
 
@@ -85,19 +66,23 @@ class StoreFiles:
         cache_limit: int | None,
     ) -> None:
         self.url = url
-        self.digests = check_digests(manifest, url)
+        digests = [b.sha256 for shard in manifest.shards for b in shard.blocks]
+        if any(d is None for d in digests):  # a pack made before blocks had one
+            raise ManifestError(
+                f"{url}: this pack was made by an older mixshard, whose index.json has no sha256 "
+                "per block, so blocks fetched one by one cannot be checked; repack it (mixshard "
+                "pack SRC OUT) and serve or upload the new pack"
+            )
+        self.digests = [str(d) for d in digests]
         identity = hashlib.sha256(url.encode() + b"\n" + manifest.dumps()).hexdigest()[:20]
         self.root = Path(cache_dir or default_cache_dir()) / identity
         self.folder = self.root  # this process's part of it, once opened (`open_cache`)
         self.shards = [(s.name, s.bytes) for s in manifest.shards]
         self.spans = block_spans(manifest)
         self.block_bytes = int((self.spans[:, 2] - self.spans[:, 1]).sum())  # of every block
-        # ... and what they take in the cache's files, page by page: the limit that holds them
-        self.need = int(footprint(self.spans, page_size(self.root)).sum())
+        self.need = int(footprint(self.spans, page_size(self.root)).sum())  # ... their pages
         self.limit = default_limit(self.need, self.root) if cache_limit is None else cache_limit
-        # a cache that cannot keep the whole pack holds a run a block at a time (a run held
-        # whole takes its room at once: 4 blocks were all a small cache kept)
-        self.whole_runs = self.limit >= self.need
+        self.whole_runs = self.fits()  # else a run is held a block at a time (docs/design.md)
         self.cache: BlockCache | None = None
         self._cache_pid = -1
 
@@ -154,9 +139,8 @@ class StoreFiles:
         return self.cache
 
     def open(self, name: str, fid: FileId) -> int:
-        cache = self.open_cache()
         try:
-            return cache.open(name)  # never through a link
+            return self.open_cache().open(name)  # never through a link
         except OSError as exc:
             path = self.folder / name
             raise ShardError(f"cannot open the cache file {path}: {exc.strerror}") from None
@@ -188,6 +172,4 @@ class StoreFiles:
         return False
 
     def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state["cache"], state["_cache_pid"] = None, -1
-        return state
+        return {**self.__dict__, "cache": None, "_cache_pid": -1}  # each process opens its own
