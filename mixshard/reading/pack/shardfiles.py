@@ -264,22 +264,21 @@ class FolderFiles:
 
     def open(self, name: str, fid: FileId) -> int:
         fd = self._open_path(self.folder / name, at_open=False)
-        if not fid.matches(os.fstat(fd)):
+        try:
+            self.check_same(name, fd, fid)
+        except ShardError:
             os.close(fd)
-            raise self.changed(name)
+            raise
         return fd
-
-    def changed(self, name: str) -> ShardError:
-        # A new pack written over this one may reuse the inode numbers: say both causes.
-        return ShardError(
-            f"shard {self.folder / name} changed after the pack was opened (a new pack written "
-            f"over it, or the file copied over or truncated); open the pack again (and run "
-            f"`mixshard verify {self.folder}` unless a new pack was written)"
-        )
 
     def check_same(self, name: str, fd: int, fid: FileId) -> None:
         if not fid.matches(os.fstat(fd)):
-            raise self.changed(name)
+            # A new pack written over this one may reuse the inode numbers: say both causes.
+            raise ShardError(
+                f"shard {self.folder / name} changed after the pack was opened (a new pack "
+                f"written over it, or the file copied over or truncated); open the pack again "
+                f"(and run `mixshard verify {self.folder}` unless a new pack was written)"
+            )
 
     def unreadable(self, name: str, exc: OSError) -> ShardError:
         return ShardError(f"cannot read shard {self.folder / name}: {exc.strerror}")
