@@ -3,18 +3,16 @@ one call, `read_rows`).
 
 A batch of the global order is one image from each of 256 random places: read with `pread`,
 the kernel does per-page work for every image; out of a mapping it is one memcpy per image in
-user space (`_mapped.c`), in the batch's order (docs/benchmarks.md has the figures).
+user space (`_mapped.c`), in the batch's order. A shard truncated or copied over while mapped
+(or a disk error paging it in) raises SIGBUS on the access: `_mapped.copy_rows` catches the
+fault and the reader raises `ShardError` naming the shard, as a short `pread` does; a shard
+rewritten in place is found by the identity check after each batch. Where the extension was
+not built, nothing is mapped.
 
-A mapping is only safe because of how the copy is made: a shard truncated or copied over while
-mapped (or a disk error paging it in) raises SIGBUS on the access, which would end the process;
-`_mapped.copy_rows` catches that fault and the reader raises `ShardError` naming the shard, as
-a short `pread` does. A shard rewritten in place is noticed by the identity check after each
-batch (`PackReader._check_same`). Where the extension was not built, nothing is mapped.
-
-A pack is mapped whole or not at all, when the read plan says (`plan.py`: in the page cache and
-within half the available memory; a fault on a page not in the cache reads it synchronously,
-one at a time, where `pread`s queue hundreds at once). Mappings share the page cache's pages:
-they add no memory, though the pages a process has touched count in its RSS.
+A pack is mapped whole or not at all, when the read plan says (`plan.py`: in the page cache,
+as a fault reads a missing page synchronously, one at a time, and within half the available
+memory). Mappings share the page cache's pages: they add no memory, though the pages a process
+has touched count in its RSS.
 """
 
 from __future__ import annotations
@@ -193,15 +191,8 @@ class ShardMaps:
         failed under item `j` (truncated, or a page that could not be read); the items before
         `j` are copied."""
         assert _mapped is not None  # only shards mapped by `map_all` are copied from
-        return _mapped.copy_rows(
-            out,
-            np.ascontiguousarray(rows, np.int64),
-            np.ascontiguousarray(slots, np.int64),
-            np.ascontiguousarray(offsets, np.int64),
-            self._bases,
-            self._lengths,
-            size,
-        )
+        rows, slots, offsets = (np.ascontiguousarray(a, np.int64) for a in (rows, slots, offsets))
+        return _mapped.copy_rows(out, rows, slots, offsets, self._bases, self._lengths, size)
 
     def close(self) -> None:
         """Unmap every shard, once no copy holds them."""
