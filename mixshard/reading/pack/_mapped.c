@@ -1,9 +1,5 @@
-/* Rows copied out of memory-mapped shards, safe against the file changing underneath.
- *
- * The global order gathers single images from a pack in the page cache. Through a mapping of
- * each shard that is a user-space memcpy per image; through pread the kernel does per-page work
- * for every image (about twice the CPU per byte, measured in docs/benchmarks.md). A mapping has
- * one danger: a shard truncated (or copied over) while mapped makes any access past its new end
+/* Rows copied out of memory-mapped shards (mapped.py says why), safe against the file changing
+ * underneath: a shard truncated (or copied over) while mapped makes any access past its new end
  * raise SIGBUS, whose default action ends the process, and so does an I/O error paging a block
  * in. Here such a fault interrupts the copy instead: `copy_rows` reports the row it stopped at
  * and the caller raises an error naming the shard.
@@ -131,17 +127,9 @@ static inline void store_uncached(uint8_t *to, const uint8_t *from, size_t n) {
     memcpy(to, from, n);
 }
 
-static inline void stores_done(void) {
-#if defined(__SSE2__)
-    _mm_sfence();
-#endif
-}
-
 /* A row copied while its next row (or NULL) is asked into the L2 cache, chunk by chunk: a row
  * starts at a random place of the pack, where the hardware prefetcher, which stops at page
- * ends, would leave each page's first lines to a miss. With the stores uncached, the warm
- * loader made 1.29-1.33x the batches a second of plain memcpy in one process, 1.14-1.20x with
- * 2 worker threads (prefetch alone: 0.93-0.96x; alternated in one process, 424 MB pack). A
+ * ends, would leave each page's first lines to a miss (docs/design.md has the figures). A
  * prefetch never faults: a page past a truncated end is skipped, not read. */
 #define PREFETCH_CHUNK 2048
 static inline void copy_prefetching(uint8_t *to, const uint8_t *from, const uint8_t *next,
@@ -212,7 +200,9 @@ static PyObject *copy_rows(PyObject *self, PyObject *args) {
     } else {
         status = 2; /* the handler cleared the guard */
     }
-    stores_done();
+#if defined(__SSE2__)
+    _mm_sfence(); /* the streaming stores done */
+#endif
     leave_copy();
     Py_END_ALLOW_THREADS
     result = Py_BuildValue("in", (int)status, (ssz)i);
