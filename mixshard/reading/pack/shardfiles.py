@@ -70,18 +70,6 @@ def stored_bytes(fd: int, size: int, need: int) -> int:
     return data
 
 
-def too_many_files(path: Path) -> MixshardError:
-    """The error for a shard that could not be opened for want of descriptors: nothing is
-    wrong with the pack (not a `ShardError`: `on_error="skip"` must not leave it out)."""
-    soft = _open_files_limit()
-    limit = "a limit" if soft is None else "no limit" if soft < 0 else f"at most {soft}"
-    return MixshardError(
-        f"cannot open shard {path}: too many open files (this process may hold {limit}, "
-        f"`ulimit -n`; the pack itself is fine); raise the limit (e.g. `ulimit -n 65536` "
-        f"before starting) or use fewer workers"
-    )
-
-
 def warn_bad(what: str, message: str) -> None:
     """The one warning `on_error="skip"` gives per bad shard or block (and never a sleep)."""
     warnings.warn(f"mixshard: skipping a bad {what}: {message}", RuntimeWarning, stacklevel=3)
@@ -230,8 +218,14 @@ class FolderFiles:
         try:
             return open_regular(path)
         except OSError as exc:
-            if exc.errno in (errno.EMFILE, errno.ENFILE):
-                raise too_many_files(path) from None
+            if exc.errno in (errno.EMFILE, errno.ENFILE):  # the pack is fine: not a `ShardError`,
+                soft = _open_files_limit()  # which `on_error="skip"` would leave out
+                limit = "a limit" if soft is None else "no limit" if soft < 0 else f"at most {soft}"
+                raise MixshardError(
+                    f"cannot open shard {path}: too many open files (this process may hold "
+                    f"{limit}, `ulimit -n`; the pack itself is fine); raise the limit (e.g. "
+                    f"`ulimit -n 65536` before starting) or use fewer workers"
+                ) from None
             if at_open:
                 why = "missing" if isinstance(exc, FileNotFoundError) else exc.strerror
                 raise ShardError(f"shard {path} is {why}; {self.fix()}") from None
@@ -326,7 +320,12 @@ class OpenShards:
         try:
             for k, slot in enumerate(slots):
                 if entries[k] is None:
-                    entries[k] = self._add(slot, opener(slot))
+                    fd = opener(slot)
+                    with self._lock:
+                        entry = entries[k] = self._fds.setdefault(slot, [fd, 0])
+                        if entry[0] != fd:  # another thread opened it meanwhile: use that one
+                            os.close(fd)
+                        entry[1] += 1
             yield [e[0] for e in entries]  # type: ignore[index]
         finally:
             with self._lock:
@@ -336,16 +335,6 @@ class OpenShards:
                 excess = len(self._fds) - MAX_OPEN_SHARDS
                 if excess > 0:
                     self._close_idle(excess)
-
-    def _add(self, slot: int, fd: int) -> list[int]:
-        with self._lock:
-            entry = self._fds.get(slot)
-            if entry is not None:  # another thread opened it meanwhile: use that one
-                os.close(fd)
-                entry[1] += 1
-                return entry
-            entry = self._fds[slot] = [fd, 1]
-            return entry
 
     def _close_idle(self, most: int) -> None:
         """Close at most `most` descriptors nobody holds, least recently used first (locked)."""
