@@ -38,32 +38,26 @@ class RunLayout:
     @classmethod
     def of(cls, offsets: list[int], counts: list[int], size: int) -> RunLayout:
         """The layout for blocks of `counts` images of side `size` at `offsets` (one shard)."""
-        image_bytes = 3 * size * size
         segments: list[tuple[str, int, int]] = []
         heads, labels = [], []
         at = 0  # scratch used so far
         pos = start = offsets[0] - layout.images_header_len(counts[0], size)
-        junk = 0
         for j, (offset, count) in enumerate(zip(offsets, counts)):
-            hlen = layout.images_header_len(count, size)
+            hlen, llen = layout.images_header_len(count, size), layout.labels_header_len(count)
+            images, loff = count * 3 * size * size, layout.labels_offset_for(offset, count, size)
             if offset - hlen < pos:
                 raise ValueError(f"block offsets overlap or decrease at block {j}")
             if offset - hlen > pos:
                 segments.append(("junk", j, offset - hlen - pos))
-                junk = max(junk, offset - hlen - pos)
-            llen = layout.labels_header_len(count)
-            loff = layout.labels_offset_for(offset, count, size)
             segments.append(("head", j, hlen))
-            heads.append((at, hlen))
-            at += hlen
-            segments.append(("images", j, count * image_bytes))
-            gap = loff - llen - (offset + count * image_bytes)
-            segments.append(("junk", j, gap))
-            junk = max(junk, gap)
+            segments.append(("images", j, images))
+            segments.append(("junk", j, loff - llen - (offset + images)))
             segments.append(("labels", j, llen + 4 * count))
-            labels.append((at, llen + 4 * count))
-            at += llen + 4 * count
+            heads.append((at, hlen))
+            labels.append((at + hlen, llen + 4 * count))
+            at += hlen + llen + 4 * count
             pos = loff + 4 * count
+        junk = max(n for kind, _, n in segments if kind == "junk")
         return cls(start, pos - start, tuple(heads), tuple(labels), at + junk, at, tuple(segments))
 
     def iov(self, addresses: list[np.ndarray], scratch: int, image_bytes: int) -> np.ndarray:
