@@ -83,12 +83,13 @@ def map_file(fd: int, length: int) -> int | None:
     return int(address)
 
 
-def _unmap(regions: dict[int, tuple[int, int]]) -> None:
-    """Unmap every `(address, length)` in `regions` (and forget them)."""
-    while regions:
-        _, (address, length) = regions.popitem()
+def _unmap(bases: np.ndarray, lengths: np.ndarray) -> None:
+    """Unmap every mapping of `bases` (addresses, 0: none) of `lengths` bytes (and forget them)."""
+    for slot in np.flatnonzero(bases).tolist():
         if _munmap is not None:
-            _munmap(address, length)
+            _munmap(int(bases[slot]), int(lengths[slot]))
+    bases[:] = 0
+    lengths[:] = 0
 
 
 def resident(open_shard: Callable[[int], int], sizes: list[int], share: float) -> bool:
@@ -120,12 +121,11 @@ class ShardMaps:
     none."""
 
     def __init__(self, shards: int) -> None:
-        self._regions: dict[int, tuple[int, int]] = {}  # slot -> (address, length)
+        self._bases = np.zeros(shards, np.uint64)  # address of each mapping (0: none)
+        self._lengths = np.zeros(shards, np.int64)
         # collected: unmapped. Not at exit, where a daemon reader may still copy out of them
         # (the process's end unmaps them anyway).
-        weakref.finalize(self, _unmap, self._regions).atexit = False
-        self._bases = np.zeros(shards, np.uint64)  # address of each mapping
-        self._lengths = np.zeros(shards, np.int64)
+        weakref.finalize(self, _unmap, self._bases, self._lengths).atexit = False
         self._all = False
         self._users = 0  # copies holding the mappings
         self._cond = locks.Condition()
@@ -147,7 +147,6 @@ class ShardMaps:
         with self._cond:
             if self._all:
                 return True
-            regions: dict[int, tuple[int, int]] = {}
             try:
                 for slot, size in enumerate(sizes):
                     fd = open_shard(slot)
@@ -157,14 +156,11 @@ class ShardMaps:
                         os.close(fd)
                     if address is None:
                         return False
-                    regions[slot] = (address, size)
+                    self._bases[slot], self._lengths[slot] = address, size
+                self._all = True
             finally:
-                if len(regions) < len(sizes):
-                    _unmap(regions)
-            self._regions.update(regions)
-            for slot, (address, size) in regions.items():
-                self._bases[slot], self._lengths[slot] = address, size
-            self._all = True
+                if not self._all:
+                    _unmap(self._bases, self._lengths)
         return True
 
     @contextlib.contextmanager
@@ -200,7 +196,5 @@ class ShardMaps:
         with self._cond:
             while self._users:
                 self._cond.wait()
-            _unmap(self._regions)
-            self._bases[:] = 0
-            self._lengths[:] = 0
+            _unmap(self._bases, self._lengths)
             self._all = False
