@@ -1,12 +1,9 @@
 """The layout of one read of consecutive blocks of a shard: which bytes of the span go where.
 
-A cold pack is read fastest in large sequential requests. The block order keeps runs of
-consecutive blocks together (`order.block_sequence(run=...)`), and a run is read with one
-scattered `preadv` over the whole span from its first block's `.npy` header to its last block's
-labels: each image to the row it takes in a batch, each block's images header and labels into
-scratch memory (checked there on a block's first read: no separate small reads), and the tar
-headers, padding and keys between them into one junk area. Pure arithmetic on the manifest's
-offsets; no I/O here.
+A run of the block order is read with one scattered `preadv` over its whole span (a cold disk
+serves large requests fastest; docs/design.md): each image to its row in a batch, each block's
+`.npy` headers and labels into scratch memory, where they are checked, and the tar headers,
+padding and keys between them into one junk area. Pure arithmetic on the manifest's offsets.
 """
 
 from __future__ import annotations
@@ -65,14 +62,12 @@ class RunLayout:
         `addresses[j]` (one address each), the rest into the scratch memory at `scratch`."""
         rows: list[np.ndarray] = []
         for kind, j, n in self.segments:
-            if n == 0:
-                continue
             if kind == "images":
                 part = np.empty((len(addresses[j]), 2), np.uint64)
                 part[:, 0], part[:, 1] = addresses[j], image_bytes
                 rows.append(part)
-                continue
-            where = {"head": self.heads, "labels": self.labels}.get(kind)
-            at = self.junk_at if where is None else where[j][0]
-            rows.append(np.array([[scratch + at, n]], np.uint64))
+            elif n:
+                where = {"head": self.heads, "labels": self.labels}.get(kind)
+                at = self.junk_at if where is None else where[j][0]
+                rows.append(np.array([[scratch + at, n]], np.uint64))
         return np.concatenate(rows)
