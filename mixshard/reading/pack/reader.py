@@ -1,6 +1,5 @@
 """`PackReader`: a pack read by byte offset (torch-free) through a backend that opens its shard
-files (`shardfiles.PackFiles`: a folder's `FolderFiles`, or a store's block cache,
-`storepack.StoreFiles`).
+files (`shardfiles.PackFiles`: a folder's, or a store's block cache).
 
 Images are read straight into the caller's memory: one `pread` each or copied out of mappings
 of every shard (`mapped.py`, surviving a shard truncated under it), or runs of whole blocks
@@ -259,11 +258,7 @@ class PackReader:
         self, slot: int, blocks: list[int], iov: np.ndarray, start: int, length: int, drop: bool
     ) -> None:
         """One scattered read of `length` bytes of shard `slot` from `start` (blocks `blocks`
-        held in a store's cache meanwhile), then dropped from the page cache if `drop`.
-
-        Raises:
-            ShardError: unreadable, short (truncated) or changed under the read.
-        """
+        held in a store's cache meanwhile), then dropped from the page cache if `drop`."""
         with self.files.held(blocks), self._files.held([slot], self._open_checked) as (fd,):
             try:
                 got = read_iov(fd, iov, start)
