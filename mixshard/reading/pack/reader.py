@@ -166,15 +166,13 @@ class PackReader:
         return not self.bad[b]
 
     def _read_heads(self, b: int) -> tuple[np.ndarray, np.ndarray]:
-        slot, count = int(self.block_shard[b]), int(self.block_count[b])
-        size, offset = self.manifest.size, int(self.block_offset[b])
-        hlen = layout.images_header_len(count, size)
-        loff = layout.labels_offset_for(offset, count, size)
-        llen = layout.labels_header_len(count)
-        head, raw = np.empty(hlen, np.uint8), np.empty(llen + 4 * count, np.uint8)
+        """Block `b`'s images header and labels: the first and last bytes of its run's span."""
+        slot, offset = int(self.block_shard[b]), int(self.block_offset[b])
+        run = RunLayout.of([offset], [int(self.block_count[b])], self.manifest.size)
+        head, raw = np.empty(run.heads[0][1], np.uint8), np.empty(run.labels[0][1], np.uint8)
         with self.files.held([b]), self._files.held([slot], self._open_checked) as (fd,):
-            self._pread(slot, fd, head.data, offset - hlen)
-            self._pread(slot, fd, raw.data, loff - llen)
+            self._pread(slot, fd, head.data, run.start)
+            self._pread(slot, fd, raw.data, run.start + run.length - len(raw))
         return head, raw
 
     def _judge(self, b: int, head: np.ndarray, raw: np.ndarray) -> None:
