@@ -1,8 +1,6 @@
-"""A pack's shard files: what `PackReader` reads them through (`PackFiles`, a protocol with two
-implementations side by side: a folder's `FolderFiles` here, a store's block cache in
-`storepack.StoreFiles`), what identifies one, how a folder's is opened, checked and named in
-errors, and the descriptors kept open (`OpenShards`: opened on first use, at most
-`MAX_OPEN_SHARDS` once nobody holds them)."""
+"""A pack's shard files: what `PackReader` reads them through (`PackFiles`: a folder's
+`FolderFiles` here, a store's block cache in `storepack.StoreFiles`), what identifies one
+(`FileId`), and the descriptors kept open (`OpenShards`)."""
 
 from __future__ import annotations
 
@@ -289,7 +287,6 @@ class FolderFiles:
         """What a block feed will read (a store's cache fetches and evicts by it)."""
 
     def warm(self, files: list[tuple[Path, int]], stop: threading.Event) -> bool:
-        """Read the shard files into the page cache (`warming.py`); True once all are in."""
         return hasattr(os, "posix_fadvise") and warm_files(files, stop)
 
 
