@@ -211,16 +211,16 @@ class PackReader:
             raise ValueError("a run of blocks must lie in one shard")
         if len(blocks) > 1 and not self.files.whole_runs:  # a block at a time
             return [self.scatter_run([b], [a], drop_cache)[0] for b, a in zip(blocks, addresses)]
-        layout = RunLayout.of(
+        run = RunLayout.of(
             self.block_offset[blocks].tolist(),
             self.block_count[blocks].tolist(),
             self.manifest.size,
         )
-        scratch = np.empty(layout.scratch_bytes, np.uint8)
-        iov = layout.iov(addresses, scratch.ctypes.data, self.manifest.image_bytes)
-        self._read_span(slot, blocks, iov, layout.start, layout.length, drop_cache)
+        scratch = np.empty(run.scratch_bytes, np.uint8)
+        iov = run.iov(addresses, scratch.ctypes.data, self.manifest.image_bytes)
+        self._read_span(slot, blocks, iov, run.start, run.length, drop_cache)
         results: list[bool | ShardError] = []
-        for b, (h, hn), (lo, ln) in zip(blocks, layout.heads, layout.labels):
+        for b, (h, hn), (lo, ln) in zip(blocks, run.heads, run.labels):
             try:
                 results.append(self._check_block(b, (scratch[h : h + hn], scratch[lo : lo + ln])))
             except ShardError as exc:
