@@ -157,8 +157,8 @@ class PackReader:
     # ------------------------------------------------------------------ blocks
     def _check_block(self, b: int, found: tuple[np.ndarray, np.ndarray] | None = None) -> bool:
         """First read of block `b`: check its images `.npy` header and labels `.npy` (header
-        and data), `found` by a run's read or else read here, and keep its labels. Returns
-        False when the block is bad and skipped (`on_error="skip"`: one warning)."""
+        and data), `found` by a run's read or else read here, and keep its labels. A bad block
+        raises `ShardError`, or with `on_error="skip"` is warned of once and returns False."""
         if not self._checked[b]:
             with self._check_locks[b % CHECK_LOCKS]:  # two reader threads: one check, one warning
                 if not self._checked[b]:
