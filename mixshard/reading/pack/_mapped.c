@@ -1,9 +1,5 @@
-/* Rows copied out of memory-mapped shards, safe against the file changing underneath.
- *
- * The global order gathers single images from a pack in the page cache. Through a mapping of
- * each shard that is a user-space memcpy per image; through pread the kernel does per-page work
- * for every image (about twice the CPU per byte, measured in docs/benchmarks.md). A mapping has
- * one danger: a shard truncated (or copied over) while mapped makes any access past its new end
+/* Rows copied out of memory-mapped shards (mapped.py says why), safe against the file changing
+ * underneath: a shard truncated (or copied over) while mapped makes any access past its new end
  * raise SIGBUS, whose default action ends the process, and so does an I/O error paging a block
  * in. Here such a fault interrupts the copy instead: `copy_rows` reports the row it stopped at
  * and the caller raises an error naming the shard.
@@ -111,9 +107,8 @@ static inline const uint8_t *row_at(int64_t m, int64_t at, const uint64_t *bases
 }
 
 /* n bytes from `from` to `to`, stored past the caches where the CPU can (SSE2 streaming
- * stores; a fence ends the copy): a batch is read batches later by its consumer or a device
- * copy, after 5 MB more of copies have gone through the caches, so a cached store only reads
- * the line first and then evicts a line of the pack about to be read. */
+ * stores; a fence ends the copy): a batch is read batches later (docs/design.md), so a cached
+ * store would only read the line first and then evict a line of the pack about to be read. */
 static inline void store_uncached(uint8_t *to, const uint8_t *from, size_t n) {
 #if defined(__SSE2__)
     for (; n > 0 && ((uintptr_t)to & 15); n--) *to++ = *from++;
@@ -131,17 +126,9 @@ static inline void store_uncached(uint8_t *to, const uint8_t *from, size_t n) {
     memcpy(to, from, n);
 }
 
-static inline void stores_done(void) {
-#if defined(__SSE2__)
-    _mm_sfence();
-#endif
-}
-
 /* A row copied while its next row (or NULL) is asked into the L2 cache, chunk by chunk: a row
  * starts at a random place of the pack, where the hardware prefetcher, which stops at page
- * ends, would leave each page's first lines to a miss. With the stores uncached, the warm
- * loader made 1.29-1.33x the batches a second of plain memcpy in one process, 1.14-1.20x with
- * 2 worker threads (prefetch alone: 0.93-0.96x; alternated in one process, 424 MB pack). A
+ * ends, would leave each page's first lines to a miss (docs/design.md has the figures). A
  * prefetch never faults: a page past a truncated end is skipped, not read. */
 #define PREFETCH_CHUNK 2048
 static inline void copy_prefetching(uint8_t *to, const uint8_t *from, const uint8_t *next,
@@ -154,13 +141,10 @@ static inline void copy_prefetching(uint8_t *to, const uint8_t *from, const uint
     }
 }
 
-/* copy_rows(out, rows, maps, offsets, bases, lengths, row_bytes) -> (status, item)
- *
- * For each item i: row_bytes bytes at offsets[i] of mapping maps[i] (address bases[m], its
- * first lengths[m] bytes mapped) into row rows[i] of out. status 0: all copied (item = n);
- * 1: item i lies past the end of its mapping (not copied); 2: a fault (SIGBUS) copying item i.
- * Items before i are copied. Arrays: rows, maps, offsets int64 (n); bases uint64, lengths int64
- * (one per mapping); out writable and C-contiguous. The GIL is released while copying.
+/* copy_rows(out, rows, maps, offsets, bases, lengths, row_bytes) -> (status, item), as
+ * mapped.ShardMaps.copy says (status 2: SIGBUS), where mapping m is at address bases[m], its
+ * first lengths[m] bytes mapped. Arrays: rows, maps, offsets int64 (n); bases uint64, lengths
+ * int64 (one per mapping); out writable and C-contiguous. The GIL is released while copying.
  */
 static PyObject *copy_rows(PyObject *self, PyObject *args) {
     PyObject *objs[6];
@@ -212,7 +196,9 @@ static PyObject *copy_rows(PyObject *self, PyObject *args) {
     } else {
         status = 2; /* the handler cleared the guard */
     }
-    stores_done();
+#if defined(__SSE2__)
+    _mm_sfence(); /* the streaming stores done */
+#endif
     leave_copy();
     Py_END_ALLOW_THREADS
     result = Py_BuildValue("in", (int)status, (ssz)i);
@@ -221,13 +207,9 @@ done:
     return result;
 }
 
-/* read_rows(out, rows, fds, offsets, row_bytes) -> (status, item)
- *
- * For each item i: pread of row_bytes bytes at offsets[i] of descriptor fds[i] into row rows[i]
- * of out, all with the GIL released (one call a batch, as a batch of mapped copies is: the
- * reader threads' reads overlap, and no Python object is made per image). status 0: all read
- * (item = n); 1: item i ended short, 3: its pread failed (the caller reads it again to name
- * the error). Items before i are read. Arrays: rows, fds, offsets int64 (n).
+/* read_rows(out, rows, fds, offsets, row_bytes) -> (status, item), as mapped.read_rows says
+ * (a pread each, all with the GIL released): status 0: all read (item = n); 1: item i ended
+ * short, 3: its pread failed. Items before i are read. Arrays: rows, fds, offsets int64 (n).
  */
 static PyObject *read_rows(PyObject *self, PyObject *args) {
     PyObject *objs[4];

@@ -1,12 +1,9 @@
 """The layout of one read of consecutive blocks of a shard: which bytes of the span go where.
 
-A cold pack is read fastest in large sequential requests. The block order keeps runs of
-consecutive blocks together (`order.block_sequence(run=...)`), and a run is read with one
-scattered `preadv` over the whole span from its first block's `.npy` header to its last block's
-labels: each image to the row it takes in a batch, each block's images header and labels into
-scratch memory (checked there on a block's first read: no separate small reads), and the tar
-headers, padding and keys between them into one junk area. Pure arithmetic on the manifest's
-offsets; no I/O here.
+A run of the block order is read with one scattered `preadv` over its whole span (a cold disk
+serves large requests fastest; docs/design.md): each image to its row in a batch, each block's
+`.npy` headers and labels into scratch memory, where they are checked, and the tar headers,
+padding and keys between them into one junk area. Pure arithmetic on the manifest's offsets.
 """
 
 from __future__ import annotations
@@ -38,32 +35,26 @@ class RunLayout:
     @classmethod
     def of(cls, offsets: list[int], counts: list[int], size: int) -> RunLayout:
         """The layout for blocks of `counts` images of side `size` at `offsets` (one shard)."""
-        image_bytes = 3 * size * size
         segments: list[tuple[str, int, int]] = []
         heads, labels = [], []
         at = 0  # scratch used so far
         pos = start = offsets[0] - layout.images_header_len(counts[0], size)
-        junk = 0
         for j, (offset, count) in enumerate(zip(offsets, counts)):
-            hlen = layout.images_header_len(count, size)
+            hlen, llen = layout.images_header_len(count, size), layout.labels_header_len(count)
+            images, loff = count * 3 * size * size, layout.labels_offset_for(offset, count, size)
             if offset - hlen < pos:
                 raise ValueError(f"block offsets overlap or decrease at block {j}")
             if offset - hlen > pos:
                 segments.append(("junk", j, offset - hlen - pos))
-                junk = max(junk, offset - hlen - pos)
-            llen = layout.labels_header_len(count)
-            loff = layout.labels_offset_for(offset, count, size)
             segments.append(("head", j, hlen))
-            heads.append((at, hlen))
-            at += hlen
-            segments.append(("images", j, count * image_bytes))
-            gap = loff - llen - (offset + count * image_bytes)
-            segments.append(("junk", j, gap))
-            junk = max(junk, gap)
+            segments.append(("images", j, images))
+            segments.append(("junk", j, loff - llen - (offset + images)))
             segments.append(("labels", j, llen + 4 * count))
-            labels.append((at, llen + 4 * count))
-            at += llen + 4 * count
+            heads.append((at, hlen))
+            labels.append((at + hlen, llen + 4 * count))
+            at += hlen + llen + 4 * count
             pos = loff + 4 * count
+        junk = max(n for kind, _, n in segments if kind == "junk")
         return cls(start, pos - start, tuple(heads), tuple(labels), at + junk, at, tuple(segments))
 
     def iov(self, addresses: list[np.ndarray], scratch: int, image_bytes: int) -> np.ndarray:
@@ -71,14 +62,12 @@ class RunLayout:
         `addresses[j]` (one address each), the rest into the scratch memory at `scratch`."""
         rows: list[np.ndarray] = []
         for kind, j, n in self.segments:
-            if n == 0:
-                continue
             if kind == "images":
                 part = np.empty((len(addresses[j]), 2), np.uint64)
                 part[:, 0], part[:, 1] = addresses[j], image_bytes
                 rows.append(part)
-                continue
-            where = {"head": self.heads, "labels": self.labels}.get(kind)
-            at = self.junk_at if where is None else where[j][0]
-            rows.append(np.array([[scratch + at, n]], np.uint64))
+            elif n:
+                where = {"head": self.heads, "labels": self.labels}.get(kind)
+                at = self.junk_at if where is None else where[j][0]
+                rows.append(np.array([[scratch + at, n]], np.uint64))
         return np.concatenate(rows)

@@ -3,18 +3,16 @@ one call, `read_rows`).
 
 A batch of the global order is one image from each of 256 random places: read with `pread`,
 the kernel does per-page work for every image; out of a mapping it is one memcpy per image in
-user space (`_mapped.c`), in the batch's order (docs/benchmarks.md has the figures).
+user space (`_mapped.c`), in the batch's order. A shard truncated or copied over while mapped
+(or a disk error paging it in) raises SIGBUS on the access: `_mapped.copy_rows` catches the
+fault and the reader raises `ShardError` naming the shard, as a short `pread` does; a shard
+rewritten in place is found by the identity check after each batch. Where the extension was
+not built, nothing is mapped.
 
-A mapping is only safe because of how the copy is made: a shard truncated or copied over while
-mapped (or a disk error paging it in) raises SIGBUS on the access, which would end the process;
-`_mapped.copy_rows` catches that fault and the reader raises `ShardError` naming the shard, as
-a short `pread` does. A shard rewritten in place is noticed by the identity check after each
-batch (`PackReader._check_same`). Where the extension was not built, nothing is mapped.
-
-A pack is mapped whole or not at all, when the read plan says (`plan.py`: in the page cache and
-within half the available memory; a fault on a page not in the cache reads it synchronously,
-one at a time, where `pread`s queue hundreds at once). Mappings share the page cache's pages:
-they add no memory, though the pages a process has touched count in its RSS.
+A pack is mapped whole or not at all, when the read plan says (`plan.py`: in the page cache,
+as a fault reads a missing page synchronously, one at a time, and within half the available
+memory). Mappings share the page cache's pages: they add no memory, though the pages a process
+has touched count in its RSS.
 """
 
 from __future__ import annotations
@@ -85,12 +83,13 @@ def map_file(fd: int, length: int) -> int | None:
     return int(address)
 
 
-def _unmap(regions: dict[int, tuple[int, int]]) -> None:
-    """Unmap every `(address, length)` in `regions` (and forget them)."""
-    while regions:
-        _, (address, length) = regions.popitem()
+def _unmap(bases: np.ndarray, lengths: np.ndarray) -> None:
+    """Unmap every mapping of `bases` (addresses, 0: none) of `lengths` bytes (and forget them)."""
+    for slot in np.flatnonzero(bases).tolist():
         if _munmap is not None:
-            _munmap(address, length)
+            _munmap(int(bases[slot]), int(lengths[slot]))
+    bases[:] = 0
+    lengths[:] = 0
 
 
 def resident(open_shard: Callable[[int], int], sizes: list[int], share: float) -> bool:
@@ -122,12 +121,11 @@ class ShardMaps:
     none."""
 
     def __init__(self, shards: int) -> None:
-        self._regions: dict[int, tuple[int, int]] = {}  # slot -> (address, length)
+        self._bases = np.zeros(shards, np.uint64)  # address of each mapping (0: none)
+        self._lengths = np.zeros(shards, np.int64)
         # collected: unmapped. Not at exit, where a daemon reader may still copy out of them
         # (the process's end unmaps them anyway).
-        weakref.finalize(self, _unmap, self._regions).atexit = False
-        self._bases = np.zeros(shards, np.uint64)  # address of each mapping
-        self._lengths = np.zeros(shards, np.int64)
+        weakref.finalize(self, _unmap, self._bases, self._lengths).atexit = False
         self._all = False
         self._users = 0  # copies holding the mappings
         self._cond = locks.Condition()
@@ -149,7 +147,6 @@ class ShardMaps:
         with self._cond:
             if self._all:
                 return True
-            regions: dict[int, tuple[int, int]] = {}
             try:
                 for slot, size in enumerate(sizes):
                     fd = open_shard(slot)
@@ -159,14 +156,11 @@ class ShardMaps:
                         os.close(fd)
                     if address is None:
                         return False
-                    regions[slot] = (address, size)
+                    self._bases[slot], self._lengths[slot] = address, size
+                self._all = True
             finally:
-                if len(regions) < len(sizes):
-                    _unmap(regions)
-            self._regions.update(regions)
-            for slot, (address, size) in regions.items():
-                self._bases[slot], self._lengths[slot] = address, size
-            self._all = True
+                if not self._all:
+                    _unmap(self._bases, self._lengths)
         return True
 
     @contextlib.contextmanager
@@ -193,15 +187,8 @@ class ShardMaps:
         failed under item `j` (truncated, or a page that could not be read); the items before
         `j` are copied."""
         assert _mapped is not None  # only shards mapped by `map_all` are copied from
-        return _mapped.copy_rows(
-            out,
-            np.ascontiguousarray(rows, np.int64),
-            np.ascontiguousarray(slots, np.int64),
-            np.ascontiguousarray(offsets, np.int64),
-            self._bases,
-            self._lengths,
-            size,
-        )
+        rows, slots, offsets = (np.ascontiguousarray(a, np.int64) for a in (rows, slots, offsets))
+        return _mapped.copy_rows(out, rows, slots, offsets, self._bases, self._lengths, size)
 
     def close(self) -> None:
         """Unmap every shard, once no copy holds them."""
@@ -209,7 +196,5 @@ class ShardMaps:
         with self._cond:
             while self._users:
                 self._cond.wait()
-            _unmap(self._regions)
-            self._bases[:] = 0
-            self._lengths[:] = 0
+            _unmap(self._bases, self._lengths)
             self._all = False

@@ -40,16 +40,13 @@ def read_iov(fd: int, iov: np.ndarray, offset: int) -> int:
     Raises:
         OSError: the read failed.
     """
-    if _PREADV is None:  # no libc preadv to call: Python buffers over the same addresses
-        views = [(ctypes.c_char * int(n)).from_address(int(a)) for a, n in iov.tolist()]
-        return _python_preadv(fd, views, offset)
     done = 0
     for lo in range(0, len(iov), IOV_MAX):
         part = iov[lo : lo + IOV_MAX]
         want = int(part[:, 1].sum())
         got = _call(fd, part, offset + done)
-        if 0 < got < want:  # cut short (a signal): the rest record by record
-            got += _rest(fd, part, got, offset + done + got)
+        if 0 < got < want and _PREADV is not None:  # cut short (a signal): the rest by record
+            got += _python_preadv(fd, _rest(part, got), offset + done + got)
         done += got
         if got < want:  # the end of the file
             break
@@ -57,6 +54,8 @@ def read_iov(fd: int, iov: np.ndarray, offset: int) -> int:
 
 
 def _call(fd: int, iov: np.ndarray, offset: int) -> int:
+    if _PREADV is None:  # no libc preadv to call: Python buffers over the same addresses
+        return _python_preadv(fd, iov, offset)
     while True:
         got = _PREADV(fd, iov.ctypes.data, len(iov), offset)
         if got >= 0:
@@ -66,24 +65,17 @@ def _call(fd: int, iov: np.ndarray, offset: int) -> int:
             raise OSError(code, os.strerror(code))
 
 
-def _rest(fd: int, iov: np.ndarray, skip: int, offset: int) -> int:
-    """What a `preadv` into `iov` left unread after its first `skip` bytes."""
+def _rest(iov: np.ndarray, skip: int) -> np.ndarray:
+    """The rows of `iov` still to fill after its first `skip` bytes."""
     ends = np.cumsum(iov[:, 1].astype(np.int64))
     first = int(np.searchsorted(ends, skip, side="right"))
-    into = skip - (int(ends[first - 1]) if first else 0)
-    rows = iov[first:].tolist()
-    views = [(ctypes.c_char * (int(rows[0][1]) - into)).from_address(int(rows[0][0]) + into)]
-    views += [(ctypes.c_char * int(n)).from_address(int(a)) for a, n in rows[1:]]
-    return _python_preadv(fd, views, offset)
+    into = np.uint64(skip - (int(ends[first - 1]) if first else 0))
+    rest = iov[first:].copy()
+    rest[0, 0] += into
+    rest[0, 1] -= into
+    return rest
 
 
-def _python_preadv(fd: int, views: list, offset: int) -> int:
-    done = 0
-    for lo in range(0, len(views), IOV_MAX):
-        part = views[lo : lo + IOV_MAX]
-        want = sum(ctypes.sizeof(v) for v in part)
-        got = os.preadv(fd, part, offset + done)
-        done += got
-        if got < want:
-            break
-    return done
+def _python_preadv(fd: int, iov: np.ndarray, offset: int) -> int:
+    views = [(ctypes.c_char * int(n)).from_address(int(a)) for a, n in iov.tolist()]
+    return os.preadv(fd, views, offset)

@@ -1,6 +1,5 @@
 """`PackReader`: a pack read by byte offset (torch-free) through a backend that opens its shard
-files (`shardfiles.PackFiles`: a folder's `FolderFiles`, or a store's block cache,
-`storepack.StoreFiles`).
+files (`shardfiles.PackFiles`: a folder's, or a store's block cache).
 
 Images are read straight into the caller's memory: one `pread` each or copied out of mappings
 of every shard (`mapped.py`, surviving a shard truncated under it), or runs of whole blocks
@@ -85,12 +84,16 @@ class PackReader:
         self._checked = np.zeros(len(blocks), bool)
         self.bad = np.zeros(len(blocks), bool)
         self._labels = np.zeros(self.count, np.int32)
-        self._files = OpenShards()
-        self._lock = locks.Lock()
-        self._check_locks = [locks.Lock() for _ in range(CHECK_LOCKS)]
         self._settled = False  # every block checked, none bad (`_check_blocks`)
         self._where: tuple[np.ndarray, np.ndarray] | None = None  # `_copy_mapped`
         self._warming = False
+        self._fresh()
+
+    def _fresh(self) -> None:
+        """This process's locks, descriptors and mappings (not pickled)."""
+        self._lock = locks.Lock()
+        self._check_locks = [locks.Lock() for _ in range(CHECK_LOCKS)]
+        self._files = OpenShards()
         self._maps = ShardMaps(len(self.shards))  # every shard mapped, or none (`plan.py`)
 
     @property
@@ -145,45 +148,38 @@ class PackReader:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self._lock = locks.Lock()
-        self._check_locks = [locks.Lock() for _ in range(CHECK_LOCKS)]
-        self._files = OpenShards()
-        self._maps = ShardMaps(len(self.shards))
+        self._fresh()
 
     def __del__(self) -> None:
         if getattr(self, "_lock", None) is not None:  # not half-made
             self.close()
 
     # ------------------------------------------------------------------ blocks
-    def _check_block(self, b: int) -> bool:
-        """First read of block `b`: check its `.npy` header and read its labels. Returns False
-        when the block is bad and skipped."""
-        if self._checked[b]:
-            return not self.bad[b]
-        with self._check_locks[b % CHECK_LOCKS]:  # two reader threads: one check, one warning
-            if not self._checked[b]:
-                self._check_block_once(b)
+    def _check_block(self, b: int, found: tuple[np.ndarray, np.ndarray] | None = None) -> bool:
+        """First read of block `b`: check its images `.npy` header and labels `.npy` (header
+        and data), `found` by a run's read or else read here, and keep its labels. A bad block
+        raises `ShardError`, or with `on_error="skip"` is warned of once and returns False."""
+        if not self._checked[b]:
+            with self._check_locks[b % CHECK_LOCKS]:  # two reader threads: one check, one warning
+                if not self._checked[b]:
+                    self._judge(b, *(self._read_heads(b) if found is None else found))
         return not self.bad[b]
 
-    def _check_block_once(self, b: int) -> None:
-        slot, count = int(self.block_shard[b]), int(self.block_count[b])
-        size, offset = self.manifest.size, int(self.block_offset[b])
-        hlen = layout.images_header_len(count, size)
-        loff = layout.labels_offset_for(offset, count, size)
-        llen = layout.labels_header_len(count)
-        head, raw = bytearray(hlen), bytearray(llen + 4 * count)
+    def _read_heads(self, b: int) -> tuple[np.ndarray, np.ndarray]:
+        """Block `b`'s images header and labels: the first and last bytes of its run's span."""
+        slot, offset = int(self.block_shard[b]), int(self.block_offset[b])
+        run = RunLayout.of([offset], [int(self.block_count[b])], self.manifest.size)
+        head, raw = np.empty(run.heads[0][1], np.uint8), np.empty(run.labels[0][1], np.uint8)
         with self.files.held([b]), self._files.held([slot], self._open_checked) as (fd,):
-            self._pread(slot, fd, memoryview(head), offset - hlen)
-            self._pread(slot, fd, memoryview(raw), loff - llen)
-        self._judge(b, bytes(head), bytes(raw))
+            self._pread(slot, fd, head.data, run.start)
+            self._pread(slot, fd, raw.data, run.start + run.length - len(raw))
+        return head, raw
 
-    def _judge(self, b: int, head: bytes, raw: bytes) -> None:
-        """Check block `b`'s images header `head` and labels `raw` (header and data), keep its
-        labels; a bad block raises, or with `on_error="skip"` is marked bad with a warning."""
+    def _judge(self, b: int, head: np.ndarray, raw: np.ndarray) -> None:
         count, size = int(self.block_count[b]), self.manifest.size
         llen = layout.labels_header_len(count)
-        problem = layout.header_problem(head, layout.images_shape(count, size), np.uint8)
-        problem = problem or layout.header_problem(raw[:llen], (count,), np.int32)
+        problem = layout.header_problem(head.tobytes(), layout.images_shape(count, size), np.uint8)
+        problem = problem or layout.header_problem(raw[:llen].tobytes(), (count,), np.int32)
         if problem is None:
             start = int(self.block_start[b])
             self._labels[start : start + count] = np.frombuffer(raw, "<i4", offset=llen)
@@ -215,27 +211,20 @@ class PackReader:
             raise ValueError("a run of blocks must lie in one shard")
         if len(blocks) > 1 and not self.files.whole_runs:  # a block at a time
             return [self.scatter_run([b], [a], drop_cache)[0] for b, a in zip(blocks, addresses)]
-        layout = RunLayout.of(
+        run = RunLayout.of(
             self.block_offset[blocks].tolist(),
             self.block_count[blocks].tolist(),
             self.manifest.size,
         )
-        scratch = np.empty(layout.scratch_bytes, np.uint8)
-        iov = layout.iov(addresses, scratch.ctypes.data, self.manifest.image_bytes)
-        self._read_span(slot, blocks, iov, layout.start, layout.length, drop_cache)
+        scratch = np.empty(run.scratch_bytes, np.uint8)
+        iov = run.iov(addresses, scratch.ctypes.data, self.manifest.image_bytes)
+        self._read_span(slot, blocks, iov, run.start, run.length, drop_cache)
         results: list[bool | ShardError] = []
-        for j, b in enumerate(blocks):
-            (h, hn), (lo, ln) = layout.heads[j], layout.labels[j]
+        for b, (h, hn), (lo, ln) in zip(blocks, run.heads, run.labels):
             try:
-                with self._check_locks[b % CHECK_LOCKS]:
-                    if not self._checked[b]:
-                        self._judge(
-                            b, scratch[h : h + hn].tobytes(), scratch[lo : lo + ln].tobytes()
-                        )
+                results.append(self._check_block(b, (scratch[h : h + hn], scratch[lo : lo + ln])))
             except ShardError as exc:
                 results.append(exc)
-            else:
-                results.append(not self.bad[b])
         return results
 
     def scatter_part(
@@ -267,11 +256,7 @@ class PackReader:
         self, slot: int, blocks: list[int], iov: np.ndarray, start: int, length: int, drop: bool
     ) -> None:
         """One scattered read of `length` bytes of shard `slot` from `start` (blocks `blocks`
-        held in a store's cache meanwhile), then dropped from the page cache if `drop`.
-
-        Raises:
-            ShardError: unreadable, short (truncated) or changed under the read.
-        """
+        held in a store's cache meanwhile), then dropped from the page cache if `drop`."""
         with self.files.held(blocks), self._files.held([slot], self._open_checked) as (fd,):
             try:
                 got = read_iov(fd, iov, start)

@@ -1,8 +1,6 @@
-"""A pack's shard files: what `PackReader` reads them through (`PackFiles`, a protocol with two
-implementations side by side: a folder's `FolderFiles` here, a store's block cache in
-`storepack.StoreFiles`), what identifies one, how a folder's is opened, checked and named in
-errors, and the descriptors kept open (`OpenShards`: opened on first use, at most
-`MAX_OPEN_SHARDS` once nobody holds them)."""
+"""A pack's shard files: what `PackReader` reads them through (`PackFiles`: a folder's
+`FolderFiles` here, a store's block cache in `storepack.StoreFiles`), what identifies one
+(`FileId`), and the descriptors kept open (`OpenShards`)."""
 
 from __future__ import annotations
 
@@ -68,18 +66,6 @@ def stored_bytes(fd: int, size: int, need: int) -> int:
         if extents >= MAX_EXTENTS:
             return max(data, need)
     return data
-
-
-def too_many_files(path: Path) -> MixshardError:
-    """The error for a shard that could not be opened for want of descriptors: nothing is
-    wrong with the pack (not a `ShardError`: `on_error="skip"` must not leave it out)."""
-    soft = _open_files_limit()
-    limit = "a limit" if soft is None else "no limit" if soft < 0 else f"at most {soft}"
-    return MixshardError(
-        f"cannot open shard {path}: too many open files (this process may hold {limit}, "
-        f"`ulimit -n`; the pack itself is fine); raise the limit (e.g. `ulimit -n 65536` "
-        f"before starting) or use fewer workers"
-    )
 
 
 def warn_bad(what: str, message: str) -> None:
@@ -230,8 +216,14 @@ class FolderFiles:
         try:
             return open_regular(path)
         except OSError as exc:
-            if exc.errno in (errno.EMFILE, errno.ENFILE):
-                raise too_many_files(path) from None
+            if exc.errno in (errno.EMFILE, errno.ENFILE):  # the pack is fine: not a `ShardError`,
+                soft = _open_files_limit()  # which `on_error="skip"` would leave out
+                limit = "a limit" if soft is None else "no limit" if soft < 0 else f"at most {soft}"
+                raise MixshardError(
+                    f"cannot open shard {path}: too many open files (this process may hold "
+                    f"{limit}, `ulimit -n`; the pack itself is fine); raise the limit (e.g. "
+                    f"`ulimit -n 65536` before starting) or use fewer workers"
+                ) from None
             if at_open:
                 why = "missing" if isinstance(exc, FileNotFoundError) else exc.strerror
                 raise ShardError(f"shard {path} is {why}; {self.fix()}") from None
@@ -264,22 +256,21 @@ class FolderFiles:
 
     def open(self, name: str, fid: FileId) -> int:
         fd = self._open_path(self.folder / name, at_open=False)
-        if not fid.matches(os.fstat(fd)):
+        try:
+            self.check_same(name, fd, fid)
+        except ShardError:
             os.close(fd)
-            raise self.changed(name)
+            raise
         return fd
-
-    def changed(self, name: str) -> ShardError:
-        # A new pack written over this one may reuse the inode numbers: say both causes.
-        return ShardError(
-            f"shard {self.folder / name} changed after the pack was opened (a new pack written "
-            f"over it, or the file copied over or truncated); open the pack again (and run "
-            f"`mixshard verify {self.folder}` unless a new pack was written)"
-        )
 
     def check_same(self, name: str, fd: int, fid: FileId) -> None:
         if not fid.matches(os.fstat(fd)):
-            raise self.changed(name)
+            # A new pack written over this one may reuse the inode numbers: say both causes.
+            raise ShardError(
+                f"shard {self.folder / name} changed after the pack was opened (a new pack "
+                f"written over it, or the file copied over or truncated); open the pack again "
+                f"(and run `mixshard verify {self.folder}` unless a new pack was written)"
+            )
 
     def unreadable(self, name: str, exc: OSError) -> ShardError:
         return ShardError(f"cannot read shard {self.folder / name}: {exc.strerror}")
@@ -296,7 +287,6 @@ class FolderFiles:
         """What a block feed will read (a store's cache fetches and evicts by it)."""
 
     def warm(self, files: list[tuple[Path, int]], stop: threading.Event) -> bool:
-        """Read the shard files into the page cache (`warming.py`); True once all are in."""
         return hasattr(os, "posix_fadvise") and warm_files(files, stop)
 
 
@@ -327,7 +317,12 @@ class OpenShards:
         try:
             for k, slot in enumerate(slots):
                 if entries[k] is None:
-                    entries[k] = self._add(slot, opener(slot))
+                    fd = opener(slot)
+                    with self._lock:
+                        entry = entries[k] = self._fds.setdefault(slot, [fd, 0])
+                        if entry[0] != fd:  # another thread opened it meanwhile: use that one
+                            os.close(fd)
+                        entry[1] += 1
             yield [e[0] for e in entries]  # type: ignore[index]
         finally:
             with self._lock:
@@ -337,16 +332,6 @@ class OpenShards:
                 excess = len(self._fds) - MAX_OPEN_SHARDS
                 if excess > 0:
                     self._close_idle(excess)
-
-    def _add(self, slot: int, fd: int) -> list[int]:
-        with self._lock:
-            entry = self._fds.get(slot)
-            if entry is not None:  # another thread opened it meanwhile: use that one
-                os.close(fd)
-                entry[1] += 1
-                return entry
-            entry = self._fds[slot] = [fd, 1]
-            return entry
 
     def _close_idle(self, most: int) -> None:
         """Close at most `most` descriptors nobody holds, least recently used first (locked)."""

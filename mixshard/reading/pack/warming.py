@@ -3,8 +3,7 @@
 The shards are read one after the other in chunks asked of the kernel ahead
 (`posix_fadvise(WILLNEED)`: no copy into this process), with at most `WARM_IN_FLIGHT` chunks
 asked for and not yet read: asking for the whole pack at once would queue gigabytes in front of
-every read a loader makes meanwhile. A chunk is no larger than the kernel reads of one
-`WILLNEED` (`read_whole`), which drops the rest.
+every read a loader makes meanwhile.
 
 `cache_misses` tells how much of a file is already there, from a sample of its pages.
 """
