@@ -42,7 +42,6 @@ class PackBatches:
         read_plan: plan.ReadPlan,
     ) -> None:
         self.pack, self.epochs, self.plan = pack, epochs, read_plan
-        self.read, self.drop_cache = read_plan.read, read_plan.drop_cache
         self.batch_size, self.labels = batch_size, labels
 
     def batch_index(self, k: int, nb: int, rank: int) -> np.ndarray:
@@ -86,11 +85,8 @@ class BatchReader:
         self._feed: BlockFeed | None = None
         self._warm: Job | None = None
         self._warm_lock = locks.Lock()
-        epochs = batches_of.epochs
-        pack_bytes = self.pack.manifest.total_bytes
-        self.way = plan.choose(
-            self.pack, epochs.kind, batches_of.read, batches_of.drop_cache, pack_bytes
-        )
+        epochs, read_plan = batches_of.epochs, batches_of.plan
+        self.way = read_plan.choose(self.pack)
         if self.way == "feed":
             window_images = int(np.sort(self.pack.block_count)[-epochs.window :].sum())
             self._feed = BlockFeed(
@@ -101,7 +97,7 @@ class BatchReader:
                 batches_of.batch_size,
                 batches,
                 ahead=max(2, window_images // batches_of.batch_size // 2),
-                drop_cache=batches_of.drop_cache,
+                drop_cache=read_plan.drop_cache,
                 pin=pin,
                 run=epochs.run,
             )
@@ -110,7 +106,7 @@ class BatchReader:
                 # Warm a cold pack with sequential reads, so the first epoch is not a seek
                 # storm; started once the first batch is read, which would otherwise queue
                 # behind it. Once warm, the pack is mapped if the plan allows
-                then_map = plan.maps_after_warm(batches_of.read, pack_bytes)
+                then_map = plan.maps_after_warm(read_plan.read, self.pack.manifest.total_bytes)
                 warm = functools.partial(self.pack.warm, self._stop, then_map)
                 self._warm = Job(warm, "mixshard-warm", False)
             image_bytes = self.pack.manifest.image_bytes
