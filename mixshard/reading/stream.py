@@ -97,7 +97,16 @@ class ShardStream(IterableDataset):
         cache_dir: str | os.PathLike | None = None,
         cache_limit: int | None = None,
     ) -> None:
-        _check_args(batch_size, on_error, window, rank, world_size)
+        check_int("batch_size", batch_size, 1)
+        check_int("window", window, 1)
+        check_optional_int("rank", rank)
+        check_optional_int("world_size", world_size, 1)
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        if rank is not None and not 0 <= rank < (world_size or 1 << 30):
+            raise ValueError(
+                f"rank must be in [0, world_size), got rank={rank}, world_size={world_size}"
+            )
         check_int("seed", seed, 0)
         if shuffle_blocks is not None:
             warnings.warn(
@@ -260,22 +269,3 @@ class ShardStream(IterableDataset):
             yield batch
         if info is None and end is not None:
             self.position = end
-
-
-def _check_args(
-    batch_size: int,
-    on_error: str,
-    window: int,
-    rank: int | None,
-    world_size: int | None,
-) -> None:
-    check_int("batch_size", batch_size, 1)
-    check_int("window", window, 1)
-    check_optional_int("rank", rank)
-    check_optional_int("world_size", world_size, 1)
-    if on_error not in ("raise", "skip"):
-        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-    if rank is not None and not 0 <= rank < (world_size or 1 << 30):
-        raise ValueError(
-            f"rank must be in [0, world_size), got rank={rank}, world_size={world_size}"
-        )
