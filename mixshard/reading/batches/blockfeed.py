@@ -20,7 +20,6 @@ import numpy as np
 import torch
 
 from ...core import locks
-from ...core.device import host_empty
 from ...core.errors import MixshardError
 from ...core.jobs import Job, check_process, own
 from ..pack.reader import PackReader
@@ -203,12 +202,7 @@ class BlockFeed:
         return addresses, [self._buffers[f][0] for f in feeds.tolist()], span
 
     def _new(self, k: int) -> tuple[torch.Tensor, int, np.ndarray | None]:
-        if self._pin:  # torch's pinned allocator keeps and reuses its buffers itself
-            images = host_empty(self._shape, torch.uint8, pin=True)
-            buffer = None
-        else:
-            buffer = self._recycler.get()
-            images = torch.from_numpy(buffer).view(self._shape)
+        images, buffer = self._recycler.images(self._shape, self._pin)
         with self._cond:
             held = self._buffers[k] = (images, images.data_ptr(), buffer)
         return held

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from ...core import locks
-from ...core.device import host_empty, pinned
+from ...core.device import pinned
 from ...core.errors import MixshardError
 from ...core.jobs import Job, check_process, own, this_process
 from ..pack.reader import PackReader
@@ -124,9 +124,9 @@ class BatchReader:
         """The block order's feed (its counters), or None (another way of reading)."""
         return self._feed
 
-    def get(self, k: int, pin: bool | None = None) -> Any:
-        """Batch `k` as a tensor (or `(images, labels)`), pinned if asked (default: as opened)."""
-        pin = self._pin if pin is None else pin
+    def get(self, k: int) -> Any:
+        """Batch `k` as a tensor (or `(images, labels)`), pinned if the reader was opened so."""
+        pin = self._pin
         if self._feed is not None:
             check_process(self._pid, "a block-order batch reader")
             index, images, bad = self._feed.take(k)
@@ -134,12 +134,7 @@ class BatchReader:
         else:
             size = self.pack.manifest.size
             shape = (self.source.batch_size, 3, size, size)
-            buffer = None if pin else self._recycler.get()
-            images = (
-                host_empty(shape, torch.uint8, pin)
-                if buffer is None
-                else (torch.from_numpy(buffer).view(shape))
-            )
+            images, buffer = self._recycler.images(shape, pin)
             index = self.source.batch_index(k, self._nb, self._rank)
             bad = self.pack.read_images(index, images.numpy())
             if buffer is not None:
