@@ -65,17 +65,15 @@ def loader(
 
 
 class Loader:
-    """What `loader()` returns. Its workers live for the whole run: epochs are cut from one
-    endless batch sequence, so a new epoch never respawns them; `state_dict()` records how
-    many batches were handed out. So they read ahead across an epoch's end, as within one: a
-    loader closed there has read the first batches of the next epoch (in the block order,
-    their window: about `window` blocks a process worker) for nothing.
+    """What `loader()` returns. Epochs are cut from one endless batch sequence (`state_dict()`
+    records how many batches were handed out), so its workers read ahead across an epoch's end
+    as within one: a loader closed there has read the first batches of the next epoch (in the
+    block order, their window: about `window` blocks a process worker) for nothing.
 
-    Unless `workers="process"` the workers are threads of this process (the read plan's
-    choice, `ReadPlan.threads`): reads release the GIL, and handing a batch from a DataLoader
-    worker process to this one costs more than making it. With the block order, the reader's
-    own threads read whole blocks ahead straight into the batches, and `num_workers` adds
-    nothing.
+    Unless `workers="process"` the workers are threads (`ReadPlan.threads`): handing a batch
+    from a DataLoader worker process to this one costs more than making it. With the block
+    order the reader's own threads read whole blocks ahead into the batches, and `num_workers`
+    adds nothing.
     """
 
     def __init__(

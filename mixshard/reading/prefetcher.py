@@ -2,15 +2,12 @@
 
 (Named `prefetcher` so that importing it never shadows the exported `mixshard.prefetch`.)
 
-One ring of `depth` device buffers on every device. Each batch is copied into its slot as a
-job of the device's lane (`core/device.py`): on CUDA queued on a side stream with
-`non_blocking=True` from pinned memory, after the work the consumer has queued so far (so a
-slot is overwritten only once the consumer's work on the batch it held is done), and the
-consumer's stream waits on the job's fence before it sees the slot; on a CPU the batch is
-already where it goes and the ring hands it on as it is. Buffers are reused, so device memory
-stays flat (not allocated per batch); a buffer is replaced only when a batch of another shape
-or dtype arrives, and buffers are allocated on the consumer's stream, so the caching allocator
-never hands one out again while queued work may still read it.
+One ring of `depth` device buffers on every device. Each batch is copied into its slot, from
+pinned memory without blocking, as a job of the device's lane (`core/device.py`) queued after
+the consumer's work so far: a slot is overwritten only once the work on the batch it held is
+done. On a CPU the batch is handed on as it is. Buffers are reused (device memory stays flat):
+one is replaced only for a batch of another shape or dtype, allocated on the consumer's stream
+so that the caching allocator never hands it out while queued work may still read it.
 """
 
 from __future__ import annotations

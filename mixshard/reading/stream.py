@@ -1,10 +1,8 @@
 """`ShardStream`: full, shuffled uint8 batches from a pack folder or a pack on a store.
 
-The stream composes an order (`order.py`: which images make batch `k`) with the read plan's
-reader (`packbatches.py`); a store's pack is read the same way, through its block cache.
-Batch `k` is the same whoever makes it, so batches do not depend on the number of workers
-(except DataLoader workers in the shuffled block order, which split the reading, `roles.py`)
-and `state_dict()` resumes exactly.
+The stream composes an order (`order.py`: which images make batch `k`, whoever makes it, so
+`state_dict()` resumes exactly) with the read plan's reader (`packbatches.py`); a store's pack
+is read the same way, through its block cache.
 """
 
 from __future__ import annotations

@@ -5,10 +5,8 @@ a block goes: which batch, which row. A walker thread goes through the batches i
 first time a batch needs a block, reader threads read it (with the rest of its run) in one
 `preadv` whose buffers are the rows its images take in every batch of this feed (images of
 other ranks or workers, and those left over, go to a scratch row; a block whose first or last
-images are another's is read alone, only the span of ours). Each image is copied once, from the
-page cache into the batch handed out, and no Python object is made per image. Memory is about
-one and a half windows of images (the batches laid out ahead, half a window, and those a
-window's blocks feed), whatever the size of the pack.
+images are another's is read alone, only the span of ours). No Python object is made per
+image. Memory: the batches laid out ahead (half a window) and those a window's blocks feed.
 """
 
 from __future__ import annotations

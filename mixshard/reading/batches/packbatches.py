@@ -1,9 +1,7 @@
 """The batches of a stream over a pack (a folder or a store's cache): single images copied out of
 mappings of its shards or read one by one (`mapped.py`, either order), or whole blocks read
 ahead (block order, `blockfeed.py`), as the read plan chooses once per reader (`plan.py`).
-
-Batch `k` is the same whoever makes it (`order.py`), so `PackBatches` makes any batch from
-any number of threads or processes; `BatchReader` makes a range of them, reading ahead.
+Batch `k` is the same whoever makes it (`order.py`), in any thread or process.
 """
 
 from __future__ import annotations
@@ -30,8 +28,7 @@ RECYCLED = 32  # global order: batch buffers remembered, to be used again once d
 
 
 class PackBatches:
-    """The batches of a pack, `(images, labels)` with `labels`, read as `plan` says
-    (`plan.drop_cache`: the block order drops blocks from the page cache once read)."""
+    """The batches of a pack (`(images, labels)` with `labels`), read as `read_plan` says."""
 
     def __init__(
         self,
