@@ -96,17 +96,13 @@ class Ring:
 
     def run(self, loader: Iterable[Any]) -> Iterator[Any]:
         """The batches of `loader`, each copied while the one before is used."""
-        it = iter(loader)
-        upcoming = next(it, None)
-        i = 0
-        if upcoming is not None:
-            self.load(0, upcoming)
-        while upcoming is not None:
-            upcoming = next(it, None)
-            if upcoming is not None:
-                self.load(i + 1, upcoming)
+        i = -1
+        for i, batch in enumerate(loader):
+            self.load(i, batch)
+            if i > 0:
+                yield self.take(i - 1)
+        if i >= 0:
             yield self.take(i)
-            i += 1
 
     def close(self) -> None:
         self.lane.close()

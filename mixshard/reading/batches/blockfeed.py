@@ -185,7 +185,11 @@ class BlockFeed:
             raise MixshardError(f"batch {k} takes images of block {b} that are placed elsewhere")
         slots = feeds % ADDRESS_SLOTS
         for batch in feeds[self._address_of[slots] != feeds].tolist():  # not cached
-            held = self._buffers.get(batch) or self._new(batch)
+            held = self._buffers.get(batch)
+            if held is None:  # the batch's images, made by the first block feeding it
+                images, buffer = self._recycler.images(self._shape, self._pin)
+                with self._cond:
+                    held = self._buffers[batch] = (images, images.data_ptr(), buffer)
             self._address[batch % ADDRESS_SLOTS] = held[1]
             self._address_of[batch % ADDRESS_SLOTS] = batch
         if (self._address_of[slots] == feeds).all():
@@ -198,12 +202,6 @@ class BlockFeed:
         used = np.flatnonzero(mine)
         span = (int(used[0]), int(used[-1]) + 1) if len(used) else (0, 0)
         return addresses, [self._buffers[f][0] for f in feeds.tolist()], span
-
-    def _new(self, k: int) -> tuple[torch.Tensor, int, np.ndarray | None]:
-        images, buffer = self._recycler.images(self._shape, self._pin)
-        with self._cond:
-            held = self._buffers[k] = (images, images.data_ptr(), buffer)
-        return held
 
     # ------------------------------------------------------------------ reader side
     def _read_all(self) -> None:
@@ -218,7 +216,11 @@ class BlockFeed:
                 results = [MixshardError("the block reader was closed")] * len(blocks)
             else:
                 try:
-                    results = self._read(blocks, addresses, first)
+                    drop = self._drop_cache
+                    if first is None:  # a run of whole blocks, else a part of one block
+                        results = list(self.pack.scatter_run(blocks, addresses, drop))
+                    else:
+                        results = [self.pack.scatter_part(blocks[0], first, addresses[0], drop)]
                 except BaseException as exc:  # noqa: BLE001 - raised by the batches needing it
                     results = [exc] * len(blocks)
             with self._cond:
@@ -232,14 +234,6 @@ class BlockFeed:
                         self._any_bad = True
                 self._cond.notify_all()
             del job, _images
-
-    def _read(
-        self, blocks: list[int], addresses: list[np.ndarray], first: int | None
-    ) -> list[bool | BaseException]:
-        """A run of whole blocks (`first` None), or images `first`, ... of one block."""
-        if first is None:
-            return list(self.pack.scatter_run(blocks, addresses, self._drop_cache))
-        return [self.pack.scatter_part(blocks[0], first, addresses[0], self._drop_cache)]
 
     # ------------------------------------------------------------------ consumer side
     def take(self, k: int) -> tuple[np.ndarray, torch.Tensor, np.ndarray | None]:

@@ -79,14 +79,14 @@ class BatchReader:
         self._nb, self._rank, self._pin = nb, rank, pin
         self._stop = threading.Event()
         self._pid = this_process()
-        self._feed: BlockFeed | None = None
+        self.feed: BlockFeed | None = None  # the block order's feed (its counters), or None
         self._warm: Job | None = None
         self._warm_lock = locks.Lock()
         epochs, read_plan = batches_of.epochs, batches_of.plan
         self.way = read_plan.choose(self.pack)
         if self.way == "feed":
             window_images = int(np.sort(self.pack.block_count)[-epochs.window :].sum())
-            self._feed = BlockFeed(
+            self.feed = BlockFeed(
                 self.pack,
                 epochs.with_inverse,
                 nb,
@@ -109,24 +109,19 @@ class BatchReader:
             image_bytes = self.pack.manifest.image_bytes
             self._recycler = Recycler(batches_of.batch_size, image_bytes, keep=RECYCLED)
         # stopped by close(), when collected, or at interpreter exit (`core/jobs.py`)
-        self._closer = own(self, _close_reader, self._stop, self._feed, self._warm)
+        self._closer = own(self, _close_reader, self._stop, self.feed, self._warm)
 
     @property
     def reads_ahead(self) -> bool:
         """True when batches are read ahead on the reader's own threads (the plan `"feed"`)."""
-        return self._feed is not None
-
-    @property
-    def feed(self) -> BlockFeed | None:
-        """The block order's feed (its counters), or None (another way of reading)."""
-        return self._feed
+        return self.feed is not None
 
     def get(self, k: int) -> Any:
         """Batch `k` as a tensor (or `(images, labels)`), pinned if the reader was opened so."""
         pin = self._pin
-        if self._feed is not None:
+        if self.feed is not None:
             check_process(self._pid, "a block-order batch reader")
-            index, images, bad = self._feed.take(k)
+            index, images, bad = self.feed.take(k)
             images = pinned(images) if pin else images
         else:
             size = self.pack.manifest.size
