@@ -126,11 +126,12 @@ class Loader:
         inner = copy.copy(self.stream)
         inner.infinite = True  # the workers never stop; epochs are counted here
         inner.position = start
-        kwargs: dict[str, Any] = {}
-        if self.num_workers > 0:
-            kwargs = {"prefetch_factor": self._prefetch_factor, "persistent_workers": False}
         dl = DataLoader(
-            inner, batch_size=None, num_workers=self.num_workers, pin_memory=self._pin, **kwargs
+            inner,
+            batch_size=None,
+            num_workers=self.num_workers,
+            pin_memory=self._pin,
+            prefetch_factor=self._prefetch_factor if self.num_workers else None,
         )
         it = iter(dl)
         self._stop[:] = [it]

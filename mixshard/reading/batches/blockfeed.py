@@ -136,9 +136,8 @@ class BlockFeed:
         needs a block of the run: it would have been read with that batch.)"""
         run = order.run_of(b // self._run, self._run, len(self.pack.block_count))
         # Only the run's blocks that feed a batch of ours, and of a block only the span of
-        # images that do: where a worker's or rank's part of the epoch starts or ends inside
-        # the run, the blocks wholly on the other side are the other's, and the block the cut
-        # falls in is read by both sides, each its own images (the pack read once an epoch).
+        # images that do: blocks wholly in another worker's or rank's part are the other's, and
+        # the block two parts meet in is read by both, each its own images (the pack read once).
         places: dict[int, tuple[np.ndarray, list]] = {}
         for x in run:
             if reads.state[x] == NOT_READ:

@@ -13,8 +13,6 @@ import numpy as np
 
 from ...core import locks
 
-ORDERS = ("global", "block")
-
 
 def batches_per_rank(count: int, world_size: int, batch_size: int) -> int:
     return count // (world_size * batch_size)
