@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import itertools
 import os
 from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from torch.utils.data import DataLoader
@@ -112,15 +113,14 @@ class Loader:
         workers = 0 if reader.reads_ahead else self.num_workers
         pool = ThreadPoolExecutor(workers, thread_name_prefix="mixshard-load") if workers else None
         self._stop[:] = [reader, pool]
-        ahead = workers * self._prefetch_factor if pool else 0
-        pending: deque[Future | Any] = deque()
-        k = start
-        while True:
-            while len(pending) <= ahead:
-                pending.append(pool.submit(reader.get, k) if pool else reader.get(k))
-                k += 1
-            head = pending.popleft()
-            yield head.result() if pool else head
+        if pool is None:
+            yield from map(reader.get, itertools.count(start))
+            return
+        ahead = workers * self._prefetch_factor
+        pending = deque(pool.submit(reader.get, k) for k in range(start, start + ahead))
+        for k in itertools.count(start + ahead):
+            pending.append(pool.submit(reader.get, k))
+            yield pending.popleft().result()
 
     def _process_batches(self, start: int) -> Iterator[Any]:
         inner = copy.copy(self.stream)

@@ -6,6 +6,7 @@ Batch `k` is the same whoever makes it (`order.py`), in any thread or process.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 from collections.abc import Iterator
@@ -59,12 +60,9 @@ class PackBatches:
             yield from role_batches(self, start, end, wid, nw, nb, rank, world)
             return
         ks = order.worker_batches(start, end, wid, nw)
-        reader = self.reader(ks, nb, rank)
-        try:
+        with contextlib.closing(self.reader(ks, nb, rank)) as reader:
             for k in ks:
                 yield k, reader.get(k)
-        finally:
-            reader.close()
 
 
 class BatchReader:

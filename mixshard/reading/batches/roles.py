@@ -10,6 +10,7 @@ parts, and reads only its own images of a block two parts meet in (`blockfeed.py
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Iterator
 from typing import Any
@@ -61,10 +62,7 @@ def role_batches(
         first_i, stop_i = (p - ks.start) // nw, len(range(ks.start, last, nw))
         base = epoch * nb + sum(order.role_counts(epoch, nb, nw)[:role])
         content = range(base + first_i, base + stop_i)  # consecutive batches of the epoch
-        reader = mine.reader(content, nb, rank)
-        try:
+        with contextlib.closing(mine.reader(content, nb, rank)) as reader:
             for k in content:
                 yield p, reader.get(k)
                 p += nw
-        finally:
-            reader.close()
