@@ -52,14 +52,7 @@ def prefetch(loader: Iterable[Any], device: str | torch.device, *, depth: int = 
         one); `.clone()` it to keep it longer.
     """
     check_int("depth", depth, 1)
-    return _prefetch(Ring(torch.device(device), max(2, depth)), loader)
-
-
-def _prefetch(ring: Ring, loader: Iterable[Any]) -> Iterator[Any]:
-    try:
-        yield from ring.run(loader)
-    finally:
-        ring.close()
+    return Ring(torch.device(device), max(2, depth)).run(loader)
 
 
 class Ring:
@@ -67,7 +60,8 @@ class Ring:
 
     def __init__(self, device: torch.device, depth: int) -> None:
         self.device, self.depth = device, depth
-        self.lane = Lane(device, threaded=False)  # a copy is only queued: no thread needed
+        # a copy is only queued: no thread needed, so nothing to stop when the ring is dropped
+        self.lane = Lane(device, threaded=False)
         self.slots: list[list[torch.Tensor]] = [[] for _ in range(depth)]
         self.hosts: list[Any] = [None] * depth  # each host batch lives until its slot is reused
         self.fences: list[Fence | None] = [None] * depth
@@ -103,6 +97,3 @@ class Ring:
                 yield self.take(i - 1)
         if i >= 0:
             yield self.take(i)
-
-    def close(self) -> None:
-        self.lane.close()
