@@ -98,9 +98,8 @@ class BatchReader:
             )
         else:
             if self.way == "pread":
-                # Warm a cold pack with sequential reads, so the first epoch is not a seek
-                # storm; started once the first batch is read, which would otherwise queue
-                # behind it. Once warm, the pack is mapped if the plan allows
+                # sequential reads warm a cold pack once the first batch is read (it would
+                # queue behind them; docs/design.md), then it is mapped if the plan allows
                 then_map = plan.maps_after_warm(read_plan.read, self.pack.manifest.total_bytes)
                 warm = functools.partial(self.pack.warm, self._stop, then_map)
                 self._warm = Job(warm, "mixshard-warm", False)
