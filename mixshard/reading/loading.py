@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import itertools
 import os
 from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from torch.utils.data import DataLoader
@@ -65,17 +66,15 @@ def loader(
 
 
 class Loader:
-    """What `loader()` returns. Its workers live for the whole run: epochs are cut from one
-    endless batch sequence, so a new epoch never respawns them; `state_dict()` records how
-    many batches were handed out. So they read ahead across an epoch's end, as within one: a
-    loader closed there has read the first batches of the next epoch (in the block order,
-    their window: about `window` blocks a process worker) for nothing.
+    """What `loader()` returns. Epochs are cut from one endless batch sequence (`state_dict()`
+    records how many batches were handed out), so its workers read ahead across an epoch's end
+    as within one: a loader closed there has read the first batches of the next epoch (in the
+    block order, their window: about `window` blocks a process worker) for nothing.
 
-    Unless `workers="process"` the workers are threads of this process (the read plan's
-    choice, `ReadPlan.threads`): reads release the GIL, and handing a batch from a DataLoader
-    worker process to this one costs more than making it. With the block order, the reader's
-    own threads read whole blocks ahead straight into the batches, and `num_workers` adds
-    nothing.
+    Unless `workers="process"` the workers are threads (`ReadPlan.threads`): handing a batch
+    from a DataLoader worker process to this one costs more than making it. With the block
+    order the reader's own threads read whole blocks ahead into the batches, and `num_workers`
+    adds nothing.
     """
 
     def __init__(
@@ -114,25 +113,25 @@ class Loader:
         workers = 0 if reader.reads_ahead else self.num_workers
         pool = ThreadPoolExecutor(workers, thread_name_prefix="mixshard-load") if workers else None
         self._stop[:] = [reader, pool]
-        ahead = workers * self._prefetch_factor if pool else 0
-        pending: deque[Future | Any] = deque()
-        k = start
-        while True:
-            while len(pending) <= ahead:
-                pending.append(pool.submit(reader.get, k) if pool else reader.get(k))
-                k += 1
-            head = pending.popleft()
-            yield head.result() if pool else head
+        if pool is None:
+            yield from map(reader.get, itertools.count(start))
+            return
+        ahead = workers * self._prefetch_factor
+        pending = deque(pool.submit(reader.get, k) for k in range(start, start + ahead))
+        for k in itertools.count(start + ahead):
+            pending.append(pool.submit(reader.get, k))
+            yield pending.popleft().result()
 
     def _process_batches(self, start: int) -> Iterator[Any]:
         inner = copy.copy(self.stream)
         inner.infinite = True  # the workers never stop; epochs are counted here
         inner.position = start
-        kwargs: dict[str, Any] = {}
-        if self.num_workers > 0:
-            kwargs = {"prefetch_factor": self._prefetch_factor, "persistent_workers": False}
         dl = DataLoader(
-            inner, batch_size=None, num_workers=self.num_workers, pin_memory=self._pin, **kwargs
+            inner,
+            batch_size=None,
+            num_workers=self.num_workers,
+            pin_memory=self._pin,
+            prefetch_factor=self._prefetch_factor if self.num_workers else None,
         )
         it = iter(dl)
         self._stop[:] = [it]

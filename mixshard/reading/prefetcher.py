@@ -2,15 +2,12 @@
 
 (Named `prefetcher` so that importing it never shadows the exported `mixshard.prefetch`.)
 
-One ring of `depth` device buffers on every device. Each batch is copied into its slot as a
-job of the device's lane (`core/device.py`): on CUDA queued on a side stream with
-`non_blocking=True` from pinned memory, after the work the consumer has queued so far (so a
-slot is overwritten only once the consumer's work on the batch it held is done), and the
-consumer's stream waits on the job's fence before it sees the slot; on a CPU the batch is
-already where it goes and the ring hands it on as it is. Buffers are reused, so device memory
-stays flat (not allocated per batch); a buffer is replaced only when a batch of another shape
-or dtype arrives, and buffers are allocated on the consumer's stream, so the caching allocator
-never hands one out again while queued work may still read it.
+One ring of `depth` device buffers on every device. Each batch is copied into its slot, from
+pinned memory without blocking, as a job of the device's lane (`core/device.py`) queued after
+the consumer's work so far: a slot is overwritten only once the work on the batch it held is
+done. On a CPU the batch is handed on as it is. Buffers are reused (device memory stays flat):
+one is replaced only for a batch of another shape or dtype, allocated on the consumer's stream
+so that the caching allocator never hands it out while queued work may still read it.
 """
 
 from __future__ import annotations
@@ -55,14 +52,7 @@ def prefetch(loader: Iterable[Any], device: str | torch.device, *, depth: int = 
         one); `.clone()` it to keep it longer.
     """
     check_int("depth", depth, 1)
-    return _prefetch(Ring(torch.device(device), max(2, depth)), loader)
-
-
-def _prefetch(ring: Ring, loader: Iterable[Any]) -> Iterator[Any]:
-    try:
-        yield from ring.run(loader)
-    finally:
-        ring.close()
+    return Ring(torch.device(device), max(2, depth)).run(loader)
 
 
 class Ring:
@@ -70,7 +60,8 @@ class Ring:
 
     def __init__(self, device: torch.device, depth: int) -> None:
         self.device, self.depth = device, depth
-        self.lane = Lane(device, threaded=False)  # a copy is only queued: no thread needed
+        # a copy is only queued: no thread needed, so nothing to stop when the ring is dropped
+        self.lane = Lane(device, threaded=False)
         self.slots: list[list[torch.Tensor]] = [[] for _ in range(depth)]
         self.hosts: list[Any] = [None] * depth  # each host batch lives until its slot is reused
         self.fences: list[Fence | None] = [None] * depth
@@ -99,17 +90,10 @@ class Ring:
 
     def run(self, loader: Iterable[Any]) -> Iterator[Any]:
         """The batches of `loader`, each copied while the one before is used."""
-        it = iter(loader)
-        upcoming = next(it, None)
-        i = 0
-        if upcoming is not None:
-            self.load(0, upcoming)
-        while upcoming is not None:
-            upcoming = next(it, None)
-            if upcoming is not None:
-                self.load(i + 1, upcoming)
+        i = -1
+        for i, batch in enumerate(loader):
+            self.load(i, batch)
+            if i > 0:
+                yield self.take(i - 1)
+        if i >= 0:
             yield self.take(i)
-            i += 1
-
-    def close(self) -> None:
-        self.lane.close()

@@ -1,10 +1,8 @@
-"""What the user passed as a pack, resolved once: a folder, or a pack's URL (`s3://`, `gs://`,
-`http(s)://`: a store, read by byte ranges through the block cache).
+"""What the user passed as a pack, resolved once: a folder, or a pack's URL (a store).
 
 `resolve_source` is the only place that asks "folder or store?". `ShardStream`, the caches, the
 pool and its refill receive the `Source` it returns (and give it to each other), so a pack
-on a store has its `index.json` fetched once, and every reader agrees on what it reads. Shard
-URL lists, brace patterns and `pipe:` commands are refused with the pack URL that replaces them.
+on a store has its `index.json` fetched once, and every reader agrees on what it reads.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """`ShardStream`: full, shuffled uint8 batches from a pack folder or a pack on a store.
 
-The stream composes an order (`order.py`: which images make batch `k`) with the read plan's
-reader (`packbatches.py`); a store's pack is read the same way, through its block cache.
-Batch `k` is the same whoever makes it, so batches do not depend on the number of workers
-(except DataLoader workers in the shuffled block order, which split the reading, `roles.py`)
-and `state_dict()` resumes exactly.
+The stream composes an order (`order.py`: which images make batch `k`, whoever makes it, so
+`state_dict()` resumes exactly) with the read plan's reader (`packbatches.py`); a store's pack
+is read the same way, through its block cache.
 """
 
 from __future__ import annotations
@@ -97,7 +95,16 @@ class ShardStream(IterableDataset):
         cache_dir: str | os.PathLike | None = None,
         cache_limit: int | None = None,
     ) -> None:
-        _check_args(batch_size, on_error, window, rank, world_size)
+        check_int("batch_size", batch_size, 1)
+        check_int("window", window, 1)
+        check_optional_int("rank", rank)
+        check_optional_int("world_size", world_size, 1)
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        if rank is not None and not 0 <= rank < (world_size or 1 << 30):
+            raise ValueError(
+                f"rank must be in [0, world_size), got rank={rank}, world_size={world_size}"
+            )
         check_int("seed", seed, 0)
         if shuffle_blocks is not None:
             warnings.warn(
@@ -260,22 +267,3 @@ class ShardStream(IterableDataset):
             yield batch
         if info is None and end is not None:
             self.position = end
-
-
-def _check_args(
-    batch_size: int,
-    on_error: str,
-    window: int,
-    rank: int | None,
-    world_size: int | None,
-) -> None:
-    check_int("batch_size", batch_size, 1)
-    check_int("window", window, 1)
-    check_optional_int("rank", rank)
-    check_optional_int("world_size", world_size, 1)
-    if on_error not in ("raise", "skip"):
-        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-    if rank is not None and not 0 <= rank < (world_size or 1 << 30):
-        raise ValueError(
-            f"rank must be in [0, world_size), got rank={rank}, world_size={world_size}"
-        )

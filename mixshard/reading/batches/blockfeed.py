@@ -5,10 +5,8 @@ a block goes: which batch, which row. A walker thread goes through the batches i
 first time a batch needs a block, reader threads read it (with the rest of its run) in one
 `preadv` whose buffers are the rows its images take in every batch of this feed (images of
 other ranks or workers, and those left over, go to a scratch row; a block whose first or last
-images are another's is read alone, only the span of ours). Each image is copied once, from the
-page cache into the batch handed out, and no Python object is made per image. Memory is about
-one and a half windows of images (the batches laid out ahead, half a window, and those a
-window's blocks feed), whatever the size of the pack.
+images are another's is read alone, only the span of ours). No Python object is made per
+image. Memory: the batches laid out ahead (half a window) and those a window's blocks feed.
 """
 
 from __future__ import annotations
@@ -20,7 +18,6 @@ import numpy as np
 import torch
 
 from ...core import locks
-from ...core.device import host_empty
 from ...core.errors import MixshardError
 from ...core.jobs import Job, check_process, own
 from ..pack.reader import PackReader
@@ -139,9 +136,8 @@ class BlockFeed:
         needs a block of the run: it would have been read with that batch.)"""
         run = order.run_of(b // self._run, self._run, len(self.pack.block_count))
         # Only the run's blocks that feed a batch of ours, and of a block only the span of
-        # images that do: where a worker's or rank's part of the epoch starts or ends inside
-        # the run, the blocks wholly on the other side are the other's, and the block the cut
-        # falls in is read by both sides, each its own images (the pack read once an epoch).
+        # images that do: blocks wholly in another worker's or rank's part are the other's, and
+        # the block two parts meet in is read by both, each its own images (the pack read once).
         places: dict[int, tuple[np.ndarray, list]] = {}
         for x in run:
             if reads.state[x] == NOT_READ:
@@ -188,7 +184,11 @@ class BlockFeed:
             raise MixshardError(f"batch {k} takes images of block {b} that are placed elsewhere")
         slots = feeds % ADDRESS_SLOTS
         for batch in feeds[self._address_of[slots] != feeds].tolist():  # not cached
-            held = self._buffers.get(batch) or self._new(batch)
+            held = self._buffers.get(batch)
+            if held is None:  # the batch's images, made by the first block feeding it
+                images, buffer = self._recycler.images(self._shape, self._pin)
+                with self._cond:
+                    held = self._buffers[batch] = (images, images.data_ptr(), buffer)
             self._address[batch % ADDRESS_SLOTS] = held[1]
             self._address_of[batch % ADDRESS_SLOTS] = batch
         if (self._address_of[slots] == feeds).all():
@@ -201,17 +201,6 @@ class BlockFeed:
         used = np.flatnonzero(mine)
         span = (int(used[0]), int(used[-1]) + 1) if len(used) else (0, 0)
         return addresses, [self._buffers[f][0] for f in feeds.tolist()], span
-
-    def _new(self, k: int) -> tuple[torch.Tensor, int, np.ndarray | None]:
-        if self._pin:  # torch's pinned allocator keeps and reuses its buffers itself
-            images = host_empty(self._shape, torch.uint8, pin=True)
-            buffer = None
-        else:
-            buffer = self._recycler.get()
-            images = torch.from_numpy(buffer).view(self._shape)
-        with self._cond:
-            held = self._buffers[k] = (images, images.data_ptr(), buffer)
-        return held
 
     # ------------------------------------------------------------------ reader side
     def _read_all(self) -> None:
@@ -226,7 +215,11 @@ class BlockFeed:
                 results = [MixshardError("the block reader was closed")] * len(blocks)
             else:
                 try:
-                    results = self._read(blocks, addresses, first)
+                    drop = self._drop_cache
+                    if first is None:  # a run of whole blocks, else a part of one block
+                        results = list(self.pack.scatter_run(blocks, addresses, drop))
+                    else:
+                        results = [self.pack.scatter_part(blocks[0], first, addresses[0], drop)]
                 except BaseException as exc:  # noqa: BLE001 - raised by the batches needing it
                     results = [exc] * len(blocks)
             with self._cond:
@@ -240,14 +233,6 @@ class BlockFeed:
                         self._any_bad = True
                 self._cond.notify_all()
             del job, _images
-
-    def _read(
-        self, blocks: list[int], addresses: list[np.ndarray], first: int | None
-    ) -> list[bool | BaseException]:
-        """A run of whole blocks (`first` None), or images `first`, ... of one block."""
-        if first is None:
-            return list(self.pack.scatter_run(blocks, addresses, self._drop_cache))
-        return [self.pack.scatter_part(blocks[0], first, addresses[0], self._drop_cache)]
 
     # ------------------------------------------------------------------ consumer side
     def take(self, k: int) -> tuple[np.ndarray, torch.Tensor, np.ndarray | None]:

@@ -1,17 +1,10 @@
 """Which images make which batch: pure functions of (seed, epoch, rank, ...), no I/O.
 
-Images are numbered `0 .. count-1` in stored order (blocks in manifest order). Per epoch, an
-*epoch sequence* orders all of them: `"global"`, a fresh permutation of every image; `"block"`,
-a permutation of runs of whole blocks, cut into windows whose images are shuffled among
-themselves (a default pack is shuffled when written, so a block is already a random sample:
-CorgiPile, SIGMOD'22; FFCV's QUASI_RANDOM; when each is used: docs/design.md).
-
-Batches are numbered by a global position `k` over epochs: `nb` batches per rank and epoch,
-batch `k` is batch `j = k % nb` of epoch `k // nb`, and rank `r` takes the contiguous positions
-`[(r * nb + j) * batch, ... + batch)` of the epoch sequence. So every rank gets the same number
-of full batches, images are disjoint across ranks, the few left over at the end of an epoch
-differ each epoch, and batch `k` does not depend on who makes it (worker count) — which is what
-makes resumption exact.
+Images are numbered `0 .. count-1` in stored order. Per epoch an *epoch sequence* orders them
+all (`"global"`: a permutation; `"block"`: runs of whole blocks in windows; docs/design.md).
+Batch `k` is batch `j = k % nb` of epoch `k // nb` (`nb` batches per rank and epoch), and rank
+`r` takes the positions `[(r * nb + j) * batch, ... + batch)` of the epoch sequence: so batch
+`k` does not depend on who makes it, which is what makes resumption exact.
 """
 
 from __future__ import annotations
@@ -19,8 +12,6 @@ from __future__ import annotations
 import numpy as np
 
 from ...core import locks
-
-ORDERS = ("global", "block")
 
 
 def batches_per_rank(count: int, world_size: int, batch_size: int) -> int:

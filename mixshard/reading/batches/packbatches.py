@@ -1,13 +1,12 @@
 """The batches of a stream over a pack (a folder or a store's cache): single images copied out of
 mappings of its shards or read one by one (`mapped.py`, either order), or whole blocks read
 ahead (block order, `blockfeed.py`), as the read plan chooses once per reader (`plan.py`).
-
-Batch `k` is the same whoever makes it (`order.py`), so `PackBatches` makes any batch from
-any number of threads or processes; `BatchReader` makes a range of them, reading ahead.
+Batch `k` is the same whoever makes it (`order.py`), in any thread or process.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 from collections.abc import Iterator
@@ -17,7 +16,7 @@ import numpy as np
 import torch
 
 from ...core import locks
-from ...core.device import host_empty, pinned
+from ...core.device import pinned
 from ...core.errors import MixshardError
 from ...core.jobs import Job, check_process, own, this_process
 from ..pack.reader import PackReader
@@ -30,8 +29,7 @@ RECYCLED = 32  # global order: batch buffers remembered, to be used again once d
 
 
 class PackBatches:
-    """The batches of a pack, `(images, labels)` with `labels`, read as `plan` says
-    (`plan.drop_cache`: the block order drops blocks from the page cache once read)."""
+    """The batches of a pack (`(images, labels)` with `labels`), read as `read_plan` says."""
 
     def __init__(
         self,
@@ -42,7 +40,6 @@ class PackBatches:
         read_plan: plan.ReadPlan,
     ) -> None:
         self.pack, self.epochs, self.plan = pack, epochs, read_plan
-        self.read, self.drop_cache = read_plan.read, read_plan.drop_cache
         self.batch_size, self.labels = batch_size, labels
 
     def batch_index(self, k: int, nb: int, rank: int) -> np.ndarray:
@@ -63,12 +60,9 @@ class PackBatches:
             yield from role_batches(self, start, end, wid, nw, nb, rank, world)
             return
         ks = order.worker_batches(start, end, wid, nw)
-        reader = self.reader(ks, nb, rank)
-        try:
+        with contextlib.closing(self.reader(ks, nb, rank)) as reader:
             for k in ks:
                 yield k, reader.get(k)
-        finally:
-            reader.close()
 
 
 class BatchReader:
@@ -83,17 +77,14 @@ class BatchReader:
         self._nb, self._rank, self._pin = nb, rank, pin
         self._stop = threading.Event()
         self._pid = this_process()
-        self._feed: BlockFeed | None = None
+        self.feed: BlockFeed | None = None  # the block order's feed (its counters), or None
         self._warm: Job | None = None
         self._warm_lock = locks.Lock()
-        epochs = batches_of.epochs
-        pack_bytes = self.pack.manifest.total_bytes
-        self.way = plan.choose(
-            self.pack, epochs.kind, batches_of.read, batches_of.drop_cache, pack_bytes
-        )
+        epochs, read_plan = batches_of.epochs, batches_of.plan
+        self.way = read_plan.choose(self.pack)
         if self.way == "feed":
             window_images = int(np.sort(self.pack.block_count)[-epochs.window :].sum())
-            self._feed = BlockFeed(
+            self.feed = BlockFeed(
                 self.pack,
                 epochs.with_inverse,
                 nb,
@@ -101,49 +92,38 @@ class BatchReader:
                 batches_of.batch_size,
                 batches,
                 ahead=max(2, window_images // batches_of.batch_size // 2),
-                drop_cache=batches_of.drop_cache,
+                drop_cache=read_plan.drop_cache,
                 pin=pin,
                 run=epochs.run,
             )
         else:
             if self.way == "pread":
-                # Warm a cold pack with sequential reads, so the first epoch is not a seek
-                # storm; started once the first batch is read, which would otherwise queue
-                # behind it. Once warm, the pack is mapped if the plan allows
-                then_map = plan.maps_after_warm(batches_of.read, pack_bytes)
+                # sequential reads warm a cold pack once the first batch is read (it would
+                # queue behind them; docs/design.md), then it is mapped if the plan allows
+                then_map = plan.maps_after_warm(read_plan.read, self.pack.manifest.total_bytes)
                 warm = functools.partial(self.pack.warm, self._stop, then_map)
                 self._warm = Job(warm, "mixshard-warm", False)
             image_bytes = self.pack.manifest.image_bytes
             self._recycler = Recycler(batches_of.batch_size, image_bytes, keep=RECYCLED)
         # stopped by close(), when collected, or at interpreter exit (`core/jobs.py`)
-        self._closer = own(self, _close_reader, self._stop, self._feed, self._warm)
+        self._closer = own(self, _close_reader, self._stop, self.feed, self._warm)
 
     @property
     def reads_ahead(self) -> bool:
         """True when batches are read ahead on the reader's own threads (the plan `"feed"`)."""
-        return self._feed is not None
+        return self.feed is not None
 
-    @property
-    def feed(self) -> BlockFeed | None:
-        """The block order's feed (its counters), or None (another way of reading)."""
-        return self._feed
-
-    def get(self, k: int, pin: bool | None = None) -> Any:
-        """Batch `k` as a tensor (or `(images, labels)`), pinned if asked (default: as opened)."""
-        pin = self._pin if pin is None else pin
-        if self._feed is not None:
+    def get(self, k: int) -> Any:
+        """Batch `k` as a tensor (or `(images, labels)`), pinned if the reader was opened so."""
+        pin = self._pin
+        if self.feed is not None:
             check_process(self._pid, "a block-order batch reader")
-            index, images, bad = self._feed.take(k)
+            index, images, bad = self.feed.take(k)
             images = pinned(images) if pin else images
         else:
             size = self.pack.manifest.size
             shape = (self.source.batch_size, 3, size, size)
-            buffer = None if pin else self._recycler.get()
-            images = (
-                host_empty(shape, torch.uint8, pin)
-                if buffer is None
-                else (torch.from_numpy(buffer).view(shape))
-            )
+            images, buffer = self._recycler.images(shape, pin)
             index = self.source.batch_index(k, self._nb, self._rank)
             bad = self.pack.read_images(index, images.numpy())
             if buffer is not None:

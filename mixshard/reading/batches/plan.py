@@ -1,13 +1,5 @@
-"""The read plan: how a reader reads a pack, decided here once per reader and nowhere else.
-
-`ReadPlan` is made by the stream from its source and options: the order (`"global"`, a
-per-image permutation; `"block"`, whole blocks in windows), the way bytes reach memory
-(`"mapped"`, `"feed"`, `"pread"`), whether blocks read are dropped from the page cache again,
-how a whole pack is read into a buffer (`buffers.py`), and threads or processes for the
-loader's workers; `explain()` says what was chosen and why. `read="auto"` is resolved per
-reader as it opens (`choose`: whether the pack is in the page cache then); a caller may name
-one; the batches are the same. `MIXSHARD_MMAP=0` keeps `"auto"` off the mappings
-(docs/design.md, "One read plan").
+"""The read plan: how a stream reads its pack, every `"auto"` of reading resolved here and
+nowhere else, and `explain()` saying what was chosen and why (docs/design.md, "One read plan").
 """
 
 from __future__ import annotations
@@ -31,19 +23,6 @@ MAP_SHARE = 0.5  # a pack is mapped when its bytes are at most this share of the
 MISSES_ALLOWED = 0.01
 
 
-def check_read(read: str, order: str, store: bool) -> None:
-    """Raise ValueError unless `read` is a read plan that `order` and the pack can use."""
-    if read not in READS:
-        raise ValueError(f"read must be one of {', '.join(READS)}, got {read!r}")
-    if read == "feed" and order == "global":
-        raise ValueError("read='feed' reads whole blocks: it needs order='block'")
-    if read == "mapped" and store:
-        raise ValueError(
-            "read='mapped' applies to pack folders; a store pack's cache holds only the "
-            "blocks fetched so far"
-        )
-
-
 def can_map(pack_bytes: int) -> bool:
     """Whether mappings can be made here (the extension built) and a pack of `pack_bytes`
     fits in `MAP_SHARE` of the available memory (asked last: the one of these that costs)."""
@@ -60,24 +39,6 @@ def maps_allowed(pack_bytes: int) -> bool:
     return os.environ.get("MIXSHARD_MMAP") != "0" and can_map(pack_bytes)
 
 
-def choose(pack: PackReader, order: str, read: str, drop_cache: bool, pack_bytes: int) -> str:
-    """The way a reader opening now reads: `"mapped"`, `"feed"` or `"pread"`. `"mapped"` maps the
-    pack here (named: whatever its page-cache state; raises MixshardError when it cannot be)."""
-    if read == "mapped":
-        if not can_map(pack_bytes) or not pack.map_all():
-            raise MixshardError(
-                "read='mapped': the pack cannot be mapped here (the _mapped extension was not "
-                "built, or the pack takes more than half the available memory); use "
-                "read='auto'"
-            )
-        return read
-    if read != "auto":
-        return read
-    if not drop_cache and maps_allowed(pack_bytes) and pack.map_all(MISSES_ALLOWED):
-        return "mapped"
-    return "feed" if order == "block" else "pread"
-
-
 def maps_after_warm(read: str, pack_bytes: int) -> bool:
     """Whether the global order maps the pack once its warm pass has read it in."""
     return read == "auto" and maps_allowed(pack_bytes)
@@ -85,15 +46,34 @@ def maps_after_warm(read: str, pack_bytes: int) -> bool:
 
 @dataclass(frozen=True)
 class ReadPlan:
-    """How a stream reads its pack (see the module): `order`, `read` (as asked; `"auto"` is
-    resolved by each reader as it opens, `choose`), `drop_cache`, `store` (read through a
-    block cache), and `why`: one line per decision."""
+    """How a stream reads its pack: `order`, `read` (as asked; `"auto"` is resolved by each
+    reader as it opens, `choose`), `drop_cache`, `store` (read through a block cache), and
+    `why`: one line per decision."""
 
     order: str
     read: str
     drop_cache: bool
     store: bool
     why: tuple[str, ...]
+
+    def choose(self, pack: PackReader) -> str:
+        """The way a reader opening `pack` now reads: `"mapped"`, `"feed"` or `"pread"`. A named
+        `"mapped"` maps the pack here, whatever its page-cache state (raises MixshardError when
+        it cannot be)."""
+        pack_bytes = pack.manifest.total_bytes
+        if self.read == "mapped":
+            if not can_map(pack_bytes) or not pack.map_all():
+                raise MixshardError(
+                    "read='mapped': the pack cannot be mapped here (the _mapped extension was "
+                    "not built, or the pack takes more than half the available memory); use "
+                    "read='auto'"
+                )
+            return self.read
+        if self.read != "auto":
+            return self.read
+        if not self.drop_cache and maps_allowed(pack_bytes) and pack.map_all(MISSES_ALLOWED):
+            return "mapped"
+        return "feed" if self.order == "block" else "pread"
 
     def threads(self, workers: str) -> bool:
         """Whether a loader's `workers` (`"auto"`, `"thread"`, `"process"`) are threads: every
@@ -137,7 +117,15 @@ def make_plan(
             f"pack in the cache: give cache_limit >= {need} bytes, or use order='block'"
         )
     chosen, why_order = _order(order, blocks, window, drop, fits)
-    check_read(read, chosen, store)
+    if read not in READS:
+        raise ValueError(f"read must be one of {', '.join(READS)}, got {read!r}")
+    if read == "feed" and chosen == "global":
+        raise ValueError("read='feed' reads whole blocks: it needs order='block'")
+    if read == "mapped" and store:
+        raise ValueError(
+            "read='mapped' applies to pack folders; a store pack's cache holds only the "
+            "blocks fetched so far"
+        )
     half = f"{pack_bytes >> 20} MB of {memory >> 20} MB available"
     lines = (
         f"order: {chosen} ({why_order})",

@@ -13,8 +13,10 @@ import sys
 from collections import deque
 
 import numpy as np
+import torch
 
 from ...core import locks
+from ...core.device import host_empty
 
 
 class Recycler:
@@ -39,6 +41,14 @@ class Recycler:
                 self._lent.append(buffer)
             self.made += 1
         return np.empty(self._shape, np.uint8)
+
+    def images(self, shape: tuple[int, ...], pin: bool) -> tuple[torch.Tensor, np.ndarray | None]:
+        """A batch's images of `shape`, and the buffer of this recycler under them: pinned ones
+        have none (torch's pinned allocator keeps and reuses its buffers itself)."""
+        if pin:
+            return host_empty(shape, torch.uint8, pin=True), None
+        buffer = self.get()
+        return torch.from_numpy(buffer).view(shape), buffer
 
     @property
     def remembered(self) -> int:

@@ -1,20 +1,16 @@
 """The block order split between process workers: each block is read by one worker.
 
-A DataLoader hands out its workers' batches round robin, so the worker of role `r` yields the
-positions `k % nw == r` (`order.role_batches`); in the block order nearly every batch of a
-window takes images of every block of it, so each such worker would read the whole pack. Here
-role `r` makes instead a contiguous part of the epoch (the `order.role_counts` batches after
-those of the roles before it), from an epoch sequence whose windows never cross the parts (the
-runs of `order.block_sequence`, cut into the parts, each part shuffled within windows). A
-worker reads only the blocks of a run that feed its batches (`blockfeed.py`), and of a block
-that a seam between two parts falls in only its own images: each image is read once an epoch.
-
-So with `nw > 1` process workers an epoch's batches differ from those with 0 or 1 (and depend
-on `nw`); for a given `nw` they are fixed, and resumption is exact.
+A DataLoader takes its workers' batches round robin (role `r` yields the positions
+`k % nw == r`), and nearly every batch of a block-order window takes images of every block of
+it, so each worker would read the whole pack. Here role `r` makes a contiguous part of the epoch
+instead (`order.role_counts` batches), from an epoch sequence whose windows never cross the
+parts, and reads only its own images of a block two parts meet in (`blockfeed.py`). So with
+`nw > 1` process workers the batches depend on `nw` (fixed for a given `nw`: resumption is exact).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Iterator
 from typing import Any
@@ -66,10 +62,7 @@ def role_batches(
         first_i, stop_i = (p - ks.start) // nw, len(range(ks.start, last, nw))
         base = epoch * nb + sum(order.role_counts(epoch, nb, nw)[:role])
         content = range(base + first_i, base + stop_i)  # consecutive batches of the epoch
-        reader = mine.reader(content, nb, rank)
-        try:
+        with contextlib.closing(mine.reader(content, nb, rank)) as reader:
             for k in content:
                 yield p, reader.get(k)
                 p += nw
-        finally:
-            reader.close()
