@@ -11,10 +11,10 @@ from helpers import run
 from PIL import Image
 
 from mixshard import Manifest, pack
+from mixshard.cli.sheet import preview_grid
 from mixshard.core.errors import ShardError
 from mixshard.core.layout import block_span
 from mixshard.core.stores import Store
-from mixshard.cli.sheet import preview_grid
 from mixshard.reading.verifying import verify
 from mixshard.writing.out import storeout
 
