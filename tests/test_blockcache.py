@@ -84,6 +84,17 @@ def test_a_read_waiting_for_room_keeps_its_own_blocks(tmp_path, shard):
         cache.close()
 
 
+def test_a_block_listed_twice_in_one_read_is_pinned_and_released_once(tmp_path, shard):
+    cache = make_cache(tmp_path, shard, 4)
+    try:
+        cache.hold([2, 3, 2])
+        assert cache.pins[[2, 3]].tolist() == [1, 1] and cache.fetches == 2
+        cache.release([2, 3, 2])
+        assert cache.pins.tolist() == [0] * BLOCKS
+    finally:
+        cache.close()
+
+
 def test_many_reader_threads_over_a_small_cache_all_finish(tmp_path, shard):
     # 8 threads, each reading runs of 4 blocks, over a cache of 8 blocks with fetches ahead
     # planned in the order they read: every read finishes and gets its own bytes.

@@ -242,8 +242,8 @@ class BlockCache:
             )
         with self._cond:
             when: dict[int, int] = {}
-            for b in blocks:
-                when.setdefault(b, self._schedule.take(b))
+            for b in dict.fromkeys(blocks):  # a block listed twice is one use, one pin
+                when[b] = self._schedule.take(b)
                 self._clock += 1
                 self._last[b] = self._clock
             ticket = next(self._tickets)
@@ -291,9 +291,9 @@ class BlockCache:
                 self._cond.wait(0.02)  # older reads fill the cache: let them finish first
 
     def release(self, blocks: list[int]) -> None:
-        """The reader is done with `blocks` (each once per `hold`)."""
+        """The reader is done with `blocks` (as given to `hold`)."""
         with self._cond:
-            for b in blocks:
+            for b in dict.fromkeys(blocks):
                 self.pins[b] -= 1
             self._cond.notify_all()
             self._pump()
