@@ -13,8 +13,10 @@ from helpers import make_tree, small_pack
 
 import mixshard
 from mixshard import ManifestError, MixshardError, ShardError, ShardStream
+from mixshard.core.files import user_cache_dir
 from mixshard.core.stores import Store
-from mixshard.reading.store import blockcache, cachefiles, eviction, storepack
+from mixshard.reading.store import blockcache, cachefiles, eviction
+from mixshard.writing.out.storeout import staging_root
 
 N = 96  # images: 5 shards (20, 20, 20, 20, 16) of 8-image blocks
 
@@ -231,9 +233,11 @@ def test_two_processes_never_share_a_cache_part(tmp_path):
 
 def test_the_default_cache_is_under_the_users_cache_folder(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert storepack.default_cache_dir() == tmp_path / "mixshard"
+    monkeypatch.delenv("MIXSHARD_STAGING", raising=False)
+    assert user_cache_dir() == tmp_path / "mixshard"
+    assert staging_root() == tmp_path / "mixshard" / "staging"
     monkeypatch.delenv("XDG_CACHE_HOME")
-    assert storepack.default_cache_dir() == Path.home() / ".cache" / "mixshard"
+    assert user_cache_dir() == Path.home() / ".cache" / "mixshard"
 
 
 @pytest.mark.parametrize("cache", ["device", "pool"])

@@ -23,6 +23,13 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
+def user_cache_dir() -> Path:
+    """`mixshard` in the user's cache folder (`$XDG_CACHE_HOME`, else `~/.cache`): where a
+    store pack's block cache and a store pack's staging go by default."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "mixshard"
+
+
 def planted(
     path: str | os.PathLike, st: os.stat_result | None = None, what: str = "a file"
 ) -> OutputError:

@@ -29,7 +29,7 @@ SWAP_TRIES = 5  # reads of a pack folder whose index.json changed while it was r
 @dataclass(frozen=True)
 class Source:
     """A resolved pack: a `folder`, or a `store` URL (`s3://...`, `https://...`) read through a
-    block cache in `cache_dir`, of `cache_limit` bytes (None: `storepack.default_cache_dir`,
+    block cache in `cache_dir`, of `cache_limit` bytes (None: `core.files.user_cache_dir`,
     `storepack.default_limit`). `ids`: a folder's shards as found when its manifest was read
     (`consistent_pack`)."""
 

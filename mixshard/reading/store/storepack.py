@@ -19,6 +19,7 @@ from torch.utils.data import get_worker_info
 
 from ...core import layout
 from ...core.errors import ManifestError, MixshardError, ShardError
+from ...core.files import user_cache_dir
 from ...core.manifest import Manifest, ShardInfo
 from ...core.stores import Store
 from ..pack.shardfiles import FeedReads, FileId, shard_path, stat_each
@@ -27,11 +28,6 @@ from .blockcache import BlockCache
 from .cachefiles import claim_part, existing, footprint, page_size
 
 POLICY = "future"  # eviction policy of new caches ("lru": for the benchmark's comparison)
-
-
-def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "mixshard"
 
 
 def block_spans(manifest: Manifest) -> np.ndarray:
@@ -75,7 +71,7 @@ class StoreFiles:
             )
         self.digests = [str(d) for d in digests]
         identity = hashlib.sha256(url.encode() + b"\n" + manifest.dumps()).hexdigest()[:20]
-        self.root = Path(cache_dir or default_cache_dir()) / identity
+        self.root = Path(cache_dir or user_cache_dir()) / identity
         self.folder = self.root  # this process's part of it, once opened (`open_cache`)
         self.shards = [(s.name, s.bytes) for s in manifest.shards]
         self.spans = block_spans(manifest)

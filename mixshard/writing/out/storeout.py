@@ -28,6 +28,7 @@ from typing import Any
 
 from ...core.constants import JOURNAL_GLOB, JOURNAL_NAME, LOCK_NAME, MANIFEST_NAME
 from ...core.errors import OutputError
+from ...core.files import user_cache_dir
 from ...core.jobs import Job
 from ...core.stores import Store
 from .outdir import is_ours, not_empty, part_suffix
@@ -45,8 +46,7 @@ def staging_root() -> Path:
     """`$MIXSHARD_STAGING`, else `mixshard/staging` in the user's cache folder."""
     if os.environ.get(STAGING_ENV):
         return Path(os.environ[STAGING_ENV])
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(cache) / "mixshard" / "staging"
+    return user_cache_dir() / "staging"
 
 
 def _holder_line(holder: dict) -> str:
