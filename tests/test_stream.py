@@ -585,6 +585,16 @@ def test_bad_arguments(pack_dir, kwargs, message):
         ShardStream(pack_dir, **{"batch_size": 8, **kwargs})
 
 
+def test_a_rank_beyond_the_runs_world_size_names_both(pack_dir):
+    stream = ShardStream(pack_dir, 8, rank=1)  # no world_size and no torch.distributed: 1
+    with pytest.raises(ValueError) as err:
+        _ = stream.batches_per_epoch
+    assert str(err.value) == (
+        "rank must be in [0, world_size), got rank=1, world_size=1 (torch.distributed's, or 1 "
+        "without it)"
+    )
+
+
 def test_dead_worker_process_is_an_error_not_a_hang(pack_dir):
     loader = mixshard.loader(pack_dir, 8, num_workers=2, workers="process", infinite=True)
     it = iter(loader)

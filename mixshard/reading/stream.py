@@ -165,7 +165,10 @@ class ShardStream(IterableDataset):
             rank, world = rank_world()
             rank = self._rank if self._rank is not None else rank
         if not 0 <= rank < world:
-            raise ValueError(f"rank must be in [0, world_size), got {rank} of {world}")
+            given = "" if self._world is not None else " (torch.distributed's, or 1 without it)"
+            raise ValueError(
+                f"rank must be in [0, world_size), got rank={rank}, world_size={world}{given}"
+            )
         return rank, world
 
     @property
