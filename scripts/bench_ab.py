@@ -6,9 +6,10 @@
 Each ref is checked out with `git worktree add --detach` in a temporary folder (REF `.` is this
 working tree as it is, uncommitted changes included). A compiled module (`mixshard/**/*.c`) is
 copied from this tree when its C source is the same in the ref, else built there
-(`setup() build_ext --inplace`, from pyproject.toml's ext-modules). Then, for each round, each
-benchmark runs on A and on B: `python <ref>/scripts/<script> ARGS...` (the ref's own copy of
-the script; this tree's where the ref has none) with `PYTHONPATH=<ref>`, in the ref's folder
+(`setup() build_ext --inplace`, from pyproject.toml's ext-modules), and its modules are
+byte-compiled (as an install does). Then, for each round, each benchmark runs on A and on B:
+`python <ref>/scripts/<script> ARGS...` (the ref's own copy of the script; this tree's where
+the ref has none) with `PYTHONPATH=<ref>`, in the ref's folder
 (which ref goes first alternates by round and benchmark: the first of a pair ran faster),
 and `MIXSHARD_BENCH_OUT` one folder shared by both refs (the same generated sources and packs:
 `--separate-out` gives each ref its own).
@@ -55,6 +56,7 @@ def checkout(repo: Path, ref: str, where: Path) -> tuple[Path, str]:
     """A worktree of `ref` at `where` (or `repo` itself for `.`), its compiled modules in
     place; returns (folder, what it is)."""
     if ref == ".":
+        byte_compile(repo)
         return repo, f"working tree at {git('rev-parse', '--short', 'HEAD', cwd=repo)} + changes"
     sha = git("rev-parse", "--verify", f"{ref}^{{commit}}", cwd=repo)
     git("worktree", "add", "--detach", str(where), sha, cwd=repo)
@@ -70,7 +72,16 @@ def checkout(repo: Path, ref: str, where: Path) -> tuple[Path, str]:
         print(f"building the compiled modules of {ref} ...", file=sys.stderr)
         cmd = [sys.executable, "-c", "from setuptools import setup; setup()", "build_ext"]
         subprocess.run([*cmd, "--inplace"], cwd=where, check=True, capture_output=True)
+    byte_compile(where)
     return where, f"{ref} = {sha[:10]}"
+
+
+def byte_compile(folder: Path) -> None:
+    """Write the `.pyc` of `folder`'s package, as an install does: with PYTHONDONTWRITEBYTECODE
+    set, a fresh worktree would compile every module it imports in every run, and a startup
+    figure (a first batch, a first call) would time the compiler on the ref's source size."""
+    cmd = [sys.executable, "-m", "compileall", "-q", str(folder / "mixshard")]
+    subprocess.run(cmd, check=True, capture_output=True)
 
 
 def script_of(folder: Path, repo: Path, bench: str) -> list[str]:

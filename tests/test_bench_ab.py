@@ -46,3 +46,16 @@ def test_verdict_within_tolerance_else_by_the_headers_direction():
     assert bench_ab.verdict("first batch/call s", 0.8, 0.10) == "no, better"
     assert bench_ab.verdict("peak RSS MB", 1.3, 0.10) == "no, WORSE"
     assert bench_ab.verdict("bytes", 1.3, 0.10) == "no"  # direction unknown
+
+
+def test_a_refs_modules_are_byte_compiled_whatever_the_environment_says(tmp_path, monkeypatch):
+    # with PYTHONDONTWRITEBYTECODE set, a fresh worktree compiled every module it imported in
+    # every run: a first call timed the compiler on the ref's source size
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    (tmp_path / "mixshard" / "sub").mkdir(parents=True)
+    (tmp_path / "mixshard" / "sub" / "mod.py").write_text("X = 1\n")
+    bench_ab.byte_compile(tmp_path)
+    tag = sys.implementation.cache_tag
+    assert [p.name for p in (tmp_path / "mixshard" / "sub" / "__pycache__").iterdir()] == [
+        f"mod.{tag}.pyc"
+    ]
