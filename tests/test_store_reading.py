@@ -13,6 +13,7 @@ from helpers import make_tree, small_pack
 
 import mixshard
 from mixshard import ManifestError, MixshardError, ShardError, ShardStream
+from mixshard.core import stores
 from mixshard.core.files import user_cache_dir
 from mixshard.core.stores import Store
 from mixshard.reading.store import blockcache, cachefiles, eviction
@@ -186,7 +187,7 @@ def test_denied_access_is_one_line(url, tmp_path, monkeypatch):
 
 def test_a_stalling_store_is_an_error_not_a_hang(url, tmp_path, monkeypatch):
     stream = ShardStream(url, 8, cache_dir=tmp_path / "c")
-    monkeypatch.setattr(blockcache, "RATE_GRACE", 0.2)
+    monkeypatch.setattr(stores, "STORE_DEADLINE", 0.2)
     monkeypatch.setattr(Store, "read", lambda self, name, start=None, end=None: time.sleep(3))
     began = time.monotonic()
     with pytest.raises(ShardError) as err:

@@ -20,9 +20,8 @@ import numpy as np
 
 from ...core import locks
 from ...core.errors import MixshardError, ShardError
-from ...core.stores import STORE_DEADLINE as RATE_GRACE
 from ...core.stores import STORE_MIN_RATE as MIN_RATE
-from ...core.stores import Store
+from ...core.stores import Store, deadline
 from . import eviction
 from .cachefiles import Pages, closing_fd, disk_full, open_folder, open_in, page_size, punch
 
@@ -215,10 +214,10 @@ class BlockCache:
     def _wait(self, b: int) -> None:
         """Wait for block `b`'s fetch, under the stores' minimum-rate rule (`core/stores.py`)."""
         future, started, _ = self._inflight[b]
-        deadline = started + RATE_GRACE + int(self.sizes[b]) / MIN_RATE
+        until = started + deadline(int(self.sizes[b]))  # read now: a shortened deadline counts
         self._cond.release()
         try:
-            future.result(timeout=max(0.0, deadline - time.monotonic()))
+            future.result(timeout=max(0.0, until - time.monotonic()))
         except TimeoutError:
             slot, start, end = (int(x) for x in self.spans[b])
             url = self.store.object_url(self.shards[slot][0])
