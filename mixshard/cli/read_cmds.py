@@ -12,20 +12,15 @@ from ..core.packpath import pack_dir
 from .base import cli, human_bytes, pack_argument, quiet_option, shown, shown_json
 
 
-def _store_of(pack: str) -> Any:
-    """The store PACK names, or None for a folder (`reading/source.py` asks which)."""
-    from ..reading.source import store_of
-
-    return store_of(pack)
-
-
-def _manifest(pack: str) -> Any:
-    """The manifest of PACK: a folder, its index.json, or an object store URL."""
+def _manifest(pack: str) -> tuple[Any, bool]:
+    """The manifest of PACK (a folder, its index.json, or an object store URL), and whether
+    PACK is a store (`reading/source.py` asks which)."""
     from ..core.manifest import Manifest
     from ..core.stores import load_manifest
+    from ..reading.source import store_of
 
-    store = _store_of(pack)
-    return load_manifest(store) if store else Manifest.load(pack)
+    store = store_of(pack)
+    return (load_manifest(store), True) if store else (Manifest.load(pack), False)
 
 
 @cli.command()
@@ -45,7 +40,7 @@ def verify(pack: str, quiet: bool) -> None:
 
     from ..reading.verifying import verify as run_verify
 
-    manifest = _manifest(pack)
+    manifest, in_store = _manifest(pack)
     disable = True if quiet else None
     with tqdm(total=manifest.total_bytes, unit="B", unit_scale=True, disable=disable) as bar:
         report = run_verify(pack, progress=bar.update, manifest=manifest)
@@ -58,7 +53,7 @@ def verify(pack: str, quiet: bool) -> None:
         return
     for name, problem in report.problems.items():
         click.echo(shown(f"BAD {name}: {problem}"))
-    folder = pack if _store_of(pack) else pack_dir(pack)
+    folder = pack if in_store else pack_dir(pack)
     raise MixshardError(
         f"{len(report.problems)} bad shard file(s) in {folder}; repack with `mixshard pack SRC "
         f"{folder} --overwrite` (or restore the files)"
@@ -81,7 +76,7 @@ def inspect(pack: str, as_json: bool, show_plan: bool) -> None:
     Example:
       mixshard inspect data/coco --json
     """
-    m = _manifest(pack)
+    m, in_store = _manifest(pack)
     o = m.options
     summary = {
         "path": pack,
@@ -129,7 +124,7 @@ def inspect(pack: str, as_json: bool, show_plan: bool) -> None:
     if show_plan:
         from ..reading.batches.plan import default_plan
 
-        for line in default_plan(m, _store_of(pack) is not None).why:
+        for line in default_plan(m, in_store).why:
             click.echo(f"reading:  {line}")
 
 

@@ -101,10 +101,8 @@ class ShardStream(IterableDataset):
         check_optional_int("world_size", world_size, 1)
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-        if rank is not None and not 0 <= rank < (world_size or 1 << 30):
-            raise ValueError(
-                f"rank must be in [0, world_size), got rank={rank}, world_size={world_size}"
-            )
+        if rank is not None:  # against torch.distributed's world size when it is read
+            _check_rank(rank, world_size)
         check_int("seed", seed, 0)
         if shuffle_blocks is not None:
             warnings.warn(
@@ -164,11 +162,7 @@ class ShardStream(IterableDataset):
         else:
             rank, world = rank_world()
             rank = self._rank if self._rank is not None else rank
-        if not 0 <= rank < world:
-            given = "" if self._world is not None else " (torch.distributed's, or 1 without it)"
-            raise ValueError(
-                f"rank must be in [0, world_size), got rank={rank}, world_size={world}{given}"
-            )
+        _check_rank(rank, world, "" if self._world is not None else _DIST_WORLD)
         return rank, world
 
     @property
@@ -270,3 +264,15 @@ class ShardStream(IterableDataset):
             yield batch
         if info is None and end is not None:
             self.position = end
+
+
+_DIST_WORLD = " (torch.distributed's, or 1 without it)"
+
+
+def _check_rank(rank: int, world: int | None, where: str = "") -> None:
+    """Raise ValueError unless `0 <= rank < world` (None: no world size known yet); `where`
+    says where the world size came from."""
+    if not 0 <= rank < (world or 1 << 30):
+        raise ValueError(
+            f"rank must be in [0, world_size), got rank={rank}, world_size={world}{where}"
+        )

@@ -1,10 +1,10 @@
 """Batch buffers used again once nobody holds the batches made in them.
 
 A fresh buffer per batch costs more than filling it: the kernel maps and zeroes its pages on
-first touch, and frees them again when the batch is dropped. A batch
-handed out is a tensor over a numpy buffer the recycler keeps; the tensor's storage holds a
-reference to that buffer, as does every view of it, so once the buffer's reference count is
-back to the recycler's own, no tensor or view can see it any more and it is filled again.
+first touch, and frees them again when the batch is dropped. A batch handed out is a tensor
+over a numpy buffer the recycler keeps; the tensor's storage holds a reference to that buffer,
+as does every view of it, so once the buffer's reference count is back to the recycler's own,
+no tensor or view can see it any more and it is filled again.
 """
 
 from __future__ import annotations
