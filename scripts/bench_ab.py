@@ -9,7 +9,8 @@ copied from this tree when its C source is the same in the ref, else built there
 (`setup() build_ext --inplace`, from pyproject.toml's ext-modules), and its modules are
 byte-compiled (as an install does). Then, for each round, each benchmark runs on A and on B:
 `python <ref>/scripts/<script> ARGS...` (the ref's own copy of the script; this tree's where
-the ref has none) with `PYTHONPATH=<ref>`, in the ref's folder
+the ref has none, or for both refs with `--this-scripts`, when this tree's copy measures more)
+with `PYTHONPATH=<ref>`, in the ref's folder
 (which ref goes first alternates by round and benchmark: the first of a pair ran faster),
 and `MIXSHARD_BENCH_OUT` one folder shared by both refs (the same generated sources and packs:
 `--separate-out` gives each ref its own).
@@ -84,10 +85,11 @@ def byte_compile(folder: Path) -> None:
     subprocess.run(cmd, check=True, capture_output=True)
 
 
-def script_of(folder: Path, repo: Path, bench: str) -> list[str]:
-    """The command of one benchmark run in `folder`: its own copy of the script if it has one."""
+def script_of(folder: Path, repo: Path, bench: str, own: bool = True) -> list[str]:
+    """The command of one benchmark run in `folder`: its own copy of the script if it has one
+    (and `own`), else this tree's."""
     name, *args = shlex.split(bench)
-    for base in (folder / "scripts", repo / "scripts", HERE):
+    for base in ((folder / "scripts",) if own else ()) + (repo / "scripts", HERE):
         if (base / name).exists():
             return [sys.executable, str(base / name), *args]
     raise SystemExit(f"bench_ab: no script {name} in {folder / 'scripts'} nor {HERE}")
@@ -158,7 +160,7 @@ def run(args: argparse.Namespace) -> None:
                 for side, (folder, _) in order:
                     out = tmp / ("out" if not args.separate_out else f"out-{side}")
                     env = {**os.environ, "PYTHONPATH": str(folder), "MIXSHARD_BENCH_OUT": str(out)}
-                    cmd = script_of(folder, repo, bench)
+                    cmd = script_of(folder, repo, bench, own=not args.this_scripts)
                     t0 = time.perf_counter()
                     done = subprocess.run(
                         cmd, cwd=folder, env=env, capture_output=True, text=True, check=False
@@ -214,6 +216,9 @@ def main() -> None:
     parser.add_argument("--tolerance", type=float, default=0.10)
     parser.add_argument("--separate-out", action="store_true", help="one bench-out per ref")
     parser.add_argument("--keep", action="store_true", help="keep the worktrees")
+    parser.add_argument(
+        "--this-scripts", action="store_true", help="run this tree's scripts on both refs"
+    )
     run(parser.parse_args())
 
 

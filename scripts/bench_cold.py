@@ -118,7 +118,10 @@ def measure_loader(pack: Path, order: str, budget: float, limit: int) -> dict:
 def measure_overlay(pack: Path, cache: str, budget: float, limit: int) -> dict:
     """`Overlay(pack, cache=...)` on CPU: the first call, then calls until `limit` images or
     `budget` seconds; the µs of a call is the median over the second half of those calls
-    (hundreds of calls: a pool is full by then, and one slow call moves nothing)."""
+    (hundreds of calls: a pool is full by then, and one slow call moves nothing). Each call is
+    followed by an `obs.clone()`, timed: `per_clone` is the median of the ratios call / clone,
+    the call against the same bytes moved by this process at that moment (a memory-bound call
+    moves with the host's memory traffic, which the process cannot see)."""
     import torch
 
     import mixshard
@@ -132,14 +135,19 @@ def measure_overlay(pack: Path, cache: str, budget: float, limit: int) -> dict:
     overlay = mixshard.Overlay(pack, cache=cache, flip=False, seed=0, pool=pool)
     overlay(obs)
     first = time.perf_counter() - t0
-    images, calls = N, []
+    images, calls, clones = N, [], []
     while images < limit and time.perf_counter() - t0 < budget:
         t = time.perf_counter()
         overlay(obs)
-        calls.append(time.perf_counter() - t)
+        t1 = time.perf_counter()
+        obs.clone()
+        clones.append(time.perf_counter() - t1)
+        calls.append(t1 - t)
         images += N
-    seconds = time.perf_counter() - t0
-    steady = calls[len(calls) // 2 :] or calls
+    seconds = time.perf_counter() - t0 - sum(clones)
+    half = len(calls) // 2
+    steady = calls[half:] or calls
+    ratios = [c / k for c, k in zip(calls, clones)][half:]
     stats = overlay.stats()["cpu"]
     overlay.close()
     return {
@@ -148,6 +156,7 @@ def measure_overlay(pack: Path, cache: str, budget: float, limit: int) -> dict:
         "first": first,
         "rss": peak_rss_mb(),
         "call_us": statistics.median(steady) * 1e6 if steady else None,
+        "per_clone": statistics.median(ratios) if ratios else None,
         "calls": len(calls),
         "stats": stats,
     }
@@ -208,6 +217,7 @@ def median_of(results: list[dict]) -> dict:
     best = results[rates.index(statistics.median_low(rates))]
     steady = [r["steady"] for r in results if r.get("steady")]
     calls = [r["call_us"] for r in results if r.get("call_us")]
+    per_clone = [r["per_clone"] for r in results if r.get("per_clone")]
     return {
         **best,
         "rate": statistics.median(rates),
@@ -215,6 +225,7 @@ def median_of(results: list[dict]) -> dict:
         "steady_rate": statistics.median(steady) if steady else None,
         "call_us": statistics.median(calls) if calls else None,
         "calls_us": calls,
+        "per_clone": statistics.median(per_clone) if per_clone else None,
     }
 
 
@@ -247,10 +258,12 @@ def case_rows(name: str, results: dict[str, dict]) -> list[list[object]]:
         r = results[kind]
         first = f"{r['first']:.2f}" if "first" in r else ""
         call = f"{r['call_us']:,.0f}" if r.get("call_us") else ""
+        per_clone = f"{r['per_clone']:.2f}x" if r.get("per_clone") else ""
         share = f"{100 * r['rate'] / ceiling:.0f}%"
         steady = fmt_rate(r["steady_rate"]) if r.get("steady_rate") else ""
         rows.append(
-            [name, label, fmt_rate(r["rate"]), steady, share, first, call, f"{r['rss']:.0f}"]
+            [name, label, fmt_rate(r["rate"]), steady, share, first, call, per_clone]
+            + [f"{r['rss']:.0f}"]
         )
     return rows
 
@@ -299,7 +312,7 @@ def pool_ratio_row(results: dict[str, dict]) -> list[object]:
     ratios = [p / d for p, d in pairs]
     each = ", ".join(f"{r:.2f}" for r in ratios)
     median = f"{statistics.median(ratios):.2f}" if ratios else ""
-    return ["warm", f"pool call / cached call, per run: {each}", "", "", "", "", median, ""]
+    return ["warm", f"pool call / cached call, per run: {each}", "", "", "", "", median, "", ""]
 
 
 def real_rows(pack: Path, budget: float) -> list[list[object]]:
@@ -343,6 +356,7 @@ HEADERS = [
     "share of (i)",
     "first batch/call s",
     "call µs",
+    "call / obs.clone()",
     "peak RSS MB",
 ]
 

@@ -101,7 +101,7 @@ def test_bench_cold_quick(tmp_path):
     out = quick("bench_cold.py", tmp_path)
     assert out.splitlines()[0] == (
         "| case | what | images/s | 2nd half of the pass, img/s | share of (i) "
-        "| first batch/call s | call µs | peak RSS MB |"
+        "| first batch/call s | call µs | call / obs.clone() | peak RSS MB |"
     )
     assert "| cold (quick) | (iii) loader, order=block |" in out
 

@@ -59,3 +59,14 @@ def test_a_refs_modules_are_byte_compiled_whatever_the_environment_says(tmp_path
     assert [p.name for p in (tmp_path / "mixshard" / "sub" / "__pycache__").iterdir()] == [
         f"mod.{tag}.pyc"
     ]
+
+
+def test_a_ref_runs_its_own_script_unless_told_to_run_this_trees(tmp_path):
+    ref, repo = tmp_path / "ref", tmp_path / "repo"
+    for folder in (ref, repo):
+        (folder / "scripts").mkdir(parents=True)
+        (folder / "scripts" / "bench_x.py").write_text("")
+    own = bench_ab.script_of(ref, repo, "bench_x.py --runs 2")
+    assert own[1:] == [str(ref / "scripts" / "bench_x.py"), "--runs", "2"]
+    here = bench_ab.script_of(ref, repo, "bench_x.py --runs 2", own=False)
+    assert here[1:] == [str(repo / "scripts" / "bench_x.py"), "--runs", "2"]
