@@ -27,10 +27,10 @@ CACHE_SAMPLE = 2 << 20  # cache_misses: one byte read every this many bytes
 def warm_files(files: list[tuple[Path, int]], stop: threading.Event) -> bool:
     """Read `(path, size)` files into the page cache in order. Returns False when `stop` was
     set (or a file could not be opened) before the end."""
-    asked: deque[tuple[int, int, int]] = deque()  # (fd, last byte, file: after its last chunk)
+    asked: deque[tuple[int, int, bool]] = deque()  # (fd, last byte, its file's last chunk)
     opened: set[int] = set()
     try:
-        for i, (path, size) in enumerate(files):
+        for path, size in files:
             try:
                 fd = open_regular(path)
             except OSError:
@@ -42,7 +42,7 @@ def warm_files(files: list[tuple[Path, int]], stop: threading.Event) -> bool:
                     return False
                 hi = min(size, lo + chunk)
                 os.posix_fadvise(fd, lo, hi - lo, os.POSIX_FADV_WILLNEED)
-                asked.append((fd, hi - 1, i if hi == size else -1))
+                asked.append((fd, hi - 1, hi == size))
                 while len(asked) > WARM_IN_FLIGHT * WARM_CHUNK // chunk:
                     _arrived(*asked.popleft(), opened)
         while asked:
@@ -70,12 +70,12 @@ def read_whole(fd: int) -> int:
     return 128 << 10
 
 
-def _arrived(fd: int, last: int, file: int, opened: set[int]) -> None:
+def _arrived(fd: int, last: int, closes: bool, opened: set[int]) -> None:
     """Wait until the chunk that ends at byte `last` is read (a one-byte read of its last page
-    waits for the kernel's read in flight); close `fd` after its file's last chunk (`file`)."""
+    waits for the kernel's read in flight); close `fd` when it was its file's last (`closes`)."""
     with contextlib.suppress(OSError):
         os.pread(fd, 1, last)
-    if file >= 0:
+    if closes:
         opened.discard(fd)
         os.close(fd)
 
