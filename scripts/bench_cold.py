@@ -121,7 +121,7 @@ def measure_overlay(pack: Path, cache: str, budget: float, limit: int) -> dict:
     (hundreds of calls: a pool is full by then, and one slow call moves nothing). Each call is
     followed by an `obs.clone()`, timed: `per_clone` is the median of the ratios call / clone,
     the call against the same bytes moved by this process at that moment (a memory-bound call
-    moves with the host's memory traffic, which the process cannot see) The rate leaves the
+    moves with the host's memory traffic, which the process cannot see). The rate leaves the
     clones' time out (a pool's reader refills during them)."""
     import torch
 
