@@ -23,6 +23,7 @@ clips, 352 px H.264), made once into bench-out/ by `make_clip_pack`; --quick mak
 40-frame clip instead.
 
     python scripts/bench_backgrounds.py [--runs 15] [--videos ../shared/real-videos] [--quick]
+    python scripts/bench_backgrounds.py --only-step --default-malloc  # as a user's process runs
 """
 
 from __future__ import annotations
@@ -290,12 +291,26 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny: one short clip, 64 envs")
     parser.add_argument("--only-step", action="store_true", help="only the whole-step rows")
     parser.add_argument("--only-mixing", action="store_true", help="only the mixing rows")
+    parser.add_argument(
+        "--default-malloc",
+        action="store_true",
+        help="glibc's malloc as a user's process has it: an output over 32 MB is mapped fresh "
+        "at every call and pays its page faults, the clone's as the step's (default: held in "
+        "steady state, the kernels' own cost)",
+    )
     args = parser.parse_args()
     video, packs = prepare(args)
     command = "python scripts/bench_backgrounds.py" + (" --quick" if args.quick else "")
     command += " --only-step" if args.only_step else ""
     command += " --only-mixing" if args.only_mixing else ""
+    command += " --default-malloc" if args.default_malloc else ""
     print(f"Command: {command}")
+    steady = (
+        "glibc's defaults"
+        if args.default_malloc
+        else " ".join(f"{k}={v}" for k, v in MALLOC.items())
+    )
+    print(f"Malloc: {steady}")
     print(f"Machine: {machine()}; torch {torch.__version__}; {datetime.date.today()}")
     print(f"Load average at the start: {os.getloadavg()[0]:.2f}")
     m = mixshard.Manifest.load(packs[SIZE])
@@ -369,6 +384,8 @@ def write_synthetic_video(out: Path, frames: int, side: int = 96) -> Path:
 MALLOC = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 40)}
 
 if __name__ == "__main__":
-    if any(os.environ.get(k) != v for k, v in MALLOC.items()):
+    if "--default-malloc" not in sys.argv and any(
+        os.environ.get(k) != v for k, v in MALLOC.items()
+    ):
         os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **MALLOC})
     main()

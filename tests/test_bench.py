@@ -127,6 +127,8 @@ def test_bench_backgrounds_quick(tmp_path):
     out = quick("bench_backgrounds.py", tmp_path)
     assert "| torch threads | what | ms per call | vs baseline | goal |" in out
     assert "Clip pack: 1 clips, 40 frames of 84 px" in out
+    # the kernels' own cost: no fresh mapping (and page faults) per output
+    assert "Malloc: MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=1099511627776\n" in out
     for row in (
         "composite, no mask, alpha 0.5",
         "composite, per-pixel bool mask (green screen)",
@@ -143,6 +145,12 @@ def test_bench_backgrounds_quick(tmp_path):
         "step + reset of 3 of 64 (5%), vs clone of 64x32x32x3 uint8",
     ):
         assert f"| {row} |" in out, row
+
+
+def test_bench_backgrounds_can_run_as_a_users_process_does(tmp_path):
+    out = quick("bench_backgrounds.py", tmp_path, "--only-step", "--default-malloc")
+    assert "Malloc: glibc's defaults\n" in out
+    assert "| whole step, depth (keys.from_depth), NHWC 64x32x32x3 uint8 |" in out
 
 
 def test_bench_mixing_quick(tmp_path):
