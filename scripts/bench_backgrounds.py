@@ -379,8 +379,9 @@ def write_synthetic_video(out: Path, frames: int, side: int = 96) -> Path:
     return out
 
 
-# glibc malloc in steady state: no fresh mmap (and page faults on every write) per 260 MB
-# output; freed memory kept for the next call, as in a long training run
+# glibc malloc held in steady state: no fresh mmap (and page faults on every write) per output
+# of up to 260 MB, freed memory kept for the next call: the kernels' own cost. With glibc's
+# defaults every allocation over 32 MB is mapped afresh however long a run is (--default-malloc)
 MALLOC = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 40)}
 
 if __name__ == "__main__":
