@@ -285,7 +285,8 @@ def verdict(ok: bool, goal: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    # no abbreviations: `__main__` looks for --default-malloc by its whole name
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--runs", type=int, default=15, help="timed calls per median")
     parser.add_argument("--videos", type=Path, default=VIDEOS, help="folder of video clips")
     parser.add_argument("--quick", action="store_true", help="tiny: one short clip, 64 envs")
@@ -305,12 +306,8 @@ def main() -> None:
     command += " --only-mixing" if args.only_mixing else ""
     command += " --default-malloc" if args.default_malloc else ""
     print(f"Command: {command}")
-    steady = (
-        "glibc's defaults"
-        if args.default_malloc
-        else " ".join(f"{k}={v}" for k, v in MALLOC.items())
-    )
-    print(f"Malloc: {steady}")
+    held = " ".join(f"{k}={os.environ[k]}" for k in MALLOC if k in os.environ)
+    print("Malloc:", held or "glibc's defaults")  # as this process runs, not as asked
     print(f"Machine: {machine()}; torch {torch.__version__}; {datetime.date.today()}")
     print(f"Load average at the start: {os.getloadavg()[0]:.2f}")
     m = mixshard.Manifest.load(packs[SIZE])
