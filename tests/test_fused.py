@@ -219,3 +219,69 @@ def test_float_obs_that_are_not_finite_give_the_torch_ops_bytes(monkeypatch):
                     want = mixshard.composite(obs, background, key, alpha, layout=layout)
                 assert torch.equal(got.nan_to_num(1e9), want.nan_to_num(1e9)), (layout, key)
                 assert torch.equal(got.isnan(), want.isnan())
+
+
+@pytest.mark.parametrize("frames,flip", [(3, False), (3, True), (1, False)])
+def test_the_wide_loops_give_the_narrow_ones_and_the_torch_paths_bytes(
+    tmp_path, monkeypatch, frames, flip
+):
+    """Channels-last obs (uint8 and float32) through the AVX-512 loops (where the CPU has them),
+    through AVX2 alone, and through the torch ops: the same bytes for each key and a bool mask,
+    with backgrounds from the frame store (3 frames woven from its planes, or 1) and from the
+    caller. 20 px: 400 pixels a frame, 6 blocks of 64 and 16 left for the narrow loops."""
+    lerp = fused._lerp
+    n, side = 4, 20
+    pack = clip_pack(tmp_path, [4, 6, 3], size=side)
+    g = torch.Generator().manual_seed(11)
+    rgb = torch.randint(0, 256, (n, side, side, frames, 3), generator=g)
+    greenish = torch.rand(n, side, side, frames, generator=g) < 0.5
+    rgb[greenish] = torch.stack(
+        [
+            torch.randint(0, 60, (3,), generator=g) * torch.tensor([1, 0, 1])
+            + torch.tensor([0, 150, 0])
+            for _ in range(int(greenish.sum()))
+        ]
+    )
+    rgb[:, 0, :3, 0] = torch.tensor([[24, 70, 1], [2, 80, 0], [13, 70, 50]])  # DMC-GB bounds
+    rgb = rgb.reshape(n, side, side, 3 * frames)
+    imgs = torch.randint(0, 256, (n, side, side, 3 * frames), generator=g, dtype=torch.uint8)
+    seg = torch.randint(-1, 4, (n, side, side, frames), generator=g, dtype=torch.int16)
+    depth = torch.rand(n, side, side, frames, generator=g) * 4
+    depth.view(-1)[:4] = torch.tensor([0.0, float("inf"), float("nan"), -1.0])
+    keep = torch.rand(n, side, side, frames, generator=g) < 0.5
+    mixshard_keys = mixshard.keys
+    sources = [
+        mixshard_keys.green_screen(),
+        mixshard_keys.color_key((20, 200, 20), 60),
+        mixshard_keys.from_segmentation(seg, background=[-1, 0]),
+        mixshard_keys.from_depth(depth, 2.0),
+        keep,
+    ]
+    bg = mixshard.Backgrounds(pack, n, frames=frames, flip=flip, seed=2, playback="random")
+    bg.step()
+
+    def every(obs: torch.Tensor) -> list[torch.Tensor]:
+        return [
+            call(obs, key, alpha)
+            for key in sources
+            for alpha in (1.0, 0.5)
+            for call in (
+                lambda o, k, a: bg.composite(o, k, a, layout="NHWC"),
+                lambda o, k, a: mixshard.composite(o, imgs, k, a, layout="NHWC"),
+            )
+        ]
+
+    before = lerp.wide()
+    try:
+        for dtype in (torch.uint8, torch.float32):
+            obs = rgb.to(dtype)
+            wide = (lerp.wide(True), every(obs))[1]
+            narrow = (lerp.wide(False), every(obs))[1]
+            with monkeypatch.context() as m:
+                m.setattr(fused, "_lerp", None)
+                ops = every(obs)
+            for i, (a, b, c) in enumerate(zip(wide, narrow, ops)):
+                assert torch.equal(a, c) and torch.equal(b, c), (dtype, i)
+    finally:
+        lerp.wide(before)
+    bg.close()

@@ -130,6 +130,16 @@ def test_the_compiled_green_screen_is_dmcgbs_on_every_colour():
     kept = (out == obs).all(1) & ~black
     table = keep_table("dmcgb", torch.device("cpu")).view(1, 4096, 4096)
     assert torch.equal(kept, table & ~black)
+    # channels-last: the interleaved loops' key, AVX-512's (where the CPU has it) and AVX2's
+    nhwc = obs.permute(0, 2, 3, 1).contiguous()
+    before = fused._lerp.wide()
+    try:
+        for wide in (True, False):
+            fused._lerp.wide(wide)
+            out = composite(nhwc, torch.zeros_like(nhwc), keys.green_screen(), layout="NHWC")
+            assert torch.equal((out == nhwc).all(3) & ~black, table & ~black), wide
+    finally:
+        fused._lerp.wide(before)
 
 
 def test_key_arguments_are_checked_and_maps_must_fit_the_obs(tmp_path):

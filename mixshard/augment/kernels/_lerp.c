@@ -94,7 +94,7 @@ typedef struct {
 } Scratch;
 
 #if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && !defined(__clang__)
-#define WIDE __attribute__((target_clones("avx2", "default"))) /* keys: 8 lanes where AVX2 is */
+#define WIDE __attribute__((target_clones("arch=x86-64-v4", "avx2", "default"))) /* keys */
 #else
 #define WIDE
 #endif
@@ -114,11 +114,12 @@ typedef struct {
 
 /* A value from obs o, background b and keep weight m (bool 0/1 or float) at alpha a, for each
  * kind of weight: none (blend at a), a bool mask at alpha 1 (`lerp(b, o, m)`: o or b exactly;
- * uint8: a select), a bool one at alpha a (weights m * -a + a: 0 where kept), a float one at 1
+ * uint8: a select; float: LERP's own ops at w 0 and at w 1, fma(0, o - b, b or o), without
+ * the other branch), a bool one at alpha a (weights m * -a + a: 0 where kept), a float one at 1
  * (`lerp(b, o, m)`) and at a (weights (-m + 1) * a). */
 #define V_NONE(FMA, TO, o, b, m) TO(LERP(FMA, (float)(o), (float)(b), a))
 #define V_SELECT(FMA, TO, o, b, m) (((uint8_t)(o) & (uint8_t)-(m)) | ((b) & (uint8_t) ~(uint8_t)-(m)))
-#define V_BPLAIN(FMA, TO, o, b, m) TO(LERP(FMA, (float)(b), (float)(o), (float)(m)))
+#define V_BPLAIN(FMA, TO, o, b, m) TO(FMA(0.0f, (float)(o) - (float)(b), (m) ? (float)(o) : (float)(b)))
 #define V_BOOL(FMA, TO, o, b, m) TO(LERP(FMA, (float)(o), (float)(b), (float)(m) * -a + a))
 #define V_FPLAIN(FMA, TO, o, b, m) TO(LERP(FMA, (float)(b), (float)(o), (m)))
 #define V_FLOAT(FMA, TO, o, b, m) TO(LERP(FMA, (float)(o), (float)(b), (-(m) + 1.0f) * a))
@@ -266,10 +267,90 @@ split96(__m256i r0, __m256i r1, __m256i r2, __m256i *x) {
                                SH(v[2], UNSHUF[2][s]));
 }
 
+/* The same with AVX-512's whole-register byte permutes (VBMI), where the CPU has them: 64
+ * pixel-frames (192 bytes) at a time, each of the three vectors made by two permutes (a
+ * permute of two registers, then the third register's bytes put in under a mask) where AVX2
+ * takes three shuffles, two ors and a lane permute. WEAVE[v]: output vector v's source byte
+ * (bit 6: the second register), WEAVE_C[v]: its bytes from the third; SPLIT[s]: stream s's
+ * bytes of r0 | r1 (and SPLIT_C[s] of r2); TRIPLE[v]: a byte per pixel-frame repeated 3 times. */
+static int wide; /* AVX-512 BW and VBMI are there, and in use (`_lerp.wide`) */
+static int wide_cpu;
+static uint8_t WEAVE[3][64], SPLIT[3][64], SPLIT_HI[3][64], TRIPLE[3][64];
+static uint64_t WEAVE_C[3], SPLIT_C[3];
+static void shuffles512(void) {
+    for (int v = 0; v < 3; v++)
+        for (int b = 0; b < 64; b++) {
+            int at = 64 * v + b, i = at / 3, s = at % 3, from = 3 * b + v; /* (split: v is s) */
+            WEAVE[v][b] = (uint8_t)(i | (s == 1) << 6);
+            WEAVE_C[v] |= (uint64_t)(s == 2) << b;
+            TRIPLE[v][b] = (uint8_t)i;
+            SPLIT[v][b] = (uint8_t)(from < 128 ? from : 0);
+            SPLIT_HI[v][b] = (uint8_t)(from < 128 ? 0 : from - 128);
+            SPLIT_C[v] |= (uint64_t)(from >= 128) << b;
+        }
+}
+#define AVX512 __attribute__((target("avx2,avx512f,avx512bw,avx512vbmi")))
+/* The tables in registers, loaded once a call: kept in the tables, a store through a uint8_t
+ * pointer could alias them, and they were loaded again after every store. */
+typedef struct {
+    __m512i weave[3], split[3], split_hi[3], triple[3];
+    __mmask64 weave_c[3], split_c[3];
+} Perms;
+AVX512 __attribute__((always_inline)) static inline Perms perms512(void) {
+    Perms P;
+    for (int k = 0; k < 3; k++) {
+        P.weave[k] = _mm512_loadu_si512(WEAVE[k]), P.triple[k] = _mm512_loadu_si512(TRIPLE[k]);
+        P.split[k] = _mm512_loadu_si512(SPLIT[k]), P.split_hi[k] = _mm512_loadu_si512(SPLIT_HI[k]);
+        P.weave_c[k] = WEAVE_C[k], P.split_c[k] = SPLIT_C[k];
+    }
+    return P;
+}
+
+/* a, b, c interleaved: a0 b0 c0 a1 ... in v[0..2] (weave1: v[k] alone). */
+AVX512 __attribute__((always_inline)) static inline __m512i weave1(const Perms *P, int k, __m512i a,
+                                                                  __m512i b, __m512i c) {
+    return _mm512_mask_permutexvar_epi8(_mm512_permutex2var_epi8(a, P->weave[k], b),
+                                        P->weave_c[k], P->weave[k], c);
+}
+AVX512 __attribute__((always_inline)) static inline void weave192(const Perms *P, __m512i a,
+                                                                 __m512i b, __m512i c, __m512i *v) {
+    for (int k = 0; k < 3; k++) v[k] = weave1(P, k, a, b, c);
+}
+
+/* 192 interleaved bytes in r0, r1, r2 split into their three streams x[0..2]. */
+AVX512 __attribute__((always_inline)) static inline void split192(const Perms *P, __m512i r0,
+                                                                 __m512i r1, __m512i r2, __m512i *x) {
+    for (int s = 0; s < 3; s++)
+        x[s] = _mm512_mask_permutexvar_epi8(_mm512_permutex2var_epi8(r0, P->split[s], r1),
+                                            P->split_c[s], P->split_hi[s], r2);
+}
+
+/* d = kept ? obs : background, 192 bytes: keep has a byte per pixel-frame (0xff: kept). */
+AVX512 __attribute__((always_inline)) static inline void select192(const Perms *P, uint8_t *d,
+                                                                  const __m512i *ob, __m512i keep,
+                                                                  const __m512i *bg) {
+    for (int k = 0; k < 3; k++) /* bit by bit */
+        _mm512_storeu_si512(d + 64 * k, _mm512_ternarylogic_epi64(_mm512_permutexvar_epi8(P->triple[k], keep),
+                                                                  ob[k], bg[k], 0xca));
+}
+
+/* interleave3, 64 at a time. */
+AVX512 static ssz interleave3_512(uint8_t *dst, const uint8_t *a, const uint8_t *b,
+                                  const uint8_t *c, ssz n) {
+    const Perms P = perms512();
+    ssz i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m512i v[3];
+        weave192(&P, _mm512_loadu_si512(a + i), _mm512_loadu_si512(b + i), _mm512_loadu_si512(c + i), v);
+        for (int k = 0; k < 3; k++) _mm512_storeu_si512(dst + 3 * i + 64 * k, v[k]);
+    }
+    return i;
+}
+
 /* dst[3 i + s] = src_s[i]; returns how many i it did (whole 32s). */
 __attribute__((target("avx2"))) static ssz interleave3(uint8_t *dst, const uint8_t *a,
                                                       const uint8_t *b, const uint8_t *c, ssz n) {
-    ssz i = 0;
+    ssz i = wide ? interleave3_512(dst, a, b, c, n) : 0;
     for (; i + 32 <= n; i += 32) {
         __m256i x[3] = {_mm256_loadu_si256((const __m256i *)(a + i)),
                         _mm256_loadu_si256((const __m256i *)(b + i)),
@@ -299,13 +380,30 @@ __attribute__((target("avx2"))) static ssz deinterleave3(uint8_t *a, uint8_t *b,
     return i;
 }
 
+/* select3 (below), 64 at a time: the background's channels woven, the keep bytes tripled. */
+AVX512 static ssz select3_512(uint8_t *d, const uint8_t *o, const uint8_t *t0, const uint8_t *t1,
+                              const uint8_t *t2, const uint8_t *m8, ssz n) {
+    const Perms P = perms512();
+    ssz i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m512i bg[3], ob[3];
+        for (int k = 0; k < 3; k++) {
+            __builtin_prefetch(o + 3 * (i + AHEAD) + 64 * k, 0, 3);
+            ob[k] = _mm512_loadu_si512(o + 3 * i + 64 * k);
+        }
+        weave192(&P, _mm512_loadu_si512(t0 + i), _mm512_loadu_si512(t1 + i), _mm512_loadu_si512(t2 + i), bg);
+        select192(&P, d + 3 * i, ob, _mm512_sub_epi8(_mm512_setzero_si512(), _mm512_loadu_si512(m8 + i)), bg);
+    }
+    return i;
+}
+
 /* d = obs where the pixel-frame is kept, else its background, for n pixel-frames of 3 uint8
  * channels (a bool mask at alpha 1: a select, the torch path's `torch.where`). */
 __attribute__((target("avx2"))) static ssz select3(uint8_t *d, const uint8_t *o, const uint8_t *t0,
                                                   const uint8_t *t1, const uint8_t *t2,
                                                   const uint8_t *m8, ssz n) {
     const __m256i zero = _mm256_setzero_si256();
-    ssz i = 0;
+    ssz i = wide ? select3_512(d, o, t0, t1, t2, m8, n) : 0;
     for (; i + 32 <= n; i += 32) {
         __builtin_prefetch(o + 3 * (i + AHEAD), 0, 3);
         __builtin_prefetch(o + 3 * (i + AHEAD) + 64, 0, 3);
@@ -332,12 +430,31 @@ __attribute__((target("avx2"))) static ssz select3(uint8_t *d, const uint8_t *o,
     return i;
 }
 
+/* colours32 (below) with AVX-512, 64 at a time: the same ops, 16 lanes, the bytes narrowed. */
+AVX512 static ssz colours64_512(uint8_t *d, const float *x, ssz m) {
+    const __m512 zero = _mm512_setzero_ps(), top = _mm512_set1_ps(255.0f);
+    ssz i = 0;
+    for (; i + 64 <= m; i += 64) {
+        __builtin_prefetch(x + i + AHEAD, 0, 3);
+        __builtin_prefetch(x + i + AHEAD + 16, 0, 3);
+        __builtin_prefetch(x + i + AHEAD + 32, 0, 3);
+        __builtin_prefetch(x + i + AHEAD + 48, 0, 3);
+        for (int k = 0; k < 4; k++) {
+            __m512 r = _mm512_roundscale_ps(_mm512_loadu_ps(x + i + 16 * k),
+                                            _MM_FROUND_CUR_DIRECTION | _MM_FROUND_NO_EXC);
+            __m512i v = _mm512_cvttps_epi32(_mm512_min_ps(_mm512_max_ps(r, zero), top));
+            _mm_storeu_si128((__m128i *)(d + i + 16 * k), _mm512_cvtepi32_epi8(v));
+        }
+    }
+    return i;
+}
+
 /* d[i] = the uint8 a float colour x[i] is read as (`colours`), 32 at a time: rounded to even,
  * clamped to [0, 255] in floats (max with 0 first: a NaN gives 0), converted and packed. */
 __attribute__((target("avx2"))) static ssz colours32(uint8_t *d, const float *x, ssz m) {
     const __m256 zero = _mm256_setzero_ps(), top = _mm256_set1_ps(255.0f);
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7); /* undo the packs' lanes */
-    ssz i = 0;
+    ssz i = wide ? colours64_512(d, x, m) : 0;
     for (; i + 32 <= m; i += 32) {
         __m256i v[4];
         __builtin_prefetch(x + i + AHEAD, 0, 3);
@@ -391,8 +508,9 @@ __attribute__((target("avx2"))) static ssz range_rgb32(const float *x, const flo
 }
 #else
 #define X86 0
-static int avx2;
+static int avx2, wide, wide_cpu;
 static void shuffles(void) {}
+static void shuffles512(void) {}
 static ssz range_rgb32(const float *x, const float *lo, const float *hi, uint8_t *keep, ssz m) {
     return 0;
 }
@@ -661,8 +779,6 @@ static ssz green16(const uint8_t *r, const uint8_t *g, const uint8_t *b, const i
  * v >= 11 (span - v); 16 max <= 51 span as max - 3 span <= (3 span) >> 4 (whole sixteenths).
  * Where rounding decides (those four tests equal; v 255 and s 255 are exact) the rule itself
  * decides. */
-#define SATS(a, b) _mm256_adds_epu8(a, b)
-#define LE(a, b) _mm256_cmpeq_epi8(_mm256_max_epu8(a, b), b) /* unsigned a <= b */
 /* 32 bytes of output: streamed past the caches where `stream` (16-byte aligned, out not obs:
  * the obs's lines are in the cache already), else stored. A stored line is first read from
  * memory (to be written in the cache); a streamed one is not: a third less traffic for the
@@ -677,45 +793,82 @@ __attribute__((target("avx2"), always_inline)) static inline void store_out(uint
     }
 }
 
-/* The keep mask (0xff: kept) of 32 colours under DMC-GB's bounds, the rule itself on the
+/* The keys' byte ops at a width W (256: AVX2, 32 bytes; 512: AVX-512 BW, 64), so that each
+ * key is written once: X(op) the intrinsic, SI(op) the whole-register one, EQ a byte compare
+ * (0xff: equal), BITS each byte's top bit, LE unsigned a <= b, SATS a saturating add. */
+#define X256(op) _mm256_##op
+#define SI256(op) _mm256_##op##_si256
+#define EQ256(a, b) _mm256_cmpeq_epi8(a, b)
+#define BITS256(x) (uint64_t)(uint32_t)_mm256_movemask_epi8(x)
+#define X512(op) _mm512_##op
+#define SI512(op) _mm512_##op##_si512
+#define EQ512(a, b) _mm512_movm_epi8(_mm512_cmpeq_epi8_mask(a, b))
+#define BITS512(x) (uint64_t)_mm512_movepi8_mask(x)
+#define LE_(W, a, b) EQ##W(X##W(max_epu8)(a, b), b)
+#define SATS_(W, a, b) X##W(adds_epu8)(a, b)
+
+/* The keep mask (0xff: kept) of W / 8 colours under DMC-GB's bounds, the rule itself on the
  * rare ones where rounding decides. */
-__attribute__((target("avx2"), always_inline)) static inline __m256i
-green_vec(__m256i R, __m256i G, __m256i B, const int *k) {
-    const __m256i v70 = _mm256_set1_epi8(70), low4 = _mm256_set1_epi8(15);
-    const __m256i zero = _mm256_setzero_si256(), all = _mm256_set1_epi8(-1);
-    __m256i top = _mm256_max_epu8(_mm256_max_epu8(R, G), B);
-    __m256i span = _mm256_sub_epi8(top, _mm256_min_epu8(_mm256_min_epu8(R, G), B));
-    __m256i rtop = _mm256_cmpeq_epi8(R, top);
-    __m256i gtop = _mm256_andnot_si256(rtop, _mm256_cmpeq_epi8(G, top));
-    __m256i btop = _mm256_andnot_si256(_mm256_or_si256(rtop, gtop), _mm256_cmpeq_epi8(B, top));
-    __m256i u = _mm256_subs_epu8(R, B), u3 = SATS(SATS(u, u), u);
-    __m256i v = _mm256_subs_epu8(G, R), w = _mm256_sub_epi8(span, v);
-    __m256i w2 = SATS(w, w), w4 = SATS(w2, w2), w11 = SATS(SATS(SATS(w4, w4), w2), w);
-    __m256i s3 = SATS(SATS(span, span), span), over = _mm256_subs_epu8(top, s3);
-    __m256i sixteenths = _mm256_and_si256(_mm256_srli_epi16(s3, 4), low4);
-    __m256i hue = _mm256_or_si256(_mm256_and_si256(gtop, LE(u3, span)),
-                                  _mm256_and_si256(btop, LE(w11, v)));
-    __m256i maybe = _mm256_and_si256(_mm256_and_si256(hue, LE(over, sixteenths)), LE(v70, top));
-    __m256i whole = _mm256_cmpeq_epi8(_mm256_and_si256(s3, low4), zero);
-    __m256i bound = _mm256_or_si256(
-        _mm256_or_si256(_mm256_and_si256(gtop, _mm256_cmpeq_epi8(u3, span)),
-                        _mm256_and_si256(btop, _mm256_cmpeq_epi8(w11, v))),
-        _mm256_or_si256(_mm256_and_si256(_mm256_cmpeq_epi8(over, sixteenths), whole),
-                        _mm256_cmpeq_epi8(top, v70)));
-    __m256i keep = _mm256_xor_si256(maybe, all);
-    unsigned rare = (unsigned)_mm256_movemask_epi8(_mm256_and_si256(maybe, bound));
-    if (rare) { /* the rule itself where rounding decides */
-        uint8_t r[32], g[32], b[32], kept[32];
-        _mm256_storeu_si256((__m256i *)r, R), _mm256_storeu_si256((__m256i *)g, G);
-        _mm256_storeu_si256((__m256i *)b, B), _mm256_storeu_si256((__m256i *)kept, keep);
-        for (; rare; rare &= rare - 1) {
-            int at = __builtin_ctz(rare);
-            kept[at] = green_rule(r[at], g[at], b[at], k) ? 0xff : 0;
-        }
-        keep = _mm256_loadu_si256((const __m256i *)kept);
+#define GREEN_VEC(W, V, ATTR)                                                                   \
+    ATTR __attribute__((always_inline)) static inline V green_vec##W(V R, V G, V B, const int *k) { \
+        const V v70 = X##W(set1_epi8)(70), low4 = X##W(set1_epi8)(15);                         \
+        const V zero = SI##W(setzero)(), all = X##W(set1_epi8)(-1);                             \
+        V top = X##W(max_epu8)(X##W(max_epu8)(R, G), B);                                        \
+        V span = X##W(sub_epi8)(top, X##W(min_epu8)(X##W(min_epu8)(R, G), B));                  \
+        V rtop = EQ##W(R, top);                                                                 \
+        V gtop = SI##W(andnot)(rtop, EQ##W(G, top));                                            \
+        V btop = SI##W(andnot)(SI##W(or)(rtop, gtop), EQ##W(B, top));                          \
+        V u = X##W(subs_epu8)(R, B), u3 = SATS_(W, SATS_(W, u, u), u);                          \
+        V v = X##W(subs_epu8)(G, R), w = X##W(sub_epi8)(span, v);                               \
+        V w2 = SATS_(W, w, w), w4 = SATS_(W, w2, w2);                                           \
+        V w11 = SATS_(W, SATS_(W, SATS_(W, w4, w4), w2), w);                                    \
+        V s3 = SATS_(W, SATS_(W, span, span), span), over = X##W(subs_epu8)(top, s3);           \
+        V sixteenths = SI##W(and)(X##W(srli_epi16)(s3, 4), low4);                              \
+        V hue = SI##W(or)(SI##W(and)(gtop, LE_(W, u3, span)), SI##W(and)(btop, LE_(W, w11, v))); \
+        V maybe = SI##W(and)(SI##W(and)(hue, LE_(W, over, sixteenths)), LE_(W, v70, top));      \
+        V whole = EQ##W(SI##W(and)(s3, low4), zero);                                            \
+        V bound = SI##W(or)(                                                                    \
+            SI##W(or)(SI##W(and)(gtop, EQ##W(u3, span)), SI##W(and)(btop, EQ##W(w11, v))),      \
+            SI##W(or)(SI##W(and)(EQ##W(over, sixteenths), whole), EQ##W(top, v70)));           \
+        V keep = SI##W(xor)(maybe, all);                                                        \
+        uint64_t rare = BITS##W(SI##W(and)(maybe, bound));                                      \
+        if (rare) { /* the rule itself where rounding decides */                                \
+            uint8_t r[W / 8], g[W / 8], b[W / 8], kept[W / 8];                                  \
+            SI##W(storeu)((void *)r, R), SI##W(storeu)((void *)g, G);                           \
+            SI##W(storeu)((void *)b, B), SI##W(storeu)((void *)kept, keep);                     \
+            for (; rare; rare &= rare - 1) {                                                    \
+                int at = __builtin_ctzll(rare);                                                 \
+                kept[at] = green_rule(r[at], g[at], b[at], k) ? 0xff : 0;                       \
+            }                                                                                   \
+            keep = SI##W(loadu)((const void *)kept);                                            \
+        }                                                                                       \
+        return keep;                                                                            \
     }
-    return keep;
-}
+
+/* The keep mask (0xff: kept) of W / 8 colours under a colour key: off [lo, hi] in a channel,
+ * as one unsigned compare each: (v - lo) <= hi - lo. */
+#define RANGE_VEC(W, V, ATTR)                                                                   \
+    ATTR __attribute__((always_inline)) static inline V range_vec##W(V R, V G, V B, const int *lo, \
+                                                                      const int *hi) {          \
+        V x[3] = {R, G, B}, in = X##W(set1_epi8)(-1);                                           \
+        for (int c = 0; c < 3; c++)                                                             \
+            in = SI##W(and)(in, LE_(W, X##W(sub_epi8)(x[c], X##W(set1_epi8)((char)lo[c])),       \
+                                    X##W(set1_epi8)((char)(hi[c] - lo[c]))));                   \
+        return SI##W(xor)(in, X##W(set1_epi8)(-1));                                             \
+    }
+
+/* The keep mask of a colour key (the green screen or a range) on W / 8 colours. */
+#define KEY_VEC(W, V, ATTR)                                                                     \
+    GREEN_VEC(W, V, ATTR)                                                                       \
+    RANGE_VEC(W, V, ATTR)                                                                       \
+    ATTR __attribute__((always_inline)) static inline V key_vec##W(const Job *j, V R, V G, V B) { \
+        return j->p[P_KEY] == KEY_GREEN ? green_vec##W(R, G, B, j->bounds)                      \
+                                        : range_vec##W(R, G, B, j->lo8, j->hi8);                \
+    }
+KEY_VEC(256, __m256i, __attribute__((target("avx2"))))
+KEY_VEC(512, __m512i, AVX512)
+#define green_vec green_vec256
+#define key_vec key_vec256
 
 __attribute__((target("avx2"))) static ssz green_dmcgb(const uint8_t *r, const uint8_t *g,
                                                       const uint8_t *b, const int *k,
@@ -732,24 +885,6 @@ __attribute__((target("avx2"))) static ssz green_dmcgb(const uint8_t *r, const u
         _mm256_storeu_si256((__m256i *)(keep + i), _mm256_and_si256(kept, ones));
     }
     return i;
-}
-
-/* The keep mask (0xff: kept) of 32 colours under a colour key: off [lo, hi] in a channel, as
- * one unsigned compare each: (v - lo) <= hi - lo. */
-__attribute__((target("avx2"), always_inline)) static inline __m256i
-range_vec(__m256i R, __m256i G, __m256i B, const int *lo, const int *hi) {
-    __m256i in = _mm256_and_si256(
-        _mm256_and_si256(LE(_mm256_sub_epi8(R, _mm256_set1_epi8((char)lo[0])), _mm256_set1_epi8((char)(hi[0] - lo[0]))),
-                         LE(_mm256_sub_epi8(G, _mm256_set1_epi8((char)lo[1])), _mm256_set1_epi8((char)(hi[1] - lo[1])))),
-        LE(_mm256_sub_epi8(B, _mm256_set1_epi8((char)lo[2])), _mm256_set1_epi8((char)(hi[2] - lo[2]))));
-    return _mm256_xor_si256(in, _mm256_set1_epi8(-1));
-}
-
-/* The keep mask of a colour key (the green screen or a range) on 32 colours. */
-__attribute__((target("avx2"), always_inline)) static inline __m256i
-key_vec(const Job *j, __m256i R, __m256i G, __m256i B) {
-    return j->p[P_KEY] == KEY_GREEN ? green_vec(R, G, B, j->bounds)
-                                    : range_vec(R, G, B, j->lo8, j->hi8);
 }
 
 /* Fused, channels-first uint8: 32 pixels at a time, the key made from the obs's three planes
@@ -818,13 +953,73 @@ __attribute__((target("avx2,fma"))) static ssz fused_planar_f32(const Job *j, fl
     return i;
 }
 
+/* fused_interleaved (below) with AVX-512's byte permutes, 64 pixel-frames (192 bytes) at a
+ * time: the obs split and the background woven in two permutes a vector, the key made on all
+ * 64. `frames3_512` weaves a 3-frame stack's background from the frame store's planes itself
+ * (the frames, then the channels: 64 pixels, 576 bytes at a time), with no pass of its own to
+ * lay them out by pixel-frame, and takes the keep bytes given or makes the key. The Job is
+ * copied so that the key's bounds, which no store can then alias, are loaded once. */
+AVX512 __attribute__((always_inline)) static inline void
+fused192(const Job *j, const Perms *P, uint8_t *d, const uint8_t *o, const uint8_t *keep8,
+         const __m512i *bg) {
+    __m512i ob[3], x[3], keep;
+    for (int k = 0; k < 3; k++) {
+        __builtin_prefetch(o + 3 * AHEAD + 64 * k, 0, 3);
+        ob[k] = _mm512_loadu_si512(o + 64 * k);
+    }
+    if (keep8 != NULL) {
+        keep = _mm512_sub_epi8(_mm512_setzero_si512(), _mm512_loadu_si512(keep8));
+    } else {
+        split192(P, ob[0], ob[1], ob[2], x);
+        keep = key_vec512(j, x[0], x[1], x[2]);
+    }
+    select192(P, d, ob, keep, bg);
+}
+
+AVX512 static ssz fused_interleaved_512(const Job *job, uint8_t *d, const uint8_t *o,
+                                        const uint8_t *const *t, ssz n) {
+    const Job j = *job;
+    const Perms P = perms512();
+    ssz i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m512i bg[3];
+        weave192(&P, _mm512_loadu_si512(t[0] + i), _mm512_loadu_si512(t[1] + i), _mm512_loadu_si512(t[2] + i), bg);
+        fused192(&j, &P, d + 3 * i, o + 3 * i, NULL, bg);
+    }
+    return i;
+}
+
+/* plane[3 f + c]: frame f's channel c from the span's first pixel; m pixels of 3 frames; keep8
+ * (a byte per pixel-frame) or NULL: the key made from the obs. */
+AVX512 static ssz frames3_512(const Job *job, uint8_t *d, const uint8_t *o,
+                              const uint8_t *const *plane, const uint8_t *keep8, ssz m) {
+    const Job j = *job;
+    const Perms P = perms512();
+    const uint8_t *at[9]; /* (copied: a store could alias the caller's) */
+    memcpy(at, plane, sizeof at);
+    ssz i = 0;
+    for (; i + 64 <= m; i += 64) {
+        for (int q = 0; q < 3; q++) { /* pixel-frames 64 q on: channel c's by weave1 */
+            __m512i t[3], bg[3];
+            for (int c = 0; c < 3; c++)
+                t[c] = weave1(&P, q, _mm512_loadu_si512(at[c] + i), _mm512_loadu_si512(at[3 + c] + i),
+                              _mm512_loadu_si512(at[6 + c] + i));
+            weave192(&P, t[0], t[1], t[2], bg);
+            fused192(&j, &P, d + 9 * i + 192 * q, o + 9 * i + 192 * q,
+                     keep8 ? keep8 + 3 * i + 64 * q : NULL, bg);
+        }
+    }
+    return i;
+}
+
 /* Fused, channels-last uint8 RGB: 32 pixel-frames (96 bytes) at a time, the obs split into its
  * channels in registers, the key made, the background's channels (by pixel-frame) interleaved
  * and the select made. Returns the pixel-frames it did. */
 __attribute__((target("avx2"))) static ssz fused_interleaved(const Job *j, uint8_t *d,
                                                             const uint8_t *o,
                                                             const uint8_t *const *t, ssz n) {
-    ssz i = 0;
+    ssz i = wide ? fused_interleaved_512(j, d, o, t, n) : 0;
+    int stream = j->stream && ((uintptr_t)d & 15) == 0;
     for (; i + 32 <= n; i += 32) {
         __builtin_prefetch(o + 3 * (i + AHEAD), 0, 3);
         __builtin_prefetch(o + 3 * (i + AHEAD) + 64, 0, 3);
@@ -849,7 +1044,7 @@ __attribute__((target("avx2"))) static ssz fused_interleaved(const Job *j, uint8
                          _mm256_permute2x128_si256(w[1], w[2], 0x31)};
         __m256i ob[3] = {r0, r1, r2};
         for (int k = 0; k < 3; k++)
-            _mm256_storeu_si256((__m256i *)(d + 3 * i + 32 * k), _mm256_blendv_epi8(bg[k], ob[k], mk[k]));
+            store_out(d + 3 * i + 32 * k, _mm256_blendv_epi8(bg[k], ob[k], mk[k]), stream);
     }
     return i;
 }
@@ -866,6 +1061,10 @@ static ssz fused_planar_f32(const Job *j, float *const *d, const float *const *o
 }
 static ssz fused_interleaved(const Job *j, uint8_t *d, const uint8_t *o, const uint8_t *const *t,
                              ssz n) {
+    return 0;
+}
+static ssz frames3_512(const Job *j, uint8_t *d, const uint8_t *o, const uint8_t *const *plane,
+                       const uint8_t *keep8, ssz m) {
     return 0;
 }
 #endif
@@ -1297,18 +1496,30 @@ static int unit_interleaved(const Job *j, ssz n, ssz p0, ssz len, Scratch *s) {
     const uint8_t *frames[64];
     for (ssz f = 0; f < k; f++)
         if (frame_of(j, n, f, &frames[f])) return 1;
+    /* a 3-frame stack of uint8 RGB, a select: woven straight from the frame store's planes */
+    int frames3 = wide && !four && !flip && k == 3 && p[P_BG + 4] == 1 && size == 1 &&
+                  (j->fused || (kind == KEEP_BOOL && plain));
     if (flip)
         step -= step % width; /* (prepare keeps width * k <= ISTEP then) */
     else if (step >= 32)
-        step -= step % 32; /* whole 32s of pixel-frames: the vector loops leave no tail */
+        step -= step % (step >= 64 ? 64 : 32); /* whole 64s (32s) of pixel-frames: no tail */
     if (step < 1) step = 1;          /* (never a loop that does not move) */
     for (ssz i = 0; i < len; i += step) {
         ssz m = len - i < step ? len - i : step, px = p0 + i;
+        char *d = (char *)j->out + (n * sd[0] + px * sd[3]) * size;
+        const char *o = (const char *)j->obs + (n * so[0] + px * so[3]) * size;
+        const uint8_t *keep8 = frames3 && !j->fused ? weights_by_pixel_frame(j, n, px, m, s) : NULL;
+        if (frames3 && (j->fused || keep8 != NULL)) {
+            const uint8_t *plane[9];
+            for (int f = 0; f < 3; f++)
+                for (int c = 0; c < 3; c++) plane[3 * f + c] = frames[f] + c * p[P_BG + 3] + px;
+            ssz did = frames3_512(j, (uint8_t *)d, (const uint8_t *)o, plane, keep8, m);
+            if (did == m) continue;
+            px += did, m -= did, d += 9 * did, o += 9 * did;
+        }
         const void *w = j->fused && !four ? NULL : weights_by_pixel_frame(j, n, px, m, s);
         const uint8_t *t[3];
         backgrounds_by_pixel_frame(j, frames, px, m, flip, s, t);
-        char *d = (char *)j->out + (n * sd[0] + px * sd[3]) * size;
-        const char *o = (const char *)j->obs + (n * so[0] + px * so[3]) * size;
         ssz q = m * k, done = 0;
         if (j->fused && !four) { /* the key and the select in one loop; the last few after */
             done = fused_interleaved(j, (uint8_t *)d, (const uint8_t *)o, t, q);
@@ -1786,6 +1997,14 @@ static PyObject *draws(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* wide([on]): whether the AVX-512 loops run; on=False keeps to AVX2 (the tests run both). */
+static PyObject *wide_loops(PyObject *Py_UNUSED(self), PyObject *args) {
+    int on = -1;
+    if (!PyArg_ParseTuple(args, "|p", &on)) return NULL;
+    if (on >= 0) wide = on && wide_cpu;
+    return PyBool_FromLong(wide);
+}
+
 static PyMethodDef methods[] = {
     {"composite", composite, METH_VARARGS,
      "composite(out, obs, bg, index, flipped, keep, key_source, values, ids, alpha, params): out = obs blended with its backgrounds under the keep weights (see _lerp.c)."},
@@ -1797,6 +2016,8 @@ static PyMethodDef methods[] = {
      "mixed(out, env, episode, words, base, limit, key, stream): out = playback.mixed_clips's clips (int64 buffers)."},
     {"draws", draws, METH_VARARGS,
      "draws(clip, env, episode, start, flipped, length, key, clips, order, random_start, flip): playback.draw's clip, start and flip of each (env, episode)."},
+    {"wide", wide_loops, METH_VARARGS,
+     "wide([on]): whether the AVX-512 byte-permute loops run (on: where the CPU has them)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1808,6 +2029,8 @@ PyMODINIT_FUNC PyInit__lerp(void) {
     __builtin_cpu_init();
     avx2 = __builtin_cpu_supports("avx2");
     shuffles();
+    wide = wide_cpu = avx2 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vbmi");
+    shuffles512();
 #endif
     row_f32 = fma ? row_f32_fma : row_f32_plain;
     row_u8 = fma ? row_u8_fma : row_u8_plain;
