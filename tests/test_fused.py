@@ -221,13 +221,15 @@ def test_float_obs_that_are_not_finite_give_the_torch_ops_bytes(monkeypatch):
                 assert torch.equal(got.isnan(), want.isnan())
 
 
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("frames,flip", [(3, False), (3, True), (1, False)])
 def test_the_wide_loops_give_the_narrow_ones_and_the_torch_paths_bytes(
-    tmp_path, monkeypatch, frames, flip
+    tmp_path, monkeypatch, frames, flip, layout
 ):
-    """Channels-last obs (uint8 and float32) through the AVX-512 loops (where the CPU has them),
-    through AVX2 alone, and through the torch ops: the same bytes for each key and a bool mask,
-    with backgrounds from the frame store (3 frames woven from its planes, or 1) and from the
+    """Obs (uint8 and float32, either layout) through the AVX-512 loops (where the CPU has
+    them), through AVX2 alone, and through the torch ops: the same bytes for each key (ids of
+    int16 and int32, listed or background, one the dtype cannot hold) and a bool mask, with
+    backgrounds from the frame store (3 frames woven from its planes, or 1) and from the
     caller. 20 px: 400 pixels a frame, 6 blocks of 64 and 16 left for the narrow loops."""
     lerp = fused._lerp
     n, side = 4, 20
@@ -243,17 +245,24 @@ def test_the_wide_loops_give_the_narrow_ones_and_the_torch_paths_bytes(
         ]
     )
     rgb[:, 0, :3, 0] = torch.tensor([[24, 70, 1], [2, 80, 0], [13, 70, 50]])  # DMC-GB bounds
-    rgb = rgb.reshape(n, side, side, 3 * frames)
-    imgs = torch.randint(0, 256, (n, side, side, 3 * frames), generator=g, dtype=torch.uint8)
     seg = torch.randint(-1, 4, (n, side, side, frames), generator=g, dtype=torch.int16)
+    seg.view(-1)[::7] = 70000 - 65536  # what 70000 wraps to in int16: still not 70000
     depth = torch.rand(n, side, side, frames, generator=g) * 4
     depth.view(-1)[:4] = torch.tensor([0.0, float("inf"), float("nan"), -1.0])
     keep = torch.rand(n, side, side, frames, generator=g) < 0.5
+    imgs = torch.randint(0, 256, (n, side, side, 3 * frames), generator=g, dtype=torch.uint8)
+    rgb = rgb.reshape(n, side, side, 3 * frames)
+    if layout == "NCHW":  # the same values, channels-first
+        rgb, imgs, seg, depth, keep = (
+            t.permute(0, 3, 1, 2).contiguous() for t in (rgb, imgs, seg, depth, keep)
+        )
     mixshard_keys = mixshard.keys
     sources = [
         mixshard_keys.green_screen(),
         mixshard_keys.color_key((20, 200, 20), 60),
         mixshard_keys.from_segmentation(seg, background=[-1, 0]),
+        mixshard_keys.from_segmentation(seg, [2, 70000]),  # (no int16 is 70000)
+        mixshard_keys.from_segmentation(seg.int(), [1, 3, 70000]),
         mixshard_keys.from_depth(depth, 2.0),
         keep,
     ]
@@ -266,8 +275,8 @@ def test_the_wide_loops_give_the_narrow_ones_and_the_torch_paths_bytes(
             for key in sources
             for alpha in (1.0, 0.5)
             for call in (
-                lambda o, k, a: bg.composite(o, k, a, layout="NHWC"),
-                lambda o, k, a: mixshard.composite(o, imgs, k, a, layout="NHWC"),
+                lambda o, k, a: bg.composite(o, k, a, layout=layout),
+                lambda o, k, a: mixshard.composite(o, imgs, k, a, layout=layout),
             )
         ]
 

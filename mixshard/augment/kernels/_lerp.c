@@ -75,6 +75,7 @@ typedef struct {
     int interleaved;   /* obs and out are channels-last: frames and channels per pixel */
     int fused;         /* uint8 obs, a colour key at alpha 1 and AVX2: `fused_*` do it all */
     int fused_f32;     /* float32 obs, the same, with FMA: `fused_planar_f32` */
+    int fused_map;     /* uint8 obs, a depth or ids key at alpha 1, AVX-512: `fused_planar_map` */
     int stream;        /* out is not obs: stream it (`store_out`) */
     ssz spans, span;   /* spans per sample, pixels per span */
     ssz *next;         /* the next unit (sample, span) no thread has taken, shared */
@@ -236,6 +237,20 @@ static IRowU irow_u8;
 #include <immintrin.h>
 #define X86 1
 static int avx2; /* the CPU has AVX2: the hand-written byte shuffles below may run */
+/* 32 bytes of output: streamed past the caches where `stream` (16-byte aligned, out not obs:
+ * the obs's lines are in the cache already), else stored. A stored line is first read from
+ * memory (to be written in the cache); a streamed one is not: a third less traffic for the
+ * blend of uint8 obs, as glibc's memcpy in `obs.clone()` saves it. */
+__attribute__((target("avx2"), always_inline)) static inline void store_out(uint8_t *d, __m256i v,
+                                                                            int stream) {
+    if (stream) {
+        _mm_stream_si128((__m128i *)d, _mm256_castsi256_si128(v));
+        _mm_stream_si128((__m128i *)(d + 16), _mm256_extracti128_si256(v, 1));
+    } else {
+        _mm256_storeu_si256((__m256i *)d, v);
+    }
+}
+
 /* Three byte streams and their interleave (a0 b0 c0 a1 b1 c1 ...: a pixel's RGB, a pixel's
  * three frames), 32 of each at a time with AVX2's in-lane byte shuffles: a 16-byte lane of
  * each source makes 48 interleaved bytes, three lanes; the two lanes' results are put in order
@@ -289,7 +304,21 @@ static void shuffles512(void) {
             SPLIT_C[v] |= (uint64_t)(from >= 128) << b;
         }
 }
-#define AVX512 __attribute__((target("avx2,avx512f,avx512bw,avx512vbmi")))
+#define AVX512 __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512vbmi")))
+/* store_out (above) of 64 bytes: streamed in one where d is 64-byte aligned, else in four
+ * where it is 16-byte aligned, else stored. */
+AVX512 __attribute__((always_inline)) static inline void store64(uint8_t *d, __m512i v, int stream) {
+    if (!stream || ((uintptr_t)d & 15) != 0) {
+        _mm512_storeu_si512(d, v);
+    } else if (((uintptr_t)d & 63) == 0) {
+        _mm512_stream_si512((void *)d, v);
+    } else {
+        _mm_stream_si128((__m128i *)d, _mm512_castsi512_si128(v));
+        _mm_stream_si128((__m128i *)(d + 16), _mm512_extracti32x4_epi32(v, 1));
+        _mm_stream_si128((__m128i *)(d + 32), _mm512_extracti32x4_epi32(v, 2));
+        _mm_stream_si128((__m128i *)(d + 48), _mm512_extracti32x4_epi32(v, 3));
+    }
+}
 /* The tables in registers, loaded once a call: kept in the tables, a store through a uint8_t
  * pointer could alias them, and they were loaded again after every store. */
 typedef struct {
@@ -328,10 +357,10 @@ AVX512 __attribute__((always_inline)) static inline void split192(const Perms *P
 /* d = kept ? obs : background, 192 bytes: keep has a byte per pixel-frame (0xff: kept). */
 AVX512 __attribute__((always_inline)) static inline void select192(const Perms *P, uint8_t *d,
                                                                   const __m512i *ob, __m512i keep,
-                                                                  const __m512i *bg) {
+                                                                  const __m512i *bg, int stream) {
     for (int k = 0; k < 3; k++) /* bit by bit */
-        _mm512_storeu_si512(d + 64 * k, _mm512_ternarylogic_epi64(_mm512_permutexvar_epi8(P->triple[k], keep),
-                                                                  ob[k], bg[k], 0xca));
+        store64(d + 64 * k, _mm512_ternarylogic_epi64(_mm512_permutexvar_epi8(P->triple[k], keep),
+                                                      ob[k], bg[k], 0xca), stream);
 }
 
 /* interleave3, 64 at a time. */
@@ -382,7 +411,7 @@ __attribute__((target("avx2"))) static ssz deinterleave3(uint8_t *a, uint8_t *b,
 
 /* select3 (below), 64 at a time: the background's channels woven, the keep bytes tripled. */
 AVX512 static ssz select3_512(uint8_t *d, const uint8_t *o, const uint8_t *t0, const uint8_t *t1,
-                              const uint8_t *t2, const uint8_t *m8, ssz n) {
+                              const uint8_t *t2, const uint8_t *m8, ssz n, int stream) {
     const Perms P = perms512();
     ssz i = 0;
     for (; i + 64 <= n; i += 64) {
@@ -392,7 +421,8 @@ AVX512 static ssz select3_512(uint8_t *d, const uint8_t *o, const uint8_t *t0, c
             ob[k] = _mm512_loadu_si512(o + 3 * i + 64 * k);
         }
         weave192(&P, _mm512_loadu_si512(t0 + i), _mm512_loadu_si512(t1 + i), _mm512_loadu_si512(t2 + i), bg);
-        select192(&P, d + 3 * i, ob, _mm512_sub_epi8(_mm512_setzero_si512(), _mm512_loadu_si512(m8 + i)), bg);
+        select192(&P, d + 3 * i, ob, _mm512_sub_epi8(_mm512_setzero_si512(), _mm512_loadu_si512(m8 + i)), bg,
+                  stream);
     }
     return i;
 }
@@ -401,9 +431,10 @@ AVX512 static ssz select3_512(uint8_t *d, const uint8_t *o, const uint8_t *t0, c
  * channels (a bool mask at alpha 1: a select, the torch path's `torch.where`). */
 __attribute__((target("avx2"))) static ssz select3(uint8_t *d, const uint8_t *o, const uint8_t *t0,
                                                   const uint8_t *t1, const uint8_t *t2,
-                                                  const uint8_t *m8, ssz n) {
+                                                  const uint8_t *m8, ssz n, int stream) {
     const __m256i zero = _mm256_setzero_si256();
-    ssz i = wide ? select3_512(d, o, t0, t1, t2, m8, n) : 0;
+    ssz i = wide ? select3_512(d, o, t0, t1, t2, m8, n, stream) : 0;
+    stream = stream && ((uintptr_t)d & 15) == 0;
     for (; i + 32 <= n; i += 32) {
         __builtin_prefetch(o + 3 * (i + AHEAD), 0, 3);
         __builtin_prefetch(o + 3 * (i + AHEAD) + 64, 0, 3);
@@ -424,7 +455,7 @@ __attribute__((target("avx2"))) static ssz select3(uint8_t *d, const uint8_t *o,
                          _mm256_permute2x128_si256(w[1], w[2], 0x31)};
         for (int k = 0; k < 3; k++) {
             __m256i ob = _mm256_loadu_si256((const __m256i *)(o + 3 * i + 32 * k));
-            _mm256_storeu_si256((__m256i *)(d + 3 * i + 32 * k), _mm256_blendv_epi8(bg[k], ob, mk[k]));
+            store_out(d + 3 * i + 32 * k, _mm256_blendv_epi8(bg[k], ob, mk[k]), stream);
         }
     }
     return i;
@@ -445,6 +476,66 @@ AVX512 static ssz colours64_512(uint8_t *d, const float *x, ssz m) {
             __m512i v = _mm512_cvttps_epi32(_mm512_min_ps(_mm512_max_ps(r, zero), top));
             _mm_storeu_si128((__m128i *)(d + i + 16 * k), _mm512_cvtepi32_epi8(v));
         }
+    }
+    return i;
+}
+
+/* d = obs where kept, else the background, a planar row of n uint8 values with a keep byte
+ * each (V_SELECT), 32 at a time, the output streamed (`store_out`): bound on memory. */
+__attribute__((target("avx2"))) static ssz select_row(uint8_t *d, const uint8_t *o, const uint8_t *b,
+                                                     const uint8_t *m8, ssz n, int stream) {
+    const __m256i zero = _mm256_setzero_si256();
+    ssz i = 0;
+    stream = stream && ((uintptr_t)d & 15) == 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i keep = _mm256_sub_epi8(zero, _mm256_loadu_si256((const __m256i *)(m8 + i)));
+        __m256i v = _mm256_blendv_epi8(_mm256_loadu_si256((const __m256i *)(b + i)),
+                                       _mm256_loadu_si256((const __m256i *)(o + i)), keep);
+        store_out(d + i, v, stream);
+    }
+    return i;
+}
+
+/* select_row for float32 obs (V_BPLAIN with FMA: fma(0, o - b, kept ? o : b), which every
+ * AVX-512 CPU has), 16 at a time, the output streamed where 16-byte aligned. */
+AVX512 static ssz select_row_f32(float *d, const float *o, const uint8_t *b, const uint8_t *m8,
+                                 ssz n, int stream) {
+    const __m512 zero = _mm512_setzero_ps();
+    ssz i = 0;
+    int aligned = ((uintptr_t)d & 63) == 0;
+    stream = stream && ((uintptr_t)d & 15) == 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 ov = _mm512_loadu_ps(o + i);
+        __m512 bv = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(b + i))));
+        __mmask16 kept = _mm_test_epi8_mask(_mm_loadu_si128((const __m128i *)(m8 + i)),
+                                            _mm_set1_epi8(-1));
+        __m512 v = _mm512_fmadd_ps(zero, _mm512_sub_ps(ov, bv), _mm512_mask_blend_ps(kept, bv, ov));
+        if (stream && aligned)
+            _mm512_stream_ps(d + i, v);
+        else if (stream)
+            for (int k = 0; k < 4; k++)
+                _mm_stream_ps(d + i + 4 * k, _mm512_extractf32x4_ps(v, k));
+        else
+            _mm512_storeu_ps(d + i, v);
+    }
+    return i;
+}
+
+/* keep[i] = 0 < x[i] < far (`depth_keep`), 64 float32 depths at a time: four compares into
+ * one 64-bit mask, made bytes at once. */
+AVX512 static ssz depth_512(const float *x, float far, uint8_t *keep, ssz m) {
+    const __m512 zero = _mm512_setzero_ps(), f = _mm512_set1_ps(far);
+    const __m512i one = _mm512_set1_epi8(1);
+    ssz i = 0;
+    for (; i + 64 <= m; i += 64) {
+        uint64_t bits = 0;
+        for (int k = 0; k < 4; k++) {
+            __builtin_prefetch(x + i + AHEAD + 16 * k, 0, 3);
+            __m512 v = _mm512_loadu_ps(x + i + 16 * k);
+            __mmask16 in = _mm512_cmp_ps_mask(v, zero, _CMP_GT_OQ) & _mm512_cmp_ps_mask(v, f, _CMP_LT_OQ);
+            bits |= (uint64_t)in << (16 * k);
+        }
+        _mm512_storeu_si512(keep + i, _mm512_maskz_mov_epi8(bits, one));
     }
     return i;
 }
@@ -520,7 +611,18 @@ static ssz interleave3(uint8_t *d, const uint8_t *a, const uint8_t *b, const uin
 }
 static ssz deinterleave3(uint8_t *a, uint8_t *b, uint8_t *c, const uint8_t *s, ssz n) { return 0; }
 static ssz select3(uint8_t *d, const uint8_t *o, const uint8_t *t0, const uint8_t *t1,
-                   const uint8_t *t2, const uint8_t *m8, ssz n) {
+                   const uint8_t *t2, const uint8_t *m8, ssz n, int stream) {
+    return 0;
+}
+static ssz select_row(uint8_t *d, const uint8_t *o, const uint8_t *b, const uint8_t *m8, ssz n,
+                      int stream) {
+    return 0;
+}
+static ssz depth_512(const float *x, float far, uint8_t *keep, ssz m) {
+    return 0;
+}
+static ssz select_row_f32(float *d, const float *o, const uint8_t *b, const uint8_t *m8, ssz n,
+                          int stream) {
     return 0;
 }
 #endif
@@ -620,6 +722,11 @@ typedef float f32x8 __attribute__((vector_size(32)));
 typedef double f64x4 __attribute__((vector_size(32)));
 typedef uint8_t u8x16 __attribute__((vector_size(16)));
 typedef uint8_t u8x8 __attribute__((vector_size(8)));
+/* 64 bytes: one register where AVX-512 is (the maps' keys narrow their lanes to bytes in one
+ * instruction there), two where AVX2 is */
+typedef int16_t i16x32 __attribute__((vector_size(64)));
+typedef int32_t i32x16 __attribute__((vector_size(64)));
+typedef float f32x16 __attribute__((vector_size(64)));
 typedef uint8_t u8x4 __attribute__((vector_size(4)));
 #else
 #define VECTORS 0
@@ -779,19 +886,6 @@ static ssz green16(const uint8_t *r, const uint8_t *g, const uint8_t *b, const i
  * v >= 11 (span - v); 16 max <= 51 span as max - 3 span <= (3 span) >> 4 (whole sixteenths).
  * Where rounding decides (those four tests equal; v 255 and s 255 are exact) the rule itself
  * decides. */
-/* 32 bytes of output: streamed past the caches where `stream` (16-byte aligned, out not obs:
- * the obs's lines are in the cache already), else stored. A stored line is first read from
- * memory (to be written in the cache); a streamed one is not: a third less traffic for the
- * blend of uint8 obs, as glibc's memcpy in `obs.clone()` saves it. */
-__attribute__((target("avx2"), always_inline)) static inline void store_out(uint8_t *d, __m256i v,
-                                                                            int stream) {
-    if (stream) {
-        _mm_stream_si128((__m128i *)d, _mm256_castsi256_si128(v));
-        _mm_stream_si128((__m128i *)(d + 16), _mm256_extracti128_si256(v, 1));
-    } else {
-        _mm256_storeu_si256((__m256i *)d, v);
-    }
-}
 
 /* The keys' byte ops at a width W (256: AVX2, 32 bytes; 512: AVX-512 BW, 64), so that each
  * key is written once: X(op) the intrinsic, SI(op) the whole-register one, EQ a byte compare
@@ -910,6 +1004,62 @@ __attribute__((target("avx2"))) static ssz fused_planar(const Job *j, uint8_t *c
     return i;
 }
 
+/* Fused, channels-first uint8 with a depth (float32) or ids (int16, int32; a few) key, at
+ * alpha 1, with AVX-512: 64 pixels at a time, the keep bits made from the map in registers
+ * (0 < depth < far, as `depth_keep`; an id listed, xor invert, as `ids_keep`: an id the dtype
+ * cannot hold matches nothing) and each channel's select streamed out in the same loop. */
+AVX512 static ssz fused_planar_map(const Job *j, uint8_t *const *d, const uint8_t *const *o,
+                                   const uint8_t *const *b, const void *map, ssz m) {
+    int type = (int)j->p[P_KEY_TYPE], depth = j->p[P_KEY] == KEY_DEPTH, count = 0;
+    uint64_t invert = !depth && j->p[P_INVERT] ? ~(uint64_t)0 : 0;
+    __m512i id[8];
+    for (ssz q = 0; q < j->p[P_IDS] && !depth; q++) {
+        int64_t v = j->ids[q];
+        if (type == T_I16 ? v < -32768 || v > 32767 : v < INT32_MIN || v > INT32_MAX) continue;
+        id[count++] = type == T_I16 ? _mm512_set1_epi16((short)v) : _mm512_set1_epi32((int)v);
+    }
+    const __m512 zero = _mm512_setzero_ps(), far = _mm512_set1_ps(depth ? (float)j->values[0] : 0);
+    const uint8_t *oc[3] = {o[0], o[1], o[2]}, *bc[3] = {b[0], b[1], b[2]};
+    uint8_t *dc[3] = {d[0], d[1], d[2]};
+    const char *x = map;
+    ssz size = TYPE_SIZE[type], i = 0;
+    int stream = j->stream;
+    for (; i + 64 <= m; i += 64) {
+        uint64_t keep = 0;
+        for (ssz line = 0; line < size; line++) /* (64 values: `size` lines) */
+            _mm_prefetch(x + (i + AHEAD) * size + 64 * line, _MM_HINT_T0);
+        if (depth) {
+            for (int k = 0; k < 4; k++) {
+                __m512 v = _mm512_loadu_ps(x + (i + 16 * k) * 4);
+                keep |= (uint64_t)(_mm512_cmp_ps_mask(v, zero, _CMP_GT_OQ) &
+                                   _mm512_cmp_ps_mask(v, far, _CMP_LT_OQ)) << (16 * k);
+            }
+        } else if (type == T_I16) {
+            for (int k = 0; k < 2; k++) {
+                __m512i v = _mm512_loadu_si512(x + (i + 32 * k) * 2);
+                uint64_t hit = 0;
+                for (int q = 0; q < count; q++) hit |= _mm512_cmpeq_epi16_mask(v, id[q]);
+                keep |= hit << (32 * k);
+            }
+        } else {
+            for (int k = 0; k < 4; k++) {
+                __m512i v = _mm512_loadu_si512(x + (i + 16 * k) * 4);
+                uint64_t hit = 0;
+                for (int q = 0; q < count; q++) hit |= _mm512_cmpeq_epi32_mask(v, id[q]);
+                keep |= hit << (16 * k);
+            }
+        }
+        keep ^= invert;
+        for (int c = 0; c < 3; c++) {
+            _mm_prefetch((const char *)(oc[c] + i + AHEAD), _MM_HINT_T0);
+            __m512i v = _mm512_mask_blend_epi8(keep, _mm512_loadu_si512(bc[c] + i),
+                                               _mm512_loadu_si512(oc[c] + i));
+            store64(dc[c] + i, v, stream);
+        }
+    }
+    return i;
+}
+
 /* 8 float colours as the uint8 they are read as (`colours`): rounded half to even, clamped
  * to 0..255 (maxps gives its second operand, 0, for a NaN), in the low 8 bytes. */
 __attribute__((target("avx2"), always_inline)) static inline __m256i u8_of(__m256 x) {
@@ -973,7 +1123,7 @@ fused192(const Job *j, const Perms *P, uint8_t *d, const uint8_t *o, const uint8
         split192(P, ob[0], ob[1], ob[2], x);
         keep = key_vec512(j, x[0], x[1], x[2]);
     }
-    select192(P, d, ob, keep, bg);
+    select192(P, d, ob, keep, bg, j->stream);
 }
 
 AVX512 static ssz fused_interleaved_512(const Job *job, uint8_t *d, const uint8_t *o,
@@ -1057,6 +1207,10 @@ static ssz fused_planar(const Job *j, uint8_t *const *d, const uint8_t *const *o
 }
 static ssz fused_planar_f32(const Job *j, float *const *d, const float *const *o,
                             const uint8_t *const *b, ssz m) {
+    return 0;
+}
+static ssz fused_planar_map(const Job *j, uint8_t *const *d, const uint8_t *const *o,
+                            const uint8_t *const *b, const void *map, ssz m) {
     return 0;
 }
 static ssz fused_interleaved(const Job *j, uint8_t *d, const uint8_t *o, const uint8_t *const *t,
@@ -1180,8 +1334,8 @@ WIDE static void ids_keep(const void *src, int type, const int64_t *ids, ssz cou
     switch (type) {
     case T_U8: IDS(uint8_t, u8x32, u8x32, 32, 0, 255); break;
     case T_I8: IDS(int8_t, i8x32, u8x32, 32, -128, 127); break;
-    case T_I16: IDS(int16_t, i16x16, u8x16, 16, -32768, 32767); break;
-    case T_I32: IDS(int32_t, i32x8, u8x8, 8, INT32_MIN, INT32_MAX); break;
+    case T_I16: IDS(int16_t, i16x32, u8x32, 32, -32768, 32767); break;
+    case T_I32: IDS(int32_t, i32x16, u8x16, 16, INT32_MIN, INT32_MAX); break;
     default: IDS(int64_t, i64x4, u8x4, 4, INT64_MIN, INT64_MAX);
     }
     if (invert)
@@ -1210,6 +1364,7 @@ WIDE static void depth_keep(const void *src, int type, double far, uint8_t *rest
     if (type == T_F32) {
         const float *x = src;
         float far_t = (float)far;
+        i = wide ? depth_512(x, far_t, keep, m) : 0;
         DEPTHS(float, f32x8, u8x8, 8)
         for (; i < m; i++) keep[i] = (uint8_t)((x[i] > 0.0f) & (x[i] < far_t));
     } else {
@@ -1316,6 +1471,14 @@ static int frame_of(const Job *j, ssz n, ssz f, const uint8_t **bg) {
 static void row(const Job *j, void *d, ssz ds, const void *o, ssz os, const uint8_t *b, ssz bs,
                 const void *w, float a, ssz len) {
     int kind = j->p[P_KEY] != KEY_NONE ? KEEP_BOOL : (int)j->p[P_KEEP], plain = (int)j->p[P_PLAIN];
+    if (kind == KEEP_BOOL && plain && ds == 1 && os == 1 && bs == 1 && avx2) {
+        ssz size = j->p[P_U8] ? 1 : 4; /* the select, its output streamed */
+        ssz done = size == 1 ? select_row(d, o, b, w, len, j->stream)
+                   : wide    ? select_row_f32(d, o, b, w, len, j->stream)
+                             : 0;
+        d = (char *)d + done * size, o = (const char *)o + done * size, b += done;
+        w = (const uint8_t *)w + done, len -= done;
+    }
     if (j->p[P_U8])
         row_u8(d, ds, o, os, b, bs, w, kind, plain, a, len);
     else
@@ -1379,7 +1542,8 @@ static int unit_planar(const Job *j, ssz n, ssz p0, ssz len, Scratch *s) {
     const int64_t *p = j->p, *so = p + P_OBS, *sd = p + P_OUT, *sb = p + P_BG;
     ssz width = p[P_W], step = CHUNK;
     int flip = j->flipped != NULL && j->flipped[n];
-    int fused = (j->fused || j->fused_f32) && !flip && so[3] == 1 && sd[3] == 1 && sb[4] == 1;
+    int fused = (j->fused || j->fused_f32 || (j->fused_map && p[P_KEY_S + 2] == 1)) && !flip &&
+                so[3] == 1 && sd[3] == 1 && sb[4] == 1;
     float a = j->alpha[n * p[P_ALPHA_STEP]];
     if (flip) step = width > CHUNK ? width : CHUNK - CHUNK % width;
     for (ssz f = 0; f < p[P_K]; f++) {
@@ -1396,8 +1560,16 @@ static int unit_planar(const Job *j, ssz n, ssz p0, ssz len, Scratch *s) {
                 o[c] = (const char *)j->obs + (n * so[0] + f * so[1] + c * so[2] + p0) * size;
                 b[c] = bg + c * sb[3] + p0;
             }
-            done = j->fused ? fused_planar(j, (uint8_t *const *)d, (const uint8_t *const *)o, b, len)
-                            : fused_planar_f32(j, (float *const *)d, (const float *const *)o, b, len);
+            const int64_t *sm = p + P_KEY_S;
+            const char *map = j->fused_map ? (const char *)j->key_src + (n * sm[0] + f * sm[1] + p0) *
+                                                                        TYPE_SIZE[p[P_KEY_TYPE]]
+                                           : NULL;
+            if (j->fused_map)
+                done = fused_planar_map(j, (uint8_t *const *)d, (const uint8_t *const *)o, b, map, len);
+            else if (j->fused)
+                done = fused_planar(j, (uint8_t *const *)d, (const uint8_t *const *)o, b, len);
+            else
+                done = fused_planar_f32(j, (float *const *)d, (const float *const *)o, b, len);
         }
         for (ssz i = done; i < len; i += step) {
             ssz m = len - i < step ? len - i : step, px = p0 + i;
@@ -1526,7 +1698,7 @@ static int unit_interleaved(const Job *j, ssz n, ssz p0, ssz len, Scratch *s) {
             key_colours(j, o + 3 * done, 1, 3, q - done, s->keep, s);
             w = s->keep - done;
         } else if (size == 1 && !four && kind == KEEP_BOOL && plain && avx2) /* a select */
-            done = select3((uint8_t *)d, (const uint8_t *)o, t[0], t[1], t[2], w, q);
+            done = select3((uint8_t *)d, (const uint8_t *)o, t[0], t[1], t[2], w, q, j->stream);
         if (four && size == 1)
             irow_u8((uint8_t *)d, (const uint8_t *)o, t[0], t[1], t[2], w, kind, plain, a, q);
         else if (four)
@@ -1707,6 +1879,10 @@ static void prepare(Job *job) {
     int colour_key = p[P_PLAIN] && c == 3 && (dmcgb || p[P_KEY] == KEY_RANGE);
     job->fused = avx2 && p[P_U8] && colour_key;
     job->fused_f32 = avx2 && has_fma() && !p[P_U8] && colour_key && p[P_KEY] == KEY_GREEN;
+    int type = (int)p[P_KEY_TYPE];
+    job->fused_map = wide && p[P_U8] && p[P_PLAIN] && c == 3 &&
+                     ((p[P_KEY] == KEY_DEPTH && type == T_F32) ||
+                      (p[P_KEY] == KEY_IDS && (type == T_I16 || type == T_I32) && p[P_IDS] <= 8));
     if (p[P_KEY] == KEY_RANGE) /* lo R, G, B, hi R, G, B */
         for (int i = 0; i < 3; i++) {
             double lo = ceil(v[i]), hi = floor(v[3 + i]);
@@ -2029,7 +2205,8 @@ PyMODINIT_FUNC PyInit__lerp(void) {
     __builtin_cpu_init();
     avx2 = __builtin_cpu_supports("avx2");
     shuffles();
-    wide = wide_cpu = avx2 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vbmi");
+    wide = wide_cpu = avx2 && fma && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi");
     shuffles512();
 #endif
     row_f32 = fma ? row_f32_fma : row_f32_plain;
