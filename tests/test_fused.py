@@ -5,6 +5,8 @@ what it can and refuses bad buffers with an error, never a crash."""
 from __future__ import annotations
 
 import itertools
+import os
+import time
 
 import numpy as np
 import pytest
@@ -169,6 +171,35 @@ def test_the_kernel_splits_rows_over_threads_and_refuses_bad_buffers():
     read_only.setflags(write=False)
     with pytest.raises(ValueError, match="read-only"):
         call_kernel(read_only, np.array([0, 1], np.int64))
+
+
+def test_a_forked_child_splits_the_pass_over_threads_of_its_own():
+    """The pass runs on OpenMP's team where the module was built with it (torch's own); a child
+    forked after the parent used that team has none (a parallel region there would wait for it
+    forever), so the child's pass takes threads of its own: it finishes, with the same bytes.
+    (The child compares with numpy: a torch op of its own would wait on torch's team.)"""
+    g = torch.Generator().manual_seed(9)
+    obs = torch.randint(0, 256, (64, 9, 84, 84), generator=g, dtype=torch.uint8)
+    imgs = torch.randint(0, 256, (64, 9, 84, 84), generator=g, dtype=torch.uint8)
+    keep = torch.rand(64, 3, 84, 84, generator=g) < 0.5
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # (4.5 million values: split over both)
+    try:
+        want = mixshard.composite(obs, imgs, keep).numpy()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            got = mixshard.composite(obs, imgs, keep).numpy()
+            os._exit(0 if np.array_equal(got, want) else 3)
+        deadline = time.monotonic() + 60
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if done[0] == 0:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+        assert done[0] != 0, "the forked child's composite never finished"
+        assert os.waitstatus_to_exitcode(done[1]) == 0
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_what_the_pass_does_not_walk_goes_to_the_torch_ops(monkeypatch):

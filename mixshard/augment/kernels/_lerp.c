@@ -25,6 +25,9 @@
 #include <Python.h>
 #include <math.h>
 #include <pthread.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1765,6 +1768,17 @@ static void *run(void *arg) {
     return NULL;
 }
 
+/* The threads: OpenMP's team where the module was built with it. Built against the libgomp
+ * torch loads (pip's torch ships it: the same soname, the library already loaded), it is
+ * torch's own team, whose workers wait spinning after each torch op: a pass of our own
+ * threads right after one (an `obs.clone()`) shared the other cores with them and ran at
+ * the speed of one. A child forked from this process uses threads of its own (libgomp's team
+ * is not in the child, and a parallel region there would wait for it forever). */
+#ifdef _OPENMP
+static int forked;
+static void in_child(void) { forked = 1; }
+#endif
+
 static void run_threads(Job *job) {
     Job jobs[64];
     pthread_t ids[64];
@@ -1777,8 +1791,17 @@ static void run_threads(Job *job) {
     job->next = &next;
     job->stop = &stop;
     for (int t = 0; t < n; t++) jobs[t] = *job;
-    for (int t = 1; t < n; t++) started[t] = pthread_create(&ids[t], NULL, run, &jobs[t]) == 0;
-    run(&jobs[0]); /* (a thread that could not start: the others take its units) */
+    int team = 0; /* (OpenMP's) */
+#ifdef _OPENMP
+    team = n > 1 && !forked;
+    if (team) {
+#pragma omp parallel num_threads(n)
+        run(&jobs[omp_get_thread_num()]); /* (a team smaller than n: the others take its units) */
+    }
+#endif
+    for (int t = 1; t < n && !team; t++)
+        started[t] = pthread_create(&ids[t], NULL, run, &jobs[t]) == 0;
+    if (!team) run(&jobs[0]); /* (a thread that could not start: the others take its units) */
     for (int t = 1; t < n; t++)
         if (started[t]) pthread_join(ids[t], NULL);
     for (int t = 0; t < n; t++)
@@ -2226,6 +2249,9 @@ PyMODINIT_FUNC PyInit__lerp(void) {
     __builtin_cpu_init();
     avx2 = __builtin_cpu_supports("avx2");
     shuffles();
+#ifdef _OPENMP
+    pthread_atfork(NULL, NULL, in_child);
+#endif
     wide = wide_cpu = avx2 && fma && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi");
     shuffles512();
