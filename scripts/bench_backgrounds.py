@@ -299,15 +299,28 @@ def main() -> None:
         "at every call and pays its page faults, the clone's as the step's (default: held in "
         "steady state, the kernels' own cost)",
     )
+    parser.add_argument(
+        "--avx2",
+        action="store_true",
+        help="the compiled pass's AVX-512 loops off, as on a CPU without AVX-512 VBMI (the "
+        "compiler's own AVX-512 copies of the map keys still run where the CPU has them)",
+    )
     args = parser.parse_args()
+    lerp = fused._lerp
+    if args.avx2 and lerp is not None:
+        lerp.wide(False)
     video, packs = prepare(args)
     command = "python scripts/bench_backgrounds.py" + (" --quick" if args.quick else "")
     command += " --only-step" if args.only_step else ""
     command += " --only-mixing" if args.only_mixing else ""
     command += " --default-malloc" if args.default_malloc else ""
+    command += " --avx2" if args.avx2 else ""
     print(f"Command: {command}")
     held = " ".join(f"{k}={os.environ[k]}" for k in MALLOC if k in os.environ)
     print("Malloc:", held or "glibc's defaults")  # as this process runs, not as asked
+    loops = "not built" if lerp is None else "AVX-512" if lerp.wide() else "AVX2 or narrower"
+    policy = os.environ.get("OMP_WAIT_POLICY", "unset")
+    print(f"Compiled pass: {loops} loops; OMP_WAIT_POLICY {policy}")
     print(f"Machine: {machine()}; torch {torch.__version__}; {datetime.date.today()}")
     print(f"Load average at the start: {os.getloadavg()[0]:.2f}")
     m = mixshard.Manifest.load(packs[SIZE])

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from mixshard.augment.kernels import fused
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -148,9 +150,11 @@ def test_bench_backgrounds_quick(tmp_path):
 
 
 def test_bench_backgrounds_can_run_as_a_users_process_does(tmp_path):
-    out = quick("bench_backgrounds.py", tmp_path, "--only-step", "--default-malloc")
+    out = quick("bench_backgrounds.py", tmp_path, "--only-step", "--default-malloc", "--avx2")
     assert "Malloc: glibc's defaults\n" in out
     assert "| whole step, depth (keys.from_depth), NHWC 64x32x32x3 uint8 |" in out
+    if fused._lerp is not None:  # the AVX-512 loops off, and said so
+        assert "Compiled pass: AVX2 or narrower loops; OMP_WAIT_POLICY " in out
 
 
 def test_bench_mixing_quick(tmp_path):
