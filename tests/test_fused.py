@@ -5,8 +5,8 @@ what it can and refuses bad buffers with an error, never a crash."""
 from __future__ import annotations
 
 import itertools
-import os
-import time
+import multiprocessing
+import sys
 
 import numpy as np
 import pytest
@@ -173,6 +173,11 @@ def test_the_kernel_splits_rows_over_threads_and_refuses_bad_buffers():
         call_kernel(read_only, np.array([0, 1], np.int64))
 
 
+def _composite_in_child(obs, imgs, keep, want) -> None:
+    got = mixshard.composite(obs, imgs, keep).numpy()
+    sys.exit(0 if np.array_equal(got, want) else 3)
+
+
 def test_a_forked_child_splits_the_pass_over_threads_of_its_own():
     """The pass runs on OpenMP's team where the module was built with it (torch's own); a child
     forked after the parent used that team has none (a parallel region there would wait for it
@@ -186,18 +191,16 @@ def test_a_forked_child_splits_the_pass_over_threads_of_its_own():
     torch.set_num_threads(2)  # (4.5 million values: split over both)
     try:
         want = mixshard.composite(obs, imgs, keep).numpy()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child
-            got = mixshard.composite(obs, imgs, keep).numpy()
-            os._exit(0 if np.array_equal(got, want) else 3)
-        deadline = time.monotonic() + 60
-        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if done[0] == 0:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-        assert done[0] != 0, "the forked child's composite never finished"
-        assert os.waitstatus_to_exitcode(done[1]) == 0
+        child = multiprocessing.get_context("fork").Process(
+            target=_composite_in_child, args=(obs, imgs, keep, want)
+        )
+        child.start()
+        child.join(60)
+        if child.is_alive():
+            child.kill()
+            child.join()
+            pytest.fail("the forked child's composite never finished")
+        assert child.exitcode == 0
     finally:
         torch.set_num_threads(threads)
 
