@@ -284,7 +284,7 @@ def verdict(ok: bool, goal: str) -> str:
     return f"{goal}: {'met' if ok else 'NOT met'}"
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     # no abbreviations: `__main__` looks for --default-malloc by its whole name
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--runs", type=int, default=15, help="timed calls per median")
@@ -305,7 +305,11 @@ def main() -> None:
         help="the compiled pass's AVX-512 loops off, as on a CPU without AVX-512 VBMI (the "
         "compiler's own AVX-512 copies of the map keys still run where the CPU has them)",
     )
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     lerp = fused._lerp
     if args.avx2 and lerp is not None:
         lerp.wide(False)
