@@ -418,32 +418,19 @@ __attribute__((target("avx2"))) static ssz deinterleave3(uint8_t *a, uint8_t *b,
     return i;
 }
 
-/* select3 (below), 64 at a time: the background's channels woven, the keep bytes tripled. */
-AVX512 static ssz select3_512(uint8_t *d, const uint8_t *o, const uint8_t *t0, const uint8_t *t1,
-                              const uint8_t *t2, const uint8_t *m8, ssz n, int stream) {
-    const Perms P = perms512();
-    ssz i = 0;
-    for (; i + 64 <= n; i += 64) {
-        __m512i bg[3], ob[3];
-        for (int k = 0; k < 3; k++) {
-            __builtin_prefetch(o + 3 * (i + AHEAD) + 64 * k, 0, 3);
-            ob[k] = _mm512_loadu_si512(o + 3 * i + 64 * k);
-        }
-        weave192(&P, _mm512_loadu_si512(t0 + i), _mm512_loadu_si512(t1 + i), _mm512_loadu_si512(t2 + i), bg);
-        select192(&P, d + 3 * i, ob, _mm512_sub_epi8(_mm512_setzero_si512(), _mm512_loadu_si512(m8 + i)), bg,
-                  stream);
-    }
-    return i;
-}
+static ssz fused_interleaved_512(const Job *job, uint8_t *d, const uint8_t *o,
+                                  const uint8_t *const *t, const uint8_t *keep8, ssz n);
 
 /* d = obs where the pixel-frame is kept, else its background, for n pixel-frames of 3 uint8
- * channels (a bool mask at alpha 1: a select, the torch path's `torch.where`). */
-__attribute__((target("avx2"))) static ssz select3(uint8_t *d, const uint8_t *o, const uint8_t *t0,
-                                                  const uint8_t *t1, const uint8_t *t2,
-                                                  const uint8_t *m8, ssz n, int stream) {
+ * channels (a bool mask at alpha 1: a select, the torch path's `torch.where`); with AVX-512,
+ * `fused_interleaved_512` with these keep bytes. */
+__attribute__((target("avx2"))) static ssz select3(const Job *j, uint8_t *d, const uint8_t *o,
+                                                  const uint8_t *const *t, const uint8_t *m8,
+                                                  ssz n) {
     const __m256i zero = _mm256_setzero_si256();
-    ssz i = wide ? select3_512(d, o, t0, t1, t2, m8, n, stream) : 0;
-    stream = stream && ((uintptr_t)d & 15) == 0;
+    const uint8_t *t0 = t[0], *t1 = t[1], *t2 = t[2];
+    ssz i = wide ? fused_interleaved_512(j, d, o, t, m8, n) : 0;
+    int stream = j->stream && ((uintptr_t)d & 15) == 0;
     for (; i + 32 <= n; i += 32) {
         __builtin_prefetch(o + 3 * (i + AHEAD), 0, 3);
         __builtin_prefetch(o + 3 * (i + AHEAD) + 64, 0, 3);
@@ -506,45 +493,41 @@ __attribute__((target("avx2"))) static ssz select_row(uint8_t *d, const uint8_t 
 }
 
 /* select_row for float32 obs (V_BPLAIN with FMA: fma(0, o - b, kept ? o : b), which every
- * AVX-512 CPU has), 16 at a time, the output streamed where 16-byte aligned. */
+ * AVX-512 CPU has), 16 at a time, the output streamed (`store64`). */
 AVX512 static ssz select_row_f32(float *d, const float *o, const uint8_t *b, const uint8_t *m8,
                                  ssz n, int stream) {
     const __m512 zero = _mm512_setzero_ps();
     ssz i = 0;
-    int aligned = ((uintptr_t)d & 63) == 0;
-    stream = stream && ((uintptr_t)d & 15) == 0;
     for (; i + 16 <= n; i += 16) {
         __m512 ov = _mm512_loadu_ps(o + i);
         __m512 bv = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(b + i))));
         __mmask16 kept = _mm_test_epi8_mask(_mm_loadu_si128((const __m128i *)(m8 + i)),
                                             _mm_set1_epi8(-1));
         __m512 v = _mm512_fmadd_ps(zero, _mm512_sub_ps(ov, bv), _mm512_mask_blend_ps(kept, bv, ov));
-        if (stream && aligned)
-            _mm512_stream_ps(d + i, v);
-        else if (stream)
-            for (int k = 0; k < 4; k++)
-                _mm_stream_ps(d + i + 4 * k, _mm512_extractf32x4_ps(v, k));
-        else
-            _mm512_storeu_ps(d + i, v);
+        store64((uint8_t *)(d + i), _mm512_castps_si512(v), stream);
     }
     return i;
 }
 
-/* keep[i] = 0 < x[i] < far (`depth_keep`), 64 float32 depths at a time: four compares into
- * one 64-bit mask, made bytes at once. */
+/* Whether 0 < x[i] < far (`depth_keep`) for 64 float32 depths: four compares, a bit each. */
+AVX512 __attribute__((always_inline)) static inline uint64_t depth_bits(const float *x, __m512 far) {
+    uint64_t bits = 0;
+    for (int k = 0; k < 4; k++) {
+        __m512 v = _mm512_loadu_ps(x + 16 * k);
+        __mmask16 in = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ) &
+                       _mm512_cmp_ps_mask(v, far, _CMP_LT_OQ);
+        bits |= (uint64_t)in << (16 * k);
+    }
+    return bits;
+}
+
+/* keep[i] = 0 < x[i] < far, 64 at a time, the bits made bytes at once. */
 AVX512 static ssz depth_512(const float *x, float far, uint8_t *keep, ssz m) {
-    const __m512 zero = _mm512_setzero_ps(), f = _mm512_set1_ps(far);
-    const __m512i one = _mm512_set1_epi8(1);
+    const __m512 f = _mm512_set1_ps(far);
     ssz i = 0;
     for (; i + 64 <= m; i += 64) {
-        uint64_t bits = 0;
-        for (int k = 0; k < 4; k++) {
-            __builtin_prefetch(x + i + AHEAD + 16 * k, 0, 3);
-            __m512 v = _mm512_loadu_ps(x + i + 16 * k);
-            __mmask16 in = _mm512_cmp_ps_mask(v, zero, _CMP_GT_OQ) & _mm512_cmp_ps_mask(v, f, _CMP_LT_OQ);
-            bits |= (uint64_t)in << (16 * k);
-        }
-        _mm512_storeu_si512(keep + i, _mm512_maskz_mov_epi8(bits, one));
+        for (int k = 0; k < 4; k++) __builtin_prefetch(x + i + AHEAD + 16 * k, 0, 3);
+        _mm512_storeu_si512(keep + i, _mm512_maskz_mov_epi8(depth_bits(x + i, f), _mm512_set1_epi8(1)));
     }
     return i;
 }
@@ -610,7 +593,6 @@ __attribute__((target("avx2"))) static ssz range_rgb32(const float *x, const flo
 #define X86 0
 static int avx2, wide, wide_cpu;
 static void shuffles(void) {}
-static void shuffles512(void) {}
 static ssz range_rgb32(const float *x, const float *lo, const float *hi, uint8_t *keep, ssz m) {
     return 0;
 }
@@ -619,8 +601,8 @@ static ssz interleave3(uint8_t *d, const uint8_t *a, const uint8_t *b, const uin
     return 0;
 }
 static ssz deinterleave3(uint8_t *a, uint8_t *b, uint8_t *c, const uint8_t *s, ssz n) { return 0; }
-static ssz select3(uint8_t *d, const uint8_t *o, const uint8_t *t0, const uint8_t *t1,
-                   const uint8_t *t2, const uint8_t *m8, ssz n, int stream) {
+static ssz select3(const Job *j, uint8_t *d, const uint8_t *o, const uint8_t *const *t,
+                   const uint8_t *m8, ssz n) {
     return 0;
 }
 static ssz select_row(uint8_t *d, const uint8_t *o, const uint8_t *b, const uint8_t *m8, ssz n,
@@ -735,7 +717,6 @@ typedef uint8_t u8x8 __attribute__((vector_size(8)));
  * instruction there), two where AVX2 is */
 typedef int16_t i16x32 __attribute__((vector_size(64)));
 typedef int32_t i32x16 __attribute__((vector_size(64)));
-typedef float f32x16 __attribute__((vector_size(64)));
 typedef uint8_t u8x4 __attribute__((vector_size(4)));
 #else
 #define VECTORS 0
@@ -1048,7 +1029,7 @@ AVX512 static ssz fused_planar_map(const Job *j, uint8_t *const *d, const uint8_
         if (type == T_I16 ? v < -32768 || v > 32767 : v < INT32_MIN || v > INT32_MAX) continue;
         id[count++] = type == T_I16 ? _mm512_set1_epi16((short)v) : _mm512_set1_epi32((int)v);
     }
-    const __m512 zero = _mm512_setzero_ps(), far = _mm512_set1_ps(depth ? (float)j->values[0] : 0);
+    const __m512 far = _mm512_set1_ps(depth ? (float)j->values[0] : 0);
     const uint8_t *oc[3] = {o[0], o[1], o[2]}, *bc[3] = {b[0], b[1], b[2]};
     uint8_t *dc[3] = {d[0], d[1], d[2]};
     const char *x = map;
@@ -1059,11 +1040,7 @@ AVX512 static ssz fused_planar_map(const Job *j, uint8_t *const *d, const uint8_
         for (ssz line = 0; line < size; line++) /* (64 values: `size` lines) */
             _mm_prefetch(x + (i + AHEAD) * size + 64 * line, _MM_HINT_T0);
         if (depth) {
-            for (int k = 0; k < 4; k++) {
-                __m512 v = _mm512_loadu_ps(x + (i + 16 * k) * 4);
-                keep |= (uint64_t)(_mm512_cmp_ps_mask(v, zero, _CMP_GT_OQ) &
-                                   _mm512_cmp_ps_mask(v, far, _CMP_LT_OQ)) << (16 * k);
-            }
+            keep = depth_bits((const float *)x + i, far);
         } else if (type == T_I16) {
             for (int k = 0; k < 2; k++) {
                 __m512i v = _mm512_loadu_si512(x + (i + 32 * k) * 2);
@@ -1156,15 +1133,16 @@ fused192(const Job *j, const Perms *P, uint8_t *d, const uint8_t *o, const uint8
     select192(P, d, ob, keep, bg, j->stream);
 }
 
+/* keep8: a byte per pixel-frame (`select3`), or NULL: the key made from the obs. */
 AVX512 static ssz fused_interleaved_512(const Job *job, uint8_t *d, const uint8_t *o,
-                                        const uint8_t *const *t, ssz n) {
+                                        const uint8_t *const *t, const uint8_t *keep8, ssz n) {
     const Job j = *job;
     const Perms P = perms512();
     ssz i = 0;
     for (; i + 64 <= n; i += 64) {
         __m512i bg[3];
         weave192(&P, _mm512_loadu_si512(t[0] + i), _mm512_loadu_si512(t[1] + i), _mm512_loadu_si512(t[2] + i), bg);
-        fused192(&j, &P, d + 3 * i, o + 3 * i, NULL, bg);
+        fused192(&j, &P, d + 3 * i, o + 3 * i, keep8 ? keep8 + i : NULL, bg);
     }
     return i;
 }
@@ -1198,7 +1176,7 @@ AVX512 static ssz frames3_512(const Job *job, uint8_t *d, const uint8_t *o,
 __attribute__((target("avx2"))) static ssz fused_interleaved(const Job *j, uint8_t *d,
                                                             const uint8_t *o,
                                                             const uint8_t *const *t, ssz n) {
-    ssz i = wide ? fused_interleaved_512(j, d, o, t, n) : 0;
+    ssz i = wide ? fused_interleaved_512(j, d, o, t, NULL, n) : 0;
     int stream = j->stream && ((uintptr_t)d & 15) == 0;
     for (; i + 32 <= n; i += 32) {
         __builtin_prefetch(o + 3 * (i + AHEAD), 0, 3);
@@ -1591,12 +1569,11 @@ static int unit_planar(const Job *j, ssz n, ssz p0, ssz len, Scratch *s) {
                 b[c] = bg + c * sb[3] + p0;
             }
             const int64_t *sm = p + P_KEY_S;
-            const char *map = j->fused_map ? (const char *)j->key_src + (n * sm[0] + f * sm[1] + p0) *
-                                                                        TYPE_SIZE[p[P_KEY_TYPE]]
-                                           : NULL;
-            if (j->fused_map)
-                done = fused_planar_map(j, (uint8_t *const *)d, (const uint8_t *const *)o, b, map, len);
-            else if (j->fused)
+            if (j->fused_map) {
+                ssz at = (n * sm[0] + f * sm[1] + p0) * TYPE_SIZE[p[P_KEY_TYPE]];
+                done = fused_planar_map(j, (uint8_t *const *)d, (const uint8_t *const *)o, b,
+                                        (const char *)j->key_src + at, len);
+            } else if (j->fused)
                 done = fused_planar(j, (uint8_t *const *)d, (const uint8_t *const *)o, b, len);
             else
                 done = fused_planar_f32(j, (float *const *)d, (const float *const *)o, b, len);
@@ -1728,7 +1705,7 @@ static int unit_interleaved(const Job *j, ssz n, ssz p0, ssz len, Scratch *s) {
             key_colours(j, o + 3 * done, 1, 3, q - done, s->keep, s);
             w = s->keep - done;
         } else if (size == 1 && !four && kind == KEEP_BOOL && plain && avx2) /* a select */
-            done = select3((uint8_t *)d, (const uint8_t *)o, t[0], t[1], t[2], w, q, j->stream);
+            done = select3(j, (uint8_t *)d, (const uint8_t *)o, t, w, q);
         if (four && size == 1)
             irow_u8((uint8_t *)d, (const uint8_t *)o, t[0], t[1], t[2], w, kind, plain, a, q);
         else if (four)
